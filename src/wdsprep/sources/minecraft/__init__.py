@@ -1,0 +1,28 @@
+"""MineDojo-style Minecraft episodes: native per-frame pickles -> episode shards -> frame pairs.
+
+Reader API (`wdsprep.minecraft.<name>`):
+
+    urls = wdsprep.urls("shards/minecraft/manifest.json", "train")
+    pipeline = wds.WebDataset(urls).compose(wdsprep.minecraft.pairs(task="frame_prediction"))
+    vocab = wdsprep.minecraft.vocabulary("shards/minecraft/manifest.json")
+    print(wdsprep.minecraft.voxel_to_text(next(iter(pipeline))["voxel"], vocab))
+"""
+from ._convert import SOURCE, MinecraftSource, episode_key
+from ._native import ACTION_FIELDS, ACTION_NAMES
+from ._read import TASKS, Vocabulary, action_to_text, collate, collate_fn, pairs, vocabulary, voxel_to_text
+
+__all__ = [
+    "SOURCE",
+    "MinecraftSource",
+    "pairs",
+    "vocabulary",
+    "Vocabulary",
+    "voxel_to_text",
+    "action_to_text",
+    "collate",
+    "collate_fn",
+    "episode_key",
+    "TASKS",
+    "ACTION_FIELDS",
+    "ACTION_NAMES",
+]

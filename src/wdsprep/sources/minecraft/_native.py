@@ -1,0 +1,217 @@
+"""The native MineDojo-style layout: `[data/][seq{n}-{m}/]creative:{id}/{t:06d}.npy`, one pickled dict a frame.
+
+This module is the only place in wdsprep that unpickles anything, and it does so with an unpickler
+that admits numpy arrays and dtypes only, so a hostile `.npy` cannot run code.
+The input is a directory or a `.zip` of that tree; both are read through `NativeTree`.
+"""
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import re
+import zipfile
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...errors import InputError
+
+EPISODE_PREFIX = "creative:"
+FRAME_NAME = re.compile(r"^(\d+)\.npy$")
+# action[0] straight, action[1] pan, action[2] jump: the number of values each may take
+ACTION_LIMITS = (3, 3, 2)
+ACTION_NAMES = (("noop", "forward", "backward"), ("noop", "left", "right"), ("noop", "jump"))
+ACTION_FIELDS = ("straight", "pan", "jump")
+
+
+# ------------------------------------------------------------------------------------ input tree
+class NativeTree:
+    """Read-only access to the files of a directory or a `.zip`, by POSIX path relative to its root."""
+
+    def __init__(self, path: str):
+        self.path = os.path.abspath(path)
+        if os.path.isdir(self.path):
+            self.kind = "dir"
+        elif os.path.isfile(self.path) and zipfile.is_zipfile(self.path):
+            self.kind = "zip"
+        elif os.path.exists(self.path):
+            raise InputError(f"{path}: not a directory or a .zip of creative:* episode folders")
+        else:
+            raise InputError(f"{path}: no such file or directory")
+        self._zip: zipfile.ZipFile | None = None
+
+    def files(self) -> list[tuple[str, int]]:
+        """(relative path, size) of every file, in sorted order; a zip may repeat a name."""
+        if self.kind == "dir":
+            found = []
+            for root, dirs, names in os.walk(self.path):
+                dirs.sort()
+                for name in names:
+                    full = os.path.join(root, name)
+                    if os.path.isfile(full):
+                        found.append((os.path.relpath(full, self.path).replace(os.sep, "/"), os.path.getsize(full)))
+            return sorted(found)
+        return sorted((info.filename, info.file_size) for info in self._archive().infolist() if not info.is_dir())
+
+    def read(self, relpath: str) -> bytes:
+        try:
+            if self.kind == "dir":
+                with open(os.path.join(self.path, relpath), "rb") as handle:
+                    return handle.read()
+            return self._archive().read(relpath)
+        except (OSError, KeyError, zipfile.BadZipFile) as error:
+            raise InputError(f"{relpath}: cannot read: {error}") from None
+
+    def _archive(self) -> zipfile.ZipFile:
+        if self._zip is None:
+            try:
+                self._zip = zipfile.ZipFile(self.path)
+            except (OSError, zipfile.BadZipFile) as error:
+                raise InputError(f"{self.path}: cannot open zip: {error}") from None
+        return self._zip
+
+    def close(self) -> None:
+        if self._zip is not None:
+            self._zip.close()
+            self._zip = None
+
+
+# ------------------------------------------------------------------------------------ listing
+@dataclass
+class EpisodeListing:
+    """One `creative:*` folder: its frames by number, before their contents are checked."""
+
+    name: str  # "creative:12", as upstream reports it
+    directory: str  # relative path of the folder, e.g. "data/seq0-49/creative:12"
+    frames: list[tuple[int, str, int]] = field(default_factory=list)  # (t, relative path, size), by t
+
+
+def list_episodes(tree: NativeTree, report) -> list[EpisodeListing]:
+    """Find every `creative:*` folder and its `*.npy` frames, ordered by folder name.
+
+    Ordered by the folder's own name (like upstream on the flat layout) so the bucket folders never
+    change the result. `report(item, message)` is called for a bad item; it raises in raise mode.
+    """
+    episodes: dict[str, EpisodeListing] = {}
+    directories: dict[str, str] = {}  # folder path -> episode name, to catch the same name twice
+    for relpath, size in tree.files():
+        parent, _, filename = relpath.rpartition("/")
+        folder = parent.rpartition("/")[2]
+        if not folder.startswith(EPISODE_PREFIX):
+            continue
+        if parent not in directories:
+            if folder in episodes:
+                report(parent, f"episode {folder} appears twice: {episodes[folder].directory} and {parent}")
+                directories[parent] = ""  # skipped duplicate folder
+                continue
+            directories[parent] = folder
+            episodes[folder] = EpisodeListing(folder, parent)
+        if not directories[parent] or not filename.endswith(".npy"):
+            continue  # upstream globs *.npy only; other files are not frames
+        match = FRAME_NAME.match(filename)
+        if match is None:
+            report(relpath, f"frame name {filename!r} is not a number (expected e.g. 000007.npy)")
+            continue
+        episodes[folder].frames.append((int(match.group(1)), relpath, size))
+    if not episodes:
+        raise InputError(f"{tree.path}: no creative:* episode folders found (expected data/creative:0/000000.npy ...)")
+    for episode in episodes.values():
+        counts = Counter(t for t, _, _ in episode.frames)
+        duplicated = {t for t, n in counts.items() if n > 1}
+        for t in sorted(duplicated):
+            paths = [p for u, p, _ in episode.frames if u == t]
+            report(paths[-1], f"duplicate frame {t} in {episode.directory}: {', '.join(paths)}")
+        episode.frames = sorted((f for f in episode.frames if f[0] not in duplicated), key=lambda f: f[0])
+    return [episodes[name] for name in sorted(episodes)]
+
+
+# ------------------------------------------------------------------------------------ frames
+class _NumpyOnlyUnpickler(pickle.Unpickler):
+    """Admits what `np.save(path, dict(...))` writes (arrays, dtypes, scalars) and nothing else."""
+
+    _ALLOWED = {"_reconstruct", "ndarray", "dtype", "scalar", "_frombuffer"}
+
+    def find_class(self, module: str, name: str):
+        if module in ("numpy.core.multiarray", "numpy._core.multiarray", "numpy") and name in self._ALLOWED:
+            if name in ("ndarray", "dtype"):
+                return getattr(np, name)
+            return getattr(np._core.multiarray if hasattr(np, "_core") else np.core.multiarray, name)
+        if module in ("numpy.core.numeric", "numpy._core.numeric") and name == "_frombuffer":
+            return getattr(np._core.numeric if hasattr(np, "_core") else np.core.numeric, name)
+        if module == "numpy.dtypes" and name.endswith("DType"):
+            import numpy.dtypes
+
+            return getattr(numpy.dtypes, name)
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name} (only numpy arrays are allowed)")
+
+
+def _unpickle_npy(data: bytes) -> object:
+    """The object stored by `np.save(path, obj)` with a pickled (object) header."""
+    buffer = io.BytesIO(data)
+    try:
+        version = np.lib.format.read_magic(buffer)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _fortran, dtype = read_header(buffer)
+    except (ValueError, EOFError, SyntaxError) as error:
+        raise ValueError(f"not a .npy file ({error})") from None
+    if not dtype.hasobject:
+        raise ValueError(f"holds a plain {dtype} array of shape {shape}, expected a pickled dict")
+    try:
+        array = _NumpyOnlyUnpickler(buffer).load()
+    except Exception as error:  # any unpickling failure is a bad file, never a crash
+        raise ValueError(f"cannot unpickle: {error}") from None
+    if isinstance(array, np.ndarray) and array.shape == () and array.dtype.hasobject:
+        return array.item()
+    return array
+
+
+@dataclass
+class Frame:
+    action: np.ndarray  # int64 (3,)
+    voxel: np.ndarray  # str ('<U..') (S, S, S)
+
+
+def load_frame(relpath: str, data: bytes) -> Frame:
+    """Decode and check one frame file; InputError names the file and the rule broken."""
+    try:
+        content = _unpickle_npy(data)
+    except ValueError as error:
+        raise InputError(f"{relpath}: {error}") from None
+    if not isinstance(content, dict):
+        raise InputError(f"{relpath}: holds a {type(content).__name__}, expected a dict with 'action' and 'voxel'")
+    missing = [name for name in ("action", "voxel") if name not in content]
+    if missing:
+        raise InputError(f"{relpath}: missing {' and '.join(repr(m) for m in missing)} (keys: {sorted(map(str, content))})")
+    return Frame(check_action(relpath, content["action"]), check_voxel(relpath, content["voxel"]))
+
+
+def check_action(relpath: str, action) -> np.ndarray:
+    action = np.asarray(action)
+    if action.shape != (3,):
+        raise InputError(f"{relpath}: action has shape {action.shape}, expected (3,)")
+    if action.dtype.kind not in "iu":
+        raise InputError(f"{relpath}: action has dtype {action.dtype}, expected integers")
+    for value, limit, name in zip(action.tolist(), ACTION_LIMITS, ACTION_FIELDS):
+        if not 0 <= value < limit:
+            allowed = ", ".join(str(v) for v in range(limit))
+            raise InputError(f"{relpath}: action {action.tolist()} out of range: {name} must be one of {allowed}")
+    return action.astype(np.int64)
+
+
+def check_voxel(relpath: str, voxel) -> np.ndarray:
+    if not isinstance(voxel, np.ndarray):
+        raise InputError(f"{relpath}: voxel is a {type(voxel).__name__}, expected a numpy array of block names")
+    if voxel.ndim != 3 or len(set(voxel.shape)) != 1 or voxel.shape[0] == 0:
+        raise InputError(f"{relpath}: voxel has shape {voxel.shape}, expected a cube")
+    if voxel.dtype.kind == "U":
+        return voxel
+    if voxel.dtype.kind == "O" and all(isinstance(v, str) for v in voxel.flat):
+        return voxel.astype(str)
+    raise InputError(f"{relpath}: voxel has dtype {voxel.dtype}, expected block-name strings")
+
+
+def block_names(voxel: np.ndarray) -> list[str]:
+    """The distinct block names of one voxel grid, sorted."""
+    return np.unique(voxel).tolist()
