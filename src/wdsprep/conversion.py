@@ -1,0 +1,226 @@
+"""Runs a conversion: plan units, build them on an executor, verify, write the manifest last.
+
+Resumable: beside the manifest the driver keeps `_units.json`, the results of completed units keyed
+by a digest of the unit's inputs and the conversion config. A re-run reuses every unit whose record
+matches and whose shards still check out (size and sha256), and rebuilds the rest. The manifest is
+removed at the start of a run that would change it and written only when every unit is done, so a
+manifest never lists a shard that was not written and verified.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .errors import ConfigError, WdsprepError
+from .executors import get_executor
+from .progress import Progress
+from .shards.codec import Encoder
+from .shards.manifest import MANIFEST_NAME, Manifest
+from .shards.storage import open_store
+from .shards.writer import ShardWriter
+from .sources.base import Unit, UnitContext
+from .sources.registry import load_source
+
+UNITS_NAME = "_units.json"
+CORE_CONFIG = ("shard_bytes", "codec", "zstd_level", "on_error")
+SHARD_NAME = re.compile(r"^[A-Za-z0-9_]+-\d{5}-\d{2}\.tar$")
+
+
+class ConversionError(WdsprepError):
+    pass
+
+
+@dataclass
+class UnitResult:
+    split: str
+    index: int
+    digest: str
+    rows: list[dict]
+    problems: list[dict] = field(default_factory=list)
+    tables: dict = field(default_factory=dict)
+    input_bytes: int = 0
+
+
+def parse_size(text: str | int) -> int:
+    if isinstance(text, int):
+        return text
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B?)?\s*", str(text), re.I)
+    if not match:
+        raise ConfigError(f"cannot read size {text!r} (e.g. 256MB, 1GiB, 65536)")
+    number, unit = float(match.group(1)), (match.group(2) or "").upper()
+    powers = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4}
+    letter = unit[:1] if unit[:1] in "KMGT" and unit else ""
+    base = 1024 if "I" in unit else 1000
+    return int(number * base ** powers[letter])
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def unit_digest(unit: Unit, config: dict) -> str:
+    return _digest({"split": unit.split, "index": unit.index, "items": unit.items, "config": config})
+
+
+def build_unit(source_id: str, unit: Unit, options: dict, output: str, digest: str) -> UnitResult:
+    """Runs in a worker: build one unit's samples into its shard(s) and publish them."""
+    source = load_source(source_id)
+    store = open_store(output)
+    encoder = Encoder(options["codec"], options["zstd_level"])
+    staging = store.staging_dir()
+    ctx = UnitContext(options)
+    writer = ShardWriter(
+        staging,
+        f"{unit.split}-{unit.index:05d}",
+        shard_bytes=options["shard_bytes"],
+        encoder=encoder,
+        on_complete=lambda path, row: store.publish(path, row.name),
+    )
+    with writer:
+        for key, fields in source.build(unit, ctx):
+            writer.write(key, fields)
+    rows = [dict(row.as_dict(), unit=unit.index) for row in writer.rows]
+    return UnitResult(unit.split, unit.index, digest, rows, ctx.problems, ctx.tables, unit.input_bytes)
+
+
+def _shards_check_out(store, rows: list[dict]) -> bool:
+    for row in rows:
+        if store.stat(row["name"]) != row["bytes"] or store.sha256(row["name"]) != row["sha256"]:
+            return False
+    return True
+
+
+def convert(
+    source_id: str,
+    input: str,
+    output: str,
+    *,
+    shard_bytes: int | str = "256MB",
+    codec: str = "zstd",
+    zstd_level: int = 3,
+    workers: int = 1,
+    executor: str = "local",
+    on_error: str = "raise",
+    quiet: bool = True,
+    executor_options: dict | None = None,
+    **source_options: Any,
+) -> Manifest:
+    started = time.time()
+    source = load_source(source_id)
+    if on_error not in ("raise", "skip"):
+        raise ConfigError(f"--on-error must be 'raise' or 'skip' (got {on_error!r})")
+    options = dict(
+        source_options,
+        shard_bytes=parse_size(shard_bytes),
+        codec=codec,
+        zstd_level=int(zstd_level),
+        on_error=on_error,
+        workers=workers,
+    )
+    Encoder(codec, int(zstd_level))  # validates the codec before any work
+    plan = source.plan(input, options)
+    config = dict(plan.config)
+    config.update({name: options[name] for name in CORE_CONFIG})
+    store = open_store(output)
+    if hasattr(store, "clean_temporaries"):
+        store.clean_temporaries()
+
+    digests = [unit_digest(unit, config) for unit in plan.units]
+    previous = _load_units(store, config, plan.fingerprint)
+    done: dict[str, UnitResult] = {}
+    for digest in digests:
+        record = previous.get(digest)
+        if record is not None and _shards_check_out(store, record.rows):
+            done[digest] = record
+
+    old_manifest = store.read_bytes(MANIFEST_NAME)
+    todo = [(unit, digest) for unit, digest in zip(plan.units, digests) if digest not in done]
+    if todo and old_manifest is not None:
+        store.delete(MANIFEST_NAME)  # about to change: never leave a manifest that may lie
+
+    run_options = {k: v for k, v in options.items() if k != "workers"}
+    tasks = [(source_id, unit, run_options, store.url, digest) for unit, digest in todo]
+    progress = Progress(f"convert {source_id}", len(plan.units), plan.input_bytes, quiet=quiet)
+    progress.advance(len(done), sum(r.input_bytes for r in done.values()))
+    failures: list[tuple[Unit, BaseException]] = []
+    runner = get_executor(executor, workers=workers, **(executor_options or {}))
+    for task_index, result in runner.map_unordered(build_unit, tasks):
+        unit, digest = todo[task_index]
+        if isinstance(result, BaseException):
+            failures.append((unit, result))
+            continue
+        done[digest] = result
+        _save_units(store, config, plan.fingerprint, done)
+        progress.advance(1, result.input_bytes)
+    progress.close()
+
+    if failures:
+        lines = [
+            f"unit {unit.split}-{unit.index:05d} (items {_describe_items(unit.items)}): {error}"
+            for unit, error in failures
+        ]
+        raise ConversionError(
+            f"{len(failures)} of {len(plan.units)} units failed; no manifest written "
+            f"(re-run to resume, completed units are kept):\n  " + "\n  ".join(lines)
+        )
+
+    results = [done[digest] for digest in digests]
+    splits: dict[str, list[dict]] = {}
+    for unit, result in zip(plan.units, results):
+        splits.setdefault(unit.split, []).extend(dict(row, unit_digest=result.digest) for row in result.rows)
+    tables = dict(plan.tables)
+    finalize = getattr(source, "finalize", None)
+    if finalize is not None:
+        tables.update(finalize(plan, [r.tables for r in results]) or {})
+    problems = list(plan.problems) + [p for r in results for p in r.problems]
+    manifest = Manifest(
+        source=source_id,
+        config=config,
+        fingerprint=plan.fingerprint,
+        splits=splits,
+        tables=tables,
+        problems=problems,
+        input_bytes=plan.input_bytes,
+        timing={"seconds": round(time.time() - started, 3), "units_built": len(todo), "units_reused": len(plan.units) - len(todo)},
+    )
+    _remove_stale_shards(store, splits)
+    store.write_bytes(MANIFEST_NAME, manifest.dumps())
+    manifest.url = f"{store.url.rstrip('/')}/{MANIFEST_NAME}"
+    return manifest
+
+
+def _describe_items(items: list) -> str:
+    text = json.dumps(items, default=str)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _load_units(store, config: dict, fingerprint: str) -> dict[str, UnitResult]:
+    raw = store.read_bytes(UNITS_NAME)
+    if raw is None:
+        return {}
+    try:
+        data = json.loads(raw)
+        if data.get("config") != json.loads(json.dumps(config)) or data.get("fingerprint") != fingerprint:
+            return {}
+        return {digest: UnitResult(**record) for digest, record in data["units"].items()}
+    except (ValueError, TypeError, KeyError):
+        return {}  # an unreadable record only costs a rebuild
+
+
+def _save_units(store, config: dict, fingerprint: str, done: dict[str, UnitResult]) -> None:
+    data = {"config": config, "fingerprint": fingerprint, "units": {d: asdict(r) for d, r in sorted(done.items())}}
+    store.write_bytes(UNITS_NAME, json.dumps(data, sort_keys=True, default=str).encode())
+
+
+def _remove_stale_shards(store, splits: dict[str, list[dict]]) -> None:
+    listed = {row["name"] for rows in splits.values() for row in rows}
+    lister = getattr(store, "list_names", None)
+    if lister is None:
+        return
+    for name in lister():
+        if SHARD_NAME.match(name) and name not in listed:
+            store.delete(name)

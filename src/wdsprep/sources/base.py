@@ -1,0 +1,95 @@
+"""The contract between the core and a source package.
+
+A source package `wdsprep.sources.<id>` exposes a module-level object `SOURCE` with the attributes
+below. The core (cli, conversion, executors) only talks to a source through this object, so a new
+source is a new folder and nothing else changes.
+
+Conversion is planned as independent *units*: a unit is a list of source items that become one shard
+(rarely more: a unit whose samples outgrow the target shard size rolls over into a second part).
+Units are built in worker processes (or Ray tasks), so `Unit.items` must be picklable and small
+(paths and numbers, not arrays), and `build` must depend only on the unit and the options: that is
+what makes the bytes independent of `--workers` and of the executor.
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, Protocol, Sequence
+
+
+@dataclass
+class Unit:
+    split: str
+    index: int  # ordinal of the unit within its split; names its shard
+    items: list  # small, picklable description of the source items (relative paths, ranges...)
+    input_bytes: int = 0  # native bytes this unit reads (for throughput and progress)
+
+
+@dataclass
+class Plan:
+    units: list[Unit]
+    config: dict  # the conversion config, recorded in the manifest (JSON-serializable)
+    fingerprint: str  # a digest of the input (names, sizes, contents where cheap)
+    input_bytes: int = 0
+    tables: dict = field(default_factory=dict)  # source-level tables known at plan time
+    problems: list = field(default_factory=list)  # bad items found while planning (skip mode)
+
+
+class UnitContext:
+    """What a unit's build may report besides samples; collected by the driver."""
+
+    def __init__(self, options: dict):
+        self.options = options
+        self.problems: list[dict] = []
+        self.tables: dict[str, list] = {}
+
+    def report_bad(self, item: str, message: str) -> None:
+        """Record a bad item that was skipped (only where skipping is safe and asked for)."""
+        self.problems.append({"item": item, "message": message})
+
+    def add_table_entry(self, table: str, value: Any) -> None:
+        """Append a JSON-serializable value to a per-unit table merged by `Source.finalize`."""
+        self.tables.setdefault(table, []).append(value)
+
+
+Sample = tuple  # (key: str, fields: dict[str, Any])
+
+
+class Source(Protocol):
+    id: str
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """Add source-specific `wdsprep convert <id>` options (optional)."""
+
+    def plan(self, input: str, options: dict) -> Plan:
+        """Scan the native input and split it into units. Raise InputError naming the file."""
+
+    def build(self, unit: Unit, ctx: UnitContext) -> Iterator[Sample]:
+        """Yield (key, fields) samples of one unit, in a deterministic order.
+
+        Field names without an extension are encoded by the core: numpy arrays as `.npy`
+        (or `.npy.zst` with the zstd codec), everything else as msgpack `.mp`. A name with an
+        explicit extension (`.json`, `.npy`, `.mp`, `.npy.zst`) is encoded as that extension.
+        """
+
+    def finalize(self, plan: Plan, unit_tables: Sequence[dict]) -> dict:
+        """Merge per-unit tables (in unit order) into the manifest's `tables` (optional)."""
+
+    def synth(self, directory: str, seed: int, size: str) -> None:
+        """Write synthetic native data for `wdsprep synth <id>`."""
+
+
+def group_by_size(items: Iterable[Any], sizes: Iterable[int], target_bytes: int) -> list[list]:
+    """Group consecutive items so each group's size stays near `target_bytes` (at least one item)."""
+    groups: list[list] = []
+    current: list = []
+    total = 0
+    for item, size in zip(items, sizes):
+        if current and total + size > target_bytes:
+            groups.append(current)
+            current, total = [], 0
+        current.append(item)
+        total += size
+    if current:
+        groups.append(current)
+    return groups

@@ -1,0 +1,23 @@
+"""Finds a source package by id. The core knows sources only through this lookup."""
+from __future__ import annotations
+
+import importlib
+
+from ..errors import ConfigError
+
+KNOWN = ("voxels", "minecraft", "deepreg", "rawnind", "noisebase", "generic")
+
+
+def load_source(source_id: str):
+    if source_id not in KNOWN:
+        raise ConfigError(f"unknown source {source_id!r} (known: {', '.join(KNOWN)})")
+    try:
+        module = importlib.import_module(f"wdsprep.sources.{source_id}")
+    except ModuleNotFoundError as error:
+        if error.name and error.name.startswith(f"wdsprep.sources.{source_id}"):
+            raise ConfigError(f"source {source_id!r} is not available in this installation") from None
+        raise ConfigError(f"source {source_id!r} needs a package that is not installed: {error.name}") from None
+    source = getattr(module, "SOURCE", None)
+    if source is None:
+        raise ConfigError(f"wdsprep.sources.{source_id} defines no SOURCE")
+    return source

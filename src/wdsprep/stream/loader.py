@@ -1,0 +1,131 @@
+"""`wdsprep.Loader`: a DataLoader over a `ShardDataset` whose `state_dict()` resumes exactly.
+
+Each worker batches its own stream and sends, with every batch, its position after that batch. The
+main process keeps the latest position per worker and which worker delivered last. PyTorch's
+DataLoader hands out batches round-robin over workers (skipping exhausted ones), so on resume the
+workers are rotated to start with the worker that would have delivered next, and each one skips to
+its saved position: the resumed run yields exactly the batches the uninterrupted run had left.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable, Iterator
+
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from webdataset.filters import default_collation_fn
+
+from ..errors import ConfigError
+from .dataset import Position, ShardDataset
+
+
+class _WorkerStream(IterableDataset):
+    def __init__(self, dataset: ShardDataset, num_workers: int, rotation: int, batch_size, collate_fn, partial):
+        self.dataset = dataset
+        self.num_workers = num_workers
+        self.rotation = rotation
+        self.batch_size = batch_size
+        self.collate_fn = collate_fn
+        self.partial = partial
+
+    def __iter__(self):
+        info = get_worker_info()
+        slot = info.id if info is not None else 0
+        logical = (slot + self.rotation) % self.num_workers
+        dataset = copy.copy(self.dataset)
+        dataset._worker_override = (logical, self.num_workers)
+        outputs = dataset.iterator1()
+        if self.batch_size is None:
+            for sample in outputs:
+                yield logical, dataset._counter.position.as_dict(), sample
+            return
+        batch: list = []
+        for sample in outputs:
+            batch.append(sample)
+            if len(batch) == self.batch_size:
+                yield logical, dataset._counter.position.as_dict(), self.collate_fn(batch)
+                batch = []
+        if batch and self.partial:
+            yield logical, dataset._counter.position.as_dict(), self.collate_fn(batch)
+
+
+class Loader:
+    """Iterate batches of a `wdsprep.dataset(...)` pipeline with DataLoader workers, resumably."""
+
+    def __init__(
+        self,
+        dataset: ShardDataset,
+        batch_size: int | None = None,
+        *,
+        num_workers: int = 0,
+        collate_fn: Callable[[list], Any] = default_collation_fn,
+        partial: bool = True,
+        epoch: int | None = None,
+        **dataloader_options: Any,
+    ):
+        if not isinstance(dataset, ShardDataset):
+            raise ConfigError("wdsprep.Loader needs a pipeline made by wdsprep.dataset(...)")
+        if dataset._count_at is not None:
+            raise ConfigError("batch with Loader(batch_size=...), not .batched(), so positions stay exact")
+        dataloader_options.pop("persistent_workers", None)  # each epoch needs fresh worker state
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.collate_fn = collate_fn
+        self.partial = partial
+        self.options = dataloader_options
+        self.auto_epoch = epoch is None
+        self.epoch = dataset.epoch if epoch is None else int(epoch)
+        self._positions: dict[int, dict] = {}
+        self._rotation = 0
+        self._next_worker = 0
+
+    @property
+    def logical_workers(self) -> int:
+        return max(1, self.num_workers)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+        self.auto_epoch = False
+        self._positions = {}
+        self._next_worker = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        dataset = copy.copy(self.dataset)
+        dataset.pipeline = list(self.dataset.pipeline)
+        dataset.epoch = self.epoch
+        dataset.auto_epoch = False
+        dataset._resume = {w: Position(**p) for w, p in self._positions.items()}
+        rotation = self._next_worker
+        stream = _WorkerStream(dataset, self.logical_workers, rotation, self.batch_size, self.collate_fn, self.partial)
+        loader = DataLoader(stream, batch_size=None, num_workers=self.num_workers, **self.options)
+        for logical, position, batch in loader:
+            self._positions[logical] = position
+            self._next_worker = (logical + 1) % self.logical_workers
+            yield batch
+        if self.auto_epoch:
+            self.epoch += 1
+        self._positions = {}
+        self._next_worker = 0
+
+    def state_dict(self) -> dict:
+        layout = self.dataset._layout()
+        return {
+            **layout,
+            "epoch": self.epoch,
+            "num_workers": self.logical_workers,
+            "next_worker": self._next_worker,
+            "workers": {str(w): p for w, p in sorted(self._positions.items())},
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        layout = self.dataset._layout()
+        for name in ("seed", "world_size", "split", "shards"):
+            if state.get(name) != layout[name]:
+                raise ConfigError(f"state was saved with {name}={state.get(name)!r}, this loader has {layout[name]!r}")
+        if state.get("num_workers") != self.logical_workers:
+            raise ConfigError(
+                f"state was saved with {state.get('num_workers')} workers; resume with the same num_workers"
+            )
+        self.epoch = int(state["epoch"])
+        self._positions = {int(w): dict(p) for w, p in state["workers"].items()}
+        self._next_worker = int(state.get("next_worker", 0))
