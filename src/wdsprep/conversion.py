@@ -107,6 +107,7 @@ def convert(
     on_error: str = "raise",
     quiet: bool = True,
     executor_options: dict | None = None,
+    splits: list[str] | None = None,
     **source_options: Any,
 ) -> Manifest:
     started = time.time()
@@ -123,6 +124,11 @@ def convert(
     )
     Encoder(codec, int(zstd_level))  # validates the codec before any work
     plan = source.plan(input, options)
+    if splits:
+        unknown = set(splits) - {unit.split for unit in plan.units}
+        if unknown:
+            raise ConfigError(f"{input}: no split(s) {', '.join(sorted(unknown))} in the input")
+        plan.units = [unit for unit in plan.units if unit.split in splits]
     config = dict(plan.config)
     config.update({name: options[name] for name in CORE_CONFIG})
     store = open_store(output)

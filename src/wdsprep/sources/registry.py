@@ -9,6 +9,13 @@ KNOWN = ("voxels", "minecraft", "deepreg", "rawnind", "noisebase", "generic")
 
 
 def load_source(source_id: str):
+    """A built-in source by id, or a plugin given as `package.module:OBJECT`."""
+    if ":" in source_id:
+        module_name, _, attribute = source_id.partition(":")
+        try:
+            return getattr(importlib.import_module(module_name), attribute)
+        except (ImportError, AttributeError) as error:
+            raise ConfigError(f"cannot load source plugin {source_id!r}: {error}") from None
     if source_id not in KNOWN:
         raise ConfigError(f"unknown source {source_id!r} (known: {', '.join(KNOWN)})")
     try:

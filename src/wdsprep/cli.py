@@ -1,0 +1,280 @@
+"""`wdsprep convert | synth | inspect | verify | pipeline | upload | fetch | serve`."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tomllib
+from typing import Sequence
+
+from .errors import WdsprepError
+
+SOURCE_IDS = ("voxels", "minecraft", "deepreg", "rawnind", "noisebase", "generic")
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quiet", action="store_true", help="no progress display")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+
+
+def _add_convert_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--split", action="append", dest="splits", help="convert only this split (repeatable)")
+    parser.add_argument("--shard-bytes", default="256MB", help="target shard size, headers included (default 256MB)")
+    parser.add_argument("--workers", type=int, default=1, help="parallel unit builders (bytes do not depend on it)")
+    parser.add_argument("--executor", default="local", choices=("local", "ray"))
+    parser.add_argument("--ray-address", default=None, help="existing Ray cluster (ray.init(address=...))")
+    parser.add_argument("--codec", default="zstd", choices=("zstd", "none"), help="array member codec")
+    parser.add_argument("--zstd-level", type=int, default=3)
+    parser.add_argument("--on-error", default="raise", choices=("raise", "skip"), help="bad input items: stop, or skip and report them in the manifest")
+
+
+def _convert_parser(source_id: str):
+    from .sources.registry import load_source
+
+    parser = argparse.ArgumentParser(prog=f"wdsprep convert {source_id}")
+    parser.add_argument("input")
+    parser.add_argument("output")
+    _add_convert_options(parser)
+    _add_common(parser)
+    source = load_source(source_id)
+    if hasattr(source, "add_arguments"):
+        source.add_arguments(parser)
+    return parser
+
+
+def cmd_convert(argv: Sequence[str]) -> int:
+    from .conversion import convert
+
+    if not argv or argv[0] in ("-h", "--help"):
+        print(f"usage: wdsprep convert SOURCE INPUT OUTPUT [options]   (SOURCE: {', '.join(SOURCE_IDS)})")
+        print("       wdsprep convert SOURCE --help   shows the options of a source")
+        return 0 if argv else 2
+    source_id, rest = argv[0], argv[1:]
+    args = _convert_parser(source_id).parse_args(rest)
+    options = vars(args).copy()
+    core = {name: options.pop(name) for name in ("input", "output", "shard_bytes", "workers", "executor", "codec", "zstd_level", "on_error", "quiet")}
+    options.pop("debug")
+    address = options.pop("ray_address")
+    manifest = convert(
+        source_id,
+        core["input"],
+        core["output"],
+        shard_bytes=core["shard_bytes"],
+        workers=core["workers"],
+        executor=core["executor"],
+        codec=core["codec"],
+        zstd_level=core["zstd_level"],
+        on_error=core["on_error"],
+        quiet=core["quiet"],
+        executor_options={"address": address} if address else None,
+        **options,
+    )
+    _print_summary(manifest)
+    if manifest.problems:
+        print(f"{len(manifest.problems)} bad input items skipped (listed in the manifest's 'problems'):", file=sys.stderr)
+        for problem in manifest.problems[:10]:
+            print(f"  {problem.get('item')}: {problem.get('message')}", file=sys.stderr)
+    return 0
+
+
+def _print_summary(manifest) -> None:
+    from .progress import human_bytes
+
+    total = manifest.bytes()
+    for split in sorted(manifest.splits):
+        print(f"{split}: {len(manifest.shards(split))} shards, {manifest.samples(split)} samples, {human_bytes(manifest.bytes(split))}")
+    if manifest.input_bytes:
+        print(f"input {human_bytes(manifest.input_bytes)} -> shards {human_bytes(total)} (ratio {manifest.input_bytes / max(total, 1):.2f}x)")
+
+
+def cmd_synth(argv: Sequence[str]) -> int:
+    from .sources.registry import load_source
+
+    parser = argparse.ArgumentParser(prog="wdsprep synth")
+    parser.add_argument("source", choices=SOURCE_IDS)
+    parser.add_argument("directory")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--size", default="small", choices=("small", "medium"))
+    _add_common(parser)
+    args = parser.parse_args(argv)
+    load_source(args.source).synth(args.directory, args.seed, args.size)
+    print(f"wrote synthetic {args.source} data to {args.directory}")
+    return 0
+
+
+def cmd_inspect(argv: Sequence[str]) -> int:
+    from .progress import human_bytes
+    from .shards.codec import decode_sample
+    from .stream import iter_shard, load_manifest
+
+    parser = argparse.ArgumentParser(prog="wdsprep inspect")
+    parser.add_argument("location", help="shard directory, manifest.json, or its http(s)/s3 URL")
+    parser.add_argument("--samples", type=int, default=2, help="how many sample keys to show")
+    _add_common(parser)
+    args = parser.parse_args(argv)
+    manifest = load_manifest(args.location)
+    print(f"source {manifest.source}   manifest {manifest.url}")
+    print(f"config {json.dumps(manifest.config, sort_keys=True)}")
+    for split in sorted(manifest.splits):
+        rows = manifest.shards(split)
+        print(f"{split:>8}: {len(rows):5d} shards {manifest.samples(split):9d} samples {human_bytes(manifest.bytes(split)):>10}")
+    total = manifest.bytes()
+    if manifest.input_bytes:
+        print(f"input {human_bytes(manifest.input_bytes)}, shards {human_bytes(total)}: compression {manifest.input_bytes / max(total, 1):.2f}x")
+    if manifest.tables:
+        print("tables: " + ", ".join(f"{name} ({len(value) if hasattr(value, '__len__') else value})" for name, value in sorted(manifest.tables.items())))
+    if manifest.problems:
+        print(f"problems: {len(manifest.problems)} bad input items were skipped")
+    for split in sorted(manifest.splits):
+        urls = manifest.shard_urls(split)
+        if not urls:
+            continue
+        shown = 0
+        for raw in iter_shard(urls[0]):
+            sample = decode_sample(raw, strip=False)
+            fields = ", ".join(f"{name}: {_describe(value)}" for name, value in sample.items() if not name.startswith("__"))
+            print(f"  {split}/{sample['__key__']}: {fields}")
+            shown += 1
+            if shown >= args.samples:
+                break
+    return 0
+
+
+def _describe(value) -> str:
+    import numpy as np
+
+    if isinstance(value, np.ndarray):
+        return f"{value.dtype}{list(value.shape)}"
+    if isinstance(value, dict):
+        return "{" + ", ".join(sorted(map(str, value)))[:60] + "}"
+    return type(value).__name__
+
+
+def cmd_verify(argv: Sequence[str]) -> int:
+    from .progress import Progress
+    from .stream import load_manifest
+    from .stream.verify import verify
+
+    parser = argparse.ArgumentParser(prog="wdsprep verify")
+    parser.add_argument("location")
+    _add_common(parser)
+    args = parser.parse_args(argv)
+    manifest = load_manifest(args.location)
+    shards = sum(len(rows) for rows in manifest.splits.values())
+    progress = Progress("verify", shards, manifest.bytes(), quiet=args.quiet)
+    report = verify(manifest, progress)
+    progress.close()
+    for url, problem in report.bad:
+        print(f"BAD {problem}", file=sys.stderr)
+    print(f"{report.checked} shards, {report.samples} samples checked: {len(report.bad)} bad")
+    return 1 if report.bad else 0
+
+
+def cmd_pipeline(argv: Sequence[str]) -> int:
+    from .conversion import convert
+    from .sources.registry import load_source
+
+    parser = argparse.ArgumentParser(prog="wdsprep pipeline", description="run a pipelines/*.toml spec")
+    parser.add_argument("spec")
+    parser.add_argument("--input", help="override the spec's native input (e.g. real data)")
+    parser.add_argument("--output", help="override the spec's output")
+    parser.add_argument("--workers", type=int, default=None)
+    _add_common(parser)
+    args = parser.parse_args(argv)
+    with open(args.spec, "rb") as handle:
+        spec = tomllib.load(handle)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(args.spec)))
+    source_id = spec["source"]
+    source = load_source(source_id)
+    input_path = args.input or os.path.join(root, spec["input"])
+    output = args.output or os.path.join(root, spec["output"])
+    synth = spec.get("synth")
+    if not args.input and synth is not None and not os.path.exists(input_path):
+        print(f"[{source_id}] synthesizing native data in {input_path}")
+        source.synth(input_path, int(synth.get("seed", 0)), synth.get("size", "small"))
+    prepare = getattr(source, "prepare_input", None)
+    if prepare is not None and not args.input:
+        input_path = prepare(dict(spec, input=input_path), os.path.join(root, "data"))
+    options = dict(spec.get("convert", {}))
+    options.update(spec.get("options", {}))
+    if args.workers is not None:
+        options["workers"] = args.workers
+    print(f"[{source_id}] converting {input_path} -> {output}")
+    manifest = convert(source_id, input_path, output, quiet=args.quiet, **options)
+    _print_summary(manifest)
+    return 0
+
+
+def _delegate(argv: Sequence[str], command: str, choices: dict[str, tuple[str, str, str]]) -> int:
+    import importlib
+
+    if not argv or argv[0] not in choices:
+        print(f"usage: wdsprep {command} {{{','.join(choices)}}} ...", file=sys.stderr)
+        return 2
+    module_name, add_name, main_name = choices[argv[0]]
+    module = importlib.import_module(module_name)
+    parser = argparse.ArgumentParser(prog=f"wdsprep {command} {argv[0]}")
+    getattr(module, add_name)(parser)
+    if not any(a.dest == "debug" for a in parser._actions):
+        _add_common(parser)
+    return int(getattr(module, main_name)(parser.parse_args(argv[1:])) or 0)
+
+
+def cmd_fetch(argv: Sequence[str]) -> int:
+    return _delegate(argv, "fetch", {"rawnind": ("wdsprep.sources.rawnind", "add_fetch_arguments", "fetch_main")})
+
+
+def cmd_serve(argv: Sequence[str]) -> int:
+    return _delegate(argv, "serve", {"dataverse": ("wdsprep.sources.rawnind", "add_serve_arguments", "serve_main")})
+
+
+def cmd_upload(argv: Sequence[str]) -> int:
+    from .upload import add_arguments, main
+
+    parser = argparse.ArgumentParser(prog="wdsprep upload")
+    add_arguments(parser)
+    _add_common(parser)
+    return int(main(parser.parse_args(argv)) or 0)
+
+
+COMMANDS = {
+    "convert": cmd_convert,
+    "synth": cmd_synth,
+    "inspect": cmd_inspect,
+    "verify": cmd_verify,
+    "pipeline": cmd_pipeline,
+    "upload": cmd_upload,
+    "fetch": cmd_fetch,
+    "serve": cmd_serve,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        print("usage: wdsprep {" + ",".join(COMMANDS) + "} ...\n"
+              "  convert SOURCE INPUT OUTPUT   native data -> shards + manifest.json\n"
+              "  synth SOURCE DIR              write synthetic native data\n"
+              "  inspect DIR_OR_URL            splits, counts, sizes, sample fields\n"
+              "  verify DIR_OR_URL             sha256, counts, every member decodes\n"
+              "  pipeline pipelines/X.toml     synth/fetch + convert as one declared step\n"
+              "  upload SHARD_DIR URL          copy shards to s3:// or file://, verified, manifest last\n"
+              "  fetch rawnind DEST ...        download RawNIND from a Dataverse server\n"
+              "  serve dataverse DIR           a local Dataverse-compatible server", file=sys.stderr)
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    try:
+        return COMMANDS[argv[0]](argv[1:])
+    except WdsprepError as error:
+        if debug:
+            raise
+        print(f"wdsprep: error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("wdsprep: interrupted (re-run the same command to resume)", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

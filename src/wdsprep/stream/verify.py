@@ -1,0 +1,77 @@
+"""Checking shards against their manifest: sha256, sample counts, and that every member decodes."""
+from __future__ import annotations
+
+import hashlib
+import io
+from dataclasses import dataclass, field
+
+from ..errors import WdsprepError
+from ..shards.codec import decode_value
+from ..shards.manifest import Manifest
+from ..shards.tarformat import iter_samples
+from .manifests import load_manifest
+from .opener import open_url
+
+
+class _HashingReader(io.RawIOBase):
+    def __init__(self, raw):
+        self.raw = raw
+        self.digest = hashlib.sha256()
+        self.count = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        n = self.raw.readinto(buffer)
+        if n:
+            self.digest.update(memoryview(buffer)[:n])
+            self.count += n
+        return n
+
+
+@dataclass
+class VerifyReport:
+    checked: int = 0
+    samples: int = 0
+    bad: list[tuple[str, str]] = field(default_factory=list)  # (shard url, problem)
+
+
+def verify_shard(url: str, row: dict) -> str | None:
+    """None if the shard matches its manifest row, else a one-line problem."""
+    try:
+        with open_url(url) as stream:
+            hashing = _HashingReader(stream)
+            reader = io.BufferedReader(hashing, 1 << 20)
+            count = 0
+            for sample in iter_samples(reader, url):
+                for name, value in sample.items():
+                    if not name.startswith("__"):
+                        decode_value(name, value)
+                count += 1
+            while reader.read(1 << 20):
+                pass
+    except WdsprepError as error:
+        return str(error)
+    if hashing.count != row["bytes"]:
+        return f"{url}: size {hashing.count} bytes, manifest says {row['bytes']}"
+    if hashing.digest.hexdigest() != row["sha256"]:
+        return f"{url}: sha256 mismatch (content changed or corrupted)"
+    if count != row["samples"]:
+        return f"{url}: {count} samples, manifest says {row['samples']}"
+    return None
+
+
+def verify(location: str | Manifest, progress=None) -> VerifyReport:
+    manifest = location if isinstance(location, Manifest) else load_manifest(location)
+    report = VerifyReport()
+    for split in sorted(manifest.splits):
+        for row, url in zip(manifest.shards(split), manifest.shard_urls(split)):
+            problem = verify_shard(url, row)
+            report.checked += 1
+            report.samples += row["samples"]
+            if problem:
+                report.bad.append((url, problem))
+            if progress:
+                progress.advance(1, row["bytes"])
+    return report
