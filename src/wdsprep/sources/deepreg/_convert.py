@@ -1,0 +1,283 @@
+"""DeepReg native data -> shard samples (plan / build / finalize).
+
+One shard sample per pair (paired), per image (unpaired) or per group (grouped). Volumes are
+stored exactly as in the files (on-disk dtype, NIfTI scaling kept aside in `meta`), and `meta`
+carries what is needed to rebuild DeepReg's integer indices: the data index, obs name, dir, group
+index and in-group order, plus the NIfTI affine and zooms.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+from typing import Iterator
+
+import yaml
+
+from ...errors import ConfigError, InputError
+from ..base import Plan, Unit, UnitContext, group_by_size
+from . import _native
+from ._config import DatasetConfig, load_config, parse_section
+
+CONFIG_NAME = "deepreg.yaml"  # a directory holding this file is converted from it
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+ROLES = {
+    "paired": (("moving_images", "moving_image"), ("fixed_images", "fixed_image")),
+    "unpaired": (("images", "image"),),
+    "grouped": (("images", "image"),),
+}
+LABEL_ROLES = {
+    "paired": (("moving_labels", "moving_label"), ("fixed_labels", "fixed_label")),
+    "unpaired": (("labels", "label"),),
+    "grouped": (("labels", "label"),),
+}
+
+
+def safe_name(text: str, limit: int = 48) -> str:
+    return _UNSAFE.sub("_", text).strip("_")[:limit] or "x"
+
+
+def load_datasets(input: str, options: dict) -> list[tuple[str, DatasetConfig]]:
+    """[(dataset name or "", config)]: a YAML with `dataset:` or `datasets: {name: section}`, or a dir."""
+    path = input
+    if os.path.isdir(input) and os.path.isfile(os.path.join(input, CONFIG_NAME)):
+        path = os.path.join(input, CONFIG_NAME)
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as handle:
+            try:
+                document = yaml.safe_load(handle)
+            except yaml.YAMLError as error:
+                raise ConfigError(f"{path}: not valid YAML: {error}") from None
+        if isinstance(document, dict) and isinstance(document.get("datasets"), dict):
+            base = os.path.dirname(os.path.abspath(path))
+            result = []
+            for name, section in document["datasets"].items():
+                if not re.fullmatch(r"[A-Za-z0-9]+(?:_[A-Za-z0-9]+)*", str(name)):
+                    raise ConfigError(f"{path}: dataset name {name!r} must be letters, digits and single underscores")
+                result.append((str(name), parse_section(section, base, f"{path}: datasets.{name}")))
+            return result
+    return [("", load_config(path, options))]
+
+
+def _relative(ref: _native.VolumeRef, split) -> str:
+    """The file as `<dir as written>/<path inside it>` (+ `:key` for H5): no machine-specific paths."""
+    for dir_string, base in zip(split.dirs, split.paths):
+        if os.path.commonpath([base, ref.path]) == base:
+            inner = os.path.relpath(ref.path, base).replace(os.sep, "/")
+            text = f"{dir_string.rstrip('/')}/{inner}"
+            return f"{text}:{ref.key}" if ref.key is not None else text
+    return ref.describe()
+
+
+def _split_items(kind: str, split, out_split: str, dataset: str) -> tuple[list[dict], list[int], dict]:
+    """The items (one per shard sample) of a split, their raw sizes, and the split's table."""
+    observations = _native.scan_split(split, kind)
+    roles = list(ROLES[kind]) + (list(LABEL_ROLES[kind]) if split.labeled else [])
+    label_counts: dict[str, int] = {}  # role -> C seen first (unpaired/grouped: one C per split)
+    first_label_file: dict[str, str] = {}
+    described = []
+    for obs in observations:
+        volumes, size, counts = {}, 0, {}
+        infos = {}
+        for folder, role in roles:
+            ref = obs.refs[folder]
+            info = _native.volume_info(ref)
+            infos[role] = (ref, info)
+            if role.endswith("image"):
+                _native.check_image_shape(ref, info, role.replace("_", " "))
+            else:
+                counts[role] = _native.check_label_shape(ref, info, role.replace("_", " "))
+            volumes[role] = {"path": ref.path, "key": ref.key, "rel": _relative(ref, split)}
+            size += info.nbytes
+        if split.labeled:
+            for image_role in [r for _, r in ROLES[kind]]:
+                label_role = image_role.replace("image", "label")
+                _native.warn_shape_mismatch(*infos[image_role], *infos[label_role])
+        if kind == "paired" and split.labeled and counts["moving_label"] != counts["fixed_label"]:
+            moving, fixed = infos["moving_label"][0], infos["fixed_label"][0]
+            raise InputError(f"{moving.describe()} vs {fixed.describe()}: moving and fixed labels have different "
+                             f"numbers of labels. moving: {counts['moving_label']}, fixed: {counts['fixed_label']}")
+        if kind != "paired" and split.labeled:
+            ref = infos["label"][0]
+            if "label" not in label_counts:
+                label_counts["label"], first_label_file["label"] = counts["label"], ref.describe()
+            elif counts["label"] != label_counts["label"]:
+                raise InputError(f"{ref.describe()}: has {counts['label']} labels but {first_label_file['label']} has "
+                                 f"{label_counts['label']}; any two images may be paired, and DeepReg needs moving "
+                                 f"and fixed images to have the same number of labels")
+        described.append((obs, volumes, size, counts.get("moving_label", counts.get("label", 0))))
+
+    table = {
+        "dataset": dataset,
+        "split": split.name,
+        "type": kind,
+        "format": split.format,
+        "labeled": bool(split.labeled),
+        "dirs": split.dirs,
+        "obs": [[obs.index, obs.dir, obs.name] for obs, *_ in described],
+    }
+    common = {"dataset": dataset, "split": split.name, "type": kind, "format": split.format}
+    if kind != "grouped":
+        items = [
+            dict(common, key=f"{obs.index:05d}_{safe_name(obs.name)}", index=obs.index, name=obs.name, dir=obs.dir,
+                 volumes=volumes, num_labels=count)
+            for obs, volumes, size, count in described
+        ]
+        table["num_samples"] = len(items) if kind == "paired" else len(items) // 2
+        return items, [size for _, _, size, _ in described], table
+
+    structure = _native.group_structure([obs for obs, *_ in described])
+    by_index = {obs.index: (obs, volumes, size, count) for obs, volumes, size, count in described}
+    items, sizes = [], []
+    for group_index, ((dir_string, group), data_indices) in enumerate(structure):
+        members = [by_index[i] for i in data_indices]
+        items.append(dict(
+            common,
+            key=f"g{group_index:04d}_{safe_name(group or 'root')}",
+            group_index=group_index,
+            group=group,
+            dir=dir_string,
+            names=[obs.name for obs, *_ in members],
+            data_indices=list(data_indices),
+            volumes=[volumes for _, volumes, _, _ in members],
+            num_labels=members[0][3],
+        ))
+        sizes.append(sum(size for _, _, size, _ in members))
+    table["group_struct"] = [indices for _, indices in structure]
+    table["groups"] = [[d, g] for (d, g), _ in structure]
+    table["num_groups"] = len(structure)
+    return items, sizes, table
+
+
+def _even_groups(items: list, sizes: list[int], target: int) -> list[list]:
+    """Like group_by_size, but every group except the last holds an even number of images, so
+    pairing within a shard drops at most one image per split (DeepReg drops one when N is odd)."""
+    groups = group_by_size(items, sizes, target)
+    result: list[list] = []
+    carry: list = []
+    for position, group in enumerate(groups):
+        group = carry + group
+        carry = []
+        if len(group) % 2 and position < len(groups) - 1:
+            carry = [group.pop()]
+        if group:
+            result.append(group)
+    return result
+
+
+def _fingerprint(datasets: list[tuple[str, DatasetConfig]], units: list[Unit]) -> str:
+    digest = hashlib.sha256()
+    digest.update(json.dumps([(n, c.to_json()) for n, c in datasets], sort_keys=True).encode())
+    seen = set()
+    for unit in units:
+        for item in unit.items:
+            volume_sets = item["volumes"] if isinstance(item["volumes"], list) else [item["volumes"]]
+            for volumes in volume_sets:
+                for role in sorted(volumes):
+                    volume = volumes[role]
+                    path = volume["path"]
+                    digest.update(f"{volume['rel']}".encode())
+                    if path not in seen:
+                        seen.add(path)
+                        stat = os.stat(path)
+                        digest.update(f"|{stat.st_size}|{int(stat.st_mtime)}".encode())
+    return digest.hexdigest()
+
+
+class DeepRegSource:
+    """The `deepreg` source: DeepReg paired / unpaired / grouped datasets, NIfTI or H5."""
+
+    id = "deepreg"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--type", dest="deepreg_type", choices=["paired", "unpaired", "grouped"],
+                            help="dataset type when INPUT is a directory (default: detected)")
+        parser.add_argument("--format", dest="deepreg_format", choices=["nifti", "h5"],
+                            help="file format when INPUT is a directory (default: detected)")
+        parser.add_argument("--labeled", dest="deepreg_labeled", choices=["true", "false"],
+                            help="whether labels are converted (default: the YAML's value, else when present)")
+
+    def plan(self, input: str, options: dict) -> Plan:
+        datasets = load_datasets(input, options)
+        units: list[Unit] = []
+        tables: dict = {"splits": {}}
+        total = 0
+        for dataset, config in datasets:
+            for split_name, split in config.splits.items():
+                out_split = f"{dataset}_{split_name}" if dataset else split_name
+                items, sizes, table = _split_items(config.type, split, out_split, dataset)
+                table["reader"] = config.reader
+                tables["splits"][out_split] = table
+                if config.type == "unpaired":
+                    groups = _even_groups(items, sizes, options["shard_bytes"])
+                else:
+                    groups = group_by_size(items, sizes, options["shard_bytes"])
+                size_of = {item["key"]: size for item, size in zip(items, sizes)}
+                for index, group in enumerate(groups):
+                    unit_bytes = sum(size_of[item["key"]] for item in group)
+                    units.append(Unit(out_split, index, group, unit_bytes))
+                    total += unit_bytes
+        config_json = {"datasets": {name or "": config.to_json() for name, config in datasets}}
+        return Plan(units, config_json, _fingerprint(datasets, units), total, tables)
+
+    def build(self, unit: Unit, ctx: UnitContext) -> Iterator[tuple[str, dict]]:
+        handles: dict = {}
+        try:
+            for item in unit.items:
+                try:
+                    sample = _build_item(item, handles)
+                except InputError as error:
+                    if ctx.options.get("on_error") == "skip":
+                        ctx.report_bad(item["key"], str(error))
+                        continue
+                    raise
+                yield item["key"], sample
+        finally:
+            for handle in handles.values():
+                handle.close()
+
+    def finalize(self, plan: Plan, unit_tables) -> dict:
+        return {}
+
+    def synth(self, directory: str, seed: int, size: str) -> None:
+        from ._synth import synth
+
+        synth(directory, seed, size)
+
+
+def _read(volume: dict, handles: dict, is_label: bool):
+    ref = _native.VolumeRef(volume["path"], volume["key"])
+    array, meta = _native.read_volume(ref, handles)
+    meta["file"] = volume["rel"]
+    if is_label:
+        _native.check_label_values(array, ref, meta)
+    else:
+        if array.ndim != 3 or 0 in array.shape:
+            raise InputError(f"{ref.describe()}: image has shape {array.shape}; DeepReg: image shape should be 3D "
+                             f"and non-empty")
+    return array, meta
+
+
+def _build_item(item: dict, handles: dict) -> dict:
+    meta = {k: item[k] for k in ("dataset", "split", "type", "format", "dir", "num_labels")}
+    fields: dict = {}
+    if item["type"] == "grouped":
+        meta.update(group_index=item["group_index"], group=item["group"], names=item["names"],
+                    data_indices=item["data_indices"], volumes=[])
+        for position, volumes in enumerate(item["volumes"]):
+            entry = {}
+            for role, volume in sorted(volumes.items()):
+                array, volume_meta = _read(volume, handles, role == "label")
+                fields[f"{role}_{position:04d}"] = array
+                entry[role] = volume_meta
+            meta["volumes"].append(entry)
+    else:
+        meta.update(index=item["index"], name=item["name"], volumes={})
+        for role, volume in sorted(item["volumes"].items()):
+            array, volume_meta = _read(volume, handles, role.endswith("label"))
+            fields[role] = array
+            meta["volumes"][role] = volume_meta
+    fields["meta"] = meta
+    return fields
