@@ -1,0 +1,401 @@
+"""Native voxel-dataset-generator layout -> shard samples (one per (level, key) with a ray file).
+
+Each shard sample holds one subvolume (or, at level 0, one object) with all of its rays:
+
+- `voxels_packed.npy*`: the occupancy grid bit-packed in C order (`np.packbits`), lossless;
+- `origins`, `directions`, `distances`, `hits` and, when present, `face_ids`, `view_ids`,
+  `view_positions`: the ray file's arrays with their own dtypes and shapes (distances stay raw);
+- `meta.mp`: level, hash, grid shape, ray count, trivial flag, the splits that use the subvolume,
+  and every other (small) array of the ray file with its dtype, so a ray file is rebuilt exactly.
+
+Samples are split by `splits.json` the upstream way: an object goes to its split, a subvolume to
+every split one of its objects belongs to (and to all splits if trivial); the leakage this causes
+is counted in the manifest table `leakage`.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import pathlib
+import re
+import zipfile
+from typing import Iterator
+
+import numpy as np
+
+from ...errors import ConfigError, InputError
+from ..base import Plan, Unit, UnitContext, group_by_size
+from ._layout import (
+    DATASET_DIR,
+    RAY_DIR,
+    RAY_SUFFIX,
+    SPLITS,
+    content_hash,
+    object_voxel_path,
+    sample_hash,
+    shard_key,
+    subvolume_path,
+)
+
+FORMAT = "voxels/1"
+RAY_FIELDS = ("origins", "directions", "distances", "hits", "face_ids", "view_ids", "view_positions")
+REQUIRED_RAY_FIELDS = ("origins", "directions", "distances", "hits")
+SMALL_EXTRA = 64  # ray-file arrays up to this many elements go into meta.mp, larger ones as members
+_LEVEL_DIR = re.compile(r"^level_(\d+)$")
+
+
+# ---------------------------------------------------------------------------------- native I/O
+def read_json(path: pathlib.Path, what: str):
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{path}: {what} not found") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise InputError(f"{path}: {what} is not valid JSON ({error})") from None
+
+
+def load_npz(path: pathlib.Path) -> dict[str, np.ndarray]:
+    """All arrays of an .npz file; missing or unreadable files raise InputError naming the file."""
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            if not isinstance(archive, np.lib.npyio.NpzFile):
+                raise InputError(f"{path}: expected an .npz archive, found a single .npy array")
+            return {name: archive[name] for name in archive.files}
+    except FileNotFoundError:
+        raise InputError(f"{path}: file not found") from None
+    except InputError:
+        raise
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError) as error:
+        raise InputError(f"{path}: not a readable .npz file ({error})") from None
+
+
+def check_voxels(arrays: dict, path: pathlib.Path, level: int, key: str, base_resolution: int | None) -> np.ndarray:
+    """The bool occupancy cube of a voxel file, after the upstream invariants are checked."""
+    if "voxels" not in arrays:
+        raise InputError(f"{path}: missing array 'voxels' (has: {', '.join(sorted(arrays)) or 'none'})")
+    voxels = arrays["voxels"]
+    if voxels.ndim != 3 or len(set(voxels.shape)) != 1:
+        raise InputError(f"{path}: voxel grid has shape {tuple(voxels.shape)}, expected a cube")
+    if voxels.dtype != bool:
+        if voxels.dtype.kind not in "iuf" or not np.isin(voxels, (0, 1)).all():
+            raise InputError(f"{path}: voxel grid of dtype {voxels.dtype} holds values other than 0 and 1")
+        voxels = voxels.astype(bool)
+    if base_resolution:
+        expected = base_resolution >> level
+        if voxels.shape[0] != expected:
+            raise InputError(
+                f"{path}: level {level} grid has size {voxels.shape[0]}, expected {expected} "
+                f"(base_resolution {base_resolution} / 2**{level})"
+            )
+    if level > 0:
+        actual = content_hash(voxels)
+        if actual != key:
+            raise InputError(f"{path}: content hash {actual} does not match the file name (expected {key})")
+    return np.ascontiguousarray(voxels)
+
+
+def check_rays(arrays: dict, path: pathlib.Path, level: int, key: str, grid_shape: tuple) -> int:
+    """Validates a ray file against the upstream layout; returns its ray count."""
+    for name in REQUIRED_RAY_FIELDS:
+        if name not in arrays:
+            raise InputError(f"{path}: missing array {name!r} (has: {', '.join(sorted(arrays)) or 'none'})")
+    origins = arrays["origins"]
+    if origins.ndim != 2 or origins.shape[1] != 3 or origins.dtype.kind != "f":
+        raise InputError(f"{path}: 'origins' has shape {origins.shape} dtype {origins.dtype}, expected (N, 3) float")
+    n = origins.shape[0]
+    expected = {"directions": (n, 3), "distances": (n,), "hits": (n,), "face_ids": (n,), "view_ids": (n,)}
+    for name, shape in expected.items():
+        if name in arrays and arrays[name].shape != shape:
+            raise InputError(f"{path}: {name!r} has shape {arrays[name].shape}, expected {shape} (N = {n} rays)")
+    for name in ("directions", "distances"):
+        if arrays[name].dtype.kind != "f":
+            raise InputError(f"{path}: {name!r} has dtype {arrays[name].dtype}, expected float")
+    for name in ("face_ids", "view_ids"):
+        if name in arrays and arrays[name].dtype.kind not in "iu":
+            raise InputError(f"{path}: {name!r} has dtype {arrays[name].dtype}, expected integers")
+    if "face_ids" in arrays and n and (arrays["face_ids"].min() < 0 or arrays["face_ids"].max() > 5):
+        raise InputError(f"{path}: 'face_ids' outside 0..5")
+    if "view_positions" in arrays:
+        positions = arrays["view_positions"]
+        if positions.ndim != 2 or positions.shape[1] != 3:
+            raise InputError(f"{path}: 'view_positions' has shape {positions.shape}, expected (V, 3)")
+        if "view_ids" in arrays and n and (arrays["view_ids"].min() < 0 or arrays["view_ids"].max() >= len(positions)):
+            raise InputError(f"{path}: 'view_ids' outside 0..{len(positions) - 1} (view_positions has {len(positions)} rows)")
+    if "grid_shape" in arrays and tuple(int(v) for v in np.ravel(arrays["grid_shape"])) != tuple(grid_shape):
+        raise InputError(
+            f"{path}: grid_shape {tuple(np.ravel(arrays['grid_shape']).tolist())} does not match "
+            f"the voxel grid {tuple(grid_shape)}"
+        )
+    if "level" in arrays and arrays["level"].size == 1 and int(arrays["level"]) != level:
+        raise InputError(f"{path}: level {int(arrays['level'])} does not match its directory level_{level}")
+    if "hash" in arrays and arrays["hash"].size == 1 and str(arrays["hash"]) != key:
+        raise InputError(f"{path}: hash {str(arrays['hash'])!r} does not match the file name ({key!r})")
+    return n
+
+
+def _describe_array(array: np.ndarray) -> dict:
+    return {"dtype": array.dtype.str, "shape": list(array.shape), "value": array.tolist()}
+
+
+def restore_array(entry: dict) -> np.ndarray:
+    return np.array(entry["value"], dtype=np.dtype(entry["dtype"])).reshape(entry["shape"])
+
+
+# --------------------------------------------------------------------------------------- source
+def resolve_dirs(input: str, options: dict) -> tuple[pathlib.Path, pathlib.Path]:
+    """(dataset dir, ray dir): `INPUT/dataset` and `INPUT/ray_dataset_hierarchical` unless given."""
+    root = pathlib.Path(input)
+    dataset_option, ray_option = options.get("dataset_dir"), options.get("ray_dir")
+    if dataset_option:
+        dataset_dir = root / dataset_option  # an absolute option stays absolute
+    elif (root / "splits.json").exists() and not (root / DATASET_DIR).exists():
+        dataset_dir = root  # INPUT is the voxel dataset itself
+    else:
+        dataset_dir = root / DATASET_DIR
+    if ray_option:
+        ray_dir = root / ray_option
+    elif dataset_dir == root:
+        ray_dir = root.parent / RAY_DIR
+    else:
+        ray_dir = root / RAY_DIR
+    if not dataset_dir.is_dir():
+        raise InputError(f"{dataset_dir}: voxel dataset directory not found (give INPUT holding {DATASET_DIR}/ or --dataset-dir)")
+    if not ray_dir.is_dir():
+        raise InputError(f"{ray_dir}: ray dataset directory not found (give INPUT holding {RAY_DIR}/ or --ray-dir)")
+    return dataset_dir, ray_dir
+
+
+def read_splits(dataset_dir: pathlib.Path) -> dict:
+    path = dataset_dir / "splits.json"
+    doc = read_json(path, "splits file")
+    if not isinstance(doc, dict) or not isinstance(doc.get("object_splits"), dict):
+        raise InputError(f"{path}: expected an object with 'object_splits' (object id -> split)")
+    for object_id, split in doc["object_splits"].items():
+        if not isinstance(split, str) or not re.fullmatch(r"[A-Za-z0-9_]+", split):
+            raise InputError(f"{path}: object {object_id!r} has split {split!r}, expected a name like 'train'")
+    usage = doc.get("hash_object_usage", {})
+    if not isinstance(usage, dict) or not all(isinstance(v, dict) for v in usage.values()):
+        raise InputError(f"{path}: 'hash_object_usage' must map hash -> {{object id: split}}")
+    trivial = doc.get("trivial_hashes", [])
+    if not isinstance(trivial, list):
+        raise InputError(f"{path}: 'trivial_hashes' must be a list")
+    return doc
+
+
+def _split_order(names) -> list[str]:
+    return [s for s in SPLITS if s in names] + sorted(set(names) - set(SPLITS))
+
+
+def _pair_name(splits: list[str]) -> str:
+    return "all_splits" if set(splits) >= set(SPLITS) and len(splits) == 3 else "_".join(_split_order(splits))
+
+
+class VoxelSource:
+    """`wdsprep convert voxels INPUT OUTPUT`: INPUT holds `dataset/` and `ray_dataset_hierarchical/`."""
+
+    id = "voxels"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--dataset-dir", dest="dataset_dir", default=None,
+                            help="voxel dataset directory (default INPUT/dataset)")
+        parser.add_argument("--ray-dir", dest="ray_dir", default=None,
+                            help="ray dataset directory (default INPUT/ray_dataset_hierarchical)")
+        parser.add_argument("--levels", dest="levels", default=None,
+                            help="comma-separated hierarchy levels to convert (default all)")
+
+    # ------------------------------------------------------------------------------------ plan
+    def plan(self, input: str, options: dict) -> Plan:
+        dataset_dir, ray_dir = resolve_dirs(input, options)
+        splits_doc = read_splits(dataset_dir)
+        metadata = read_json(dataset_dir / "metadata.json", "dataset metadata")
+        base_resolution = metadata.get("base_resolution") if isinstance(metadata, dict) else None
+        if base_resolution is not None and not isinstance(base_resolution, int):
+            raise InputError(f"{dataset_dir / 'metadata.json'}: base_resolution {base_resolution!r} is not an integer")
+        levels = _parse_levels(options.get("levels"))
+        object_splits: dict = splits_doc["object_splits"]
+        usage: dict = splits_doc.get("hash_object_usage", {})
+        trivial = set(splits_doc.get("trivial_hashes", []))
+        all_splits = _split_order(set(object_splits.values()))
+        skip = options.get("on_error") == "skip"
+
+        per_split: dict[str, list] = {split: [] for split in all_splits}
+        sizes: dict[str, list] = {split: [] for split in all_splits}
+        problems, unassigned, listing = [], [], []
+        leakage = {"samples_in_several_splits": 0, "by_splits": {}}
+        level_counts = {split: {} for split in all_splits}
+        for level, ray_file in _ray_files(ray_dir, levels):
+            key = ray_file.name[: -len(RAY_SUFFIX)]
+            relative_ray = ray_file.relative_to(ray_dir).as_posix()
+            if level == 0:
+                voxel_file = object_voxel_path(dataset_dir, key)
+                splits = [object_splits[key]] if key in object_splits else []
+                is_trivial = False
+            else:
+                voxel_file = subvolume_path(dataset_dir, level, key)
+                is_trivial = key in trivial
+                users = usage.get(key, {})
+                splits = all_splits if is_trivial else _split_order(
+                    {object_splits[o] for o in users if o in object_splits}
+                )
+            if not splits:
+                unassigned.append(relative_ray)
+                continue
+            try:
+                voxel_bytes = voxel_file.stat().st_size
+            except FileNotFoundError:
+                message = f"{voxel_file}: voxel file not found (needed by ray file {ray_file})"
+                if not skip:
+                    raise InputError(message) from None
+                problems.append({"item": relative_ray, "message": message})
+                continue
+            ray_bytes = ray_file.stat().st_size
+            listing.append((relative_ray, ray_bytes, voxel_file.relative_to(dataset_dir).as_posix(), voxel_bytes))
+            item = [level, key, str(ray_file), str(voxel_file), is_trivial, splits, base_resolution]
+            for split in splits:
+                per_split[split].append(item)
+                sizes[split].append(ray_bytes + voxel_bytes)
+                level_counts[split][str(level)] = level_counts[split].get(str(level), 0) + 1
+            if len(splits) > 1:
+                leakage["samples_in_several_splits"] += 1
+                name = _pair_name(splits)
+                leakage["by_splits"][name] = leakage["by_splits"].get(name, 0) + 1
+
+        units, total_bytes = [], 0
+        for split in all_splits:
+            order = sorted(range(len(per_split[split])), key=lambda i: (per_split[split][i][0], per_split[split][i][1]))
+            items = [per_split[split][i] for i in order]
+            item_sizes = [sizes[split][i] for i in order]
+            index = 0
+            for group in group_by_size(zip(items, item_sizes), [s for s in item_sizes], options["shard_bytes"]):
+                group_bytes = sum(size for _, size in group)
+                units.append(Unit(split, index, [item for item, _ in group], group_bytes))
+                total_bytes += group_bytes
+                index += 1
+
+        leakage["per_split"] = {
+            split: {
+                "samples": len(per_split[split]),
+                "shared_with_other_splits": sum(1 for item in per_split[split] if len(item[5]) > 1),
+            }
+            for split in all_splits
+        }
+        fingerprint = hashlib.sha256()
+        for name in ("splits.json", "metadata.json"):
+            fingerprint.update((dataset_dir / name).read_bytes())
+        fingerprint.update(json.dumps(sorted(listing)).encode())
+        tables = {
+            "leakage": leakage,
+            "levels": level_counts,
+            "unassigned_ray_files": {"count": len(unassigned), "examples": unassigned[:20]},
+            "upstream_split_statistics": splits_doc.get("statistics", {}),
+            "layout": {"base_resolution": base_resolution, "format": FORMAT},
+        }
+        config = {
+            "format": FORMAT,
+            "dataset_dir": dataset_dir.name,
+            "ray_dir": ray_dir.name,
+            "levels": sorted(levels) if levels is not None else None,
+        }
+        return Plan(units, config, fingerprint.hexdigest(), total_bytes, tables, problems)
+
+    # ----------------------------------------------------------------------------------- build
+    def build(self, unit: Unit, ctx: UnitContext) -> Iterator[tuple[str, dict]]:
+        for level, key, ray_file, voxel_file, is_trivial, splits, base_resolution in unit.items:
+            try:
+                fields = build_fields(
+                    level, key, pathlib.Path(ray_file), pathlib.Path(voxel_file), is_trivial, splits, base_resolution
+                )
+            except InputError as error:
+                if ctx.options.get("on_error") == "skip":
+                    ctx.report_bad(ray_file, str(error))
+                    continue
+                raise
+            meta = fields["meta"]
+            ctx.add_table_entry("samples", [unit.split, shard_key(level, key), level, meta["num_rays"]])
+            yield shard_key(level, key), fields
+
+    def finalize(self, plan: Plan, unit_tables) -> dict:
+        samples: dict[str, list] = {}
+        rays: dict[str, int] = {}
+        for tables in unit_tables:
+            for split, key, level, num_rays in tables.get("samples", []):
+                samples.setdefault(split, []).append([key, level, num_rays])
+                rays[split] = rays.get(split, 0) + num_rays
+        return {"samples": samples, "rays": rays}
+
+    def synth(self, directory: str, seed: int = 0, size: str = "small") -> None:
+        from .synth import synth
+
+        synth(directory, seed, size)
+
+
+def build_fields(
+    level: int,
+    key: str,
+    ray_file: pathlib.Path,
+    voxel_file: pathlib.Path,
+    is_trivial: bool,
+    splits: list,
+    base_resolution: int | None = None,
+) -> dict:
+    """The shard fields of one (level, key); raises InputError naming the bad file."""
+    voxels = check_voxels(load_npz(voxel_file), voxel_file, level, key, base_resolution)
+    rays = load_npz(ray_file)
+    num_rays = check_rays(rays, ray_file, level, key, voxels.shape)
+    fields: dict = {"voxels_packed": np.packbits(voxels.reshape(-1))}
+    extras = {}
+    for name, array in rays.items():
+        if name in RAY_FIELDS:
+            fields[name] = np.ascontiguousarray(array)
+        elif array.size <= SMALL_EXTRA or array.dtype.kind in "US":
+            extras[name] = _describe_array(array)
+        elif array.dtype.hasobject:
+            raise InputError(f"{ray_file}: array {name!r} holds Python objects")
+        else:
+            fields[f"extra_{name}"] = np.ascontiguousarray(array)
+    fields["meta"] = {
+        "format": FORMAT,
+        "level": level,
+        "key": key,
+        "hash": sample_hash(level, key),
+        "grid_shape": list(voxels.shape),
+        "num_rays": num_rays,
+        "occupied": int(np.count_nonzero(voxels)),
+        "trivial": bool(is_trivial),
+        "splits": list(splits),
+        "ray_fields": sorted(rays),
+        "ray_extras": extras,
+    }
+    return fields
+
+
+def _parse_levels(value) -> set[int] | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        value = [part for part in value.split(",") if part.strip()]
+    try:
+        return {int(v) for v in value}
+    except (TypeError, ValueError):
+        raise ConfigError(f"--levels must be integers like 0,1,2 (got {value!r})") from None
+
+
+def _ray_files(ray_dir: pathlib.Path, levels: set[int] | None) -> Iterator[tuple[int, pathlib.Path]]:
+    """(level, ray file) in sorted (level, name) order, whatever the file system returns."""
+    found = []
+    for entry in ray_dir.iterdir():
+        match = _LEVEL_DIR.match(entry.name)
+        if not match or not entry.is_dir():
+            continue
+        level = int(match.group(1))
+        if levels is not None and level not in levels:
+            continue
+        for ray_file in entry.rglob(f"*{RAY_SUFFIX}"):
+            found.append((level, ray_file.name, ray_file))
+    found.sort()
+    for level, _, ray_file in found:
+        yield level, ray_file
+
+
+SOURCE = VoxelSource()

@@ -1,0 +1,290 @@
+"""Map-style drop-in for upstream `HierarchicalVoxelRayDataset`, over local wdsprep shards.
+
+Opening the dataset reads only tar headers and each sample's small `meta.mp` member (a per-shard
+index of byte offsets inside the uncompressed tar); `__getitem__` then reads just the members of
+the one sample it needs with positioned reads. Voxel grids sit in a real LRU cache (a hit refreshes
+the entry; upstream's is FIFO); the decoded rays of the most recently used samples are kept too,
+so consecutive chunks of a subvolume decompress its rays once.
+"""
+from __future__ import annotations
+
+import collections
+import math
+import os
+import pathlib
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+from torch.utils.data import BatchSampler, Dataset, RandomSampler, SequentialSampler
+
+from ...errors import ConfigError, ShardError
+from ...shards.codec import decode_value
+from .read import (
+    VoxelGrid,
+    check_reader_options,
+    chunk_bounds,
+    keep_sample,
+    training_sample,
+    unpack_voxels,
+)
+
+BLOCK = 512
+RAY_MEMBERS = ("origins", "directions", "distances", "hits", "face_ids", "view_ids", "view_positions")
+
+
+def _octal(field: bytes) -> int:
+    text = field.split(b"\0", 1)[0].strip()
+    return int(text, 8) if text else 0
+
+
+def index_tar(path: str) -> list[tuple[str, dict[str, tuple[int, int]]]]:
+    """[(sample key, {member field: (data offset, size)})] of a ustar file, from its headers only.
+
+    Keys and fields split like webdataset: at the first dot of the member's base name.
+    """
+    samples: list[tuple[str, dict]] = []
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        offset = 0
+        long_name = None
+        while offset + BLOCK <= size:
+            handle.seek(offset)
+            header = handle.read(BLOCK)
+            if header == b"\0" * BLOCK:
+                break
+            stored = _octal(header[148:156])
+            computed = sum(header[:148]) + 8 * 32 + sum(header[156:])
+            if stored != computed:
+                raise ShardError(path, f"bad tar header checksum at byte {offset}")
+            length = _octal(header[124:136])
+            kind = header[156:157]
+            data = offset + BLOCK
+            offset = data + (length + BLOCK - 1) // BLOCK * BLOCK
+            if kind == b"L":  # GNU long name for the next member
+                handle.seek(data)
+                long_name = handle.read(length).split(b"\0", 1)[0].decode()
+                continue
+            if kind not in (b"0", b"\0"):
+                continue  # directories, links, pax headers: not sample members
+            name = header[:100].split(b"\0", 1)[0].decode()
+            prefix = header[345:500].split(b"\0", 1)[0].decode() if header[257:262] == b"ustar" else ""
+            if long_name is not None:
+                name, long_name = long_name, None
+            elif prefix:
+                name = f"{prefix}/{name}"
+            directory, _, base = name.rpartition("/")
+            if "." not in base:
+                continue
+            stem, field = base.split(".", 1)
+            key = f"{directory}/{stem}" if directory else stem
+            if not samples or samples[-1][0] != key:
+                samples.append((key, {}))
+            samples[-1][1][field] = (data, length)
+        if offset > size:
+            raise ShardError(path, "truncated tar (a member runs past the end of the file)")
+    return samples
+
+
+def _shard_paths(shards, split: str) -> list[str]:
+    """Local shard paths from a manifest (file or directory) or an explicit list of tar paths."""
+    if isinstance(shards, (str, os.PathLike)):
+        location = pathlib.Path(shards)
+        if location.suffix == ".tar":
+            return [str(location)]
+        from ...stream import load_manifest
+
+        manifest = load_manifest(str(location))
+        return [url[len("file://"):] if url.startswith("file://") else url for url in manifest.shard_urls(split)]
+    paths = [str(path) for path in shards]
+    if not paths:
+        raise ConfigError("no shards given")
+    return paths
+
+
+class HierarchicalVoxelRayDataset(Dataset):
+    """Ray chunks of a voxels/1 shard set; `len()` is the number of chunks (not subvolumes).
+
+    `shards` is a local manifest (its file or directory; `split` picks the shard list) or a list of
+    local tar paths. The other arguments are upstream's; `seed` is accepted and, as upstream, unused
+    (chunking is sequential).
+    """
+
+    def __init__(
+        self,
+        shards,
+        split: str = "train",
+        levels: Sequence[int] | None = None,
+        rays_per_chunk: int | None = None,
+        cache_size: int = 100,
+        include_empty: bool = False,
+        transform: Callable[[dict], dict] | None = None,
+        seed: int = 42,
+        sparse_voxels: bool = False,
+        sparse_mode: str = "coo",
+        sparse_connectivity: int = 6,
+    ):
+        if sparse_voxels and sparse_mode not in ("coo", "graph"):
+            raise ConfigError(f"sparse_mode must be 'coo' or 'graph' (got {sparse_mode!r})")
+        self.mode = sparse_mode if sparse_voxels else "dense"
+        check_reader_options(self.mode, sparse_connectivity, rays_per_chunk)
+        self.split = split
+        self.levels = None if levels is None else sorted({int(level) for level in levels})
+        self.rays_per_chunk = rays_per_chunk
+        self.cache_size = int(cache_size)
+        self.include_empty = include_empty
+        self.transform = transform
+        self.seed = seed
+        self.sparse_voxels = sparse_voxels
+        self.sparse_mode = sparse_mode
+        self.sparse_connectivity = sparse_connectivity
+        self.shard_paths = _shard_paths(shards, split)
+
+        wanted = None if self.levels is None else set(self.levels)
+        self.samples: list[dict] = []  # {shard, members, meta}
+        chunk_sample, chunk_start, chunk_end, chunk_number = [], [], [], []
+        seen = set()
+        for shard_number, path in enumerate(self.shard_paths):
+            with open(path, "rb") as handle:
+                for key, members in index_tar(path):
+                    if "meta.mp" not in members:
+                        raise ShardError(path, f"sample {key!r} has no meta.mp member (not a voxels shard?)")
+                    offset, size = members["meta.mp"]
+                    handle.seek(offset)
+                    meta = decode_value("meta.mp", handle.read(size))
+                    if not keep_sample(meta, wanted, include_empty) or key in seen:
+                        continue
+                    seen.add(key)
+                    sample_number = len(self.samples)
+                    self.samples.append({"shard": shard_number, "key": key, "members": members, "meta": meta})
+                    for number, (start, end) in enumerate(chunk_bounds(int(meta["num_rays"]), rays_per_chunk)):
+                        chunk_sample.append(sample_number)
+                        chunk_start.append(start)
+                        chunk_end.append(end)
+                        chunk_number.append(number)
+        if not self.samples:
+            raise ConfigError(f"no samples found for split {split!r} with levels={self.levels} in {len(self.shard_paths)} shards")
+        self._chunk_sample = np.array(chunk_sample, dtype=np.int64)
+        self._chunk_start = np.array(chunk_start, dtype=np.int64)
+        self._chunk_end = np.array(chunk_end, dtype=np.int64)
+        self._chunk_number = np.array(chunk_number, dtype=np.int64)
+        self._reset_process_state()
+
+    # ------------------------------------------------------------------ per-process state
+    def _reset_process_state(self) -> None:
+        self._pid = os.getpid()
+        self._files: dict[int, int] = {}
+        self._voxel_cache: collections.OrderedDict = collections.OrderedDict()
+        self._ray_cache: collections.OrderedDict = collections.OrderedDict()
+        self.cache_hits = self.cache_misses = 0
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        for name in ("_files", "_voxel_cache", "_ray_cache"):
+            state[name] = {} if name == "_files" else collections.OrderedDict()
+        state["_pid"] = -1  # DataLoader workers reopen their own file descriptors
+        return state
+
+    def _fd(self, shard: int) -> int:
+        if self._pid != os.getpid():
+            self._reset_process_state()
+        fd = self._files.get(shard)
+        if fd is None:
+            fd = self._files[shard] = os.open(self.shard_paths[shard], os.O_RDONLY)
+        return fd
+
+    def _read_member(self, sample: dict, field: str):
+        offset, size = sample["members"][field]
+        data = os.pread(self._fd(sample["shard"]), size, offset)
+        if len(data) != size:
+            raise ShardError(self.shard_paths[sample["shard"]], f"short read of {sample['key']}.{field}")
+        return decode_value(field, data)
+
+    def _member_name(self, sample: dict, field: str) -> str | None:
+        for name in sample["members"]:
+            if name.split(".", 1)[0] == field:
+                return name
+        return None
+
+    def _voxels(self, number: int) -> VoxelGrid:
+        cache = self._voxel_cache
+        grid = cache.get(number)
+        if grid is not None:
+            cache.move_to_end(number)  # LRU: a hit refreshes the entry
+            self.cache_hits += 1
+            return grid
+        self.cache_misses += 1
+        sample = self.samples[number]
+        packed = self._read_member(sample, self._member_name(sample, "voxels_packed"))
+        grid = VoxelGrid(unpack_voxels(packed, sample["meta"]["grid_shape"]), self.mode, self.sparse_connectivity)
+        if self.cache_size > 0:
+            cache[number] = grid
+            while len(cache) > self.cache_size:
+                cache.popitem(last=False)
+        return grid
+
+    def _rays(self, number: int) -> dict:
+        cache = self._ray_cache
+        rays = cache.get(number)
+        if rays is not None:
+            cache.move_to_end(number)
+            return rays
+        sample = self.samples[number]
+        rays = {}
+        for field in RAY_MEMBERS:
+            name = self._member_name(sample, field)
+            if name is not None:
+                rays[field] = self._read_member(sample, name)
+        cache[number] = rays
+        while len(cache) > 2:
+            cache.popitem(last=False)
+        return rays
+
+    # ------------------------------------------------------------------------- Dataset API
+    def __len__(self) -> int:
+        return len(self._chunk_sample)
+
+    def __getitem__(self, index: int) -> dict:
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f"chunk index {index} out of range for {len(self)} chunks")
+        number = int(self._chunk_sample[index])
+        meta = self.samples[number]["meta"]
+        sample = training_sample(
+            self._rays(number),
+            self._voxels(number),
+            meta,
+            int(self._chunk_number[index]),
+            int(self._chunk_start[index]),
+            int(self._chunk_end[index]),
+            self.mode,
+        )
+        return self.transform(sample) if self.transform is not None else sample
+
+    def get_level_distribution(self) -> dict[int, int]:
+        """Subvolumes (not chunks) per level, as upstream counts them."""
+        distribution: dict[int, int] = {}
+        for sample in self.samples:
+            level = int(sample["meta"]["level"])
+            distribution[level] = distribution.get(level, 0) + 1
+        return distribution
+
+    def num_chunks(self, sample_number: int) -> int:
+        return int(np.count_nonzero(self._chunk_sample == sample_number))
+
+    def __del__(self):
+        for fd in getattr(self, "_files", {}).values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+class RayBatchSampler(BatchSampler):
+    """Batches of chunk indices (upstream HEAD signature); `generator` makes shuffling reproducible."""
+
+    def __init__(self, dataset, batch_size: int = 8, shuffle: bool = True, drop_last: bool = False, generator=None):
+        sampler = RandomSampler(dataset, generator=generator) if shuffle else SequentialSampler(dataset)
+        super().__init__(sampler, batch_size=batch_size, drop_last=drop_last)
+        self.dataset = dataset
+        self.shuffle = shuffle
