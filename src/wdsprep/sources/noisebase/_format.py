@@ -1,0 +1,159 @@
+"""Noisebase sampleset_v1 on disk: one zarr v2 group in a ZipStore per sequence.
+
+Array names, dtypes and layouts (frames first, samples last) follow the format's documentation
+and the reference loader (noisebase 1.1.1). Per-sequence constants that are not stored in the
+files (rendering resolution) come from the dataset config, as in noisebase.
+"""
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+
+from ...errors import InputError
+
+RENDERING_HEIGHT = 1080
+RENDERING_WIDTH = 1920
+FILE_PATTERN = "sampleset_v1/train/scene{index:04d}.zip"
+_SCENE_NAME = re.compile(r"^scene(\d+)\.zip$")
+
+# name -> (dtype, rank); per-sample arrays are [F, C, H, W, S], `reference` [F, 3, H, W]
+SAMPLE_ARRAYS = {
+    "color": (np.uint8, 4),
+    "position": (np.float32, 3),
+    "motion": (np.float32, 3),
+    "normal": (np.float16, 3),
+    "diffuse": (np.float16, 3),
+}
+FRAME_ARRAYS = {"reference": (np.float32, 3)}
+CAMERA_ARRAYS = {
+    "exposure": (np.float32, (2,)),
+    "camera_position": (np.float32, (3,)),
+    "camera_target": (np.float32, (3,)),
+    "camera_up": (np.float32, (3,)),
+    "proj_mat": (np.float32, (4, 4)),
+    "view_proj_mat": (np.float32, (4, 4)),
+    "crop_offset": (np.int32, (2,)),
+}
+BUFFERS = ("normal", "motion", "depth", "w_normal", "w_motion", "w_position", "diffuse", "color", "reference")
+
+
+def zip_store(path: str, mode: str = "r"):
+    """A zarr ZipStore for zarr 2 (`zarr.ZipStore`) or zarr 3 (`zarr.storage.ZipStore`)."""
+    import zarr
+
+    store_class = getattr(zarr, "ZipStore", None) or zarr.storage.ZipStore
+    return store_class(path, mode=mode)
+
+
+def open_sequence(path: str):
+    """(group, store) of a sampleset_v1 sequence; InputError naming the file if it is not one."""
+    import zarr
+
+    try:
+        store = zip_store(path, "r")
+    except Exception as error:  # zipfile.BadZipFile, OSError, ...
+        raise InputError(f"{path}: not a readable zip file ({error})") from None
+    try:
+        group = zarr.open_group(store=store, mode="r")
+    except Exception as error:
+        store.close()
+        raise InputError(f"{path}: not a zarr group in a ZipStore ({error})") from None
+    return group, store
+
+
+def check_sequence(path: str, group) -> dict:
+    """Validate one sequence's arrays against the format; returns its shape facts."""
+    names = set(group.array_keys())
+    missing = [name for name in (*SAMPLE_ARRAYS, *FRAME_ARRAYS, *CAMERA_ARRAYS) if name not in names]
+    if missing:
+        raise InputError(f"{path}: missing array(s) {', '.join(missing)} (sampleset_v1 needs them all)")
+    color = group["color"]
+    if color.ndim != 5 or color.shape[1] != 4:
+        raise InputError(f"{path}: color has shape {color.shape}, expected [F, 4, H, W, S]")
+    frames, _, height, width, samples = color.shape
+    if height != width:
+        raise InputError(f"{path}: crop is {height}x{width}, expected a square crop")
+    for name, (dtype, channels) in SAMPLE_ARRAYS.items():
+        array = group[name]
+        if array.dtype != dtype:
+            raise InputError(f"{path}: {name} has dtype {array.dtype}, expected {np.dtype(dtype)}")
+        if tuple(array.shape) != (frames, channels, height, width, samples):
+            raise InputError(
+                f"{path}: {name} has shape {tuple(array.shape)}, expected {(frames, channels, height, width, samples)}"
+            )
+    reference = group["reference"]
+    if reference.dtype != np.float32 or tuple(reference.shape) != (frames, 3, height, width):
+        raise InputError(f"{path}: reference has {reference.dtype} {tuple(reference.shape)}, expected float32 {(frames, 3, height, width)}")
+    for name, (dtype, shape) in CAMERA_ARRAYS.items():
+        array = group[name]
+        if array.dtype != dtype or tuple(array.shape) != (frames, *shape):
+            raise InputError(
+                f"{path}: {name} has {array.dtype} {tuple(array.shape)}, expected {np.dtype(dtype)} {(frames, *shape)}"
+            )
+    return {"frames": int(frames), "crop": int(height), "samples": int(samples)}
+
+
+def find_sequences(root: str) -> list[tuple[int, str]]:
+    """(index, path relative to root) of every `scene{index}.zip`, sorted by index.
+
+    Accepts the noisebase data folder (holding `sampleset_v1/train/`) or the folder of zips itself.
+    """
+    if not os.path.isdir(root):
+        raise InputError(f"{root}: input is not a directory")
+    candidates = []
+    for base in (os.path.join(root, "sampleset_v1", "train"), root):
+        if os.path.isdir(base):
+            for name in sorted(os.listdir(base)):
+                match = _SCENE_NAME.match(name)
+                if match:
+                    candidates.append((int(match.group(1)), os.path.relpath(os.path.join(base, name), root)))
+            if candidates:
+                break
+    if not candidates:
+        raise InputError(f"{root}: no sampleset_v1 sequences (scene<index>.zip) in it or in sampleset_v1/train/")
+    seen: dict[int, str] = {}
+    for index, rel in candidates:
+        if index in seen:
+            raise InputError(f"{root}: {rel} and {seen[index]} have the same sequence index {index}")
+        seen[index] = rel
+    return sorted(candidates)
+
+
+# ----------------------------------------------------------------------------------------- RGBE
+def encode_rgbe(color: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, list]:
+    """Radiance [3, H, W, S] -> (uint8 RGBE [4, H, W, S], [min_log, max_log]), dithered.
+
+    The format's rule: a shared exponent index quantises log(max channel) over the frame's range
+    of log radiance into 256 steps (rounded up), mantissas are radiance / 2^E * 255 with a random
+    dither bit so the decoded value is unbiased. A black frame gives zeros and [0, 0].
+    """
+    positive = color[color > 0]
+    if positive.size == 0:
+        return np.zeros((4, *color.shape[1:]), np.uint8), [0.0, 0.0]
+    low = float(np.log(positive.min()))
+    high = float(np.log(positive.max()))
+    span = max(high - low, 1e-6)
+    brightest = color.max(axis=0)
+    with np.errstate(divide="ignore"):
+        log_brightest = np.where(brightest > 0, np.log(np.maximum(brightest, 1e-30)), -np.inf)
+    index = np.clip(np.floor((log_brightest - low) / span * 256), 0, 255).astype(np.uint8)
+    scale = decode_exponent(index, np.array([low, low + span], np.float32))
+    scaled = color / scale[None] * 255
+    mantissa = np.floor(scaled)
+    mantissa += (scaled - mantissa) > rng.random(scaled.shape)
+    rgbe = np.concatenate([np.clip(mantissa, 0, 255).astype(np.uint8), index[None]])
+    return rgbe, [low, low + span]
+
+
+def decode_exponent(index: np.ndarray, exposure: np.ndarray) -> np.ndarray:
+    """The scale an RGBE exponent index stands for (float32, as the reference computes it)."""
+    step = (index.astype(np.float32) + 1) / 256
+    return np.exp(step * (exposure[1] - exposure[0]) + exposure[0])
+
+
+def decode_rgbe(rgbe: np.ndarray, exposure: np.ndarray) -> np.ndarray:
+    """uint8 RGBE [4, ...] -> float32 radiance [3, ...], bit-identical to noisebase's decoder."""
+    scale = decode_exponent(rgbe[3], exposure)
+    return rgbe[:3].astype(np.float32) / 255 * scale[np.newaxis]

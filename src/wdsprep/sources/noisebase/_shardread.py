@@ -1,0 +1,241 @@
+"""Streaming one sequence's frames out of shards, member by member.
+
+A reader keeps one stream open per sequence and walks its tar members in order. Members a batch
+does not need are skipped (seeked over when the stream can seek, read past otherwise), per-sample
+arrays are decompressed only up to the samples asked for (they are stored sample-major), and the
+small `meta.mp` of every frame passed over is kept, so the previous frame's camera is known even
+when a worker only handles every other frame.
+"""
+from __future__ import annotations
+
+import io
+import threading
+from typing import BinaryIO
+
+import msgpack
+import numpy as np
+import zstandard
+
+from ...errors import ShardError
+from ...shards.codec import _parse_npy_header
+
+BLOCK = 512
+_local = threading.local()  # zstd decompressors are not thread-safe: one per thread
+
+
+def _decompressor() -> zstandard.ZstdDecompressor:
+    dctx = getattr(_local, "dctx", None)
+    if dctx is None:
+        dctx = _local.dctx = zstandard.ZstdDecompressor()
+    return dctx
+
+
+def _open(url: str) -> BinaryIO:
+    from ...stream.opener import open_url
+
+    return open_url(url)
+
+
+class _TarCursor:
+    """Sequential ustar member headers over a stream, with data read or skipped on demand."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.stream = _open(url)
+        try:
+            self.seekable = bool(self.stream.seekable())
+        except (AttributeError, ValueError):
+            self.seekable = False
+        self.pending: tuple[str, int] | None = None  # header read but data not consumed
+        self._remaining = 0
+
+    def close(self) -> None:
+        self.stream.close()
+
+    def next_member(self) -> tuple[str, int] | None:
+        """(name, size) of the next regular member, or None at the end of the archive."""
+        if self._remaining:
+            self.skip()
+        while True:
+            block = self.stream.read(BLOCK)
+            if not block or not any(block):
+                return None
+            if len(block) < BLOCK:
+                raise ShardError(self.url, "truncated shard: a tar header is cut short")
+            checksum = int(block[148:156].split(b"\0", 1)[0].strip() or b"0", 8)
+            if checksum != sum(block[:148]) + 256 + sum(block[156:]):
+                raise ShardError(self.url, "corrupt tar header (checksum mismatch)")
+            size = int(block[124:136].split(b"\0", 1)[0].strip() or b"0", 8)
+            name = block[0:100].split(b"\0", 1)[0]
+            prefix = block[345:500].split(b"\0", 1)[0] if block[257:262] == b"ustar" else b""
+            if prefix:
+                name = prefix + b"/" + name
+            self._remaining = size + (-size % BLOCK)
+            self._size = size
+            if block[156:157] in (b"0", b"\0"):
+                return name.decode("utf-8"), size
+            self.skip()  # directories, PAX/GNU records: wdsprep shards have none; pass over
+
+    def read(self, count: int | None = None) -> bytes:
+        """The member's data (or its first `count` bytes; the rest is skipped later)."""
+        count = self._size if count is None else min(count, self._size)
+        data = self.stream.read(count)
+        if len(data) != count:
+            raise ShardError(self.url, "truncated shard: member data is cut short")
+        self._remaining -= count
+        self._size -= count
+        return data
+
+    def skip(self) -> None:
+        if self._remaining <= 0:
+            return
+        if self.seekable:
+            self.stream.seek(self._remaining, io.SEEK_CUR)
+        else:
+            left = self._remaining
+            while left:
+                chunk = self.stream.read(min(left, 1 << 20))
+                if not chunk:
+                    raise ShardError(self.url, "truncated shard: member data is cut short")
+                left -= len(chunk)
+        self._remaining = 0
+        self._size = 0
+
+
+def decode_prefix(member: str, data: bytes, leading: int | None) -> np.ndarray:
+    """Decode a `.npy` / `.npy.zst` member; with `leading`, only the first rows of axis 0."""
+    if member.endswith(".npy.zst"):
+        reader = _decompressor().stream_reader(data)
+        head = reader.read(BLOCK * 2)
+        dtype, shape, fortran, offset = _parse_npy_header(head)
+        if leading is not None and shape:
+            shape = (min(leading, shape[0]), *shape[1:])
+        count = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        buffer = bytearray(count)
+        have = head[offset:offset + count]
+        buffer[: len(have)] = have
+        filled = len(have)
+        view = memoryview(buffer)
+        while filled < count:
+            n = reader.readinto(view[filled:])
+            if not n:
+                raise ShardError(member, "truncated .npy.zst data")
+            filled += n
+    elif member.endswith(".npy"):
+        dtype, shape, fortran, offset = _parse_npy_header(data)
+        if leading is not None and shape:
+            shape = (min(leading, shape[0]), *shape[1:])
+        count = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        buffer = bytearray(data[offset:offset + count])
+        if len(buffer) != count:
+            raise ShardError(member, "truncated .npy data")
+    else:
+        raise ShardError(member, "expected a .npy or .npy.zst member")
+    if fortran:
+        raise ShardError(member, "Fortran-ordered arrays are not produced by the noisebase converter")
+    return np.frombuffer(buffer, dtype=dtype).reshape(shape)
+
+
+class SequenceReader:
+    """Frames of one sequence, read forward through its shard segments.
+
+    `segments` are (shard URL, samples to pass before the sequence's first frame, frames in this
+    shard). Asking for a frame before the current one reopens the stream (a new epoch).
+    """
+
+    def __init__(self, segments: list[tuple[str, int, int]], file: str, keys: list[str]):
+        self.segments = segments
+        self.file = file
+        self.keys = keys
+        self.cursor: _TarCursor | None = None
+        self.segment = -1
+        self.next_frame = 0  # the frame whose members come next
+        self.previous_meta: dict | None = None
+        self._carry: tuple[str, int] | None = None  # a member header read ahead (next frame's)
+
+    def close(self) -> None:
+        if self.cursor is not None:
+            self.cursor.close()
+            self.cursor = None
+
+    def _segment_of(self, frame: int) -> int:
+        start = 0
+        for index, (_, _, count) in enumerate(self.segments):
+            if frame < start + count:
+                return index
+            start += count
+        raise ShardError(self.segments[-1][0], f"{self.file}: frame {frame} is not in its shards")
+
+    def read(self, frame: int, wanted: dict[str, int | None]) -> tuple[dict, dict, dict | None]:
+        """(arrays, meta, previous frame's meta) of `frame`; `wanted` maps field -> leading rows."""
+        if frame < self.next_frame or self.cursor is None:
+            self._restart()
+        while self.next_frame < frame:
+            meta = self._read_frame({})[1]
+            self.previous_meta = meta
+        arrays, meta = self._read_frame(wanted)
+        previous = self.previous_meta if frame > 0 else None
+        self.previous_meta = meta
+        return arrays, meta, previous
+
+    def _restart(self) -> None:
+        self.close()
+        self.next_frame = 0
+        self.previous_meta = None
+        self.segment = -1
+        self._carry = None
+
+    def _read_frame(self, wanted: dict[str, int | None]) -> tuple[dict, dict]:
+        frame = self.next_frame
+        segment = self._segment_of(frame)
+        if segment != self.segment:
+            self._open_at_sequence(segment)
+        key = self.keys[frame]
+        arrays: dict = {}
+        meta = None
+        cursor = self.cursor
+        while True:
+            member = self._carry if self._carry is not None else cursor.next_member()
+            self._carry = None
+            if member is None:
+                break
+            name, _ = member
+            member_key, _, field_ext = name.partition(".")
+            if member_key != key:
+                if meta is None and not arrays:
+                    raise ShardError(cursor.url, f"expected sample {key!r} of {self.file}, found {member_key!r}")
+                self._carry = member  # first member of the next frame
+                break
+            field = field_ext.split(".", 1)[0]
+            if field == "meta":
+                meta = msgpack.unpackb(cursor.read(), raw=False)
+            elif field in wanted:
+                arrays[field] = decode_prefix(name, cursor.read(), wanted[field])
+            else:
+                cursor.skip()
+        if meta is None:
+            raise ShardError(cursor.url, f"sample {key!r} of {self.file} has no meta.mp member")
+        self.next_frame = frame + 1
+        return arrays, meta
+
+    def _open_at_sequence(self, segment: int) -> None:
+        """Open a segment's shard positioned on the sequence's first sample in it."""
+        self.close()
+        url, skip, _ = self.segments[segment]
+        self.cursor = _TarCursor(url)
+        self.segment = segment
+        self._carry = None
+        passed, current = 0, None
+        while True:
+            member = self.cursor.next_member()
+            if member is None:
+                raise ShardError(url, f"shard ends before sample {skip}, where {self.file} should start")
+            key = member[0].split(".", 1)[0]
+            if key != current:
+                if current is not None:
+                    passed += 1
+                current = key
+            if passed == skip:
+                self._carry = member
+                return
+            self.cursor.skip()

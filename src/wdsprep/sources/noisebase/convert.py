@@ -1,0 +1,150 @@
+"""sampleset_v1 sequences -> shards: one shard sample per frame, a sequence's frames contiguous.
+
+A unit is a run of whole sequences (grouped by `shard_bytes`), so a sequence never straddles two
+units and its frames are consecutive samples of one unit (over several parts when it is bigger
+than a shard). The manifest's `sequences` table says, per sequence, its source index and file,
+frame count, unit and first sample within the unit: enough for the loader to reproduce
+noisebase's split and shuffles and to open exactly the frames it needs.
+
+Arrays are stored losslessly with their source dtypes (RGBE colour stays uint8, normals and
+diffuse stay float16). Per-sample arrays are stored sample-major, `[S, C, H, W]` instead of the
+source's `[C, H, W, S]`, so a reader that wants the first `samples` samples decompresses only a
+prefix of each member. Camera values and the exposure go to `meta.mp` (float32 values are exact
+in msgpack's float64).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import zipfile
+
+import numpy as np
+
+from ...errors import InputError
+from ..base import Plan, Unit, UnitContext, group_by_size
+from . import _format
+from ._format import CAMERA_ARRAYS, RENDERING_HEIGHT, RENDERING_WIDTH, SAMPLE_ARRAYS
+
+FORMAT_VERSION = 1
+
+
+def frame_key(file: str, frame: int) -> str:
+    stem = os.path.basename(file).split(".", 1)[0]
+    return f"{stem}_f{frame:04d}"
+
+
+class NoisebaseSource:
+    id = "noisebase"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--rendering-height", dest="rendering_height", type=int, default=RENDERING_HEIGHT,
+                            help="height of the full rendered frame the crops come from (sampleset_v1: 1080)")
+        parser.add_argument("--rendering-width", dest="rendering_width", type=int, default=RENDERING_WIDTH,
+                            help="width of the full rendered frame (sampleset_v1: 1920)")
+
+    # ------------------------------------------------------------------------------------ plan
+    def plan(self, input: str, options: dict) -> Plan:
+        root = os.path.abspath(input)
+        found = _format.find_sequences(root)
+        sequences, problems, sizes = [], [], []
+        shape = None
+        digest = hashlib.sha256()
+        for index, rel in found:
+            path = os.path.join(root, rel)
+            try:
+                group, store = _format.open_sequence(path)
+                try:
+                    facts = _format.check_sequence(rel, group)
+                finally:
+                    store.close()
+                if shape is None:
+                    shape = (facts, rel)
+                elif facts != shape[0]:
+                    raise InputError(f"{rel}: {facts} differs from {shape[1]}: {shape[0]} (all sequences must agree)")
+            except InputError as error:
+                if options.get("on_error", "raise") != "skip":
+                    raise
+                problems.append({"item": rel, "message": str(error)})
+                continue
+            size = os.path.getsize(path)
+            digest.update(f"{rel}\0{size}\0".encode())
+            with zipfile.ZipFile(path) as archive:  # member CRCs: a cheap content fingerprint
+                for info in archive.infolist():
+                    digest.update(f"{info.filename}:{info.CRC:08x}:{info.file_size};".encode())
+            sequences.append({"index": index, "file": rel.replace(os.sep, "/"), "frames": facts["frames"]})
+            sizes.append(size)
+        if not sequences:
+            raise InputError(f"{input}: no valid sequences ({len(problems)} skipped)")
+        facts = shape[0]
+        height = int(options.get("rendering_height") or RENDERING_HEIGHT)
+        width = int(options.get("rendering_width") or RENDERING_WIDTH)
+        if facts["crop"] > min(height, width):
+            raise InputError(f"{shape[1]}: crop {facts['crop']} is larger than the {height}x{width} rendering")
+
+        # estimated shard bytes of a sequence: its zip size (zstd on this data lands near blosc)
+        groups = group_by_size(list(range(len(sequences))), sizes, int(options.get("shard_bytes", 256 << 20)))
+        units = []
+        for unit_index, members in enumerate(groups):
+            first = 0
+            items = []
+            for position in members:
+                entry = sequences[position]
+                entry["unit"] = unit_index
+                entry["first"] = first
+                first += entry["frames"]
+                items.append({"file": entry["file"], "index": entry["index"], "frames": entry["frames"],
+                              "path": os.path.join(root, entry["file"])})
+            units.append(Unit("train", unit_index, items, input_bytes=sum(sizes[p] for p in members)))
+        config = {
+            "noisebase_format": FORMAT_VERSION,
+            "rendering_height": height,
+            "rendering_width": width,
+        }
+        sampleset = {
+            "sequences": len(sequences),
+            "frames_per_sequence": facts["frames"],
+            "crop": facts["crop"],
+            "samples": facts["samples"],
+            "rendering_height": height,
+            "rendering_width": width,
+            "layout": "sample-major",
+        }
+        return Plan(units, config, digest.hexdigest(), input_bytes=sum(sizes),
+                    tables={"sampleset": sampleset, "sequences": sequences}, problems=problems)
+
+    # ----------------------------------------------------------------------------------- build
+    def build(self, unit: Unit, ctx: UnitContext):
+        for item in unit.items:
+            group, store = _format.open_sequence(item["path"])
+            try:
+                yield from _sequence_samples(item, group)
+            finally:
+                store.close()
+
+    def finalize(self, plan: Plan, unit_tables) -> dict:
+        return {}
+
+    def synth(self, directory: str, seed: int = 0, size: str = "small") -> None:
+        from .synth import synth
+
+        synth(directory, seed=seed, size=size)
+
+
+def _sequence_samples(item: dict, group):
+    file = item["file"]
+    camera = {name: np.asarray(group[name][:]) for name in CAMERA_ARRAYS}
+    for frame in range(item["frames"]):
+        fields = {}
+        for name in SAMPLE_ARRAYS:
+            array = group[name][frame]  # [C, H, W, S]
+            fields[name] = np.ascontiguousarray(np.moveaxis(array, -1, 0))  # [S, C, H, W]
+        fields["reference"] = np.ascontiguousarray(group["reference"][frame])
+        meta = {"sequence": item["index"], "frame": frame, "file": file}
+        for name in CAMERA_ARRAYS:
+            meta[name] = camera[name][frame].tolist()
+        fields["meta"] = meta
+        yield frame_key(file, frame), fields
+
+
+SOURCE = NoisebaseSource()
