@@ -1,0 +1,103 @@
+"""`wdsprep fetch rawnind ...` and `wdsprep serve dataverse ...` (argparse), also runnable as
+`python -m wdsprep.sources.rawnind fetch|serve ...`.
+
+Exit codes of fetch: 0 every file verified or present, 1 some files failed (see the report),
+2 the run could not start (bad index, unreachable server, unwritable destination).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ...errors import WdsprepError
+from .fetch import FetchOptions, fetch
+from .index import DEFAULT_DOI
+from .server import add_serve_arguments, serve_main
+
+__all__ = ["add_fetch_arguments", "fetch_main", "add_serve_arguments", "serve_main", "main"]
+
+
+def add_fetch_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("dest", help="destination directory (<CFA>/<scene>/[gt/]<file> below it)")
+    parser.add_argument("--index", default=None, metavar="PATH_OR_URL",
+                        help="the index YAML (default: dataset.yaml from the Dataverse listing)")
+    parser.add_argument("--dataverse", default=None, metavar="BASE_URL",
+                        help="Dataverse server, e.g. https://dataverse.uclouvain.be or http://127.0.0.1:8080")
+    parser.add_argument("--doi", default=DEFAULT_DOI, help=f"dataset persistent id (default {DEFAULT_DOI})")
+    parser.add_argument("--listing", default=None, metavar="PATH_OR_URL",
+                        help="the Dataverse dataset JSON (default: fetched from --dataverse)")
+    parser.add_argument("--concurrency", type=int, default=5, help="downloads at once (default 5)")
+    parser.add_argument("--max-scenes", type=int, default=None, metavar="N", help="only the first N scenes")
+    parser.add_argument("--cfa", choices=["Bayer", "X-Trans"], default=None, help="only this sensor type")
+    parser.add_argument("--scenes", nargs="+", default=None, metavar="SCENE", help="only these scenes")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan, download nothing")
+    parser.add_argument("--no-metadata", dest="metadata", action="store_false",
+                        help="skip alignment/gain/mask computation")
+    parser.add_argument("--metadata-workers", type=int, default=4, help="CPU workers for metadata (default 4)")
+    parser.add_argument("--attempts", type=int, default=3, help="download attempts per file (default 3)")
+    parser.add_argument("--backoff", type=float, default=1.0, help="first retry delay in seconds, doubling (default 1)")
+    parser.add_argument("--timeout", type=float, default=60.0, help="network timeout in seconds (default 60)")
+    parser.add_argument("--progress", choices=["auto", "bar", "log", "none"], default="auto",
+                        help="live display on a terminal, log lines otherwise (default auto)")
+    parser.add_argument("--log-interval", type=float, default=10.0, help="seconds between log lines (default 10)")
+    parser.add_argument("--report", default=None, metavar="PATH", help="JSON report (default DEST/fetch_report.json)")
+    parser.add_argument("--rehash", action="store_true", help="re-verify the SHA-1 of files already present")
+    parser.add_argument("--json", action="store_true", help="with --dry-run: also print the plan as one JSON line")
+
+
+def options_from_args(args: argparse.Namespace) -> FetchOptions:
+    return FetchOptions(
+        dest=args.dest, dataverse=args.dataverse, doi=args.doi, index=args.index, listing=args.listing,
+        concurrency=args.concurrency, max_scenes=args.max_scenes, cfa=args.cfa, scenes=args.scenes,
+        dry_run=args.dry_run, metadata=args.metadata, metadata_workers=args.metadata_workers,
+        attempts=args.attempts, backoff=args.backoff, timeout=args.timeout, progress=args.progress,
+        log_interval=args.log_interval, report=args.report, rehash=args.rehash,
+    )
+
+
+def format_plan(plan: dict) -> str:
+    lines = [
+        f"scenes: {plan['scenes']} ({', '.join(f'{cfa} {count}' for cfa, count in plan['scenes_by_cfa'].items())}; "
+        f"test_reserve {plan['test_reserve_scenes']})",
+        f"index entries: {plan['index_entries']} (clean {plan['clean']}, noisy {plan['noisy']}, sidecars {plan['sidecars']})",
+        f"files to fetch: {plan['files']} ({plan['bytes']} bytes, {plan['bytes'] / 1e9:.1f} GB); "
+        f"already present: {plan.get('already_present', 0)}",
+        f"index entries with no Dataverse id: {len(plan['unmatched'])}",
+    ]
+    lines += [f"  {name}" for name in plan["unmatched"]]
+    if "listing_files" in plan:
+        lines.append(f"Dataverse files: {plan['listing_files']} ({plan['listing_bytes']} bytes); "
+                     f"not in the selected index entries: {len(plan['listing_not_in_index'])}")
+    return "\n".join(lines)
+
+
+def fetch_main(args: argparse.Namespace) -> int:
+    try:
+        report = fetch(options_from_args(args))
+    except WdsprepError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: verified files are kept, partial downloads resume next time", file=sys.stderr)
+        return 130
+    if report.get("dry_run"):
+        print(format_plan(report))
+        if getattr(args, "json", False):
+            print(json.dumps(report))
+        return 0
+    failed = report["failed"]
+    print(f"verified {len(report['verified'])}, skipped {len(report['skipped'])}, failed {len(failed)}, "
+          f"scenes complete {report['scenes']['complete']}/{report['scenes']['total']}")
+    for entry in failed:
+        print(f"  failed: {entry['file']}: {entry['reason']}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m wdsprep.sources.rawnind")
+    commands = parser.add_subparsers(dest="command", required=True)
+    add_fetch_arguments(commands.add_parser("fetch", help="download and verify RawNIND from a Dataverse server"))
+    add_serve_arguments(commands.add_parser("serve", help="serve a directory as a Dataverse dataset"))
+    args = parser.parse_args(argv)
+    return fetch_main(args) if args.command == "fetch" else serve_main(args)

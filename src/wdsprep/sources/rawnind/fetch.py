@@ -1,0 +1,528 @@
+"""The acquisition pipeline: ingest -> scan -> download -> verify -> index scenes -> metadata.
+
+Every stage is a trio task (downloads: `concurrency` tasks; metadata: `metadata_workers` tasks
+running the CPU work in threads) connected by bounded memory channels, so memory does not grow
+with the dataset and backpressure reaches the ingestor. Download tasks hand a finished file to the
+single verifier and wait for its verdict on a one-slot reply channel, which keeps the retry
+decision with the download task and avoids a channel cycle (verifier -> downloader) that could
+deadlock when both buffers are full.
+
+Robustness rules:
+- a file reaches its final name only after its SHA-1 matched the index (downloads go to
+  `<name>.part`), so a final-name file is verified by construction and never fetched again;
+- an interrupted download keeps its `.part`; the next attempt (or run) continues it with
+  `Range: bytes=<size>-`;
+- transient failures (5xx, dropped connections, timeouts, short bodies, SHA-1 mismatches) are
+  retried `attempts` times in all with exponential backoff; 404/403/410 fail at once; a failure
+  is reported with its reason and never stops the other files;
+- a bad index, an unreachable server at start or an unwritable destination stop everything at
+  once with one `FetchError`/`InputError` message.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+import httpx
+import trio
+
+from ...errors import InputError, WdsprepError
+from .index import (
+    DATAVERSE_INDEX_NAME,
+    DEFAULT_DOI,
+    INDEX_FILENAME,
+    LISTING_FILENAME,
+    ImageInfo,
+    RemoteFile,
+    SceneInfo,
+    build_scenes,
+    parse_index,
+    parse_listing,
+    plan_summary,
+)
+
+HASH_BLOCK = 4 * 1024 * 1024
+PERMANENT_STATUSES = (401, 403, 404, 410)
+
+
+class FetchError(WdsprepError):
+    """A configuration problem that stops the fetch at once (server, destination, index)."""
+
+
+@dataclass
+class FetchOptions:
+    dest: str
+    dataverse: str | None = None
+    doi: str = DEFAULT_DOI
+    index: str | None = None  # path or URL; default: dataset.yaml from the listing
+    listing: str | None = None  # path or URL; default: the dataset JSON from `dataverse`
+    concurrency: int = 5
+    max_scenes: int | None = None
+    cfa: str | None = None
+    scenes: list[str] | None = None
+    dry_run: bool = False
+    metadata: bool = True
+    metadata_workers: int = 4
+    attempts: int = 3
+    backoff: float = 1.0
+    timeout: float = 60.0
+    progress: str = "auto"  # auto | bar | log | none
+    log_interval: float = 10.0
+    report: str | None = None
+    chunk_size: int = 256 * 1024
+    channel_size: int = 16
+    rehash: bool = False
+    stream: TextIO | None = None
+
+
+@dataclass
+class FileResult:
+    status: str  # present | verified | failed | unmatched
+    reason: str | None = None
+    attempts: int = 0
+
+
+@dataclass
+class Stats:
+    files_total: int = 0
+    bytes_to_download: int = 0
+    present: int = 0
+    verified: int = 0
+    failed: int = 0
+    unmatched: int = 0
+    retries: int = 0
+    bytes_downloaded: int = 0
+    bytes_hashed: int = 0
+    hash_seconds: float = 0.0
+    scenes_total: int = 0
+    scenes_complete: int = 0
+    scenes_incomplete: int = 0
+    metadata_done: int = 0
+    pairs_computed: int = 0
+    active: dict[str, list[int]] = field(default_factory=dict)  # name -> [done, total]
+
+
+def sha1_file(path: str) -> str:
+    digest = hashlib.sha1()
+    with open(path, "rb") as handle:
+        while True:
+            block = handle.read(HASH_BLOCK)
+            if not block:
+                return digest.hexdigest()
+            digest.update(block)
+
+
+class _Transient(Exception):
+    pass
+
+
+class _Permanent(Exception):
+    pass
+
+
+def _is_url(value: str) -> bool:
+    return value.startswith(("http://", "https://"))
+
+
+def _human_bytes(count: float) -> str:
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(count) < 1000 or unit == "TB":
+            return f"{count:.1f} {unit}" if unit != "B" else f"{int(count)} B"
+        count /= 1000
+    return f"{count:.1f} TB"
+
+
+class Fetcher:
+    def __init__(self, options: FetchOptions):
+        self.options = options
+        self.stats = Stats()
+        self.stream = options.stream or sys.stderr
+        self.results: dict[str, dict] = {}
+        self.incomplete_scenes: list[dict] = []
+        self.metadata_problems: list[dict] = []
+        self.client: httpx.AsyncClient | None = None
+        self.base = (options.dataverse or "").rstrip("/")
+        self.started = time.monotonic()
+        self.metadata_cache = None
+
+    # ----------------------------------------------------------------------------------- setup
+    def _check_destination(self) -> None:
+        dest = self.options.dest
+        try:
+            os.makedirs(dest, exist_ok=True)
+            probe = os.path.join(dest, f".wdsprep-write-probe-{os.getpid()}")
+            with open(probe, "wb") as handle:
+                handle.write(b"ok")
+            os.remove(probe)
+        except OSError as error:
+            raise FetchError(f"{dest}: destination is not writable ({error.strerror or error})") from None
+
+    async def _get_bytes(self, url: str, params: dict | None = None, what: str = "") -> bytes:
+        assert self.client is not None
+        try:
+            response = await self.client.get(url, params=params)
+        except httpx.HTTPError as error:
+            raise FetchError(f"cannot reach Dataverse at {url} ({type(error).__name__}: {error})") from None
+        if response.status_code != 200:
+            raise FetchError(f"{response.url}: HTTP {response.status_code} while fetching {what}")
+        return response.content
+
+    async def _load_listing(self) -> tuple[dict[str, RemoteFile], bytes | None]:
+        options = self.options
+        if options.listing and not _is_url(options.listing):
+            try:
+                with open(options.listing, "rb") as handle:
+                    raw = handle.read()
+            except OSError as error:
+                raise InputError(f"{options.listing}: cannot read the Dataverse listing ({error.strerror})") from None
+            return parse_listing(raw, options.listing), raw
+        if options.listing:
+            raw = await self._get_bytes(options.listing, what="the dataset listing")
+            return parse_listing(raw, options.listing), raw
+        if not self.base:
+            raise FetchError("no Dataverse listing: pass --dataverse BASE_URL or --listing PATH")
+        url = f"{self.base}/api/datasets/:persistentId"
+        raw = await self._get_bytes(url, {"persistentId": options.doi}, what=f"the dataset {options.doi}")
+        return parse_listing(raw, f"{url}?persistentId={options.doi}"), raw
+
+    async def _load_index(self, listing: dict[str, RemoteFile]) -> tuple[dict, bytes]:
+        options = self.options
+        if options.index and not _is_url(options.index):
+            try:
+                with open(options.index, "rb") as handle:
+                    raw = handle.read()
+            except OSError as error:
+                raise InputError(f"{options.index}: cannot read the index ({error.strerror})") from None
+            return parse_index(raw, options.index), raw
+        if options.index:
+            raw = await self._get_bytes(options.index, what="the index")
+            return parse_index(raw, options.index), raw
+        remote = listing.get(DATAVERSE_INDEX_NAME)
+        if remote is not None and self.base:
+            url = f"{self.base}/api/access/datafile/{remote.id}"
+            raw = await self._get_bytes(url, what=f"the index {DATAVERSE_INDEX_NAME}")
+            return parse_index(raw, url), raw
+        cached = os.path.join(options.dest, INDEX_FILENAME)
+        if os.path.exists(cached):
+            with open(cached, "rb") as handle:
+                raw = handle.read()
+            return parse_index(raw, cached), raw
+        raise FetchError(f"no index: the listing has no {DATAVERSE_INDEX_NAME}; pass --index PATH_OR_URL")
+
+    # ---------------------------------------------------------------------------------- stages
+    async def _ingest(self, scenes: list[SceneInfo], send: trio.MemorySendChannel) -> None:
+        async with send:
+            for scene in scenes:
+                await send.send(scene)
+
+    def _final_path(self, image: ImageInfo) -> str:
+        return os.path.join(self.options.dest, image.relpath)
+
+    async def _scan(self, receive, download_send, done_send) -> None:
+        async with receive, download_send, done_send:
+            async for scene in receive:
+                for image in scene.files:
+                    final = self._final_path(image)
+                    if not image.downloadable:
+                        status = "unmatched" if image.role == "sidecar" else "failed"
+                        await done_send.send((scene, image, FileResult(status, "not on Dataverse (no file id)")))
+                        continue
+                    if os.path.isfile(final) and (image.size is None or os.path.getsize(final) == image.size):
+                        if not self.options.rehash or await trio.to_thread.run_sync(sha1_file, final) == image.sha1:
+                            await done_send.send((scene, image, FileResult("present")))
+                            continue
+                    if os.path.exists(final):  # wrong size or hash: not ours to trust
+                        os.remove(final)
+                    await download_send.send((scene, image))
+
+    async def _download_worker(self, jobs, verify_send, done_send) -> None:
+        async with jobs, verify_send, done_send:
+            async for scene, image in jobs:
+                result = await self._fetch_one(image, verify_send)
+                await done_send.send((scene, image, result))
+
+    async def _fetch_one(self, image: ImageInfo, verify_send) -> FileResult:
+        options = self.options
+        final = self._final_path(image)
+        part = final + ".part"
+        os.makedirs(os.path.dirname(final), exist_ok=True)
+        reason = "not attempted"
+        for attempt in range(1, options.attempts + 1):
+            if attempt > 1:
+                self.stats.retries += 1
+                await trio.sleep(options.backoff * 2 ** (attempt - 2))
+            try:
+                await self._download(image, part)
+            except _Permanent as error:
+                return FileResult("failed", str(error), attempt)
+            except _Transient as error:
+                reason = str(error)
+                continue
+            reply_send, reply_receive = trio.open_memory_channel(1)
+            await verify_send.send((image, part, reply_send))
+            digest = await reply_receive.receive()
+            if digest == image.sha1:
+                os.replace(part, final)
+                return FileResult("verified", None, attempt)
+            reason = f"SHA-1 mismatch (got {digest}, expected {image.sha1})"
+            os.remove(part)
+        return FileResult("failed", reason, options.attempts)
+
+    async def _download(self, image: ImageInfo, part: str) -> None:
+        assert self.client is not None
+        offset = os.path.getsize(part) if os.path.exists(part) else 0
+        if image.size is not None and offset > image.size:
+            os.remove(part)
+            offset = 0
+        if image.size is not None and offset == image.size:
+            return  # a complete .part from an interrupted run: verify it
+        url = f"{self.base}/api/access/datafile/{image.file_id}"
+        headers = {"Range": f"bytes={offset}-"} if offset else {}
+        progress = self.stats.active.setdefault(image.filename, [offset, image.size or 0])
+        progress[0] = offset
+        try:
+            async with self.client.stream("GET", url, headers=headers) as response:
+                status = response.status_code
+                if status in PERMANENT_STATUSES:
+                    raise _Permanent(f"HTTP {status} from {url}")
+                if status == 416:
+                    os.remove(part)
+                    raise _Transient(f"HTTP 416 for Range bytes={offset}- (restarting from zero)")
+                if status != 200 and status != 206:
+                    raise _Transient(f"HTTP {status} from {url}")
+                mode = "ab"
+                if status == 200:
+                    mode, offset = "wb", 0  # the server ignored the Range: start over
+                else:
+                    content_range = response.headers.get("Content-Range", "")
+                    if not content_range.startswith(f"bytes {offset}-"):
+                        os.remove(part)
+                        raise _Transient(f"unexpected Content-Range {content_range!r} for offset {offset}")
+                progress[0] = offset
+                with open(part, mode) as handle:
+                    async for chunk in response.aiter_raw():
+                        handle.write(chunk)
+                        progress[0] += len(chunk)
+                        self.stats.bytes_downloaded += len(chunk)
+        except httpx.HTTPError as error:
+            raise _Transient(f"{type(error).__name__}: {error}") from None
+        finally:
+            self.stats.active.pop(image.filename, None)
+        size = os.path.getsize(part)
+        if image.size is not None and size != image.size:
+            raise _Transient(f"short body ({size} of {image.size} bytes)")
+
+    async def _verifier(self, requests) -> None:
+        async with requests:
+            async for image, path, reply in requests:
+                began = time.perf_counter()
+                digest = await trio.to_thread.run_sync(sha1_file, path)
+                self.stats.hash_seconds += time.perf_counter() - began
+                self.stats.bytes_hashed += os.path.getsize(path)
+                await reply.send(digest)
+
+    async def _indexer(self, receive, scene_send) -> None:
+        pending: dict[str, list] = {}
+        async with receive, scene_send:
+            async for scene, image, result in receive:
+                self._record(image, result)
+                state = pending.setdefault(scene.key, [len(scene.files), True])
+                state[0] -= 1
+                if image.role != "sidecar" and result.status not in ("present", "verified"):
+                    state[1] = False
+                if state[0] == 0:
+                    del pending[scene.key]
+                    if state[1]:
+                        self.stats.scenes_complete += 1
+                        await scene_send.send(scene)
+                    else:
+                        self.stats.scenes_incomplete += 1
+                        missing = [
+                            image.filename
+                            for image in scene.images
+                            if self.results.get(image.filename, {}).get("status") not in ("present", "verified")
+                        ]
+                        self.incomplete_scenes.append({"scene": scene.key, "missing": missing})
+
+    def _record(self, image: ImageInfo, result: FileResult) -> None:
+        entry = {"status": result.status, "scene": f"{image.cfa}/{image.scene}", "role": image.role}
+        if result.reason:
+            entry["reason"] = result.reason
+        if result.attempts:
+            entry["attempts"] = result.attempts
+        self.results[image.filename] = entry
+        if result.status == "present":
+            self.stats.present += 1
+        elif result.status == "verified":
+            self.stats.verified += 1
+        elif result.status == "unmatched":
+            self.stats.unmatched += 1
+        else:
+            self.stats.failed += 1
+
+    async def _metadata_worker(self, receive, limiter: trio.CapacityLimiter) -> None:
+        from .metadata import scene_metadata
+
+        async with receive:
+            async for scene in receive:
+                if not self.options.metadata:
+                    continue
+                if scene.cfa.lower() != "bayer":
+                    self.metadata_problems.append({"scene": scene.key, "reason": "X-Trans metadata needs darktable; skipped"})
+                    continue
+                gt = scene.clean[0]
+                noisy = [(self._final_path(image), image.sha1) for image in scene.noisy]
+                try:
+                    _, computed = await trio.to_thread.run_sync(
+                        scene_metadata, self._final_path(gt), gt.sha1, noisy, self.metadata_cache, limiter=limiter
+                    )
+                except InputError as error:
+                    self.metadata_problems.append({"scene": scene.key, "reason": str(error)})
+                    continue
+                self.stats.metadata_done += 1
+                self.stats.pairs_computed += computed
+
+    # -------------------------------------------------------------------------------- progress
+    def _progress_line(self) -> str:
+        stats = self.stats
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        done = stats.present + stats.verified + stats.failed + stats.unmatched
+        return (
+            f"files {done}/{stats.files_total} (present {stats.present}, verified {stats.verified}, "
+            f"failed {stats.failed}) | {_human_bytes(stats.bytes_downloaded)}/{_human_bytes(stats.bytes_to_download)} "
+            f"| {_human_bytes(stats.bytes_downloaded / elapsed)}/s | active {len(stats.active)} | retries {stats.retries} "
+            f"| scenes {stats.scenes_complete}/{stats.scenes_total} | metadata {stats.metadata_done}"
+        )
+
+    async def _progress_loop(self) -> None:
+        mode = self.options.progress
+        if mode == "auto":
+            mode = "bar" if getattr(self.stream, "isatty", lambda: False)() else "log"
+        if mode == "none":
+            return
+        interval = 0.5 if mode == "bar" else self.options.log_interval
+        while True:
+            await trio.sleep(interval)
+            if mode == "bar":
+                active = ", ".join(
+                    f"{name[:24]} {100 * done // max(total, 1)}%" for name, (done, total) in list(self.stats.active.items())[:5]
+                )
+                self.stream.write(f"\r\x1b[K{self._progress_line()}" + (f" [{active}]" if active else ""))
+            else:
+                self.stream.write(f"[rawnind fetch] {self._progress_line()}\n")
+            self.stream.flush()
+
+    # ------------------------------------------------------------------------------------- run
+    async def run(self) -> dict[str, Any]:
+        options = self.options
+        if options.concurrency < 1 or options.attempts < 1:
+            raise FetchError("--concurrency and --attempts must be at least 1")
+        if not options.dry_run:
+            self._check_destination()
+        timeout = httpx.Timeout(options.timeout, connect=min(options.timeout, 10.0))
+        limits = httpx.Limits(max_connections=options.concurrency + 2, max_keepalive_connections=options.concurrency + 2)
+        async with httpx.AsyncClient(timeout=timeout, limits=limits, follow_redirects=True) as client:
+            self.client = client
+            listing, listing_raw = await self._load_listing()
+            index, index_raw = await self._load_index(listing)
+            scenes = build_scenes(index, listing, cfa=options.cfa, scenes=options.scenes, max_scenes=options.max_scenes)
+            if options.scenes:
+                known = {scene.name for scene in scenes} | {scene.key for scene in scenes}
+                unknown = [name for name in options.scenes if name not in known]
+                if unknown:
+                    raise FetchError(f"scenes not in the index: {', '.join(unknown)}")
+            summary = plan_summary(scenes, listing)
+            if options.dry_run:
+                summary["already_present"] = sum(
+                    1 for scene in scenes for image in scene.files
+                    if image.downloadable and os.path.isfile(self._final_path(image))
+                )
+                return {"dry_run": True, **summary}
+            with open(os.path.join(options.dest, INDEX_FILENAME), "wb") as handle:
+                handle.write(index_raw)
+            if listing_raw is not None:
+                with open(os.path.join(options.dest, LISTING_FILENAME), "wb") as handle:
+                    handle.write(listing_raw)
+            if options.metadata:
+                from .metadata import MetadataCache
+
+                self.metadata_cache = MetadataCache(options.dest)
+            self.stats.files_total = summary["index_entries"]
+            self.stats.scenes_total = len(scenes)
+            self.stats.bytes_to_download = sum(
+                (image.size or 0) - (os.path.getsize(self._final_path(image)) if os.path.isfile(self._final_path(image)) else 0)
+                for scene in scenes for image in scene.files if image.downloadable
+            )
+            async with trio.open_nursery() as outer:
+                outer.start_soon(self._progress_loop)
+                await self._pipeline(scenes)
+                outer.cancel_scope.cancel()
+        report = self._report(summary)
+        if self.options.progress != "none":
+            end = "\n" if getattr(self.stream, "isatty", lambda: False)() else ""
+            self.stream.write(f"{end}[rawnind fetch] done: {self._progress_line()}\n")
+            self.stream.flush()
+        return report
+
+    async def _pipeline(self, scenes: list[SceneInfo]) -> None:
+        size = self.options.channel_size
+        ingest_send, ingest_receive = trio.open_memory_channel(size)
+        download_send, download_receive = trio.open_memory_channel(size)
+        verify_send, verify_receive = trio.open_memory_channel(size)
+        done_send, done_receive = trio.open_memory_channel(size)
+        scene_send, scene_receive = trio.open_memory_channel(size)
+        limiter = trio.CapacityLimiter(self.options.metadata_workers)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._ingest, scenes, ingest_send)
+            nursery.start_soon(self._scan, ingest_receive, download_send, done_send.clone())
+            for _ in range(self.options.concurrency):
+                nursery.start_soon(self._download_worker, download_receive.clone(), verify_send.clone(), done_send.clone())
+            nursery.start_soon(self._verifier, verify_receive)
+            nursery.start_soon(self._indexer, done_receive, scene_send)
+            for _ in range(self.options.metadata_workers):
+                nursery.start_soon(self._metadata_worker, scene_receive.clone(), limiter)
+            # the stages hold clones; closing the originals lets each channel close with its users
+            for channel in (download_receive, verify_send, done_send, scene_receive):
+                await channel.aclose()
+
+    def _report(self, summary: dict) -> dict[str, Any]:
+        stats = self.stats
+        by_status: dict[str, list] = {"verified": [], "skipped": [], "failed": [], "unmatched": []}
+        for name, entry in sorted(self.results.items()):
+            if entry["status"] == "verified":
+                by_status["verified"].append(name)
+            elif entry["status"] == "present":
+                by_status["skipped"].append(name)
+            elif entry["status"] == "unmatched":
+                by_status["unmatched"].append(name)
+            else:
+                by_status["failed"].append({"file": name, "reason": entry.get("reason"), "attempts": entry.get("attempts", 0)})
+        elapsed = time.monotonic() - self.started
+        report = {
+            "dest": os.path.abspath(self.options.dest),
+            "dataverse": self.base or None,
+            "doi": self.options.doi,
+            **by_status,
+            "scenes": {"total": stats.scenes_total, "complete": stats.scenes_complete, "incomplete": self.incomplete_scenes},
+            "metadata": {"scenes": stats.metadata_done, "pairs_computed": stats.pairs_computed, "problems": self.metadata_problems},
+            "bytes_downloaded": stats.bytes_downloaded,
+            "retries": stats.retries,
+            "elapsed_s": round(elapsed, 3),
+            "download_rate_bps": round(stats.bytes_downloaded / max(elapsed, 1e-9)),
+            "sha1_rate_bps": round(stats.bytes_hashed / stats.hash_seconds) if stats.hash_seconds else None,
+            "plan": {key: value for key, value in summary.items() if key not in ("unmatched", "listing_not_in_index")},
+        }
+        path = self.options.report or os.path.join(self.options.dest, "fetch_report.json")
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump(report, handle, indent=1)
+        return report
+
+
+def fetch(options: FetchOptions) -> dict[str, Any]:
+    """Run the acquisition pipeline to completion; returns the report (also written as JSON)."""
+    return trio.run(Fetcher(options).run)

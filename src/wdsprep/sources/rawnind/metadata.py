@@ -1,0 +1,243 @@
+"""Per clean/noisy pair metadata (the MetadataArtificer stage): alignment, gains, masks; cached.
+
+Follows `rawproc.get_best_alignment_compute_gain_and_make_loss_mask` (see the research notes A.5):
+overexposure mask on the un-demosaiced clean image, `raw_gain = mean(gt)/mean(noisy)`, integer
+alignment by FFT cross-correlation of z-normalised grey images (the fork's "auto" method) refined
+by the original's L1 neighbourhood search, `rgb_gain` on demosaiced camRGB, and the loss mask
+(`x^(1/2.2)` L1 map, threshold `min(0.4, q99.99)`, binary opening, times the shifted
+overexposure mask).
+
+Convention of a shift `(dy, dx)` (as `rawproc.shift_images`): `noisy[y, x]` shows what
+`clean[y + dy, x + dx]` shows.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .raw import RawImage, demosaic, read_bayer
+
+MAX_SHIFT = 128  # MAX_SHIFT_SEARCH of the original
+LOSS_THRESHOLD = 0.4
+METADATA_VERSION = 1
+
+
+def match_gain(anchor: np.ndarray, other: np.ndarray) -> np.ndarray:
+    return other * (anchor.mean() / other.mean())
+
+
+def shift_images(anchor: np.ndarray, target: np.ndarray, shift: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Crop both images to their overlap under `shift` (same-resolution images only)."""
+    dy, dx = shift
+    height, width = anchor.shape[-2:]
+    anchor_rows = slice(max(dy, 0), height + min(dy, 0))
+    target_rows = slice(max(-dy, 0), height - max(dy, 0))
+    anchor_cols = slice(max(dx, 0), width + min(dx, 0))
+    target_cols = slice(max(-dx, 0), width - max(dx, 0))
+    return anchor[..., anchor_rows, anchor_cols], target[..., target_rows, target_cols]
+
+
+def _znorm(image: np.ndarray) -> np.ndarray:
+    image = image.astype(np.float32)
+    return (image - image.mean()) / (image.std() + 1e-12)
+
+
+def fft_alignment(anchor_grey: np.ndarray, target_grey: np.ndarray, max_shift: int = MAX_SHIFT) -> tuple[int, int]:
+    """Integer (dy, dx) maximising the cross-correlation, within +-max_shift."""
+    from scipy.signal import fftconvolve
+
+    anchor = _znorm(anchor_grey)
+    target = _znorm(target_grey)
+    correlation = fftconvolve(anchor, target[::-1, ::-1], mode="full")
+    zero_y, zero_x = target.shape[0] - 1, target.shape[1] - 1
+    # normalise by the overlap area so large shifts are not penalised for having less overlap
+    height, width = anchor.shape
+    lo_y, hi_y = max(zero_y - max_shift, 0), min(zero_y + max_shift + 1, correlation.shape[0])
+    lo_x, hi_x = max(zero_x - max_shift, 0), min(zero_x + max_shift + 1, correlation.shape[1])
+    window = correlation[lo_y:hi_y, lo_x:hi_x]
+    shifts_y = np.arange(lo_y, hi_y) - zero_y
+    shifts_x = np.arange(lo_x, hi_x) - zero_x
+    overlap = (height - np.abs(shifts_y))[:, None] * (width - np.abs(shifts_x))[None, :]
+    window = window / np.maximum(overlap, 1)
+    best = np.unravel_index(int(np.argmax(window)), window.shape)
+    return int(shifts_y[best[0]]), int(shifts_x[best[1]])
+
+
+def l1_loss(anchor: np.ndarray, target: np.ndarray, shift: tuple[int, int]) -> float:
+    shifted_anchor, shifted_target = shift_images(anchor, target, shift)
+    return float(np.abs(shifted_anchor - shifted_target).mean())
+
+
+def refine_alignment(anchor: np.ndarray, target: np.ndarray, start: tuple[int, int], window: int = 1) -> tuple[tuple[int, int], float]:
+    """The original's greedy L1 neighbourhood search, started from the FFT estimate."""
+    best = start
+    best_loss = l1_loss(anchor, target, best)
+    for _ in range(2 * MAX_SHIFT):
+        candidates = [
+            (best[0] + dy, best[1] + dx)
+            for dy in range(-window, window + 1)
+            for dx in range(-window, window + 1)
+            if (dy or dx) and abs(best[0] + dy) <= MAX_SHIFT and abs(best[1] + dx) <= MAX_SHIFT
+        ]
+        losses = [(l1_loss(anchor, target, shift), shift) for shift in candidates]
+        loss, shift = min(losses)
+        if loss >= best_loss:
+            break
+        best, best_loss = shift, loss
+    return best, best_loss
+
+
+def _gamma(image: np.ndarray) -> np.ndarray:
+    out = image.copy()
+    positive = out > 0
+    out[positive] = out[positive] ** (1 / 2.2)
+    return out
+
+
+def loss_mask(anchor_rgb: np.ndarray, target_rgb: np.ndarray) -> np.ndarray:
+    """Mask of pixels whose gamma-space L1 difference stays under the threshold (aligned inputs)."""
+    from scipy.ndimage import binary_opening
+
+    loss_map = np.abs(_gamma(anchor_rgb) - _gamma(match_gain(anchor_rgb, target_rgb))).sum(axis=0)
+    threshold = min(LOSS_THRESHOLD, float(np.quantile(loss_map, 0.9999)))
+    if threshold == 0:
+        threshold = 1.0
+    return binary_opening(loss_map < threshold)
+
+
+@dataclass
+class PairMetadata:
+    """What the loaders need per clean/noisy pair; `mask` is in clean-image coordinates."""
+
+    record: dict[str, Any]
+    mask: np.ndarray  # bool [H, W], False where the noisy image has no counterpart
+
+
+def compute_pair(gt: RawImage, noisy: RawImage, gt_rgb: np.ndarray | None = None) -> PairMetadata:
+    """Alignment, gains and masks of one pair, from images already read."""
+    if gt.mono.shape != noisy.mono.shape:
+        raise ValueError(f"clean image is {gt.mono.shape[1:]}, noisy image is {noisy.mono.shape[1:]}")
+    overexposure = (gt.mono < gt.overexposure_lb).all(axis=0)
+    raw_gain = float(gt.mono.mean() / noisy.mono.mean())
+    if gt_rgb is None:
+        gt_rgb = demosaic(gt.mono)
+    noisy_rgb = demosaic(noisy.mono)
+    anchor_grey = gt_rgb.mean(axis=0)
+    target_grey = noisy_rgb.mean(axis=0) * (anchor_grey.mean() / noisy_rgb.mean())
+    estimate = fft_alignment(anchor_grey, target_grey)
+    (dy, dx), alignment_loss = refine_alignment(anchor_grey, target_grey, estimate)
+    rgb_gain = float(gt_rgb.mean() / noisy_rgb.mean())
+    anchor_rgb, target_rgb = shift_images(gt_rgb, noisy_rgb, (dy, dx))
+    mask_overlap = loss_mask(anchor_rgb, target_rgb)
+    over_shifted, _ = shift_images(overexposure, overexposure, (dy, dx))
+    mask_overlap &= over_shifted
+    height, width = overexposure.shape
+    mask = np.zeros((height, width), dtype=bool)
+    mask[max(dy, 0) : height + min(dy, 0), max(dx, 0) : width + min(dx, 0)] = mask_overlap
+    record = {
+        "best_alignment": [int(dy), int(dx)],
+        "best_alignment_loss": float(alignment_loss),
+        "raw_gain": raw_gain,
+        "rgb_gain": rgb_gain,
+        "mask_mean": float(mask_overlap.mean()),
+        "overexposure_lb": float(gt.overexposure_lb),
+        "is_bayer": True,
+        "rgb_xyz_matrix": np.asarray(gt.rgb_xyz_matrix, dtype=float).round(6).tolist(),
+        "alignment_method": "fft+l1",
+    }
+    return PairMetadata(record=record, mask=mask)
+
+
+def pair_key(gt_sha1: str, noisy_sha1: str) -> str:
+    return f"{gt_sha1}:{noisy_sha1}"
+
+
+class MetadataCache:
+    """`metadata_cache.jsonl` (`{"key", "value"}` lines, as the fork) plus one mask file per pair.
+
+    Appends are serialised by a lock; later lines win, so an interrupted write costs one entry.
+    """
+
+    def __init__(self, root: str):
+        self.root = root
+        self.path = os.path.join(root, "metadata_cache.jsonl")
+        self.mask_dir = os.path.join(root, "masks")
+        self._lock = threading.Lock()
+        self._entries: dict[str, dict] = {}
+        if os.path.exists(self.path):
+            with open(self.path, encoding="utf-8") as handle:
+                for line in handle:
+                    try:
+                        entry = json.loads(line)
+                        if entry.get("value", {}).get("version") == METADATA_VERSION:
+                            self._entries[entry["key"]] = entry["value"]
+                    except (ValueError, KeyError, AttributeError):
+                        continue  # a torn last line from an interrupted run
+
+    def mask_path(self, key: str) -> str:
+        return os.path.join(self.mask_dir, key.replace(":", "_") + ".npy")
+
+    def get(self, key: str) -> PairMetadata | None:
+        value = self._entries.get(key)
+        if value is None or not os.path.exists(self.mask_path(key)):
+            return None
+        try:
+            packed = np.load(self.mask_path(key), allow_pickle=False)
+        except (OSError, ValueError):
+            return None
+        height, width = value["mask_shape"]
+        mask = np.unpackbits(packed, count=height * width).reshape(height, width).astype(bool)
+        record = {name: item for name, item in value.items() if name not in ("version", "mask_shape")}
+        return PairMetadata(record=record, mask=mask)
+
+    def put(self, key: str, metadata: PairMetadata) -> None:
+        os.makedirs(self.mask_dir, exist_ok=True)
+        path = self.mask_path(key)
+        temporary = f"{path}.tmp{os.getpid()}.{threading.get_ident()}"
+        with open(temporary, "wb") as handle:
+            np.save(handle, np.packbits(metadata.mask.reshape(-1)), allow_pickle=False)
+        os.replace(temporary, path)
+        value = {**metadata.record, "version": METADATA_VERSION, "mask_shape": list(metadata.mask.shape)}
+        with self._lock:
+            with open(self.path, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps({"key": key, "value": value}, sort_keys=True) + "\n")
+            self._entries[key] = value
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._entries
+
+
+def scene_metadata(
+    gt_path: str,
+    gt_sha1: str,
+    noisy: list[tuple[str, str]],
+    cache: MetadataCache | None,
+) -> tuple[list[PairMetadata], int]:
+    """Metadata of every (clean, noisy) pair of a scene; returns (pairs, number computed now)."""
+    results: list[PairMetadata | None] = []
+    missing = []
+    for position, (path, sha1) in enumerate(noisy):
+        hit = cache.get(pair_key(gt_sha1, sha1)) if cache is not None else None
+        results.append(hit)
+        if hit is None:
+            missing.append(position)
+    if missing:
+        gt = read_bayer(gt_path)
+        gt_rgb = demosaic(gt.mono)
+        for position in missing:
+            path, sha1 = noisy[position]
+            try:
+                pair = compute_pair(gt, read_bayer(path), gt_rgb)
+            except ValueError as error:
+                from ...errors import InputError
+
+                raise InputError(f"{path}: cannot pair with {gt_path}: {error}") from None
+            if cache is not None:
+                cache.put(pair_key(gt_sha1, sha1), pair)
+            results[position] = pair
+    return results, len(missing)  # type: ignore[return-value]

@@ -1,0 +1,332 @@
+"""A Dataverse-compatible file server for a local directory, with fault injection.
+
+Serves the two endpoints the RawNIND tools use:
+  GET /api/datasets/:persistentId?persistentId=<doi>       the dataset JSON (file listing)
+  GET /api/access/datafile/<id>                            a file (Range: bytes=a-b supported)
+  GET /api/access/datafile/:persistentId?persistentId=<pid>
+The directory holds `dataverse_dataset.json`; files are found by name anywhere below it.
+
+Faults (for tests and the benchmark) are set on `Faults` by file name or id: HTTP 500s, a
+dropped connection mid-body, corrupted bytes, a 404, a delay before answering, and a per-connection
+rate limit. Every request is logged (in memory, and as JSON lines to a file when asked), so a test
+can see which files were fetched and which requests asked for a Range.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+LISTING_NAME = "dataverse_dataset.json"
+_RANGE_RE = re.compile(r"^bytes=(\d*)-(\d*)$")
+
+
+@dataclass
+class Faults:
+    """Fault injection, keyed by file name or str(file id). Counts are decremented per request."""
+
+    error_500: dict[str, int] = field(default_factory=dict)  # answer 500 this many times
+    drop_after: dict[str, tuple[int, int]] = field(default_factory=dict)  # (bytes, times): close mid-body
+    corrupt: dict[str, int] = field(default_factory=dict)  # flip a byte this many times (-1: always)
+    missing: set[str] = field(default_factory=set)  # answer 404
+    delay: dict[str, float] = field(default_factory=dict)  # seconds before answering
+    rate_limit: float | None = None  # bytes per second per connection (None: unlimited)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Faults":
+        return cls(
+            error_500={str(k): int(v) for k, v in data.get("error_500", {}).items()},
+            drop_after={str(k): (int(v[0]), int(v[1])) for k, v in data.get("drop_after", {}).items()},
+            corrupt={str(k): int(v) for k, v in data.get("corrupt", {}).items()},
+            missing={str(k) for k in data.get("missing", [])},
+            delay={str(k): float(v) for k, v in data.get("delay", {}).items()},
+            rate_limit=data.get("rate_limit"),
+        )
+
+
+class DataverseDirectory:
+    """The dataset JSON of a directory and where each listed file lives."""
+
+    def __init__(self, root: str):
+        self.root = os.path.abspath(root)
+        listing_path = os.path.join(self.root, LISTING_NAME)
+        try:
+            with open(listing_path, "rb") as handle:
+                self.listing_bytes = handle.read()
+            self.listing = json.loads(self.listing_bytes)
+            files = self.listing["data"]["latestVersion"]["files"]
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise ValueError(f"{listing_path}: not a Dataverse dataset JSON ({error})") from None
+        data = self.listing["data"]
+        self.doi = data["latestVersion"].get("datasetPersistentId") or f"{data.get('protocol', 'doi')}:{data.get('authority')}/{data.get('identifier')}"
+        on_disk: dict[str, str] = {}
+        for directory, _, names in os.walk(self.root):
+            for name in names:
+                on_disk.setdefault(name, os.path.join(directory, name))
+        self.by_id: dict[int, tuple[str, str | None]] = {}
+        self.by_pid: dict[str, int] = {}
+        for entry in files:
+            datafile = entry["dataFile"]
+            name = datafile.get("filename") or entry.get("label")
+            self.by_id[int(datafile["id"])] = (name, on_disk.get(name))
+            if datafile.get("persistentId"):
+                self.by_pid[datafile["persistentId"]] = int(datafile["id"])
+
+
+class DataverseServer:
+    """Runs the server in a thread: `with DataverseServer(dir) as server: server.url ...`."""
+
+    def __init__(self, root: str, host: str = "127.0.0.1", port: int = 0, faults: Faults | None = None,
+                 log_path: str | None = None, chunk_size: int = 64 * 1024):
+        self.directory = DataverseDirectory(root)
+        self.faults = faults or Faults()
+        self.log: list[dict] = []
+        self.log_path = log_path
+        self.chunk_size = chunk_size
+        self._lock = threading.Lock()
+        handler = type("Handler", (_Handler,), {"app": self})
+        self.httpd = ThreadingHTTPServer((host, port), handler)
+        self.httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    @property
+    def doi(self) -> str:
+        return self.directory.doi
+
+    def start(self) -> "DataverseServer":
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="dataverse-server", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> "DataverseServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def record(self, entry: dict) -> None:
+        with self._lock:
+            self.log.append(entry)
+            if self.log_path:
+                with open(self.log_path, "a", encoding="utf-8") as handle:
+                    handle.write(json.dumps(entry, sort_keys=True) + "\n")
+
+    def take_fault(self, table: dict, keys: tuple[str, ...]) -> Any:
+        """Consume one use of a counted fault for this file; returns the fault value or None."""
+        with self._lock:
+            for key in keys:
+                if key in table:
+                    value = table[key]
+                    if isinstance(value, tuple):
+                        amount, times = value
+                        if times == 0:
+                            return None
+                        if times > 0:
+                            table[key] = (amount, times - 1)
+                        return amount
+                    if value == 0:
+                        return None
+                    if value > 0:
+                        table[key] = value - 1
+                    return True
+        return None
+
+
+class _Handler(BaseHTTPRequestHandler):
+    app: DataverseServer
+    protocol_version = "HTTP/1.1"
+    server_version = "wdsprep-dataverse/1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet; we keep our own log
+        pass
+
+    def do_HEAD(self) -> None:
+        self._serve(head=True)
+
+    def do_GET(self) -> None:
+        self._serve(head=False)
+
+    # ------------------------------------------------------------------------------------------
+    def _send_simple(self, status: int, body: bytes, content_type: str = "application/json", head: bool = False) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if not head:
+            self.wfile.write(body)
+
+    def _error(self, status: int, message: str, head: bool) -> int:
+        body = json.dumps({"status": "ERROR", "message": message}).encode()
+        self._send_simple(status, body, head=head)
+        return status
+
+    def _serve(self, head: bool) -> None:
+        parts = urlsplit(self.path)
+        query = parse_qs(parts.query)
+        path = unquote(parts.path).rstrip("/")
+        entry: dict[str, Any] = {"method": self.command, "path": self.path, "range": self.headers.get("Range"),
+                                 "time": time.time(), "client": self.client_address[1]}
+        try:
+            if path == "/api/datasets/:persistentId":
+                pid = (query.get("persistentId") or [""])[0]
+                if pid != self.app.doi:
+                    entry["status"] = self._error(404, f"Dataset with Persistent ID {pid} not found.", head)
+                else:
+                    self._send_simple(200, self.app.directory.listing_bytes, head=head)
+                    entry["status"] = 200
+                return
+            match = re.fullmatch(r"/api/access/datafile/(\d+|:persistentId)", path)
+            if not match:
+                entry["status"] = self._error(404, f"no such endpoint {parts.path}", head)
+                return
+            if match.group(1) == ":persistentId":
+                pid = (query.get("persistentId") or [""])[0]
+                file_id = self.app.directory.by_pid.get(pid)
+            else:
+                file_id = int(match.group(1))
+            entry["file_id"] = file_id
+            entry["status"] = self._serve_file(file_id, head, entry)
+        except (BrokenPipeError, ConnectionResetError):
+            entry["status"] = entry.get("status", "client-closed")
+        finally:
+            self.app.record(entry)
+
+    def _serve_file(self, file_id: int | None, head: bool, entry: dict) -> int:
+        app = self.app
+        known = app.directory.by_id.get(file_id) if file_id is not None else None
+        if known is None:
+            return self._error(404, f"File not found for id {file_id}", head)
+        name, path = known
+        entry["file"] = name
+        keys = (name, str(file_id))
+        faults = app.faults
+        delay = next((faults.delay[key] for key in keys if key in faults.delay), 0.0)
+        if delay:
+            time.sleep(delay)
+        if path is None or any(key in faults.missing for key in keys):
+            return self._error(404, f"File not found for id {file_id}", head)
+        if app.take_fault(faults.error_500, keys):
+            return self._error(500, "Internal Server Error (injected)", head)
+        size = os.path.getsize(path)
+        start, end = 0, size - 1
+        status = 200
+        requested = self.headers.get("Range")
+        if requested:
+            match = _RANGE_RE.match(requested.strip())
+            if not match or (not match.group(1) and not match.group(2)):
+                return self._error(416, f"bad Range {requested!r}", head)
+            if match.group(1):
+                start = int(match.group(1))
+                end = min(int(match.group(2)), size - 1) if match.group(2) else size - 1
+            else:  # suffix range: the last N bytes
+                start = max(size - int(match.group(2)), 0)
+            if start >= size or start > end:
+                self.send_response(416)
+                self.send_header("Content-Range", f"bytes */{size}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return 416
+            status = 206
+        length = end - start + 1
+        self.send_response(status)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(length))
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("Content-Disposition", f'attachment; filename="{name}"')
+        if status == 206:
+            self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+        self.end_headers()
+        if head:
+            return status
+        drop_at = app.take_fault(faults.drop_after, keys)
+        corrupt = app.take_fault(faults.corrupt, keys)
+        sent = 0
+        began = time.monotonic()
+        with open(path, "rb") as handle:
+            handle.seek(start)
+            while sent < length:
+                chunk = handle.read(min(app.chunk_size, length - sent))
+                if not chunk:
+                    break
+                if corrupt and sent == 0:
+                    chunk = bytes([chunk[0] ^ 0xFF]) + chunk[1:]
+                if drop_at is not None and sent + len(chunk) >= drop_at:
+                    chunk = chunk[: max(drop_at - sent, 0)]
+                    self.wfile.write(chunk)
+                    self.wfile.flush()
+                    sent += len(chunk)
+                    entry["dropped_at"] = start + sent
+                    self.close_connection = True
+                    try:
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                    entry["bytes"] = sent
+                    return status
+                self.wfile.write(chunk)
+                sent += len(chunk)
+                if faults.rate_limit:
+                    ahead = sent / faults.rate_limit - (time.monotonic() - began)
+                    if ahead > 0:
+                        time.sleep(ahead)
+        entry["bytes"] = sent
+        if corrupt:
+            entry["corrupted"] = True
+        return status
+
+
+# ------------------------------------------------------------------------------------------- CLI
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("directory", help="directory with dataverse_dataset.json and the files it lists")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8080, help="port (0 picks a free one)")
+    parser.add_argument("--rate-limit", type=float, default=None, metavar="BYTES_PER_S",
+                        help="limit each connection to this many bytes per second")
+    parser.add_argument("--faults", default=None, metavar="JSON", help="fault injection table (JSON file)")
+    parser.add_argument("--log", default=None, metavar="PATH", help="append one JSON line per request here")
+
+
+def serve_main(args: argparse.Namespace) -> int:
+    faults = Faults()
+    if args.faults:
+        try:
+            with open(args.faults, encoding="utf-8") as handle:
+                faults = Faults.from_json(json.load(handle))
+        except (OSError, ValueError) as error:
+            print(f"error: {args.faults}: cannot read the fault table ({error})", file=sys.stderr)
+            return 2
+    if args.rate_limit:
+        faults.rate_limit = args.rate_limit
+    try:
+        server = DataverseServer(args.directory, host=args.host, port=args.port, faults=faults, log_path=args.log)
+    except (ValueError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"serving {server.directory.root} as {server.doi} at {server.url}", flush=True)
+    try:
+        server.httpd.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.httpd.server_close()
+    return 0
