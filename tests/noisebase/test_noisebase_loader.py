@@ -1,0 +1,148 @@
+"""The heart of the issue: our shard loader against noisebase 1.1.1's own loader, batch for batch."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from noisebase_testdata import ALL_BUFFERS, FRAMES, assert_same_batch, native, reference_loader, shards
+
+pytest.importorskip("noisebase")
+pytest.importorskip("zarr")
+
+from wdsprep.sources.noisebase import TrainingSampleLoader  # noqa: E402
+
+GRID = [
+    # flip_rotate, stage, num_workers, samples, buffers, extra
+    pytest.param(True, "train", 0, 4, ALL_BUFFERS, {}, id="flip-train-w0-s4-all"),
+    pytest.param(False, "train", 0, 8, ALL_BUFFERS, {}, id="noflip-train-w0-s8-all"),
+    pytest.param(True, "train", 2, 3, ["color", "motion", "depth"], {}, id="flip-train-w2-s3-subset"),
+    pytest.param(True, "val", 0, 4, ALL_BUFFERS, {}, id="val-w0-s4-all"),
+    pytest.param(True, "val", 2, 8, ["normal", "reference", "w_motion"], {}, id="val-w2-s8-subset"),
+    pytest.param(True, "train", 0, 5, ["w_normal", "diffuse", "w_position"],
+                 {"batch_size": 1, "drop_last": False, "val_split": 0.4}, id="flip-train-b1-nodrop"),
+    pytest.param(True, "train", 0, 2, ["color"], {"shuffle": False, "seed": 7, "batch_size": 3, "val_split": 0.0},
+                 id="noshuffle-seed7-b3"),
+]
+
+
+def _args(flip_rotate, stage, num_workers, samples, buffers, extra):
+    args = dict(seed=42, val_split=0.2, shuffle=True, batch_size=2, drop_last=True, num_workers=num_workers,
+                flip_rotate=flip_rotate, stage=stage, samples=samples, buffers=buffers)
+    args.update(extra)
+    return args
+
+
+@pytest.mark.parametrize("flip_rotate, stage, num_workers, samples, buffers, extra", GRID)
+def test_two_epochs_bit_identical_to_noisebase(tmp_path_factory, flip_rotate, stage, num_workers, samples, buffers, extra):
+    args = _args(flip_rotate, stage, num_workers, samples, buffers, extra)
+    theirs = reference_loader(native(tmp_path_factory), **args)
+    ours = TrainingSampleLoader(shards(tmp_path_factory), **args)
+    assert len(ours) == len(theirs)
+    compared = 0
+    for epoch in range(2):
+        reference_batches, our_batches = list(theirs), list(ours)
+        assert len(our_batches) == len(reference_batches) > 0
+        for index, (mine, reference) in enumerate(zip(our_batches, reference_batches)):
+            assert_same_batch(mine, reference, f"epoch {epoch} batch {index}")
+            compared += 1
+        assert ours.batch_sampler.epoch_idx == theirs.batch_sampler.epoch_idx == epoch + 1
+    assert compared >= 8
+
+
+def test_codec_none_and_one_frame_shards_match(tmp_path_factory):
+    """Sequences spread over many shard parts (and uncompressed members) give the same batches."""
+    args = _args(True, "train", 0, 4, ALL_BUFFERS, {})
+    url = shards(tmp_path_factory, codec="none", shard_bytes="1KB")  # every frame in a shard of its own
+    ours = TrainingSampleLoader(url + "/manifest.json", **args)
+    theirs = reference_loader(native(tmp_path_factory), **args)
+    for mine, reference in zip(list(ours), list(theirs)):
+        assert_same_batch(mine, reference)
+
+
+def test_lockstep_batches_and_prev_camera(tmp_path_factory):
+    loader = TrainingSampleLoader(shards(tmp_path_factory), batch_size=2, val_split=0.2, num_workers=0, samples=2,
+                                  buffers=["motion"])
+    batches = list(loader)
+    assert [int(b["frame_index"]) for b in batches] == list(range(FRAMES)) * 2
+    for group in (batches[:FRAMES], batches[FRAMES:]):
+        assert all(b["file"] == group[0]["file"] for b in group)  # same sequences for all frames
+        assert torch.equal(group[0]["prev_camera"]["crop_offset"], group[0]["crop_offset"])
+        for prev, cur in zip(group, group[1:]):
+            assert torch.equal(cur["prev_camera"]["crop_offset"], prev["crop_offset"])
+            assert torch.equal(cur["prev_camera"]["view_proj_mat"], prev["view_proj_mat"])
+    assert set(batches[0]["file"]).isdisjoint(batches[FRAMES]["file"])
+    assert batches[0]["motion"].shape == (2, 2, 16, 16, 2) and not batches[0]["motion"].any()
+
+
+def test_at_most_batch_sequences_open(tmp_path_factory):
+    loader = TrainingSampleLoader(shards(tmp_path_factory), batch_size=2, val_split=0.2, num_workers=0, samples=1,
+                                  buffers=["reference"])
+    dataset = loader.dataset
+    opened = []
+    for _ in loader:
+        opened.append(len(dataset._readers))
+    assert max(opened) == 2
+
+
+def test_resume_at_sequence_boundary_matches_uninterrupted_run(tmp_path_factory):
+    args = _args(True, "train", 0, 4, ALL_BUFFERS, {"val_split": 0.0})  # 4 train sequences (n_val = batch_size), 2 groups
+    url = shards(tmp_path_factory)
+    full = TrainingSampleLoader(url, **args)
+    first, second = list(full), list(full)
+
+    interrupted = TrainingSampleLoader(url, **args)
+    sampler = interrupted.batch_sampler
+    assert not sampler.checkpoint(0, FRAMES + 1)  # mid-sequence: refused, like noisebase
+    assert interrupted.state_dict() == {}
+    taken = []
+    for batch_idx, batch in enumerate(interrupted):
+        if batch_idx == FRAMES:
+            assert sampler.checkpoint(0, batch_idx)
+            state = dict(interrupted.state_dict())
+            sampler.cached_state = {}
+            break
+        taken.append(batch)
+    assert state == {"start_epoch_idx": 0, "start_sequence_idx": 2}
+
+    resumed = TrainingSampleLoader(url, **args)
+    resumed.load_state_dict(state)
+    rest = list(resumed)
+    assert len(rest) == len(first) - FRAMES
+    for mine, reference in zip(taken + rest, first):
+        assert_same_batch(mine, reference)
+    for mine, reference in zip(list(resumed), second):  # the next epoch is whole again
+        assert_same_batch(mine, reference)
+
+
+def test_resume_state_matches_noisebase(tmp_path_factory):
+    args = _args(True, "train", 0, 2, ["color"], {"val_split": 0.0})
+    ours = TrainingSampleLoader(shards(tmp_path_factory), **args)
+    theirs = reference_loader(native(tmp_path_factory), **args)
+    for epoch, batch_idx in [(0, 0), (0, 3), (1, 4), (0, 8), (2, 5)]:
+        assert ours.batch_sampler.checkpoint(epoch, batch_idx) == theirs.batch_sampler.checkpoint(epoch, batch_idx)
+        assert ours.state_dict() == theirs.state_dict()
+    state = {"start_epoch_idx": 1, "start_sequence_idx": 4}
+    ours.load_state_dict(state)
+    theirs.load_state_dict(state)
+    for mine, reference in zip(list(ours), list(theirs)):
+        assert_same_batch(mine, reference)
+
+
+def test_get_epoch_overrides_counting(tmp_path_factory):
+    args = _args(True, "train", 0, 1, ["color"], {})
+    ours = TrainingSampleLoader(shards(tmp_path_factory), get_epoch=lambda: 5, **args)
+    theirs = reference_loader(native(tmp_path_factory), get_epoch=lambda: 5, **args)
+    for mine, reference in zip(list(ours), list(theirs)):
+        assert_same_batch(mine, reference)
+
+
+def test_bad_arguments(tmp_path_factory):
+    from wdsprep.errors import ConfigError
+
+    url = shards(tmp_path_factory)
+    with pytest.raises(ConfigError, match="unknown buffer"):
+        TrainingSampleLoader(url, buffers=["colour"])
+    with pytest.raises(ConfigError, match="samples=64"):
+        TrainingSampleLoader(url, samples=64)
+    with pytest.raises(ConfigError, match="stage"):
+        TrainingSampleLoader(url, stage="test")
