@@ -21,7 +21,8 @@ from ..base import Plan, Unit, UnitContext, group_by_size
 from . import _native
 from ._config import DatasetConfig, load_config, parse_section
 
-CONFIG_NAME = "deepreg.yaml"  # a directory holding this file is converted from it
+CONFIG_NAME = "deepreg.yaml"
+MEMBER_OVERHEAD = 4096  # tar header + padding + zstd frame + msgpack meta share, per member  # a directory holding this file is converted from it
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 ROLES = {
     "paired": (("moving_images", "moving_image"), ("fixed_images", "fixed_image")),
@@ -71,6 +72,14 @@ def _relative(ref: _native.VolumeRef, split) -> str:
     return ref.describe()
 
 
+def _estimated_bytes(ref: _native.VolumeRef, info: _native.VolumeInfo) -> int:
+    """Bytes a volume will take in a shard: raw size, or for gzip files a bound from their size
+    (zstd does about as well as gzip on these volumes)."""
+    if ref.key is None and ref.path.endswith(".gz"):
+        return min(info.nbytes, 3 * os.path.getsize(ref.path))
+    return info.nbytes
+
+
 def _split_items(kind: str, split, out_split: str, dataset: str) -> tuple[list[dict], list[int], dict]:
     """The items (one per shard sample) of a split, their raw sizes, and the split's table."""
     observations = _native.scan_split(split, kind)
@@ -90,7 +99,7 @@ def _split_items(kind: str, split, out_split: str, dataset: str) -> tuple[list[d
             else:
                 counts[role] = _native.check_label_shape(ref, info, role.replace("_", " "))
             volumes[role] = {"path": ref.path, "key": ref.key, "rel": _relative(ref, split)}
-            size += info.nbytes
+            size += _estimated_bytes(ref, info)
         if split.labeled:
             for image_role in [r for _, r in ROLES[kind]]:
                 label_role = image_role.replace("image", "label")
@@ -167,6 +176,11 @@ def _even_groups(items: list, sizes: list[int], target: int) -> list[list]:
     return result
 
 
+def _member_count(item: dict) -> int:
+    volumes = item["volumes"]
+    return 1 + (sum(len(v) for v in volumes) if isinstance(volumes, list) else len(volumes))
+
+
 def _fingerprint(datasets: list[tuple[str, DatasetConfig]], units: list[Unit]) -> str:
     digest = hashlib.sha256()
     digest.update(json.dumps([(n, c.to_json()) for n, c in datasets], sort_keys=True).encode())
@@ -210,12 +224,16 @@ class DeepRegSource:
                 items, sizes, table = _split_items(config.type, split, out_split, dataset)
                 table["reader"] = config.reader
                 tables["splits"][out_split] = table
+                # raw bytes + headers bound the written size, so a unit stays one shard (no roll-over)
+                sizes = [size + MEMBER_OVERHEAD * _member_count(item) for item, size in zip(items, sizes)]
+                size_of = {item["key"]: size for item, size in zip(items, sizes)}
                 if config.type == "unpaired":
                     groups = _even_groups(items, sizes, options["shard_bytes"])
                 else:
                     groups = group_by_size(items, sizes, options["shard_bytes"])
-                size_of = {item["key"]: size for item, size in zip(items, sizes)}
                 for index, group in enumerate(groups):
+                    for position, item in enumerate(group):  # the reader pairs within this block
+                        item["block"] = [index, position, len(group)]
                     unit_bytes = sum(size_of[item["key"]] for item in group)
                     units.append(Unit(out_split, index, group, unit_bytes))
                     total += unit_bytes
@@ -262,6 +280,8 @@ def _read(volume: dict, handles: dict, is_label: bool):
 
 def _build_item(item: dict, handles: dict) -> dict:
     meta = {k: item[k] for k in ("dataset", "split", "type", "format", "dir", "num_labels")}
+    block_id, position, size = item["block"]
+    meta["block"] = {"id": block_id, "position": position, "size": size}
     fields: dict = {}
     if item["type"] == "grouped":
         meta.update(group_index=item["group_index"], group=item["group"], names=item["names"],

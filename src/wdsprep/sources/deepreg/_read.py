@@ -147,17 +147,65 @@ class _Pairs:
         self.block_size, self.shuffle = block_size, shuffle
 
     # -- blocks
+    def _block_of(self, item: _Item) -> tuple[tuple, int, int, int]:
+        """(block identity, first position, length, this sample's position) from the converter's meta.
+
+        The converter numbers the samples of each shard (`meta.block`); `block_size` cuts that
+        further into fixed runs. Knowing a block's length lets the stage pair as soon as its last
+        sample arrives, without reading ahead into the next block.
+        """
+        block = item.meta.get("block")
+        if not block:
+            return (item.url, None), 0, 0, 0  # no layout: the block ends when the shard (url) does
+        position, size = block["position"], block["size"]
+        start = 0
+        if self.block_size:
+            start = position - position % self.block_size
+            size = min(self.block_size, size - start)
+        return (item.url, block["id"], start), start, size, position
+
+    def _recover(self, item: _Item, identity: tuple, start: int, position: int) -> list[_Item]:
+        """The block's samples before `item`, re-read from the start of its shard.
+
+        Needed after a resume that skipped into the middle of a block (the core skips the samples
+        it had pulled); the pairs then come out exactly as in the uninterrupted epoch.
+        """
+        if not item.url:
+            return []
+        from ...stream import iter_shard
+
+        found: list[_Item] = []
+        for sample in iter_shard(item.url):
+            other = _Item(sample)
+            other_identity, _, _, other_position = self._block_of(other)
+            if other.key == item.key or other_position >= position and other_identity == identity:
+                break
+            if other_identity == identity and other_position >= start:
+                found.append(other)
+        return found
+
     def _blocks(self, source: Iterable[dict]) -> Iterator[list[_Item]]:
         block: list[_Item] = []
+        identity = None
+        positions: set[int] = set()
         for sample in source:
             item = _Item(sample)
             if item.meta["type"] != self.kind:
                 raise ConfigError(f"sample {item.key!r} is a {item.meta['type']} sample, but pairs() was "
                                   f"asked for {self.kind!r}")
-            if block and (item.url != block[0].url or (self.block_size and len(block) >= self.block_size)):
-                yield block
-                block = []
+            item_identity, start, size, position = self._block_of(item)
+            if block and (item_identity != identity or position in positions):
+                yield block  # an incomplete block (a piece cut short, or the shard ended)
+                block, positions = [], set()
+            if not block and position > start:
+                block = self._recover(item, item_identity, start, position)
+                positions = {self._block_of(b)[3] for b in block}
             block.append(item)
+            positions.add(position)
+            identity = item_identity
+            if size and len(block) >= size:
+                yield block
+                block, positions = [], set()
         if block:
             yield block
 
