@@ -1,0 +1,211 @@
+"""The acquisition pipeline against the local Dataverse server, with injected faults."""
+import hashlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import trio
+import yaml
+
+from wdsprep.sources.rawnind.cli import main
+from wdsprep.sources.rawnind.fetch import FetchError, Fetcher, FetchOptions
+from wdsprep.sources.rawnind.index import build_scenes, load_index, load_listing
+from wdsprep.sources.rawnind.server import DataverseServer, Faults
+from wdsprep.sources.rawnind.synth import SYNTH_DOI
+
+from conftest import truth
+
+
+def run_fetch(options: FetchOptions, limit: float = 60.0) -> dict:
+    """Run the pipeline; fail the test if it does not end on its own within `limit` seconds."""
+
+    async def bounded():
+        with trio.fail_after(limit):
+            return await Fetcher(options).run()
+
+    return trio.run(bounded)
+
+
+def sha1(path) -> str:
+    return hashlib.sha1(open(path, "rb").read()).hexdigest()
+
+
+def scene_files(root):
+    index = load_index(str(root / "dataset_index.yaml"))
+    listing = load_listing(str(root / "dataverse_dataset.json"))
+    return [image for scene in build_scenes(index, listing) for image in scene.files]
+
+
+def test_clean_fetch_verifies_everything_and_second_run_skips(synth_tiny, tmp_path):
+    dest = tmp_path / "dest"
+    with DataverseServer(str(synth_tiny)) as server:
+        report = run_fetch(FetchOptions(dest=str(dest), dataverse=server.url, doi=SYNTH_DOI, progress="none"))
+        images = [image for image in scene_files(synth_tiny) if image.downloadable]
+        assert sorted(report["verified"]) == sorted(image.filename for image in images)
+        assert report["failed"] == [] and report["unmatched"] == [image.filename for image in scene_files(synth_tiny) if image.role == "sidecar"]
+        assert report["scenes"] == {"total": 2, "complete": 2, "incomplete": []}
+        for image in images:
+            path = dest / image.relpath
+            assert sha1(path) == image.sha1
+            assert ("/gt/" in image.relpath) == (image.role == "clean")
+        assert not list(dest.rglob("*.part"))
+        assert json.loads((dest / "fetch_report.json").read_text())["verified"] == report["verified"]
+        assert (dest / "dataset_index.yaml").read_bytes() == (synth_tiny / "files" / "dataset.yaml").read_bytes()
+        assert report["metadata"]["pairs_computed"] == 4
+        requests_before = len(server.log)
+        again = run_fetch(FetchOptions(dest=str(dest), dataverse=server.url, doi=SYNTH_DOI, progress="none"))
+        assert again["verified"] == [] and len(again["skipped"]) == len(images)
+        assert again["metadata"]["pairs_computed"] == 0  # cached
+        fetched_again = [entry for entry in server.log[requests_before:] if entry.get("file", "").endswith(".dng")]
+        assert fetched_again == []
+
+
+def test_injected_faults(synth_tiny, tmp_path):
+    files = {image.filename: image for image in scene_files(synth_tiny) if image.downloadable and image.filename.endswith(".dng")}
+    names = sorted(files)
+    flaky_500, dropped, corrupt_once, corrupt_always, missing, slow, too_slow = names[:7]
+    faults = Faults(
+        error_500={flaky_500: 2},
+        drop_after={dropped: (50_000, 1)},
+        corrupt={corrupt_once: 1, corrupt_always: -1},
+        missing={missing},
+        delay={slow: 0.3, too_slow: 2.0},
+    )
+    dest = tmp_path / "dest"
+    log = io.StringIO()
+    with DataverseServer(str(synth_tiny), faults=faults) as server:
+        report = run_fetch(FetchOptions(dest=str(dest), dataverse=server.url, doi=SYNTH_DOI, backoff=0.05,
+                                        timeout=1.0, progress="log", log_interval=0.2, stream=log))
+    failed = {entry["file"]: entry for entry in report["failed"]}
+    assert set(failed) == {corrupt_always, missing, too_slow}
+    assert "SHA-1 mismatch" in failed[corrupt_always]["reason"] and failed[corrupt_always]["attempts"] == 3
+    assert "HTTP 404" in failed[missing]["reason"] and failed[missing]["attempts"] == 1
+    assert "Timeout" in failed[too_slow]["reason"] and failed[too_slow]["attempts"] == 3
+    good = set(names) - set(failed)
+    assert good <= set(report["verified"])
+    # nothing is ever verified with a wrong hash; failed files leave nothing at their final name
+    for name in report["verified"]:
+        assert sha1(dest / files[name].relpath) == files[name].sha1 if name in files else True
+    for name in failed:
+        assert not (dest / files[name].relpath).exists()
+        assert not os.path.exists(str(dest / files[name].relpath) + ".part") or name == too_slow
+    requests = [entry for entry in server.log if entry.get("file")]
+    statuses = [entry["status"] for entry in requests if entry["file"] == flaky_500]
+    assert statuses == [500, 500, 200]
+    resumed = [entry for entry in requests if entry["file"] == dropped and entry["range"]]
+    assert resumed and resumed[0]["range"] == "bytes=50000-" and resumed[0]["status"] == 206
+    assert sum(entry["file"] == corrupt_once for entry in requests) == 2
+    assert report["scenes"]["complete"] + len(report["scenes"]["incomplete"]) == 2
+    assert "[rawnind fetch]" in log.getvalue() and "done:" in log.getvalue()
+
+
+def test_progress_bar_on_a_terminal(synth_tiny, tmp_path):
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    screen = Terminal()
+    with DataverseServer(str(synth_tiny), faults=Faults(rate_limit=300_000)) as server:
+        run_fetch(FetchOptions(dest=str(tmp_path / "d"), dataverse=server.url, doi=SYNTH_DOI, metadata=False, stream=screen))
+    text = screen.getvalue()
+    assert "\r\x1b[K" in text and "active" in text and "B/s" in text
+    assert "%]" in text  # an active transfer with its percentage
+
+
+def test_kill_mid_download_then_resume_by_range(synth_tiny, tmp_path):
+    dest = tmp_path / "dest"
+    server_log = tmp_path / "server.log"
+    images = {image.filename: image for image in scene_files(synth_tiny) if image.downloadable}
+    # ~1 s per 196 kB capture, one at a time
+    with DataverseServer(str(synth_tiny), faults=Faults(rate_limit=200_000), log_path=str(server_log)) as server:
+        command = [sys.executable, "-m", "wdsprep.sources.rawnind", "fetch", str(dest), "--dataverse", server.url,
+                   "--doi", SYNTH_DOI, "--concurrency", "1", "--no-metadata", "--progress", "none"]
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                finals = [p for p in dest.rglob("*.dng")]
+                parts = [p for p in dest.rglob("*.part") if p.stat().st_size > 30_000]
+                if finals and parts:
+                    break
+                assert process.poll() is None, process.stderr.read()
+                time.sleep(0.02)
+            else:
+                pytest.fail("the fetch never had a verified file and a partial one")
+            process.send_signal(signal.SIGKILL)
+            process.wait(timeout=10)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        verified_before = {p.name for p in dest.rglob("*.dng")}
+        partial = {p.name[: -len(".part")]: p.stat().st_size for p in dest.rglob("*.part")}
+        assert verified_before and partial
+        requests_before = len(server.log)
+        server.faults.rate_limit = None
+        report = run_fetch(FetchOptions(dest=str(dest), dataverse=server.url, doi=SYNTH_DOI, metadata=False, progress="none"))
+        second = [entry for entry in server.log[requests_before:] if entry.get("file") in images]
+    assert not {entry["file"] for entry in second} & verified_before  # nothing verified is fetched twice
+    assert set(report["skipped"]) == verified_before
+    for name, size in partial.items():
+        resumed = [entry for entry in second if entry["file"] == name]
+        assert [entry["range"] for entry in resumed] == [f"bytes={size}-"]
+        assert resumed[0]["status"] == 206
+    assert report["failed"] == []
+    for name, image in images.items():
+        assert sha1(dest / image.relpath) == image.sha1
+    # the server's JSON-lines log shows the resumed request too
+    lines = [json.loads(line) for line in server_log.read_text().splitlines()]
+    assert any(line.get("range") == f"bytes={size}-" for line in lines for size in partial.values())
+
+
+def test_unreachable_server_stops_at_once(tmp_path, capsys):
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    began = time.monotonic()
+    code = main(["fetch", str(tmp_path / "dest"), "--dataverse", f"http://127.0.0.1:{port}", "--timeout", "2"])
+    assert code == 2 and time.monotonic() - began < 10
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: cannot reach Dataverse at http://127.0.0.1:{port}/api/datasets")
+
+
+def test_unwritable_destination_stops_at_once(synth_tiny, tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    with DataverseServer(str(synth_tiny)) as server:
+        code = main(["fetch", str(blocker / "dest"), "--dataverse", server.url, "--doi", SYNTH_DOI])
+        assert code == 2
+        assert [entry for entry in server.log] == []  # nothing was even asked
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "destination is not writable" in err[0] and str(blocker / "dest") in err[0]
+
+
+def test_wrong_doi_is_a_clear_error(synth_tiny, tmp_path, capsys):
+    with DataverseServer(str(synth_tiny)) as server:
+        code = main(["fetch", str(tmp_path / "d"), "--dataverse", server.url, "--doi", "doi:10.1/NOPE"])
+    assert code == 2
+    assert "HTTP 404 while fetching the dataset doi:10.1/NOPE" in capsys.readouterr().err
+
+
+def test_selection_by_scene_and_cli_exit_code(synth_tiny, tmp_path, capsys):
+    names = list(yaml.safe_load((synth_tiny / "dataset_index.yaml").read_text())["Bayer"])
+    missing_name = sorted(truth(synth_tiny)["scenes"][f"Bayer/{names[1]}"]["noisy"])[0]
+    with DataverseServer(str(synth_tiny), faults=Faults(missing={missing_name})) as server:
+        code = main(["fetch", str(tmp_path / "d"), "--dataverse", server.url, "--doi", SYNTH_DOI, "--scenes", names[1],
+                     "--progress", "none", "--no-metadata"])
+        assert code == 1  # a reported failure
+        out = capsys.readouterr()
+        assert f"failed: {missing_name}: HTTP 404" in out.err
+        report = json.loads((tmp_path / "d" / "fetch_report.json").read_text())
+        assert report["scenes"]["incomplete"] == [{"scene": f"Bayer/{names[1]}", "missing": [missing_name]}]
+        assert all(names[1] in name for name in report["verified"])
+        code = main(["fetch", str(tmp_path / "d"), "--dataverse", server.url, "--doi", SYNTH_DOI, "--scenes", "nope"])
+        assert code == 2 and "scenes not in the index: nope" in capsys.readouterr().err
