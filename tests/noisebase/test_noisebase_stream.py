@@ -1,0 +1,76 @@
+"""The loader streams shards from http and s3 like from local disk, never copying them whole."""
+from __future__ import annotations
+
+import functools
+import http.server
+import threading
+
+import pytest
+
+from noisebase_testdata import ALL_BUFFERS, assert_same_batch, shards
+
+from wdsprep.sources.noisebase import TrainingSampleLoader
+
+ARGS = dict(seed=42, val_split=0.2, batch_size=2, num_workers=0, samples=4, buffers=ALL_BUFFERS)
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    requested: list = []
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        type(self).requested.append(self.path)
+        super().do_GET()
+
+
+@pytest.fixture()
+def http_url(tmp_path_factory):
+    directory = shards(tmp_path_factory)
+    handler = functools.partial(_QuietHandler, directory=directory)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def test_http_stream_matches_local(tmp_path_factory, http_url):
+    _QuietHandler.requested.clear()
+    remote = TrainingSampleLoader(http_url + "/manifest.json", **ARGS)
+    local = TrainingSampleLoader(shards(tmp_path_factory), **ARGS)
+    for mine, reference in zip(list(remote), list(local)):
+        assert_same_batch(mine, reference)
+    assert any(path.endswith(".tar") for path in _QuietHandler.requested)
+
+
+def test_s3_stream_matches_local(tmp_path_factory, monkeypatch):
+    moto_server = pytest.importorskip("moto.server")
+    boto3 = pytest.importorskip("boto3")
+    import os
+
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        for name, value in {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing",
+                            "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+            monkeypatch.setenv(name, value)
+        client = boto3.client("s3", endpoint_url=endpoint)
+        client.create_bucket(Bucket="noisebase-test")
+        directory = shards(tmp_path_factory)
+        for name in os.listdir(directory):
+            if name.endswith((".tar", ".json")):
+                client.upload_file(os.path.join(directory, name), "noisebase-test", f"set/{name}")
+        remote_loader = TrainingSampleLoader("s3://noisebase-test/set/manifest.json", **ARGS)
+        local = TrainingSampleLoader(directory, **ARGS)
+        for mine, reference in zip(list(remote_loader), list(local)):
+            assert_same_batch(mine, reference)
+    finally:
+        server.stop()
