@@ -2,13 +2,20 @@
 
 A `ResumingStream` reads a remote object sequentially. When the connection drops or a transient
 error occurs mid-body, it re-requests the object with `Range: bytes=<offset>-` and carries on, up to
-`retries` times with exponential backoff; every request has connect/read timeouts. Nothing is
-written to disk. A missing object (404 / NoSuchKey) fails at once with an error naming the URL.
+`retries` times in a row with exponential backoff; every request has connect/read timeouts. A resumed
+request must describe the same object (same total size, and same ETag where the server gives one),
+so a shard replaced mid-read is an error rather than a silent splice. Nothing is written to disk. A
+missing object (404 / NoSuchKey) fails at once with an error naming the URL.
+
+`register_webdataset_schemes()` (called by `import wdsprep`) makes webdataset's `gopen` use these
+streams for `s3://` (which webdataset lacks) and `http(s)://` (instead of a `curl` pipe), so plain
+`wds.WebDataset("s3://bucket/train-{00000..00009}-00.tar")` works and resumes too.
 """
 from __future__ import annotations
 
 import io
 import os
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -19,10 +26,12 @@ from .opener import BUFFER, register_opener
 
 RETRIES = int(os.environ.get("WDSPREP_RETRIES", "5"))
 TIMEOUT = float(os.environ.get("WDSPREP_TIMEOUT", "30"))
+MAX_DELAY = 5.0
 
 
 class ResumingStream(io.RawIOBase):
-    """`open_at(offset)` returns (a readable body, total size or None); raises on permanent errors."""
+    """`open_at(offset)` returns (a readable body, total size or None, etag or None) — or the legacy
+    pair (body, total size); it raises `ShardError` on permanent errors, anything else is transient."""
 
     def __init__(self, url: str, open_at: Callable[[int], tuple], retries: int = RETRIES):
         self.url = url
@@ -30,21 +39,34 @@ class ResumingStream(io.RawIOBase):
         self.retries = retries
         self.offset = 0
         self.resumes = 0  # how many times the stream re-requested with Range (for tests and logs)
-        self._body, self.size = self._request(0)
+        self.etag: str | None = None
+        self._body, self.size, self.etag = self._request(0)
 
     def _request(self, offset: int):
         delay = 0.2
         for attempt in range(self.retries + 1):
             try:
-                return self._open_at(offset)
+                result = self._open_at(offset)
+                body, total = result[0], result[1]
+                etag = result[2] if len(result) > 2 else None
+                if offset:
+                    self._check_same_object(body, total, etag)
+                return body, total, etag
             except ShardError:
                 raise
             except Exception as error:  # transient: connection refused/reset, timeouts, 5xx
                 if attempt == self.retries:
                     raise ShardError(self.url, f"giving up after {self.retries + 1} attempts: {error}") from None
                 time.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                delay = min(delay * 2, MAX_DELAY)
         raise AssertionError("unreachable")
+
+    def _check_same_object(self, body, total, etag) -> None:
+        if (self.size is not None and total is not None and total != self.size) or (
+            self.etag and etag and etag != self.etag
+        ):
+            _close_quietly(body)
+            raise ShardError(self.url, f"object changed while reading (size {self.size} -> {total}, etag {self.etag} -> {etag})")
 
     def readable(self) -> bool:
         return True
@@ -66,47 +88,62 @@ class ResumingStream(io.RawIOBase):
             failures += 1
             if failures > self.retries:
                 raise ShardError(self.url, f"stream failed at byte {self.offset}: {last_error}")
-            self._close_body()
+            _close_quietly(self._body)
             self.resumes += 1
-            self._body, _ = self._request(self.offset)
+            time.sleep(min(0.05 * 2**failures, MAX_DELAY))
+            self._body, _, _ = self._request(self.offset)
 
     def _read_fallback(self, buffer) -> int:
         data = self._body.read(len(buffer))
         buffer[: len(data)] = data
         return len(data)
 
-    def _close_body(self) -> None:
-        try:
-            self._body.close()
-        except Exception:
-            pass
-
     def close(self) -> None:
         if not self.closed:
-            self._close_body()
+            _close_quietly(self._body)
         super().close()
+
+
+def _close_quietly(body) -> None:
+    try:
+        body.close()
+    except Exception:
+        pass
 
 
 # ------------------------------------------------------------------------------------------ http
 def _http_open_at(url: str):
     def open_at(offset: int):
-        request = urllib.request.Request(url)
+        request = urllib.request.Request(url, headers={"User-Agent": "wdsprep"})
         if offset:
             request.add_header("Range", f"bytes={offset}-")
         try:
             response = urllib.request.urlopen(request, timeout=TIMEOUT)
         except urllib.error.HTTPError as error:
-            if error.code in (404, 410, 403, 401):
+            if error.code in (404, 410, 403, 401, 416):
                 raise ShardError(url, f"HTTP {error.code} {error.reason}") from None
             raise
-        if offset and response.status != 206:
-            response.close()
-            raise ShardError(url, f"server ignored the Range request (HTTP {response.status})")
+        etag = response.headers.get("ETag")
         length = response.headers.get("Content-Length")
+        if offset and response.status != 206:
+            # the server ignored Range: read past what we already have (still no disk, bounded by offset)
+            _discard(response, offset, url)
+            return response, int(length) if length is not None else None, etag
         total = offset + int(length) if length is not None else None
-        return response, total
+        content_range = response.headers.get("Content-Range")
+        if content_range and "/" in content_range and not content_range.endswith("/*"):
+            total = int(content_range.rsplit("/", 1)[1])
+        return response, total, etag
 
     return open_at
+
+
+def _discard(response, count: int, url: str) -> None:
+    while count > 0:
+        block = response.read(min(count, BUFFER))
+        if not block:
+            raise ConnectionError(f"{url}: body ended while skipping to byte {count}")
+        count -= len(block)
 
 
 def open_http(url: str):
@@ -115,52 +152,102 @@ def open_http(url: str):
 
 # -------------------------------------------------------------------------------------------- s3
 _clients: dict = {}
+_clients_lock = threading.Lock()
+
+
+def _client_key() -> tuple:
+    env = os.environ
+    return (
+        os.getpid(),
+        env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL"),
+        env.get("AWS_ACCESS_KEY_ID"),
+        env.get("AWS_PROFILE"),
+        env.get("AWS_DEFAULT_REGION") or env.get("AWS_REGION"),
+    )
 
 
 def s3_client():
-    """A boto3 S3 client per process; endpoint from AWS_ENDPOINT_URL(_S3) like the AWS CLI."""
-    pid = os.getpid()
-    client = _clients.get(pid)
-    if client is None:
-        try:
-            import boto3
-            from botocore.config import Config
-        except ImportError:
-            raise ShardError("s3://", "s3:// URLs need boto3: pip install 'wdsprep[s3]'") from None
-        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-        config = Config(connect_timeout=TIMEOUT, read_timeout=TIMEOUT, retries={"max_attempts": 3, "mode": "standard"})
-        client = boto3.client("s3", endpoint_url=endpoint, config=config)
-        _clients[pid] = client
+    """A boto3 S3 client per process and environment; endpoint from AWS_ENDPOINT_URL(_S3) like the
+    AWS CLI. Custom endpoints (MinIO, Ceph, moto) get path-style addressing unless
+    `AWS_S3_ADDRESSING_STYLE` says otherwise."""
+    key = _client_key()
+    client = _clients.get(key)
+    if client is not None:
+        return client
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError:
+        raise ShardError("s3://", "s3:// URLs need boto3: pip install 'wdsprep[s3]'") from None
+    endpoint = key[1]
+    style = os.environ.get("AWS_S3_ADDRESSING_STYLE") or ("path" if endpoint else "auto")
+    config = Config(
+        connect_timeout=TIMEOUT,
+        read_timeout=TIMEOUT,
+        retries={"max_attempts": 3, "mode": "standard"},
+        s3={"addressing_style": style},
+        max_pool_connections=32,
+    )
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            # a Session per client: boto3's default session is not thread-safe to create clients from
+            client = boto3.session.Session().client("s3", endpoint_url=endpoint, config=config)
+            _clients[key] = client
     return client
 
 
 def split_s3(url: str) -> tuple[str, str]:
     rest = url[len("s3://") :]
     bucket, _, key = rest.partition("/")
+    if not bucket:
+        raise ShardError(url, "an s3:// URL needs a bucket: s3://BUCKET/KEY")
     return bucket, key
+
+
+def s3_error_code(error: Exception) -> str | None:
+    response = getattr(error, "response", None)
+    if isinstance(response, dict):
+        return response.get("Error", {}).get("Code")
+    return None
+
+
+PERMANENT_S3 = {"NoSuchKey", "404", "NoSuchBucket", "AccessDenied", "403", "InvalidRange", "InvalidAccessKeyId",
+                "SignatureDoesNotMatch", "PreconditionFailed", "412"}
 
 
 def _s3_open_at(url: str):
     bucket, key = split_s3(url)
+    state: dict = {}
 
     def open_at(offset: int):
         client = s3_client()
         kwargs = {"Bucket": bucket, "Key": key}
         if offset:
             kwargs["Range"] = f"bytes={offset}-"
+            if state.get("etag"):
+                kwargs["IfMatch"] = state["etag"]  # the same object, or a clear error
         try:
             response = client.get_object(**kwargs)
-        except client.exceptions.NoSuchKey:
-            raise ShardError(url, "no such object") from None
-        except client.exceptions.NoSuchBucket:
-            raise ShardError(url, "no such bucket") from None
         except Exception as error:
-            code = getattr(error, "response", {}).get("Error", {}).get("Code")
-            if code in ("NoSuchKey", "404", "NoSuchBucket", "AccessDenied", "403", "InvalidRange"):
+            code = s3_error_code(error)
+            if code in ("NoSuchKey", "404"):
+                raise ShardError(url, "no such object") from None
+            if code == "NoSuchBucket":
+                raise ShardError(url, "no such bucket") from None
+            if code in ("PreconditionFailed", "412"):
+                raise ShardError(url, "object changed while reading (ETag no longer matches)") from None
+            if code in PERMANENT_S3:
                 raise ShardError(url, f"S3 error {code}") from None
             raise
+        etag = response.get("ETag")
+        state.setdefault("etag", etag)
         total = offset + int(response["ContentLength"])
-        return response["Body"]._raw_stream if hasattr(response["Body"], "_raw_stream") else response["Body"], total
+        content_range = response.get("ContentRange")
+        if content_range and "/" in content_range:
+            total = int(content_range.rsplit("/", 1)[1])
+        body = response["Body"]
+        return getattr(body, "_raw_stream", body), total, etag
 
     return open_at
 
@@ -172,3 +259,48 @@ def open_s3(url: str):
 register_opener("http", open_http)
 register_opener("https", open_http)
 register_opener("s3", open_s3)
+
+
+# ------------------------------------------------------------------------------- webdataset gopen
+_registered = False
+
+
+def register_webdataset_schemes() -> None:
+    """Make `webdataset.gopen` read `s3://` and `http(s)://` through these resuming streams.
+
+    Writing (`mode="wb"`) to `s3://` streams a multipart upload from memory (no local file);
+    writing to `http(s)://` keeps webdataset's own handler. Idempotent."""
+    global _registered
+    if _registered:
+        return
+    try:
+        from webdataset import gopen as wds_gopen
+    except ImportError:  # webdataset is a dependency, but registration must never break `import wdsprep`
+        return
+    schemes = wds_gopen.gopen_schemes
+    previous_http = schemes.get("http")
+    previous_https = schemes.get("https")
+
+    def gopen_s3(url, mode="rb", bufsize=8192, **kw):
+        if mode == "rb":
+            return open_s3(url)
+        if mode == "wb":
+            from .s3 import S3StreamWriter
+
+            return S3StreamWriter(url)
+        raise ValueError(f"{url}: unsupported mode {mode!r}")
+
+    def make_http(previous):
+        def gopen_http(url, mode="rb", bufsize=8192, **kw):
+            if mode == "rb":
+                return open_http(url)
+            if previous is None:
+                raise ValueError(f"{url}: cannot write to http(s)")
+            return previous(url, mode, bufsize, **kw)
+
+        return gopen_http
+
+    schemes["s3"] = gopen_s3
+    schemes["http"] = make_http(previous_http)
+    schemes["https"] = make_http(previous_https)
+    _registered = True

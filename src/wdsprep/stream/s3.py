@@ -1,0 +1,291 @@
+"""`S3Store`: conversion output and upload destination on S3 (or any S3-compatible store).
+
+The only local staging is the shard being written: the writer fills a temporary file in a
+per-process staging directory, and `publish` uploads it (one PUT, or a multipart upload for large
+shards) and deletes it. Every object written from a file carries its sha256 as user metadata
+(`x-amz-meta-sha256`), computed from the very bytes sent; the transfer itself is integrity-checked
+by botocore's request checksums. `sha256(name)` answers from that metadata with one HEAD, and
+`content_sha256(name)` re-reads the object to check it for real (what `wdsprep upload` does after
+each upload). An S3 PUT is atomic: an object is either absent or complete under its final name.
+
+`S3StreamWriter` is the `wb` side of webdataset's `gopen("s3://...")`: a multipart upload fed from
+memory, part by part, with no local file at all.
+"""
+from __future__ import annotations
+
+import atexit
+import hashlib
+import io
+import os
+import shutil
+import tempfile
+import threading
+from typing import Iterator
+
+from ..errors import ConfigError, ShardError
+from ..shards.storage import STORES
+from .remote import open_s3, s3_client, s3_error_code, split_s3
+
+MIB = 1 << 20
+MIN_PART_BYTES = 5 * MIB  # S3's minimum for every part but the last
+MULTIPART_BYTES = int(os.environ.get("WDSPREP_S3_MULTIPART_BYTES", 64 * MIB))
+PART_BYTES = int(os.environ.get("WDSPREP_S3_PART_BYTES", 16 * MIB))
+SHA256_METADATA = "sha256"
+
+_staging: dict[int, str] = {}
+_staging_lock = threading.Lock()
+
+
+def _staging_dir() -> str:
+    """One temporary directory per process, removed at exit (it holds at most the shards being written)."""
+    pid = os.getpid()
+    with _staging_lock:
+        path = _staging.get(pid)
+        if path is None or not os.path.isdir(path):
+            path = tempfile.mkdtemp(prefix="wdsprep-s3-staging-")
+            _staging[pid] = path
+            atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+def _not_found(error: Exception) -> bool:
+    return s3_error_code(error) in ("NoSuchKey", "404", "NotFound")
+
+
+def _file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(MIB):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class S3Store:
+    """A "directory" `s3://bucket/prefix` holding shards and a manifest."""
+
+    def __init__(self, url: str, *, multipart_bytes: int = MULTIPART_BYTES, part_bytes: int = PART_BYTES):
+        bucket, prefix = split_s3(url.rstrip("/"))
+        if not bucket:
+            raise ConfigError(f"{url}: expected s3://BUCKET/PREFIX")
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
+        self.multipart_bytes = int(multipart_bytes)
+        self.part_bytes = max(int(part_bytes), 1)
+        try:
+            s3_client().head_bucket(Bucket=bucket)
+        except ShardError as error:  # boto3 missing
+            raise ConfigError(str(error)) from None
+        except Exception as error:
+            code = s3_error_code(error)
+            if code in ("NoSuchBucket", "404", "NotFound"):
+                raise ConfigError(f"{url}: no such bucket {bucket!r}") from None
+            if code in ("403", "AccessDenied"):
+                raise ConfigError(f"{url}: access denied to bucket {bucket!r}") from None
+            raise ConfigError(f"{url}: cannot reach the S3 endpoint ({error})") from None
+
+    # -- names
+    def key(self, name: str) -> str:
+        return f"{self.prefix}/{name}" if self.prefix else name
+
+    def name_url(self, name: str) -> str:
+        return f"s3://{self.bucket}/{self.key(name)}"
+
+    @property
+    def client(self):
+        return s3_client()
+
+    # -- Store protocol
+    def staging_dir(self) -> str:
+        return _staging_dir()
+
+    def publish(self, local_path: str, name: str) -> None:
+        """Upload a finished local shard under `name`, then remove the local file."""
+        try:
+            self.upload_file(local_path, name)
+        finally:
+            try:
+                os.unlink(local_path)
+            except FileNotFoundError:
+                pass
+
+    def upload_file(self, local_path: str, name: str, sha256: str | None = None) -> str:
+        """Upload a local file (kept) as `name`, with its sha256 in the object metadata; returns it.
+
+        Files above `multipart_bytes` go up as a multipart upload of `part_bytes` parts (aborted on
+        any error, so no incomplete upload lingers)."""
+        size = os.path.getsize(local_path)
+        digest = sha256 or _file_sha256(local_path)
+        metadata = {SHA256_METADATA: digest}
+        key = self.key(name)
+        if size <= self.multipart_bytes:
+            with open(local_path, "rb") as handle:
+                self.client.put_object(Bucket=self.bucket, Key=key, Body=handle, ContentLength=size,
+                                       Metadata=metadata, ContentType="application/x-tar")
+            return digest
+        part_bytes = max(self.part_bytes, MIN_PART_BYTES)
+        upload = self.client.create_multipart_upload(Bucket=self.bucket, Key=key, Metadata=metadata,
+                                                     ContentType="application/x-tar")
+        upload_id = upload["UploadId"]
+        try:
+            parts = []
+            with open(local_path, "rb") as handle:
+                number = 1
+                while block := handle.read(part_bytes):
+                    answer = self.client.upload_part(Bucket=self.bucket, Key=key, UploadId=upload_id,
+                                                     PartNumber=number, Body=block)
+                    parts.append({"PartNumber": number, "ETag": answer["ETag"]})
+                    number += 1
+            self.client.complete_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id,
+                                                  MultipartUpload={"Parts": parts})
+        except BaseException:
+            try:
+                self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+            except Exception:
+                pass
+            raise
+        return digest
+
+    def head(self, name: str) -> dict | None:
+        try:
+            return self.client.head_object(Bucket=self.bucket, Key=self.key(name))
+        except Exception as error:
+            if _not_found(error):
+                return None
+            raise
+
+    def stat(self, name: str) -> int | None:
+        head = self.head(name)
+        return None if head is None else int(head["ContentLength"])
+
+    def sha256(self, name: str) -> str | None:
+        """The stored sha256 (metadata written with the upload); objects without it are hashed."""
+        head = self.head(name)
+        if head is None:
+            return None
+        stored = (head.get("Metadata") or {}).get(SHA256_METADATA)
+        return stored or self.content_sha256(name)
+
+    def content_sha256(self, name: str) -> str | None:
+        """Re-read the object and hash what is really there (None if it is absent)."""
+        if self.stat(name) is None:
+            return None
+        digest = hashlib.sha256()
+        with open_s3(self.name_url(name)) as stream:
+            while block := stream.read(MIB):
+                digest.update(block)
+        return digest.hexdigest()
+
+    def read_bytes(self, name: str) -> bytes | None:
+        try:
+            response = self.client.get_object(Bucket=self.bucket, Key=self.key(name))
+        except Exception as error:
+            if _not_found(error):
+                return None
+            raise
+        return response["Body"].read()
+
+    def write_bytes(self, name: str, data: bytes) -> None:
+        content_type = "application/json" if name.endswith(".json") else "application/octet-stream"
+        self.client.put_object(Bucket=self.bucket, Key=self.key(name), Body=data, ContentType=content_type,
+                               Metadata={SHA256_METADATA: hashlib.sha256(data).hexdigest()})
+
+    def delete(self, name: str) -> None:
+        self.client.delete_object(Bucket=self.bucket, Key=self.key(name))
+
+    def iter_objects(self) -> Iterator[dict]:
+        """Objects directly under the prefix (not in "subdirectories"): {name, size, etag}."""
+        start = f"{self.prefix}/" if self.prefix else ""
+        paginator = self.client.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=start, Delimiter="/"):
+            for item in page.get("Contents", []):
+                name = item["Key"][len(start) :]
+                if name:
+                    yield {"name": name, "size": int(item["Size"]), "etag": item.get("ETag")}
+
+    def list_names(self) -> list[str]:
+        return sorted(item["name"] for item in self.iter_objects())
+
+    def abort_incomplete_uploads(self, names: set[str] | None = None) -> int:
+        """Abort multipart uploads left by an interrupted run (all under the prefix, or those names)."""
+        start = f"{self.prefix}/" if self.prefix else ""
+        aborted = 0
+        paginator = self.client.get_paginator("list_multipart_uploads")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=start):
+            for upload in page.get("Uploads", []):
+                name = upload["Key"][len(start) :]
+                if "/" in name or (names is not None and name not in names):
+                    continue
+                try:
+                    self.client.abort_multipart_upload(Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+                    aborted += 1
+                except Exception:
+                    pass
+        return aborted
+
+    def clean_temporaries(self) -> None:
+        self.abort_incomplete_uploads()
+
+
+STORES["s3"] = S3Store
+
+
+class S3StreamWriter(io.RawIOBase):
+    """A writable stream to `s3://bucket/key`: parts go up as they fill, the object appears on close."""
+
+    def __init__(self, url: str, part_bytes: int = max(PART_BYTES, MIN_PART_BYTES)):
+        self.url = url
+        self.bucket, self.key = split_s3(url)
+        if not self.key:
+            raise ShardError(url, "an s3:// URL to write needs a key")
+        self.part_bytes = max(part_bytes, MIN_PART_BYTES)
+        self._buffer = bytearray()
+        self._upload_id: str | None = None
+        self._parts: list[dict] = []
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        if self.closed:
+            raise ValueError("write to a closed S3 stream")
+        self._buffer += data
+        while len(self._buffer) >= self.part_bytes:
+            self._send_part(bytes(self._buffer[: self.part_bytes]))
+            del self._buffer[: self.part_bytes]
+        return len(data)
+
+    def _send_part(self, block: bytes) -> None:
+        client = s3_client()
+        if self._upload_id is None:
+            self._upload_id = client.create_multipart_upload(Bucket=self.bucket, Key=self.key)["UploadId"]
+        number = len(self._parts) + 1
+        answer = client.upload_part(Bucket=self.bucket, Key=self.key, UploadId=self._upload_id, PartNumber=number, Body=block)
+        self._parts.append({"PartNumber": number, "ETag": answer["ETag"]})
+
+    def abort(self) -> None:
+        if self._upload_id is not None:
+            try:
+                s3_client().abort_multipart_upload(Bucket=self.bucket, Key=self.key, UploadId=self._upload_id)
+            except Exception:
+                pass
+            self._upload_id = None
+        self._buffer = bytearray()
+        super().close()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            client = s3_client()
+            if self._upload_id is None:
+                client.put_object(Bucket=self.bucket, Key=self.key, Body=bytes(self._buffer))
+            else:
+                if self._buffer:
+                    self._send_part(bytes(self._buffer))
+                client.complete_multipart_upload(Bucket=self.bucket, Key=self.key, UploadId=self._upload_id,
+                                                 MultipartUpload={"Parts": self._parts})
+        except BaseException:
+            self.abort()
+            raise
+        super().close()

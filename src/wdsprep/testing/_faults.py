@@ -1,0 +1,70 @@
+"""Fault plans shared by the test servers: drop a response body after N bytes, hold requests."""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Drop:
+    """Cut the next `times` GET bodies of a name after `at_byte` bytes of the response body."""
+
+    at_byte: int
+    times: int = 1
+
+
+@dataclass
+class Gate:
+    """Requests matching the gate beyond the first `after` wait until `release()`; then they pass
+    through, or fail with 503 without reaching the backend when released with `fail=True`."""
+
+    after: int
+    timeout: float = 60.0
+    seen: int = 0
+    waiting: int = 0
+    fail: bool = False
+    event: threading.Event = field(default_factory=threading.Event)
+
+    def release(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.event.set()
+
+
+class FaultPlan:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.drops: dict[str, Drop] = {}
+        self.gate: Gate | None = None
+
+    def drop_once(self, name: str, at_byte: int, times: int = 1) -> None:
+        with self.lock:
+            self.drops[name] = Drop(at_byte, times)
+
+    def take_drop(self, name: str) -> int | None:
+        """The byte at which to cut this response, consuming one planned drop (None: serve fully)."""
+        with self.lock:
+            drop = self.drops.get(name)
+            if drop is None or drop.times <= 0:
+                return None
+            drop.times -= 1
+            return drop.at_byte
+
+    def hold_after(self, after: int, timeout: float = 60.0) -> Gate:
+        with self.lock:
+            self.gate = Gate(after, timeout)
+            return self.gate
+
+    def pass_gate(self) -> bool:
+        """Called for a gated request; True to proceed, False to fail it (503)."""
+        with self.lock:
+            gate = self.gate
+            if gate is None:
+                return True
+            gate.seen += 1
+            if gate.seen <= gate.after:
+                return True
+            gate.waiting += 1
+        gate.event.wait(gate.timeout)
+        with self.lock:
+            gate.waiting -= 1
+        return not gate.fail

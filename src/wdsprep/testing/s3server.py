@@ -1,0 +1,185 @@
+"""An S3-compatible server for tests: moto's backend in a thread on 127.0.0.1, instrumented.
+
+moto's `ThreadedMotoServer` serves the backend as-is; this wraps the same WSGI app to record every
+request (method, bucket, key, query, status), so tests can count completed uploads per key, and to
+inject faults (a GET body cut mid-stream, PUTs held at a gate).
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+from typing import Callable, Iterator
+from urllib.parse import parse_qs, unquote
+
+from ._faults import FaultPlan
+
+AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REGION": "us-east-1",
+    "NO_PROXY": "127.0.0.1,localhost",
+    "no_proxy": "127.0.0.1,localhost",
+}
+
+
+class S3Server:
+    """`with S3Server() as s3: ...` — `s3.endpoint`, `s3.env`, `s3.environment()`, `s3.client()`."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0):
+        self.host = host
+        self.port = port
+        self.faults = FaultPlan()
+        self.requests: list[dict] = []
+        self._lock = threading.Lock()
+        self._server = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle
+    def start(self) -> "S3Server":
+        from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+        from werkzeug.serving import make_server
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no per-request lines in test output
+        self._backend = DomainDispatcherApplication(create_backend_app)
+        self._server = make_server(self.host, self.port, self._app, threaded=True, request_handler=MotoRequestHandler)
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, name="s3-test-server", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self.faults.gate is not None:
+            self.faults.gate.release(fail=True)
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def __enter__(self) -> "S3Server":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- client side
+    @property
+    def endpoint(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**AWS_ENV, "AWS_ENDPOINT_URL": self.endpoint}
+
+    @contextlib.contextmanager
+    def environment(self) -> Iterator[dict[str, str]]:
+        """Point boto3 (this process and children) at this server for the duration."""
+        saved = {name: os.environ.get(name) for name in self.env}
+        os.environ.update(self.env)
+        try:
+            yield self.env
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+    def client(self):
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+            config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
+        )
+
+    def create_bucket(self, name: str) -> str:
+        self.client().create_bucket(Bucket=name)
+        return name
+
+    # -- observations
+    def completed_uploads(self, bucket: str | None = None) -> dict[str, int]:
+        """Key -> number of successful object writes (PUT object, CompleteMultipartUpload, copy)."""
+        counts: dict[str, int] = {}
+        with self._lock:
+            requests = list(self.requests)
+        for r in requests:
+            if bucket is not None and r["bucket"] != bucket or not r["key"] or r["status"] != 200:
+                continue
+            query = r["query"]
+            single_put = r["method"] == "PUT" and "partNumber" not in query and "uploadId" not in query
+            complete = r["method"] == "POST" and "uploadId" in query
+            if (single_put or complete) and not any(q in query for q in ("tagging", "acl", "retention")):
+                counts[r["key"]] = counts.get(r["key"], 0) + 1
+        return counts
+
+    def clear_log(self) -> None:
+        with self._lock:
+            self.requests.clear()
+
+    # -- faults
+    def drop_get(self, bucket: str, key: str, at_byte: int, times: int = 1) -> None:
+        """Cut the next GET body(ies) of the object after `at_byte` bytes and close the connection."""
+        self.faults.drop_once(f"{bucket}/{key}", at_byte, times)
+
+    def hold_puts_after(self, after: int, match: Callable[[str], bool] = lambda key: key.endswith(".tar"), timeout: float = 60.0):
+        """PUTs (objects and parts) of matching keys beyond the first `after` wait for `gate.release()`."""
+        self._gate_match = match
+        return self.faults.hold_after(after, timeout)
+
+    # -- the wrapped WSGI app
+    def _app(self, environ, start_response):
+        method = environ["REQUEST_METHOD"]
+        path = unquote(environ.get("PATH_INFO", ""))
+        bucket, _, key = path.lstrip("/").partition("/")
+        query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
+        record = {"method": method, "bucket": bucket, "key": key, "query": query, "status": None,
+                  "range": environ.get("HTTP_RANGE")}
+        with self._lock:
+            self.requests.append(record)
+
+        if method == "PUT" and key and self.faults.gate is not None and getattr(self, "_gate_match", None) and self._gate_match(key):
+            if not self.faults.pass_gate():
+                record["status"] = 503
+                start_response("503 Service Unavailable", [("Content-Type", "application/xml")])
+                return [b"<Error><Code>SlowDown</Code><Message>held by the test gate</Message></Error>"]
+
+        def recording_start_response(status, headers, exc_info=None):
+            record["status"] = int(status.split()[0])
+            return start_response(status, headers, exc_info)
+
+        body = self._backend(environ, recording_start_response)
+        cut = self.faults.take_drop(f"{bucket}/{key}") if method == "GET" and key else None
+        if cut is None:
+            return body
+        return _cut_body(body, cut, environ.get("werkzeug.socket"))
+
+
+def _cut_body(body, cut: int, sock) -> Iterator[bytes]:
+    """Yield the first `cut` bytes of a WSGI body, then drop the connection (a dropped stream)."""
+    sent = 0
+    try:
+        for chunk in body:
+            if sent + len(chunk) >= cut:
+                yield chunk[: cut - sent]
+                break
+            sent += len(chunk)
+            yield chunk
+    finally:
+        close = getattr(body, "close", None)
+        if close:
+            close()
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+    raise ConnectionAbortedError("test fault: connection dropped mid-body")

@@ -1,0 +1,250 @@
+"""`wdsprep upload SHARD_DIR URL`: copy a converted shard directory to `s3://` or `file://`, verified.
+
+Order of events, so that a reader never sees a half-uploaded dataset:
+1. a destination manifest that differs from ours is deleted first (its shards are about to change);
+2. shards go up in parallel (at most `--workers` at a time, each retried with backoff); a shard already
+   there with the manifest's size and sha256 is skipped, so an interrupted upload resumes where it
+   stopped and uploads nothing twice; every uploaded object is re-read and hashed against the
+   manifest (`--verify content`, the default) or checked by size and stored sha256 (`metadata`);
+3. `manifest.json` is written last, only when every shard checked out.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as futures
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+from .errors import ConfigError, ManifestError, WdsprepError
+from .progress import Progress
+from .shards.manifest import MANIFEST_NAME, Manifest
+from .shards.storage import LocalStore, file_sha256, open_store
+
+
+class UploadError(WdsprepError):
+    """A shard could not be uploaded and verified (names the shard and the destination)."""
+
+
+@dataclass
+class UploadReport:
+    url: str
+    uploaded: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    verified: list[str] = field(default_factory=list)
+    bytes_uploaded: int = 0
+    manifest_written: bool = False
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        return (
+            f"{len(self.uploaded)} shards uploaded ({self.bytes_uploaded / 1e6:.1f} MB), "
+            f"{len(self.skipped)} already there, {len(self.verified)} verified; "
+            f"manifest at {self.url.rstrip('/')}/{MANIFEST_NAME} ({self.seconds:.1f} s)"
+        )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("shard_dir", help="a local directory written by `wdsprep convert` (holds manifest.json)")
+    parser.add_argument("url", help="destination: s3://BUCKET/PREFIX (endpoint from AWS_ENDPOINT_URL) or file://DIR")
+    parser.add_argument("--workers", type=int, default=4, help="shards uploaded at the same time (default 4)")
+    parser.add_argument("--verify", choices=("content", "metadata"), default="content",
+                        help="after upload, re-read and hash each shard (content, default) or trust size + stored sha256")
+    parser.add_argument("--recheck", action="store_true",
+                        help="also re-read and hash shards already at the destination before skipping them")
+    parser.add_argument("--retries", type=int, default=3, help="attempts per shard after the first (default 3)")
+    parser.add_argument("--multipart-bytes", default="64MB", help="S3: shards above this size use a multipart upload")
+    parser.add_argument("--part-bytes", default="16MB", help="S3: multipart part size (S3 needs at least 5MiB)")
+
+
+def main(args: argparse.Namespace) -> int:
+    from .conversion import parse_size
+
+    report = upload(
+        args.shard_dir,
+        args.url,
+        workers=args.workers,
+        verify=args.verify,
+        recheck=args.recheck,
+        retries=args.retries,
+        multipart_bytes=parse_size(args.multipart_bytes),
+        part_bytes=parse_size(args.part_bytes),
+        quiet=getattr(args, "quiet", False),
+    )
+    print(report.summary())
+    return 0
+
+
+def _local_dir(shard_dir: str) -> str:
+    path = shard_dir[len("file://") :] if shard_dir.startswith("file://") else shard_dir
+    if "://" in path:
+        raise ConfigError(f"{shard_dir}: upload reads a local shard directory (got a URL)")
+    return os.path.abspath(path)
+
+
+def _open_destination(url: str, multipart_bytes: int | None, part_bytes: int | None):
+    store = open_store(url)
+    if isinstance(store, LocalStore):
+        return store
+    for name, value in (("multipart_bytes", multipart_bytes), ("part_bytes", part_bytes)):
+        if value is not None and hasattr(store, name):
+            setattr(store, name, int(value))
+    return store
+
+
+def _put(store, local_path: str, name: str, sha256: str) -> None:
+    """Upload a local file under `name`, atomically (the source file is kept)."""
+    if hasattr(store, "upload_file"):
+        store.upload_file(local_path, name, sha256)
+        return
+    directory = getattr(store, "directory", None)
+    if directory is None:
+        raise ConfigError(f"{store.url}: this destination cannot take uploads")
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out, open(local_path, "rb") as source:
+            shutil.copyfileobj(source, out, 1 << 20)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, os.path.join(directory, name))
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _content_sha256(store, name: str) -> str | None:
+    reader = getattr(store, "content_sha256", None)
+    return reader(name) if reader is not None else store.sha256(name)  # LocalStore.sha256 hashes the file
+
+
+def _already_there(store, row: dict, recheck: bool) -> bool:
+    if store.stat(row["name"]) != row["bytes"]:
+        return False
+    digest = _content_sha256(store, row["name"]) if recheck else store.sha256(row["name"])
+    return digest == row["sha256"]
+
+
+def _upload_shard(store, directory: str, row: dict, *, verify: str, recheck: bool, retries: int) -> bool:
+    """Make one shard present and verified at the destination; True if it was uploaded, False if skipped."""
+    name = row["name"]
+    if _already_there(store, row, recheck):
+        return False
+    local = os.path.join(directory, name)
+    try:
+        size = os.path.getsize(local)
+    except FileNotFoundError:
+        raise UploadError(f"{local}: shard listed in the manifest is missing locally") from None
+    if size != row["bytes"] or file_sha256(local) != row["sha256"]:
+        raise UploadError(f"{local}: local shard does not match its manifest row (size or sha256); run `wdsprep verify`")
+    delay = 0.5
+    last: BaseException | None = None
+    for attempt in range(retries + 1):
+        try:
+            _put(store, local, name, row["sha256"])
+            if verify == "content":
+                got = _content_sha256(store, name)
+            else:
+                got = store.sha256(name) if store.stat(name) == row["bytes"] else None
+            if got == row["sha256"]:
+                return True
+            last = UploadError(f"{store.url}/{name}: sha256 after upload is {got}, manifest says {row['sha256']}")
+            store.delete(name)
+        except WdsprepError as error:
+            last = error
+        except Exception as error:  # transient network or service errors: retry with backoff
+            last = error
+        if attempt < retries:
+            time.sleep(delay)
+            delay = min(delay * 2, 10.0)
+    raise UploadError(f"{name}: upload to {store.url} failed after {retries + 1} attempts: {last}")
+
+
+def upload(
+    shard_dir: str,
+    url: str,
+    *,
+    workers: int = 4,
+    verify: str = "content",
+    recheck: bool = False,
+    retries: int = 3,
+    multipart_bytes: int | None = None,
+    part_bytes: int | None = None,
+    quiet: bool = True,
+) -> UploadReport:
+    """Upload the shards of `shard_dir` then its manifest to `url`; resumable and verified."""
+    started = time.time()
+    if workers < 1:
+        raise ConfigError(f"--workers must be at least 1 (got {workers})")
+    if verify not in ("content", "metadata"):
+        raise ConfigError(f"--verify must be 'content' or 'metadata' (got {verify!r})")
+    directory = _local_dir(shard_dir)
+    manifest_path = os.path.join(directory, MANIFEST_NAME)
+    try:
+        with open(manifest_path, "rb") as handle:
+            manifest_bytes = handle.read()
+    except FileNotFoundError:
+        raise ManifestError(f"{manifest_path}: no manifest (is the conversion complete?)") from None
+    manifest = Manifest.loads(manifest_bytes, manifest_path)
+    rows = [row for split in sorted(manifest.splits) for row in manifest.splits[split]]
+
+    store = _open_destination(url, multipart_bytes, part_bytes)
+    if isinstance(store, LocalStore) and os.path.samefile(store.directory, directory):
+        raise ConfigError(f"{url}: destination is the shard directory itself")
+    report = UploadReport(url=store.url)
+
+    existing = store.read_bytes(MANIFEST_NAME)
+    if existing is not None and existing != manifest_bytes:
+        store.delete(MANIFEST_NAME)  # its shards are about to be replaced: hide the old dataset first
+    if hasattr(store, "abort_incomplete_uploads"):
+        store.abort_incomplete_uploads({row["name"] for row in rows})
+    elif hasattr(store, "clean_temporaries"):
+        store.clean_temporaries()
+
+    progress = Progress(f"upload to {store.url}", len(rows), sum(r["bytes"] for r in rows), quiet=quiet)
+    with futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="wdsprep-upload") as pool:
+        pending = {
+            pool.submit(_upload_shard, store, directory, row, verify=verify, recheck=recheck, retries=retries): row
+            for row in rows
+        }
+        try:
+            for future in futures.as_completed(pending):
+                row = pending[future]
+                if future.result():
+                    report.uploaded.append(row["name"])
+                    report.bytes_uploaded += row["bytes"]
+                else:
+                    report.skipped.append(row["name"])
+                report.verified.append(row["name"])
+                progress.advance(1, row["bytes"])
+        except BaseException:
+            for future in pending:
+                future.cancel()
+            raise
+        finally:
+            progress.close()
+
+    if existing != manifest_bytes:
+        store.write_bytes(MANIFEST_NAME, manifest_bytes)
+        if store.read_bytes(MANIFEST_NAME) != manifest_bytes:
+            raise UploadError(f"{store.url}/{MANIFEST_NAME}: manifest read back differs from the one written")
+        report.manifest_written = True
+    report.uploaded.sort()
+    report.skipped.sort()
+    report.verified.sort()
+    report.seconds = time.time() - started
+    return report
+
+
+if __name__ == "__main__":  # python -m wdsprep.upload SHARD_DIR URL
+    parser = argparse.ArgumentParser(prog="wdsprep upload")
+    add_arguments(parser)
+    parser.add_argument("--quiet", action="store_true")
+    try:
+        sys.exit(main(parser.parse_args()))
+    except WdsprepError as error:
+        print(f"wdsprep: error: {error}", file=sys.stderr)
+        sys.exit(1)
