@@ -7,7 +7,7 @@ import shutil
 
 import numpy as np
 import pytest
-from voxels_testdata import expected_splits, make_tiny, native_samples
+from voxels_testdata import convert_tiny, expected_splits, native_samples
 
 import wdsprep
 from wdsprep.conversion import convert
@@ -19,10 +19,7 @@ from wdsprep.stream import iter_shard, load_manifest
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
-    base = tmp_path_factory.mktemp("voxels_convert")
-    native = make_tiny(base / "native", seed=1)
-    manifest = convert("voxels", str(native), str(base / "shards"), shard_bytes="150KB")
-    return native, base / "shards", manifest
+    return convert_tiny(tmp_path_factory.mktemp("voxels_convert"))
 
 
 def _shard_samples(shards, split):

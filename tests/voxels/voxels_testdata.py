@@ -105,3 +105,16 @@ SPEC_KEYS = {
     "graph": {"origins", "directions", "distances", "hits", "voxel_pos", "voxel_features", "voxel_edge_index",
               "voxel_shape", "level", "hash", "chunk_idx", "view_ids", "face_ids", "view_positions"},
 }
+
+
+def convert_tiny(base: pathlib.Path, **options):
+    """(native root, shard dir, manifest) of the tiny dataset converted into small shards."""
+    from wdsprep.conversion import convert
+
+    native = make_tiny(base / "native", seed=1)
+    manifest = convert("voxels", str(native), str(base / "shards"), shard_bytes="150KB", **options)
+    return native, base / "shards", manifest
+
+
+def chunk_count(num_rays: int, rays_per_chunk) -> int:
+    return 1 if rays_per_chunk is None else math.ceil(num_rays / rays_per_chunk)
