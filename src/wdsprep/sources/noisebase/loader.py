@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from ...errors import ConfigError, ManifestError
+from ...stream import load_manifest
 from ._format import BUFFERS, decode_rgbe
 from ._shardread import SequenceReader
 from .convert import frame_key
@@ -137,34 +138,17 @@ class LockstepSampler:
 
 
 # ------------------------------------------------------------------------------------ dataset
-def load_manifest(url: str):
-    """The manifest at `url` (a manifest.json URL or the directory holding it)."""
-    if not url.endswith(".json"):
-        url = url.rstrip("/") + "/manifest.json"
-    try:
-        from ...stream import load_manifest as core_load  # the core's loader, once it exists
-    except ImportError:
-        core_load = None
-    if core_load is not None:
-        return core_load(url)
-    from ...shards.manifest import Manifest
-    from ...stream.opener import read_url
-
-    return Manifest.loads(read_url(url), url)
-
-
 def sequence_segments(manifest, entry: dict) -> list[tuple[str, int, int]]:
     """(shard URL, samples before the sequence in it, its frames in it) for one table entry."""
     rows = [row for row in manifest.shards(SPLIT) if row.get("unit") == entry["unit"]]
-    base = manifest.base_url()
+    urls = dict(zip((row["name"] for row in manifest.shards(SPLIT)), manifest.shard_urls(SPLIT)))
     segments, start, first, end = [], 0, entry["first"], entry["first"] + entry["frames"]
     for row in rows:
         stop = start + row["samples"]
         if stop > first and start < end:
             skip = max(first - start, 0)
             count = min(stop, end) - max(start, first)
-            url = row["name"] if base in ("", ".") else f"{base.rstrip('/')}/{row['name']}"
-            segments.append((url, skip, count))
+            segments.append((urls[row["name"]], skip, count))
         start = stop
     if sum(count for _, _, count in segments) != entry["frames"]:
         raise ManifestError(f"{manifest.url}: shards of unit {entry['unit']} do not hold the {entry['frames']} frames of {entry['file']}")
