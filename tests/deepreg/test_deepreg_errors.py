@@ -101,7 +101,7 @@ def test_missing_label_folder_when_labeled(deepreg_data, tmp_path):
     root = tmp_path / "set"
     clone(deepreg_data / "nifti/unpaired/test", root / "test")
     shutil.rmtree(root / "test/labels")
-    with pytest.raises(InputError, match="does not exist"):
+    with pytest.raises(InputError, match="labels: directory does not exist"):
         run(root, tmp_path, deepreg_labeled="true")
     assert run(root, tmp_path).samples("test") == 2  # detected as unlabeled
 
@@ -110,7 +110,7 @@ def test_missing_h5_label_file(deepreg_data, tmp_path):
     config = tmp_path / "c.yaml"
     config.write_text(f"dataset:\n  type: paired\n  train:\n    dir: {deepreg_data}/h5/paired/train\n"
                       f"    format: h5\n    labeled: true\n")
-    with pytest.raises(InputError, match=r"moving_labels.h5 does not exist"):
+    with pytest.raises(InputError, match=r"moving_labels.h5: h5 file does not exist"):
         run(config, tmp_path)
 
 

@@ -55,7 +55,7 @@ def _nifti_splits(dirs: list[str], paths: list[str], name: str, grouped: bool = 
     for dir_string, path in zip(dirs, paths):
         top = os.path.join(path, name)
         if not os.path.isdir(top):
-            raise InputError(f"{top}: directory {top} does not exist (DeepReg expects the {name}/ folder)")
+            raise InputError(f"{top}: directory does not exist (DeepReg expects a {name}/ folder here)")
         seen: dict[str, str] = {}
         for suffix in NIFTI_SUFFIXES:
             for file in sorted(glob.glob(os.path.join(glob.escape(top), "**", "*." + suffix), recursive=True)):
@@ -88,7 +88,7 @@ def _h5_keys(paths: list[str], name: str) -> list[tuple]:
     for index, path in enumerate(paths):
         file = os.path.join(path, name + ".h5")
         if not os.path.isfile(file):
-            raise InputError(f"{file}: h5 file {file} does not exist (DeepReg expects {name}.h5)")
+            raise InputError(f"{file}: h5 file does not exist (DeepReg expects {name}.h5 here)")
         try:
             with h5py.File(file, "r") as handle:
                 keys = sorted(handle.keys())
