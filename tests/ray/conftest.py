@@ -1,0 +1,64 @@
+"""Fixtures for the Ray executor tests: one local Ray (2 CPUs) per test module, and comparisons.
+
+The Ray started here is reused by every `--executor ray` conversion run in-process (the executor
+joins an initialized Ray and leaves it running); CLI subprocesses either join it by address or
+start (and stop) their own.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+HERE = pathlib.Path(__file__).resolve().parent
+SRC = HERE.parent.parent / "src"
+
+ray = pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A local Ray with 2 CPUs; yields its GCS address (for `--ray-address`)."""
+    if ray.is_initialized():
+        ray.shutdown()
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+             object_store_memory=128 * 1024 * 1024)
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+
+
+def shard_bytes_of(directory) -> dict[str, bytes]:
+    directory = pathlib.Path(directory)
+    return {path.name: path.read_bytes() for path in sorted(directory.glob("*.tar"))}
+
+
+def manifest_without_timing(directory) -> dict:
+    data = json.loads((pathlib.Path(directory) / "manifest.json").read_text())
+    data.pop("timing", None)
+    return data
+
+
+def assert_same_output(a, b) -> None:
+    """Byte-identical shards (same names, same bytes) and manifests equal apart from `timing`."""
+    shards_a, shards_b = shard_bytes_of(a), shard_bytes_of(b)
+    assert sorted(shards_a) == sorted(shards_b)
+    assert len(shards_a) > 1
+    for name in shards_a:
+        assert shards_a[name] == shards_b[name], f"{name} differs"
+    assert manifest_without_timing(a) == manifest_without_timing(b)
+
+
+def run_cli(*args, env_extra=None, timeout=180) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(SRC), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-m", "wdsprep", *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=timeout)

@@ -1,0 +1,123 @@
+"""Retries and failure reports of the Ray executor, with a source plugin that injects failures."""
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import wdsprep_ray_faults
+from conftest import assert_same_output, run_cli
+
+from wdsprep.conversion import ConversionError, convert
+from wdsprep.errors import ConfigError
+from wdsprep.executors import EXECUTORS, get_executor
+from wdsprep.sources.registry import load_source
+
+FAULTY = "wdsprep_ray_faults:SOURCE"
+OPTIONS = dict(shard_bytes="100KB")  # ~5 samples of ~16.5 KB per unit
+
+
+@pytest.fixture(scope="module")
+def native(tmp_path_factory):
+    root = tmp_path_factory.mktemp("generic_in")
+    load_source("generic").synth(str(root), seed=11, samples=60)
+    return root
+
+
+@pytest.fixture(scope="module")
+def reference(native, tmp_path_factory):
+    """The plugin source converted in-process with no failure injected."""
+    output = tmp_path_factory.mktemp("reference")
+    convert(FAULTY, str(native), str(output), executor="local", workers=1, **OPTIONS)
+    return output
+
+
+def test_fail_once_is_retried_and_identical(ray_cluster, native, reference, tmp_path):
+    fail_dir = tmp_path / "attempts"
+    fail_dir.mkdir()
+    manifest = convert(FAULTY, str(native), str(tmp_path / "out"), executor="ray", workers=2,
+                       fail_unit="train-1", fail_mode="once", fail_dir=str(fail_dir), **OPTIONS)
+    assert wdsprep_ray_faults.attempts(fail_dir, "train-1") == 2
+    assert manifest.timing["units_built"] > 2
+    assert_same_output(reference, tmp_path / "out")
+    assert not list((tmp_path / "out").glob("*.tmp"))
+
+
+def test_retries_are_bounded(ray_cluster, native, tmp_path):
+    fail_dir = tmp_path / "attempts"
+    fail_dir.mkdir()
+    with pytest.raises(ConversionError) as caught:
+        convert(FAULTY, str(native), str(tmp_path / "out"), executor="ray", workers=2,
+                executor_options={"retries": 0}, fail_unit="train-2", fail_mode="once",
+                fail_dir=str(fail_dir), **OPTIONS)
+    assert wdsprep_ray_faults.attempts(fail_dir, "train-2") == 1
+    message = str(caught.value)
+    assert "unit train-00002" in message and "InjectedFailure" in message and "failed once on Ray" in message
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_always_failing_unit_then_resume(ray_cluster, native, reference, tmp_path):
+    """Reported after 1 + 2 retries, no manifest; a re-run without the fault completes identically."""
+    fail_dir = tmp_path / "attempts"
+    fail_dir.mkdir()
+    out = tmp_path / "out"
+    with pytest.raises(ConversionError):
+        convert(FAULTY, str(native), str(out), executor="ray", workers=2,
+                fail_unit="train-0", fail_mode="always", fail_dir=str(fail_dir), **OPTIONS)
+    assert wdsprep_ray_faults.attempts(fail_dir, "train-0") == 3
+    assert not (out / "manifest.json").exists()
+    manifest = convert(FAULTY, str(native), str(out), executor="ray", workers=2, **OPTIONS)
+    assert manifest.timing["units_built"] == 1  # only the failed unit is rebuilt
+    assert_same_output(reference, out)
+
+
+def test_cli_always_failing_unit_exits_nonzero_without_manifest(native, reference, tmp_path):
+    """Via the CLI, with no address: the process starts its own local Ray (2 CPUs) and stops it."""
+    fail_dir = tmp_path / "attempts"
+    fail_dir.mkdir()
+    out = tmp_path / "out"
+    result = run_cli("convert", FAULTY, native, out, "--executor", "ray", "--workers", "2",
+                     "--shard-bytes", OPTIONS["shard_bytes"], "--quiet",
+                     "--fail-unit", "train-3", "--fail-mode", "always", "--fail-dir", fail_dir)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert wdsprep_ray_faults.attempts(fail_dir, "train-3") == 3
+    assert not (out / "manifest.json").exists()
+    stderr = result.stderr
+    assert "no manifest written" in stderr
+    assert "unit train-00003" in stderr and "failed 3 times on Ray" in stderr and "injected failure" in stderr
+    # the report names the unit's inputs: the sample keys of train-00003 in the reference manifest
+    units = json.loads((reference / "_units.json").read_text())["units"]
+    (record,) = [r for r in units.values() if r["split"] == "train" and r["index"] == 3]
+    assert record["rows"][0]["name"] == "train-00003-00.tar"
+    keys = _keys_of(reference / "train-00003-00.tar")
+    assert keys and all(key in stderr for key in keys[:2])
+    # the other units' shards were written and recorded for a resume
+    assert len(list(out.glob("train-*.tar"))) >= 1
+
+
+def _keys_of(tar_path) -> list[str]:
+    import tarfile
+
+    with tarfile.open(tar_path) as archive:
+        return sorted({member.name.split(".", 1)[0] for member in archive.getmembers()})
+
+
+def test_executor_options_are_checked():
+    pytest.importorskip("ray")
+    with pytest.raises(ConfigError, match="unknown Ray executor option"):
+        get_executor("ray", workers=2, adress="auto")
+    with pytest.raises(ConfigError, match="retries"):
+        get_executor("ray", workers=2, retries=-1)
+    with pytest.raises(ConfigError, match="workers"):
+        get_executor("ray", workers=0)
+
+
+def test_without_ray_says_how_to_install(monkeypatch):
+    import wdsprep
+
+    monkeypatch.delitem(EXECUTORS, "ray", raising=False)
+    monkeypatch.delitem(sys.modules, "wdsprep.ray_executor", raising=False)
+    monkeypatch.delattr(wdsprep, "ray_executor", raising=False)
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    with pytest.raises(ConfigError, match=r"pip install 'wdsprep\[ray\]'"):
+        get_executor("ray", workers=1)
