@@ -37,6 +37,9 @@ _LAZY = {
 }
 
 
+_SUBMODULES = ("stream", "shards", "sources", "conversion", "executors", "cli", "upload", "progress")
+
+
 def __getattr__(name: str):
     if name in SOURCE_IDS:
         module = importlib.import_module(f"wdsprep.sources.{name}")
@@ -47,4 +50,6 @@ def __getattr__(name: str):
         value = getattr(importlib.import_module(module_name), attribute)
         globals()[name] = value
         return value
+    if name in _SUBMODULES:
+        return importlib.import_module(f"wdsprep.{name}")
     raise AttributeError(f"module 'wdsprep' has no attribute {name!r}")

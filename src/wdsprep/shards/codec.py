@@ -7,6 +7,7 @@ possible) because training code may modify a sample in place.
 from __future__ import annotations
 
 import ast
+import re
 import io
 import json
 from typing import Any, Callable
@@ -20,6 +21,7 @@ from ..errors import FormatError
 NPY_MAGIC = b"\x93NUMPY"
 EXTENSIONS = ("npy.zst", "npy", "mp", "json")
 _header_cache: dict[bytes, tuple] = {}
+_FIELD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]*(\.(npy\.zst|npy|mp|json))?$")
 
 
 # ----------------------------------------------------------------------------------------- encode
@@ -29,7 +31,7 @@ def encode_npy(array: np.ndarray) -> bytes:
     if array.dtype.hasobject:
         raise TypeError(f"object arrays cannot be stored without pickle (dtype {array.dtype})")
     buffer = io.BytesIO()
-    np.lib.format.write_array(buffer, np.ascontiguousarray(array), allow_pickle=False)
+    np.lib.format.write_array(buffer, array, allow_pickle=False)
     return buffer.getvalue()
 
 
@@ -56,6 +58,8 @@ class Encoder:
         self._compressor = zstandard.ZstdCompressor(level=zstd_level) if codec == "zstd" else None
 
     def field_name(self, name: str, value: Any) -> str:
+        if not _FIELD.match(name):
+            raise ValueError("field names are letters, digits, '_' and '-', not starting with '_' (webdataset drops those)")
         if "." in name:
             return name
         if isinstance(value, np.ndarray):
@@ -80,8 +84,8 @@ class Encoder:
         """Encoded members of one sample, in sorted member-name order; errors name key and field."""
         members = []
         for name, value in fields.items():
-            member = self.field_name(name, value)
             try:
+                member = self.field_name(name, value)
                 data = self.encode_value(member, value)
             except (TypeError, ValueError, OverflowError) as error:
                 raise FormatError(f"sample {key!r}, field {name!r}: {error}") from None
@@ -143,7 +147,9 @@ def decode_npy_zst(data: bytes | memoryview) -> np.ndarray:
         dtype, shape, fortran, offset = _parse_npy_header(head)
         extra = head[offset:]
         array = np.empty(shape, dtype=dtype, order="F" if fortran else "C")
-        view = memoryview(array.reshape(-1, order="A")).cast("B") if array.size else memoryview(b"")
+        if not array.size:
+            return array
+        view = memoryview(array.reshape(-1, order="A")).cast("B")
         view[: len(extra)] = extra
         filled = len(extra)
         while filled < len(view):

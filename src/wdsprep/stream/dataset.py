@@ -255,12 +255,29 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
         result.pipeline = list(self.pipeline)
         if result._count_at is None:
             result._count_at = len(result.pipeline)
-        result.append(wds.filters.batched(batchsize, collation_fn=collation_fn, partial=partial))
+        result.append(_batcher(batchsize, collation_fn, partial))
         return result
 
     def __len__(self) -> int:
         """Samples this rank yields per epoch (with equalize, the same on every rank)."""
         return self.samples_per_rank()
+
+
+def _batcher(batchsize: int, collation_fn: Callable | None, partial: bool):
+    """Batching that yields as soon as a batch is full (webdataset's waits for the next sample,
+    which would put the saved position one sample ahead)."""
+
+    def stage(source):
+        batch: list = []
+        for sample in source:
+            batch.append(sample)
+            if len(batch) == batchsize:
+                yield collation_fn(batch) if collation_fn is not None else batch
+                batch = []
+        if batch and partial:
+            yield collation_fn(batch) if collation_fn is not None else batch
+
+    return stage
 
 
 def dataset(
