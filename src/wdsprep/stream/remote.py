@@ -13,6 +13,7 @@ streams for `s3://` (which webdataset lacks) and `http(s)://` (instead of a `cur
 """
 from __future__ import annotations
 
+import importlib
 import io
 import os
 import threading
@@ -274,7 +275,7 @@ def register_webdataset_schemes() -> None:
     if _registered:
         return
     try:
-        from webdataset import gopen as wds_gopen
+        wds_gopen = importlib.import_module("webdataset.gopen")  # the module (the package exports a function)
     except ImportError:  # webdataset is a dependency, but registration must never break `import wdsprep`
         return
     schemes = wds_gopen.gopen_schemes

@@ -150,24 +150,22 @@ def _pairs(source: Iterable[dict], task: str, history_length: int, crop: int | N
             )
         voxels = _crop(torch.from_numpy(sample["voxels"]), crop)
         actions = torch.from_numpy(sample["actions"].astype(np.int64))
+        frames, moves = voxels.unbind(0), actions.unbind(0)  # per-frame views, made once
+        stem, episode, first_frame = sample["__key__"].rpartition("-")[0], meta["episode"], meta["first_frame"]
+        url = sample.get("__url__")
         first = max(history_length, new_from, 1)  # index of the first target frame in this window
-        for target in range(first, voxels.shape[0]):
+        for target in range(first, len(frames)):
             idx = target - 1
-            t = meta["first_frame"] + idx
-            pair = {
-                "__key__": f"{sample['__key__'].rpartition('-')[0]}-{t:06d}",
-                "episode": meta["episode"],
-                "t": t,
-                "voxel": voxels[idx],
-            }
-            if "__url__" in sample:
-                pair["__url__"] = sample["__url__"]
+            t = first_frame + idx
+            pair = {"__key__": f"{stem}-{t:06d}", "episode": episode, "t": t, "voxel": frames[idx]}
+            if url is not None:
+                pair["__url__"] = url
             if task == "frame_prediction":
-                pair["action"] = actions[idx]
-                pair["target"] = voxels[target]
+                pair["action"] = moves[idx]
+                pair["target"] = frames[target]
             else:
-                pair["next_voxel"] = voxels[target]
-                pair["target"] = actions[idx]
+                pair["next_voxel"] = frames[target]
+                pair["target"] = moves[idx]
             if history_length > 1:
                 pair["history_start"] = t - history_length + 1
                 pair["history_voxels"] = voxels[idx - history_length + 1 : idx]
