@@ -30,6 +30,8 @@ def test_paired_train_25_pairs_per_epoch_and_58_with_all(converted):
     every = stream(manifest, "train", kind="paired", sample_label="all", **shapes)
     assert len(every) == 58
     assert load_manifest(str(manifest)).samples("train") == 25
+    streamed = stream(manifest, "train", kind="paired", shuffle=False, **shapes)  # no buffering: arrival order
+    assert [int(s["indices"][0]) for s in streamed] == list(range(25))
 
 
 def test_paired_test_6_samples_with_all(converted):
