@@ -110,3 +110,18 @@ def test_real_shards_far_smaller_than_native(real_converted, real_zip):
     assert manifest.input_bytes == 607 * 407_943 - 10 * 12
     assert manifest.input_bytes / shard_bytes >= 50
     assert shard_bytes < real_zip.stat().st_size  # smaller than the deflated zip as well
+
+
+def test_real_map_style_dataset_is_a_drop_in(real_converted, real_flat_dir):
+    manifest, output = real_converted
+    dataset = wdsprep.minecraft.MinecraftPairs(str(output), history_length=10)
+    theirs = upstream_pairs(real_flat_dir / "data", history_length=10)
+    assert len(dataset) == len(theirs) == 507
+    for index in (0, 1, 250, 506):
+        assert dataset[index]["episode"] == theirs[index]["episode"]
+        assert np.array_equal(dataset.vocabulary.decode(dataset[index]["target"]), theirs[index]["z_raw"])
+    loader = torch.utils.data.DataLoader(dataset, batch_size=16, shuffle=True, collate_fn=wdsprep.minecraft.collate,
+                                         generator=torch.Generator().manual_seed(0))
+    batch = next(iter(loader))
+    assert batch["voxel"].shape == (16, 21, 21, 21) and batch["history_voxels"].shape == (16, 9, 21, 21, 21)
+    assert sum(len(b["t"]) for b in loader) == 507
