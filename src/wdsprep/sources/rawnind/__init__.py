@@ -1,11 +1,17 @@
-"""RawNIND: acquisition from Dataverse (trio + httpx), alignment metadata, clean/noisy crop pairs."""
+"""RawNIND: acquisition from Dataverse (trio + httpx), alignment metadata, clean/noisy crop pairs.
+
+`wdsprep.rawnind.pairs(...)` is the reader stage; `SOURCE` is what the core converts with.
+"""
 from __future__ import annotations
 
 from .cli import add_fetch_arguments, add_serve_arguments, fetch_main, serve_main
 from .fetch import FetchError, FetchOptions, fetch
+from .read import pairs, tiles
 from .server import DataverseServer, Faults
+from .source import SOURCE, RawNINDSource
 
 __all__ = [
+    "SOURCE", "RawNINDSource", "pairs", "tiles",
     "add_fetch_arguments", "fetch_main", "add_serve_arguments", "serve_main",
     "fetch", "FetchOptions", "FetchError", "DataverseServer", "Faults",
 ]

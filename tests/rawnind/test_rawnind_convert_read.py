@@ -1,0 +1,217 @@
+"""Convert scenes to shards and read the legacy loader's crop pairs back."""
+import glob
+import json
+import shutil
+
+import numpy as np
+import pytest
+import rawpy
+import webdataset as wds
+
+import wdsprep
+from wdsprep.conversion import convert
+from wdsprep.errors import ConfigError, InputError
+from wdsprep.shards.codec import Encoder
+from wdsprep.sources.rawnind.convert import tile_origins
+from wdsprep.sources.rawnind.raw import XYZ_TO_LIN_REC2020
+
+from conftest import truth
+
+
+@pytest.fixture(scope="module")
+def shards(synth_small, tmp_path_factory):
+    # convert reads (and caches metadata in) its input, so work on a copy of the session fixture
+    work = tmp_path_factory.mktemp("rawnind_convert")
+    native = work / "native"
+    shutil.copytree(synth_small, native)
+    out = work / "shards"
+    manifest = convert("rawnind", str(native), str(out), shard_bytes="4MB", tile_size=512)
+    return native, out, manifest
+
+
+def native_mono(path):
+    """The legacy normalisation, straight from rawpy (the synthetic DNGs are RGGB, no margins)."""
+    with rawpy.imread(str(path)) as raw:
+        black = np.array(raw.black_level_per_channel, dtype=np.float32)
+        return (raw.raw_image.astype(np.float32) - black[0]) / (raw.white_level - black[0]), np.array(raw.rgb_xyz_matrix)
+
+
+def blocks(image, size=4):
+    """Means of size x size blocks (averages the noise away)."""
+    h, w = (image.shape[0] // size) * size, (image.shape[1] // size) * size
+    return image[:h, :w].reshape(h // size, size, w // size, size).mean(axis=(1, 3))
+
+
+def test_manifest_splits_tables_and_problems(shards, synth_small):
+    native, out, manifest = shards
+    assert manifest.source == "rawnind"
+    # 512x768 images, tile 512 -> origins (0,0), (0,256): 2 tiles per scene; 3 train scenes, 1 test
+    counts = {split: sum(row["samples"] for row in rows) for split, rows in manifest.splits.items()}
+    assert counts == {"train": 6, "test": 2}
+    assert len(manifest.tables["pairs"]) == 9
+    assert manifest.problems == []
+    assert manifest.config["tile_size"] == 512
+    assert (native / "metadata_cache.jsonl").exists()  # computed once, reused by a re-run
+
+
+def test_tiles_hold_aligned_pairs(shards, synth_small):
+    native, out, manifest = shards
+    scenes = truth(synth_small)["scenes"]
+    urls = wdsprep.urls(str(out / "manifest.json"), "train") + wdsprep.urls(str(out / "manifest.json"), "test")
+    seen = 0
+    for sample in wds.WebDataset(urls, shardshuffle=False).compose(wdsprep.rawnind.tiles()):
+        meta = sample["meta"]
+        scene = scenes[f"Bayer/{meta['scene']}"]
+        assert meta["gt_file"] == scene["clean"][0]
+        assert sample["__key__"] == f"Bayer-{meta['scene']}-{meta['tile'][0]:05d}-{meta['tile'][1]:05d}"
+        top, left = meta["tile"]
+        gt_mono, matrix = native_mono(native / "files" / meta["gt_file"])
+        # clean tile = linear Rec.2020 of the clean capture at the tile position
+        assert sample["gt_rgb"].shape == (3, 512, 512) and sample["gt_rgb"].dtype == np.float32
+        cam_to_rec2020 = XYZ_TO_LIN_REC2020 @ np.linalg.inv(matrix[:3].astype(np.float64))
+        centre = sample["gt_rgb"][:, 101, 101]
+        # an interior green-site pixel: bilinear demosaic is the mean of the 4 neighbours for R/B
+        y, x = top + 101, left + 101  # odd/odd = B site in RGGB
+        blue = gt_mono[y, x]
+        red = gt_mono[[y - 1, y - 1, y + 1, y + 1], [x - 1, x + 1, x - 1, x + 1]].mean()
+        green = gt_mono[[y - 1, y + 1, y, y], [x, x, x - 1, x + 1]].mean()
+        assert np.allclose(centre, cam_to_rec2020 @ np.array([red, green, blue]), atol=1e-4)
+        for n, name in enumerate(meta["noisy_files"]):
+            known = scene["noisy"][name]
+            assert meta["best_alignment"][n] == known["shift"]
+            dy, dx = (value - value % 2 for value in known["shift"])
+            assert meta["bayer_alignment"][n] == [dy, dx]
+            noisy_mono, _ = native_mono(native / "files" / name)
+            tile = sample["noisy_bayer"][n]
+            assert tile.shape == (4, 256, 256)
+            # stored noisy RGGB = the noisy capture at clean position - even shift, zero outside
+            y0, x0 = top - dy, left - dx
+            inside = (slice(max(0, -y0) // 2 + 8, 240), slice(max(0, -x0) // 2 + 8, 240))
+            expected_r = noisy_mono[0::2, 0::2][y0 // 2 : y0 // 2 + 256, x0 // 2 : x0 // 2 + 256] if y0 >= 0 and x0 >= 0 else None
+            if expected_r is not None and expected_r.shape == (256, 256):
+                assert np.array_equal(tile[0], expected_r)
+            # content agrees with the clean capture after gain (noise aside)
+            clean_r = gt_mono[0::2, 0::2][top // 2 : top // 2 + 256, left // 2 : left // 2 + 256]
+            errors = {roll: np.abs(blocks(np.roll(tile[0], roll, axis=0)[inside]) * known["gain"] - blocks(clean_r[inside])).mean()
+                      for roll in range(-3, 4)}
+            assert errors[0] <= 1.05 * min(errors.values())  # an odd shift leaves half a pixel: 0 and 1 tie
+            assert errors[0] < min(errors[-2], errors[2])
+            assert sample["mask"][n].dtype == bool and sample["mask"][n].mean() > 0.8
+        seen += 1
+    assert seen == 8
+
+
+def test_pairs_legacy_shapes_and_rules(shards):
+    native, out, manifest = shards
+    urls = wdsprep.urls(str(out / "manifest.json"), "train")
+    stage = wdsprep.rawnind.pairs(crop_size=256, num_crops=4, max_alignment_loss=None, min_mask_mean=None)
+    samples = list(wds.WebDataset(urls, shardshuffle=False).compose(stage))
+    assert len(samples) == 2 * (2 + 3 + 2)  # tiles x noisy captures of the 3 train scenes
+    for sample in samples:
+        assert tuple(sample["x_crops"].shape) == (4, 3, 256, 256) and str(sample["x_crops"].dtype) == "torch.float32"
+        assert tuple(sample["y_crops"].shape) == (4, 4, 128, 128) and str(sample["y_crops"].dtype) == "torch.float32"
+        assert tuple(sample["mask_crops"].shape) == (4, 3, 256, 256) and str(sample["mask_crops"].dtype) == "torch.bool"
+        assert tuple(sample["rgb_xyz_matrix"].shape) == (4, 3)
+        assert isinstance(sample["gain"], float) and sample["gain"] > 0.9
+        for crop in range(4):
+            assert sample["mask_crops"][crop].float().mean() >= 0.5
+    # match_gain multiplies y by the gain and reports 1.0
+    matched = list(wds.WebDataset(urls, shardshuffle=False).compose(
+        wdsprep.rawnind.pairs(match_gain=True, max_alignment_loss=None, min_mask_mean=None)))
+    for plain, gained in zip(samples, matched):
+        assert gained["gain"] == 1.0
+        assert np.allclose(gained["y_crops"].numpy(), plain["y_crops"].numpy() * np.float32(plain["gain"]))
+
+
+def test_pairs_filters_and_determinism(shards):
+    native, out, manifest = shards
+    urls = wdsprep.urls(str(out / "manifest.json"), "train")
+    losses = [pair["best_alignment_loss"] for pair in manifest.tables["pairs"] if pair["split"] == "train"]
+    threshold = sorted(losses)[len(losses) // 2]
+    kept = list(wds.WebDataset(urls, shardshuffle=False).compose(
+        wdsprep.rawnind.pairs(max_alignment_loss=threshold, min_mask_mean=None, to_torch=False)))
+    assert len(kept) == 2 * sum(loss <= threshold for loss in losses) and len(kept) < 14
+    assert len(list(wds.WebDataset(urls, shardshuffle=False).compose(
+        wdsprep.rawnind.pairs(min_mask_mean=1.01, max_alignment_loss=None)))) == 0
+
+    def crops(**options):
+        stage = wdsprep.rawnind.pairs(to_torch=False, max_alignment_loss=None, min_mask_mean=None, **options)
+        return [(s["__key__"], s["x_crops"]) for s in wds.WebDataset(urls, shardshuffle=False).compose(stage)]
+
+    first, again, other_epoch = crops(seed=1, epoch=0), crops(seed=1, epoch=0), crops(seed=1, epoch=1)
+    assert [k for k, _ in first] == [k for k, _ in again]
+    assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(first, again))
+    assert not all(np.array_equal(a, b) for (_, a), (_, b) in zip(first, other_epoch))
+
+
+def test_pairs_crop_origins_are_even_and_match_the_tile(shards):
+    native, out, manifest = shards
+    urls = wdsprep.urls(str(out / "manifest.json"), "test")
+    raw = next(iter(wds.WebDataset(urls, shardshuffle=False)))
+    tile = wdsprep.decode_sample(raw)
+    [sample] = list(wdsprep.rawnind.pairs(crop_size=64, num_crops=3, to_torch=False, max_alignment_loss=None,
+                                          min_mask_mean=None)([raw]))[:1]
+    for crop in range(3):
+        x = sample["x_crops"][crop]
+        # locate the crop in the tile by its first row (unique for a textured image)
+        row = x[0, 0]
+        positions = np.argwhere(np.all(np.lib.stride_tricks.sliding_window_view(tile["gt_rgb"][0], 64, axis=1) == row, axis=2))
+        assert len(positions) == 1
+        y0, x0 = positions[0]
+        assert y0 % 2 == 0 and x0 % 2 == 0
+        assert np.array_equal(sample["y_crops"][crop], tile["noisy_bayer"][0, :, y0 // 2 : y0 // 2 + 32, x0 // 2 : x0 // 2 + 32])
+        assert np.array_equal(sample["mask_crops"][crop][0], tile["mask"][0, y0 : y0 + 64, x0 : x0 + 64])
+
+
+def test_pairs_accepts_in_memory_samples_and_checks_crop_size():
+    rng = np.random.default_rng(0)
+    fields = {
+        "gt_rgb": rng.random((3, 64, 64), dtype=np.float32),
+        "noisy_bayer": rng.random((1, 4, 32, 32), dtype=np.float32),
+        "mask": np.ones((1, 64, 64), dtype=bool),
+        "meta": {"rgb_xyz_matrix": [[1, 0, 0], [0, 1, 0], [0, 0, 1], [0, 0, 0]], "best_alignment_loss": [0.01],
+                 "mask_mean": [0.99], "raw_gain": [2.0], "rgb_gain": [2.1]},
+    }
+    raw = {"__key__": "k", **dict(Encoder().encode_fields("k", fields))}
+    [out] = list(wdsprep.rawnind.pairs(crop_size=32, num_crops=2, to_torch=False)([raw]))
+    assert out["x_crops"].shape == (2, 3, 32, 32) and out["gain"] == 2.0
+    [out] = list(wdsprep.rawnind.pairs(crop_size=32, num_crops=2, to_torch=False, gain_key="rgb_gain")([raw]))
+    assert out["gain"] == 2.1
+    with pytest.raises(ConfigError, match="multiple of 4"):
+        list(wdsprep.rawnind.pairs(crop_size=30)([raw]))
+    with pytest.raises(ConfigError, match="smaller than crop_size"):
+        list(wdsprep.rawnind.pairs(crop_size=128)([raw]))
+    fields["mask"][:] = False
+    raw = {"__key__": "k", **dict(Encoder().encode_fields("k", fields))}
+    assert list(wdsprep.rawnind.pairs(crop_size=32, to_torch=False)([raw])) == []
+
+
+def test_tile_origins():
+    assert tile_origins(768, 512) == [0, 256]
+    assert tile_origins(512, 512) == [0]
+    assert tile_origins(2000, 512) == [0, 512, 1024, 1488]
+
+
+def test_plan_errors_name_the_problem(tmp_path, synth_tiny):
+    with pytest.raises(InputError, match="dataset_index.yaml: no index"):
+        convert("rawnind", str(tmp_path), str(tmp_path / "out"))
+    native = tmp_path / "native"
+    shutil.copytree(synth_tiny, native)
+    with pytest.raises(InputError, match="--tile-size 30 must be a multiple of 4"):
+        convert("rawnind", str(native), str(tmp_path / "out"), tile_size=30)
+    for path in (native / "files").glob("*.dng"):
+        path.unlink()
+    with pytest.raises(InputError, match="no complete Bayer scene to convert .*incomplete on disk, missing"):
+        convert("rawnind", str(native), str(tmp_path / "out"))
+
+
+def test_bad_raw_file_is_skipped_or_raised(tmp_path, synth_tiny):
+    native = tmp_path / "native"
+    shutil.copytree(synth_tiny, native)
+    victim = sorted((native / "files").glob("*ISO*.dng"))[-1]
+    victim.write_bytes(b"not a raw file")
+    with pytest.raises(Exception, match="not a readable raw file"):
+        convert("rawnind", str(native), str(tmp_path / "out"), tile_size=256)
+    manifest = convert("rawnind", str(native), str(tmp_path / "out2"), tile_size=256, on_error="skip")
+    assert any("not a readable raw file" in problem["message"] for problem in manifest.problems)
+    assert sum(row["samples"] for rows in manifest.splits.values() for row in rows) > 0
