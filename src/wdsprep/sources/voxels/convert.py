@@ -39,7 +39,8 @@ from ._layout import (
 )
 
 FORMAT = "voxels/1"
-RAY_FIELDS = ("origins", "directions", "distances", "hits", "face_ids", "view_ids", "view_positions")
+# per-ray arrays, stored as members; the (V, 3) view_positions is small and goes into meta.mp
+RAY_FIELDS = ("origins", "directions", "distances", "hits", "face_ids", "view_ids")
 REQUIRED_RAY_FIELDS = ("origins", "directions", "distances", "hits")
 SMALL_EXTRA = 64  # ray-file arrays up to this many elements go into meta.mp, larger ones as members
 _LEVEL_DIR = re.compile(r"^level_(\d+)$")
@@ -346,7 +347,7 @@ def build_fields(
     fields: dict = {"voxels_packed": np.packbits(voxels.reshape(-1))}
     extras = {}
     for name, array in rays.items():
-        if name in RAY_FIELDS:
+        if name in RAY_FIELDS or (name == "view_positions" and array.size > SMALL_EXTRA):
             fields[name] = np.ascontiguousarray(array)
         elif array.size <= SMALL_EXTRA or array.dtype.kind in "US":
             extras[name] = _describe_array(array)

@@ -19,7 +19,9 @@ from torch.utils.data import BatchSampler, Dataset, RandomSampler, SequentialSam
 
 from ...errors import ConfigError, ShardError
 from ...shards.codec import decode_value
+from .convert import restore_array
 from .read import (
+    READ_FIELDS,
     VoxelGrid,
     check_reader_options,
     chunk_bounds,
@@ -29,7 +31,6 @@ from .read import (
 )
 
 BLOCK = 512
-RAY_MEMBERS = ("origins", "directions", "distances", "hits", "face_ids", "view_ids", "view_positions")
 
 
 def _octal(field: bytes) -> int:
@@ -230,8 +231,13 @@ class HierarchicalVoxelRayDataset(Dataset):
             return rays
         sample = self.samples[number]
         rays = {}
-        for field in RAY_MEMBERS:
-            name = self._member_name(sample, field)
+        for field in sample["meta"]["ray_fields"]:
+            if field not in READ_FIELDS:
+                continue  # arrays the training sample does not use are never read
+            if field in sample["meta"]["ray_extras"]:
+                rays[field] = restore_array(sample["meta"]["ray_extras"][field])
+                continue
+            name = self._member_name(sample, field) or self._member_name(sample, f"extra_{field}")
             if name is not None:
                 rays[field] = self._read_member(sample, name)
         cache[number] = rays

@@ -26,6 +26,7 @@ from ...shards.codec import decode_sample
 from .convert import FORMAT, restore_array
 
 MODES = ("dense", "coo", "graph")
+READ_FIELDS = ("origins", "directions", "distances", "hits", "face_ids", "view_ids", "view_positions")
 CONNECTIVITIES = (6, 18, 26)
 
 
@@ -48,6 +49,12 @@ def native_arrays(decoded: dict) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """(voxel grid, ray-file arrays) exactly as the native npz files held them (lossless check)."""
     meta = decoded["meta"]
     voxels = unpack_voxels(decoded["voxels_packed"], meta["grid_shape"])
+    return voxels, ray_arrays(decoded)
+
+
+def ray_arrays(decoded: dict) -> dict[str, np.ndarray]:
+    """Every array of the native ray file, by name (members and the small ones kept in meta)."""
+    meta = decoded["meta"]
     rays = {}
     for name in meta["ray_fields"]:
         if name in meta["ray_extras"]:
@@ -56,7 +63,7 @@ def native_arrays(decoded: dict) -> tuple[np.ndarray, dict[str, np.ndarray]]:
             rays[name] = decoded[name]
         else:
             rays[name] = decoded[f"extra_{name}"]
-    return voxels, rays
+    return rays
 
 
 # ------------------------------------------------------------------------------ sparse voxels
@@ -219,8 +226,9 @@ def samples(
             if not keep_sample(meta, wanted, include_empty):
                 continue
             voxels = VoxelGrid(unpack_voxels(decoded["voxels_packed"], meta["grid_shape"]), mode, connectivity)
+            rays = ray_arrays(decoded)
             for chunk_idx, (start, end) in enumerate(chunk_bounds(int(meta["num_rays"]), rays_per_chunk)):
-                sample = training_sample(decoded, voxels, meta, chunk_idx, start, end, mode)
+                sample = training_sample(rays, voxels, meta, chunk_idx, start, end, mode)
                 yield transform(sample) if transform is not None else sample
 
     return stage
