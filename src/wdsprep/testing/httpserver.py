@@ -125,7 +125,7 @@ class RangeHTTPServer:
         self._server = _Server((self.host, self.port), _Handler)
         self._server.owner = self
         self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, name="http-test-server", daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="http-test-server", daemon=True)
         self._thread.start()
         return self
 

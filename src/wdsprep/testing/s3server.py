@@ -48,7 +48,7 @@ class S3Server:
         self._backend = DomainDispatcherApplication(create_backend_app)
         self._server = make_server(self.host, self.port, self._app, threaded=True, request_handler=MotoRequestHandler)
         self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, name="s3-test-server", daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="s3-test-server", daemon=True)
         self._thread.start()
         return self
 
