@@ -264,3 +264,19 @@ def test_collate_stacks_batches(converted):
     assert tuple(batch["indices"].shape) == (4, 2)
     assert str(batch["moving_image"].dtype) == "torch.float32"
     assert batch["__key__"] == [s["__key__"] for s in samples[:4]]
+
+
+def test_grouped_mixed_sampling_with_all_labels(converted):
+    manifest = converted("nifti_grouped")
+    seen_inter = seen_intra = False
+    for epoch in range(6):
+        samples = stream(manifest, "train", kind="grouped", intra_group_prob=0.5, sample_label="all", epoch=epoch,
+                         image_shape=(8, 8, 8))
+        assert len(samples) == 2 * 3  # one pair per group, three labels each
+        for sample in samples:
+            g1, i1, g2, i2, k = (int(v) for v in sample["indices"])
+            seen_inter |= g1 != g2
+            seen_intra |= g1 == g2
+            assert i1 < (4, 3)[g1] and i2 < (4, 3)[g2] and 0 <= k < 3
+            assert sample["moving_label"].shape == (8, 8, 8)
+    assert seen_inter and seen_intra

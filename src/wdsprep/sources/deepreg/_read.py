@@ -241,14 +241,15 @@ class _Pairs:
             raise ConfigError(f"sample {item.key!r} has no {field!r} member")
         return resize(normalize(to_float32(array, volume_meta)), shape)
 
-    def _label(self, item: _Item, field: str, volume_meta: dict) -> np.ndarray | None:
+    def _label(self, item: _Item, field: str, volume_meta: dict) -> tuple[np.ndarray, dict] | None:
+        """The stored label and its metadata (converted to float32 only after a channel is picked)."""
         if not self.labeled:
             return None
         array = item.get(field)
         if array is None:
             raise ConfigError(f"sample {item.key!r} has no {field!r}: the split was converted without labels; "
                               f"pass labeled=False")
-        return to_float32(array, volume_meta)
+        return array, volume_meta
 
     def _emit(self, moving_image, fixed_image, moving_label, fixed_label, image_indices: tuple,
               draws: "_Draws") -> Iterator[dict]:
@@ -257,6 +258,7 @@ class _Pairs:
             yield {"__key__": name, "moving_image": moving_image, "fixed_image": fixed_image,
                    "indices": np.asarray([*image_indices, -1], dtype=np.float32)}
             return
+        (moving_label, moving_meta), (fixed_label, fixed_meta) = moving_label, fixed_label
         moving_count = 1 if moving_label.ndim == 3 else moving_label.shape[3]
         fixed_count = 1 if fixed_label.ndim == 3 else fixed_label.shape[3]
         if moving_count != fixed_count:
@@ -276,8 +278,8 @@ class _Pairs:
                 "__key__": f"{name}/label_{k}",
                 "moving_image": moving_image,
                 "fixed_image": fixed_image,
-                "moving_label": resize(np.ascontiguousarray(moving, dtype=np.float32), self.moving_shape),
-                "fixed_label": resize(np.ascontiguousarray(fixed, dtype=np.float32), self.fixed_shape),
+                "moving_label": resize(np.ascontiguousarray(to_float32(moving, moving_meta)), self.moving_shape),
+                "fixed_label": resize(np.ascontiguousarray(to_float32(fixed, fixed_meta)), self.fixed_shape),
                 "indices": np.asarray([*image_indices, k], dtype=np.float32),
             }
 
