@@ -2,8 +2,9 @@
 
 1. The global shard list is permuted by (seed, epoch) before any split, so every epoch deals shards
    afresh (webdataset splits first and only shuffles within a fixed slice).
-2. Shards are dealt to ranks, then within a rank to DataLoader workers, greedily by sample count
-   (next shard to the emptiest slot, ties to the lowest index), using the manifest's counts.
+2. Shards are dealt to ranks greedily by sample count (next shard to the emptiest slot, ties to the
+   lowest index), using the manifest's counts; a rank's stream is then cut into equal contiguous
+   runs, one per DataLoader worker (see `worker_pieces`).
 3. `equalize` makes every rank yield the same number of samples: "drop" truncates every rank to the
    smallest rank's count; "pad" extends every rank to the largest count by repeating the rank's own
    samples from the start of its stream (a rank that got no shard repeats the global order's first
@@ -100,10 +101,22 @@ def rank_pieces(
 
 
 def worker_pieces(pieces: list[Piece], *, worker: int, num_workers: int) -> list[Piece]:
-    """Deal a rank's pieces to its workers, balanced by samples (deterministic)."""
+    """A rank's stream cut into `num_workers` contiguous runs of equal sample counts (the first
+    `total % num_workers` workers get one more). Equal per-worker counts on every rank are what make
+    batch counts equal across ranks when each DataLoader worker batches its own stream (whole-shard
+    dealing gives e.g. workers of 27/24 samples on one rank and 26/25 on another: 13 vs 14 batches
+    of 4, and a DDP hang). A shard is split between at most two neighbouring workers."""
     if num_workers == 1:
         return pieces
-    order = list(range(len(pieces)))
-    counts = [p.samples for p in pieces]
-    dealt = deal(order, counts, num_workers)
-    return [pieces[i] for i in dealt[worker]]
+    total = sum(p.samples for p in pieces)
+    base, extra = divmod(total, num_workers)
+    start = worker * base + min(worker, extra)
+    stop = start + base + (1 if worker < extra else 0)
+    out: list[Piece] = []
+    position = 0
+    for piece in pieces:
+        lo, hi = max(start, position), min(stop, position + piece.samples)
+        if lo < hi:
+            out.append(Piece(piece.shard, piece.start + lo - position, piece.start + hi - position))
+        position += piece.samples
+    return out
