@@ -74,6 +74,15 @@ def test_bad_frame_content_names_the_file(episode, content, pattern):
     assert re.search(pattern, message), message
 
 
+def test_errors_from_a_parallel_plan_scan_are_the_same(episode):
+    make_episode_dir(episode / "data", "creative:4", 3)
+    save_object(episode / "data" / "creative:4" / "000001.npy", {"action": GOOD_ACTION})
+    save_object(episode / "data" / "creative:3" / "000001.npy", {"voxel": GOOD_VOXEL})
+    with pytest.raises(InputError) as error:
+        SOURCE.plan(str(episode), dict(OPTIONS, workers=2))
+    assert str(error.value) == plan_error(episode) == "data/creative:3/000001.npy: missing 'action' (keys: ['voxel'])"
+
+
 def test_mixed_voxel_sizes_within_an_episode(episode):
     write_frame(str(episode / "data" / "creative:3" / "000001.npy"), GOOD_ACTION, np.full((7, 7, 7), "air"))
     message = plan_error(episode)

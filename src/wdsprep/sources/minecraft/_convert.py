@@ -16,6 +16,7 @@ import argparse
 import hashlib
 import logging
 import re
+from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -79,6 +80,33 @@ def segments(frame_numbers: Sequence[int]) -> list[list[int]]:
     return runs
 
 
+@dataclass
+class _EpisodeScan:
+    frames: list  # (t, relpath, size, shape, block names, sha256) of the frames that load and check
+    problems: list  # (item, message) of the frames that do not (skip mode only)
+
+
+def _scan_episode(path: str, directory: str, frames: list, skip: bool) -> _EpisodeScan:
+    """Read and check every frame of one episode (plan time); raises InputError unless skipping."""
+    tree = NativeTree(path)
+    scan = _EpisodeScan([], [])
+    try:
+        for t, relpath, size in frames:
+            data = tree.read(relpath)
+            try:
+                frame = load_frame(relpath, data)
+            except InputError as error:
+                if not skip:
+                    raise
+                scan.problems.append((relpath, str(error).partition(": ")[2]))
+                continue
+            scan.frames.append((t, relpath, size, frame.voxel.shape, block_names(frame.voxel),
+                                hashlib.sha256(data).digest()))
+    finally:
+        tree.close()
+    return scan
+
+
 class MinecraftSource:
     id = "minecraft"
 
@@ -120,31 +148,24 @@ class MinecraftSource:
         tree = NativeTree(input)
         try:
             listing = list_episodes(tree, report)
-            digest = hashlib.sha256(FORMAT.encode())
-            names: set[str] = set()
-            episodes = []
-            input_bytes = 0
-            for episode in listing:
-                good = []  # (t, relpath, size, shape)
-                for t, relpath, size in episode.frames:
-                    data = tree.read(relpath)
-                    try:
-                        frame = load_frame(relpath, data)
-                    except InputError as error:
-                        if not skip:
-                            raise
-                        report(relpath, str(error).partition(": ")[2])
-                        continue
-                    good.append((t, relpath, size, frame.voxel.shape))
-                    names.update(block_names(frame.voxel))
-                    # layout-free fingerprint: episode, frame number and content, never the bucket path
-                    digest.update(f"{episode.name}/{t}:{size}:".encode())
-                    digest.update(hashlib.sha256(data).digest())
-                    input_bytes += size
-                good = self._drop_odd_shapes(episode.directory, good, report)
-                episodes.append((episode, good))
         finally:
             tree.close()
+        digest = hashlib.sha256(FORMAT.encode())
+        names: set[str] = set()
+        episodes = []
+        input_bytes = 0
+        for episode, scan in zip(listing, self._scan_all(tree.path, listing, skip, int(options.get("workers") or 1))):
+            for item, message in scan.problems:
+                report(item, message)
+            good = self._drop_odd_shapes(episode.directory, scan.frames, report)
+            kept = {t for t, *_ in good}
+            for t, _, size, _, frame_names, sha in scan.frames:
+                if t in kept:
+                    names.update(frame_names)
+                    # layout-free fingerprint: episode, frame number and content, never the bucket path
+                    digest.update(f"{episode.name}/{t}:{size}:".encode() + sha)
+                    input_bytes += size
+            episodes.append((episode, [frame[:4] for frame in good]))
 
         vocabulary = ordered_vocabulary(names)
         keys = self._episode_keys([episode.name for episode, _ in episodes])
@@ -202,17 +223,31 @@ class MinecraftSource:
                     tables=tables, problems=problems)
 
     @staticmethod
+    def _scan_all(path: str, listing: list, skip: bool, workers: int) -> Iterator["_EpisodeScan"]:
+        """Scan episodes in order, in `workers` processes when asked (results keep episode order)."""
+        tasks = [(path, episode.directory, episode.frames, skip) for episode in listing]
+        if workers <= 1 or len(tasks) <= 1:
+            yield from (_scan_episode(*task) for task in tasks)
+            return
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=min(workers, len(tasks))) as pool:
+            yield from pool.map(_scan_episode, *zip(*tasks))
+
+    @staticmethod
     def _drop_odd_shapes(directory: str, good: list, report) -> list:
-        """Frames of one episode must share one cube size: the most common one (earliest on a tie)."""
+        """Frames of one episode must share one cube size: the most common one (earliest on a tie).
+
+        `good` holds tuples (t, relpath, size, shape, ...)."""
         if not good:
             return good
         counts: dict[tuple, int] = {}
-        for *_, shape in good:
-            counts[shape] = counts.get(shape, 0) + 1
+        for frame in good:
+            counts[frame[3]] = counts.get(frame[3], 0) + 1
         expected = max(counts, key=lambda s: counts[s])  # dicts keep first-seen order: ties go to the earliest
         if len(counts) == 1:
             return good
-        reference = next(relpath for _, relpath, _, shape in good if shape == expected)
+        reference = next(frame[1] for frame in good if frame[3] == expected)
         kept = []
         for frame in good:
             if frame[3] != expected:
