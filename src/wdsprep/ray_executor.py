@@ -46,8 +46,16 @@ class UnitFailedError(WdsprepError):
         super().__init__(f"{type(cause).__name__}: {cause} (failed {times} on Ray)")
 
 
-def _run_unit(fn: Callable, args: tuple, extra_paths: Sequence[str]):
-    """The Ray task: make the driver's import paths visible (local Ray only), then run the unit."""
+def _run_unit(fn: Callable, args: tuple, extra_paths: Sequence[str], driver_cwd: str):
+    """The Ray task: run one unit as if in the driver's directory.
+
+    Relative input paths in a unit's items resolve against the driver's working directory when it
+    exists on this node (same machine, or a shared filesystem mounted at the same path); a worker
+    of a cluster started elsewhere would otherwise resolve them against its own directory. The
+    driver's import paths are added on a single-machine Ray only (see `_extra_paths`).
+    """
+    if driver_cwd and os.path.isdir(driver_cwd) and os.getcwd() != driver_cwd:
+        os.chdir(driver_cwd)
     for path in extra_paths:
         if path not in sys.path:
             sys.path.append(path)
@@ -149,6 +157,7 @@ class RayExecutor:
             )
             fn_ref = ray.put(fn)
             paths = self._extra_paths(started)
+            cwd = os.getcwd()
             limit = self._max_in_flight()
             queue = list(range(len(tasks)))
             queue.reverse()  # pop() from the end: units start in plan order
@@ -156,7 +165,7 @@ class RayExecutor:
 
             def submit(index: int) -> None:
                 self.attempts[index] = self.attempts.get(index, 0) + 1
-                pending[remote.remote(fn_ref, tasks[index], paths)] = index
+                pending[remote.remote(fn_ref, tasks[index], paths, cwd)] = index
 
             while queue or pending:
                 while queue and len(pending) < limit:

@@ -55,10 +55,10 @@ def assert_same_output(a, b) -> None:
     assert manifest_without_timing(a) == manifest_without_timing(b)
 
 
-def run_cli(*args, env_extra=None, timeout=180) -> subprocess.CompletedProcess:
+def run_cli(*args, env_extra=None, cwd=None, timeout=180) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(SRC), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     env.update(env_extra or {})
     return subprocess.run([sys.executable, "-m", "wdsprep", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=timeout)
+                          env=env, cwd=cwd, timeout=timeout)

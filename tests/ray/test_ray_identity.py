@@ -69,11 +69,15 @@ def test_progress_reported_as_for_local(ray_cluster, tmp_path, monkeypatch):
         assert "#" * 24 in line, (executor, line)
 
 
-def test_cli_joins_cluster_by_address(ray_cluster, tmp_path):
-    """`wdsprep convert ... --executor ray --ray-address ADDRESS` (another process) joins the cluster."""
-    load_source("generic").synth(str(tmp_path / "in"), seed=6, samples=40)
-    convert("generic", str(tmp_path / "in"), str(tmp_path / "local"), shard_bytes="64KB")
-    result = run_cli("convert", "generic", tmp_path / "in", tmp_path / "ray", "--executor", "ray",
-                     "--ray-address", ray_cluster, "--shard-bytes", "64KB", "--quiet")
+def test_cli_joins_cluster_by_address(ray_cluster, tmp_path, monkeypatch):
+    """`wdsprep convert ... --executor ray --ray-address ADDRESS` (another process) joins the cluster.
+
+    Paths are relative to the driver's directory, which is not the Ray workers' directory.
+    """
+    monkeypatch.chdir(tmp_path)
+    load_source("generic").synth("in", seed=6, samples=40)
+    convert("generic", "in", "local", shard_bytes="64KB")
+    result = run_cli("convert", "generic", "in", "ray", "--executor", "ray",
+                     "--ray-address", ray_cluster, "--shard-bytes", "64KB", "--quiet", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert_same_output(tmp_path / "local", tmp_path / "ray")
