@@ -154,15 +154,18 @@ def convert(
     progress.advance(len(done), sum(r.input_bytes for r in done.values()))
     failures: list[tuple[Unit, BaseException]] = []
     runner = get_executor(executor, workers=workers, **(executor_options or {}))
+    journal = _UnitJournal(store, config, plan.fingerprint, done) if todo else None
     for task_index, result in runner.map_unordered(build_unit, tasks):
         unit, digest = todo[task_index]
         if isinstance(result, BaseException):
             failures.append((unit, result))
             continue
         done[digest] = result
-        _save_units(store, config, plan.fingerprint, done)
+        journal.record(result)
         progress.advance(1, result.input_bytes)
     progress.close()
+    if journal is not None:
+        journal.close()
 
     if failures:
         lines = [
@@ -205,21 +208,51 @@ def _describe_items(items: list) -> str:
 
 
 def _load_units(store, config: dict, fingerprint: str) -> dict[str, UnitResult]:
+    """Completed units of an earlier run with the same config and input (JSON lines)."""
     raw = store.read_bytes(UNITS_NAME)
     if raw is None:
         return {}
+    lines = raw.splitlines()
     try:
-        data = json.loads(raw)
-        if data.get("config") != json.loads(json.dumps(config)) or data.get("fingerprint") != fingerprint:
+        head = json.loads(lines[0])
+        if head.get("config") != json.loads(json.dumps(config)) or head.get("fingerprint") != fingerprint:
             return {}
-        return {digest: UnitResult(**record) for digest, record in data["units"].items()}
-    except (ValueError, TypeError, KeyError):
-        return {}  # an unreadable record only costs a rebuild
+    except (ValueError, IndexError, AttributeError):
+        return {}
+    units = {}
+    for line in lines[1:]:
+        try:
+            record = UnitResult(**json.loads(line))
+        except (ValueError, TypeError):
+            continue  # a torn last line after a crash only costs a rebuild of that unit
+        units[record.digest] = record
+    return units
 
 
-def _save_units(store, config: dict, fingerprint: str, done: dict[str, UnitResult]) -> None:
-    data = {"config": config, "fingerprint": fingerprint, "units": {d: asdict(r) for d, r in sorted(done.items())}}
-    store.write_bytes(UNITS_NAME, json.dumps(data, sort_keys=True, default=str).encode())
+class _UnitJournal:
+    """Appends each finished unit to `_units.json` at once (stores that cannot append get the whole
+    file rewritten at most once a second, and at the end)."""
+
+    def __init__(self, store, config: dict, fingerprint: str, done: dict[str, UnitResult]):
+        self.store = store
+        self.lines = [json.dumps({"config": config, "fingerprint": fingerprint}, sort_keys=True, default=str)]
+        self.lines += [json.dumps(asdict(r), sort_keys=True, default=str) for r in done.values()]
+        self.append = getattr(store, "append_bytes", None)
+        self.last_flush = time.monotonic()
+        store.write_bytes(UNITS_NAME, ("\n".join(self.lines) + "\n").encode())
+
+    def record(self, result: UnitResult) -> None:
+        line = json.dumps(asdict(result), sort_keys=True, default=str)
+        self.lines.append(line)
+        if self.append is not None:
+            self.append(UNITS_NAME, (line + "\n").encode())
+        elif time.monotonic() - self.last_flush > 1.0:
+            self.close()
+
+    def close(self) -> None:
+        if self.append is None:
+            self.store.write_bytes(UNITS_NAME, ("\n".join(self.lines) + "\n").encode())
+            self.last_flush = time.monotonic()
 
 
 def _remove_stale_shards(store, splits: dict[str, list[dict]]) -> None:

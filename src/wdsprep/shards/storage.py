@@ -78,6 +78,12 @@ class LocalStore:
             os.fsync(handle.fileno())
         os.replace(tmp, self.path(name))
 
+    def append_bytes(self, name: str, data: bytes) -> None:
+        with open(self.path(name), "ab") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+
     def delete(self, name: str) -> None:
         try:
             os.unlink(self.path(name))
