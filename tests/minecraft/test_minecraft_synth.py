@@ -89,3 +89,17 @@ def test_cli_synth_and_pipeline_spec(tmp_path, repo_root, capsys):
     manifest = wdsprep.stream.load_manifest(str(tmp_path / "shards"))
     assert manifest.config["window_frames"] == 1024 and manifest.config["window_overlap"] == 16
     assert manifest.tables["blocks"][0] == "air"
+
+
+def test_cli_convert_takes_the_window_options(tmp_path):
+    synth(str(tmp_path / "native"), seed=4, layout="flat", side=5, episodes=2, frames=(12, 12))
+    assert cli(["convert", "minecraft", str(tmp_path / "native"), str(tmp_path / "out"), "--window-frames", "5",
+                "--window-overlap", "2", "--quiet"]) == 0
+    manifest = wdsprep.stream.load_manifest(str(tmp_path / "out"))
+    assert manifest.config["window_frames"] == 5 and manifest.config["window_overlap"] == 2
+    assert sum(row["samples"] for row in manifest.splits["train"]) == 2 * 4  # windows 0-4, 3-7, 6-10, 9-11
+    got = list(wdsprep.dataset(manifest.url, shuffle_shards=False).compose(wdsprep.minecraft.pairs(history_length=2)))
+    assert sorted((p["episode"], p["t"]) for p in got) == sorted(
+        (episode, t) for episode in {p["episode"] for p in got} for t in range(1, 11))
+    assert cli(["convert", "minecraft", str(tmp_path / "native"), str(tmp_path / "bad"), "--window-frames", "5",
+                "--window-overlap", "5", "--quiet"]) != 0
