@@ -113,3 +113,33 @@ def test_mid_block_resume_is_exact(deepreg_data, tmp_path_factory, converted, ki
         second = build()
         second.load_state_dict(state)
         assert taken + [s["__key__"] for s in second] == full, stop
+
+
+def test_loader_with_workers_batches_with_collate(synthetic):
+    _, url, _ = synthetic
+    dataset = wdsprep.dataset(str(url), "paired_nifti_train", seed=0, epoch=0, equalize=None).compose(
+        pairs("paired", moving_image_shape=(8, 8, 8), fixed_image_shape=(6, 6, 6), sample_label="all", seed=0))
+    loader = wdsprep.Loader(dataset, batch_size=3, num_workers=2, collate_fn=wdsprep.deepreg.collate)
+    batches = list(loader)
+    assert sum(len(b["__key__"]) for b in batches) == 3 + 2 + 1 + 3  # label counts (3, 2, 3-D, 3)
+    assert all(tuple(b["moving_image"].shape[1:]) == (8, 8, 8) for b in batches)
+    assert all(tuple(b["fixed_label"].shape[1:]) == (6, 6, 6) for b in batches)
+
+
+def test_stream_starting_inside_a_block(synthetic):
+    """Mid-block starts: recovered from the shard (resume), or not (a piece that starts there)."""
+    from wdsprep.stream import iter_shard
+
+    _, url, _ = synthetic
+    shard = wdsprep.urls(str(url), "unpaired_nifti_train")[0]
+    samples = list(iter_shard(shard))
+    assert len(samples) == 5
+    stage = dict(image_shape=(4, 4, 4), seed=0)
+    full = [s["__key__"] for s in pairs("unpaired", **stage)(iter(samples))]
+    assert len(full) == 2
+    resumed = [s["__key__"] for s in pairs("unpaired", **stage)(iter(samples[3:]))]
+    assert resumed == full  # the block's first three images were re-read from the shard
+    own_piece = [dict(s, __piece_start__=3) for s in samples[3:]]
+    alone = [s["__key__"] for s in pairs("unpaired", **stage)(iter(own_piece))]
+    assert len(alone) == 1 and alone[0] in ("pair_3_4/label_0", "pair_4_3/label_0", "pair_3_4/label_1",
+                                            "pair_4_3/label_1", "pair_3_4/label_2", "pair_4_3/label_2")

@@ -112,6 +112,15 @@ class _Item:
         return self.meta["group_index"] if self.meta["type"] == "grouped" else self.meta["index"]
 
 
+def _in_multi_worker_loader() -> bool:
+    try:
+        from torch.utils.data import get_worker_info
+    except ImportError:
+        return False
+    info = get_worker_info()
+    return info is not None and info.num_workers > 1
+
+
 def _seed_int(*parts: Any) -> int:
     return int.from_bytes(hashlib.blake2b(repr(parts).encode(), digest_size=8).digest(), "little")
 
@@ -168,9 +177,19 @@ class _Pairs:
         """The block's samples before `item`, re-read from the start of its shard.
 
         Needed after a resume that skipped into the middle of a block (the core skips the samples
-        it had pulled); the pairs then come out exactly as in the uninterrupted epoch.
+        it had pulled); the pairs then come out exactly as in the uninterrupted epoch. A stream
+        may also legitimately start inside a shard: DataLoader workers split a shard between two
+        neighbouring workers. Where the sample says where its piece starts (`__piece_start__`),
+        only that part is re-read; without it, recovery is off inside a multi-worker DataLoader.
         """
         if not item.url:
+            return []
+        piece_start = item.sample.get("__piece_start__")
+        if piece_start is not None:
+            start = max(start, int(piece_start))
+            if start >= position:
+                return []
+        elif _in_multi_worker_loader():
             return []
         from ...stream import iter_shard
 
