@@ -146,6 +146,18 @@ def test_duplicate_member_in_a_zip(episode, tmp_path):
     assert plan_error(archive).startswith("data/creative:3/000001.npy: duplicate frame 1")
 
 
+def test_hidden_files_and_macos_forks_are_not_frames(episode, tmp_path):
+    archive = tmp_path / "mac.zip"
+    with zipfile.ZipFile(archive, "w") as out:
+        for t in range(4):
+            frame = episode / "data" / "creative:3" / f"{t:06d}.npy"
+            out.write(frame, f"data/creative:3/{t:06d}.npy")
+            out.writestr(f"__MACOSX/data/creative:3/._{t:06d}.npy", b"resource fork")
+        out.writestr("data/creative:3/.DS_Store", b"finder")
+    plan = SOURCE.plan(str(archive), dict(OPTIONS))
+    assert [len(item["paths"]) for unit in plan.units for item in unit.items] == [4]
+
+
 def test_same_episode_in_two_buckets(tmp_path):
     make_episode_dir(tmp_path / "data" / "seq0-49", "creative:3", 2)
     make_episode_dir(tmp_path / "data" / "seq50-99", "creative:3", 2)

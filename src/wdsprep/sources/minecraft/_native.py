@@ -97,6 +97,9 @@ def list_episodes(tree: NativeTree, report) -> list[EpisodeListing]:
     episodes: dict[str, EpisodeListing] = {}
     directories: dict[str, str] = {}  # folder path -> episode name, to catch the same name twice
     for relpath, size in tree.files():
+        parts = relpath.split("/")
+        if any(part.startswith(".") or part == "__MACOSX" for part in parts):
+            continue  # hidden files and macOS zip resource forks (._000001.npy) are never frames
         parent, _, filename = relpath.rpartition("/")
         folder = parent.rpartition("/")[2]
         if not folder.startswith(EPISODE_PREFIX):
