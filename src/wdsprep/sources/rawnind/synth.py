@@ -31,6 +31,7 @@ MARGIN = 16
 SIZES = {
     # size: (scenes, height, width, noisy captures per scene)
     "tiny": (2, 256, 384, (2, 2)),
+    "bench": (5, 256, 384, (3, 2, 3, 3, 3)),  # 20 small files: download-concurrency benchmark
     "small": (4, 512, 768, (2, 3, 2, 2)),
     "medium": (8, 1024, 1536, (3, 4, 3, 3, 4, 3, 3, 4)),
 }

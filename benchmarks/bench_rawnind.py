@@ -1,0 +1,178 @@
+"""RawNIND: download concurrency against a per-connection rate limit, SHA-1 speed, crop-pair reading.
+
+1. The local Dataverse server limits every connection to RATE bytes/s (like a polite remote
+   server); the same synthetic dataset is fetched with --concurrency 1 and 5 (no metadata stage).
+   The issue asks for at least 4x with 5 downloads.
+2. SHA-1 verification speed (the verifier's own rate during the fetch, and hashing a large file),
+   compared with the download rate it must keep up with.
+3. Training samples/s: the legacy-style path from native files (rawpy read, normalise, demosaic,
+   Rec.2020, shift by the cached alignment, random even crops: what `rawds` + its preprocessing do
+   per pair) vs `wdsprep.rawnind.pairs` on the converted shards, in this same run.
+Run alone: `python benchmarks/bench_rawnind.py [WORKDIR]`.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import sys
+import time
+
+import numpy as np
+
+RATE = 500_000  # bytes per second per connection
+
+
+def _fetch_seconds(server_dir: pathlib.Path, dest: pathlib.Path, concurrency: int) -> tuple[float, dict]:
+    from wdsprep.sources.rawnind import DataverseServer, Faults, FetchOptions, fetch
+
+    shutil.rmtree(dest, ignore_errors=True)
+    with DataverseServer(str(server_dir), faults=Faults(rate_limit=RATE)) as server:
+        began = time.perf_counter()
+        report = fetch(FetchOptions(dest=str(dest), dataverse=server.url, doi=server.doi, concurrency=concurrency,
+                                    metadata=False, progress="none"))
+        seconds = time.perf_counter() - began
+    if report["failed"]:
+        raise RuntimeError(f"bench fetch failed: {report['failed'][:2]}")
+    return seconds, report
+
+
+def _sha1_rate(workdir: pathlib.Path) -> float:
+    from wdsprep.sources.rawnind.fetch import sha1_file
+
+    path = workdir / "sha1-probe.bin"
+    block = np.random.default_rng(0).integers(0, 256, size=8 * 2**20, dtype=np.uint8).tobytes()
+    with open(path, "wb") as handle:
+        for _ in range(16):
+            handle.write(block)
+    sha1_file(str(path))  # warm the page cache
+    began = time.perf_counter()
+    sha1_file(str(path))
+    rate = path.stat().st_size / (time.perf_counter() - began)
+    path.unlink()
+    return rate
+
+
+def legacy_pairs(fetched: pathlib.Path, crop_size: int = 256, num_crops: int = 4) -> int:
+    """Per pair, what the legacy path computes from the native files (metadata from the cache)."""
+    import yaml
+
+    from wdsprep.sources.rawnind.metadata import MetadataCache, pair_key, shift_images
+    from wdsprep.sources.rawnind.raw import cam_to_lin_rec2020, demosaic, mono_to_rggb, read_bayer
+
+    index = yaml.safe_load((fetched / "dataset_index.yaml").read_text())
+    cache = MetadataCache(str(fetched))
+    rng = np.random.default_rng(0)
+    count = 0
+    for scene_name, scene in index["Bayer"].items():
+        if scene["test_reserve"]:
+            continue
+        gt_entry = scene["clean_images"][0]
+        for noisy_entry in scene["noisy_images"]:
+            gt = read_bayer(str(fetched / "Bayer" / scene_name / "gt" / gt_entry["filename"]))
+            noisy = read_bayer(str(fetched / "Bayer" / scene_name / noisy_entry["filename"]))
+            meta = cache.get(pair_key(gt_entry["sha1"], noisy_entry["sha1"]))
+            gt_rgb = cam_to_lin_rec2020(demosaic(gt.mono), gt.rgb_xyz_matrix)
+            dy, dx = (v - v % 2 for v in meta.record["best_alignment"])
+            gt_rgb, noisy_mono = shift_images(gt_rgb, noisy.mono, (dy, dx))
+            noisy_rggb = mono_to_rggb(noisy_mono)
+            mask, _ = shift_images(meta.mask, meta.mask, (dy, dx))
+            height, width = gt_rgb.shape[1:]
+            crops = []
+            for _ in range(num_crops):
+                y = int(rng.integers(0, (height - crop_size) // 2 + 1)) * 2
+                x = int(rng.integers(0, (width - crop_size) // 2 + 1)) * 2
+                crops.append((gt_rgb[:, y : y + crop_size, x : x + crop_size],
+                              noisy_rggb[:, y // 2 : y // 2 + crop_size // 2, x // 2 : x // 2 + crop_size // 2],
+                              mask[y : y + crop_size, x : x + crop_size]))
+            count += len(crops) == num_crops
+    return count
+
+
+def shard_pairs(manifest_url: str) -> int:
+    import webdataset as wds
+
+    import wdsprep
+
+    stage = wdsprep.rawnind.pairs(crop_size=256, num_crops=4, max_alignment_loss=None, min_mask_mean=None, to_torch=False)
+    return sum(1 for _ in wds.WebDataset(wdsprep.urls(manifest_url, "train"), shardshuffle=False).compose(stage))
+
+
+def run(workdir: pathlib.Path) -> str:
+    from wdsprep.conversion import convert
+    from wdsprep.sources.rawnind.fetch import FetchOptions, fetch
+    from wdsprep.sources.rawnind.server import DataverseServer
+    from wdsprep.sources.rawnind.synth import synth
+
+    workdir = pathlib.Path(workdir)
+    many_files = workdir / "dataverse-bench"
+    if not (many_files / "dataverse_dataset.json").exists():
+        synth(str(many_files), 0, "bench")
+    server_dir = workdir / "dataverse"
+    if not (server_dir / "dataverse_dataset.json").exists():
+        synth(str(server_dir), 0, "small")
+    one_s, one = _fetch_seconds(many_files, workdir / "fetch-1", 1)
+    five_s, five = _fetch_seconds(many_files, workdir / "fetch-5", 5)
+    total = five["bytes_downloaded"]
+    files = len(five["verified"])
+    verifier_rate = five["sha1_rate_bps"] or 0.0
+    big_rate = _sha1_rate(workdir)
+
+    # metadata + conversion for the reading comparison (metadata computed once by a normal fetch)
+    fetched = workdir / "fetched"
+    shutil.rmtree(fetched, ignore_errors=True)
+    shutil.rmtree(workdir / "shards", ignore_errors=True)
+    with DataverseServer(str(server_dir)) as server:
+        began = time.perf_counter()
+        report = fetch(FetchOptions(dest=str(fetched), dataverse=server.url, doi=server.doi, progress="none"))
+        fetch_meta_s = time.perf_counter() - began
+    began = time.perf_counter()
+    manifest = convert("rawnind", str(fetched), str(workdir / "shards"), shard_bytes="64MB", tile_size=512)
+    convert_s = time.perf_counter() - began
+    import webdataset  # noqa: F401  (imports torch: keep it out of the timings)
+
+    shard_pairs(manifest.url)  # warm-up pass
+    legacy_pairs(fetched)
+    began = time.perf_counter()
+    legacy_count = legacy_pairs(fetched)
+    legacy_s = time.perf_counter() - began
+    began = time.perf_counter()
+    shard_count = 0
+    for _ in range(3):
+        shard_count += shard_pairs(manifest.url)
+    shard_s = time.perf_counter() - began
+
+    mb = 1e6
+    ratio = (one_s / five_s) if five_s else float("nan")
+    lines = [
+        "## rawnind",
+        "",
+        f"Synthetic RawNIND (`synth --size bench`: {files} DNG files, {total / mb:.1f} MB) served by the local Dataverse "
+        f"server with a per-connection limit of {RATE / mb:.1f} MB/s; fetched with SHA-1 verification, no metadata stage.",
+        "",
+        "| measure | value |",
+        "|---|---|",
+        f"| fetch, --concurrency 1 | {one_s:.2f} s ({one['bytes_downloaded'] / one_s / mb:.2f} MB/s) |",
+        f"| fetch, --concurrency 5 | {five_s:.2f} s ({total / five_s / mb:.2f} MB/s) |",
+        f"| **throughput ratio 5 vs 1** | **{ratio:.2f}x** (asked: >= 4x) |",
+        f"| SHA-1 verifier rate during the fetch | {verifier_rate / mb:.0f} MB/s |",
+        f"| SHA-1 of a 128 MB file (page cache) | {big_rate / mb:.0f} MB/s |",
+        f"| SHA-1 headroom over the 5-way download rate | {verifier_rate / (total / five_s):.0f}x |",
+        f"| fetch + metadata (4 scenes, {report['metadata']['pairs_computed']} pairs, unlimited rate) | {fetch_meta_s:.2f} s |",
+        f"| convert to shards (tile 512, metadata cached) | {convert_s:.2f} s |",
+        f"| crop pairs/s, legacy-style from native DNGs | {legacy_count / legacy_s:.1f} ({legacy_count} pairs) |",
+        f"| crop pairs/s, `pairs()` on shards | {shard_count / shard_s:.1f} ({shard_count} pairs, 3 passes) |",
+        f"| **reading speed-up** | **{(shard_count / shard_s) / (legacy_count / legacy_s):.1f}x** |",
+        "",
+        "Both reading paths give 4 crops of 256 px per (tile or image, noisy capture); the shard path reads",
+        "2 tiles per image, so it yields twice as many samples per pass as the legacy path yields pairs.",
+    "The synthetic captures are 0.4 MP; a real 24 MP capture makes the legacy path ~60x slower per pair",
+    "while a shard tile costs the same, so the real speed-up is larger than measured here.",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    target = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "bench-work/bench_rawnind")
+    target.mkdir(parents=True, exist_ok=True)
+    print(run(target))
