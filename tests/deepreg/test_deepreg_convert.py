@@ -90,3 +90,23 @@ def test_unlabeled_split_read_with_labeled_true_says_what_to_do(tmp_path):
     out = list(pairs("unpaired", labeled=False, seed=0)(iter(samples(tmp_path / "out", "test"))))
     assert out[0]["indices"].tolist() == [0, 1, -1]
     assert not out[0]["moving_image"].any()  # constant image -> zeros (DeepReg since v0.1.0)
+
+
+def test_grouped_units_hold_two_groups(tmp_path):
+    root = tmp_path / "g" / "train"
+    root.mkdir(parents=True)
+    with h5py.File(root / "images.h5", "w") as handle:
+        for g in range(1, 6):
+            for t in (1, 2):
+                handle[f"group-{g}-{t}"] = np.full((20, 20, 20), g, np.float32)
+    manifest = convert("deepreg", str(tmp_path / "g"), str(tmp_path / "out"), shard_bytes="40KB")
+    rows = manifest.shards("train")
+    assert len(rows) >= 2 and all(row["samples"] >= 2 for row in rows)
+    out = list(pairs("grouped", labeled=False, intra_group_prob=0, seed=0)(
+        iter(samples(tmp_path / "out", "train"))))
+    assert len(out) == 5 and all(s["indices"][0] != s["indices"][2] for s in out)
+    one_group = [s for s in samples(tmp_path / "out", "train") if s["meta"]["group_index"] == 0]
+    import pytest
+
+    with pytest.raises(wdsprep.ConfigError, match="only one group"):
+        list(pairs("grouped", labeled=False, intra_group_prob=0.5)(iter(one_group)))

@@ -101,3 +101,18 @@ def test_option_errors_have_deepreg_messages():
         pairs("paired", sample_label="some")
     with pytest.raises(ConfigError, match="must be one of"):
         pairs("tripled")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 100), min_size=1, max_size=30), st.integers(1, 300))
+def test_unit_grouping_keeps_order_and_constraints(sizes, target):
+    from wdsprep.sources.deepreg._convert import _at_least_two, _even_groups, group_by_size
+
+    items = list(range(len(sizes)))
+    even = _even_groups(items, sizes, target)
+    assert [i for unit in even for i in unit] == items
+    assert all(len(unit) % 2 == 0 for unit in even[:-1]) and all(even)
+    paired_up = _at_least_two(group_by_size(items, sizes, target))
+    assert [i for unit in paired_up for i in unit] == items
+    if len(items) >= 2:
+        assert all(len(unit) >= 2 for unit in paired_up)

@@ -152,6 +152,7 @@ def _split_items(kind: str, split, out_split: str, dataset: str) -> tuple[list[d
             data_indices=list(data_indices),
             volumes=[volumes for _, volumes, _, _ in members],
             num_labels=members[0][3],
+            num_groups=len(structure),
         ))
         sizes.append(sum(size for _, _, size, _ in members))
     table["group_struct"] = [indices for _, indices in structure]
@@ -173,6 +174,21 @@ def _even_groups(items: list, sizes: list[int], target: int) -> list[list]:
             carry = [group.pop()]
         if group:
             result.append(group)
+    return result
+
+
+def _at_least_two(units: list[list]) -> list[list]:
+    """Grouped units hold two groups or more (when the split has two), so that inter-group pairs
+    can be drawn within every shard."""
+    result: list[list] = []
+    for unit in units:
+        if result and len(result[-1]) < 2:
+            result[-1] = result[-1] + unit
+        else:
+            result.append(list(unit))
+    if len(result) > 1 and len(result[-1]) < 2:
+        last = result.pop()
+        result[-1] = result[-1] + last
     return result
 
 
@@ -229,6 +245,8 @@ class DeepRegSource:
                 size_of = {item["key"]: size for item, size in zip(items, sizes)}
                 if config.type == "unpaired":
                     groups = _even_groups(items, sizes, options["shard_bytes"])
+                elif config.type == "grouped":
+                    groups = _at_least_two(group_by_size(items, sizes, options["shard_bytes"]))
                 else:
                     groups = group_by_size(items, sizes, options["shard_bytes"])
                 for index, group in enumerate(groups):
@@ -285,6 +303,7 @@ def _build_item(item: dict, handles: dict) -> dict:
     fields: dict = {}
     if item["type"] == "grouped":
         meta.update(group_index=item["group_index"], group=item["group"], names=item["names"],
+                    num_groups=item["num_groups"],
                     data_indices=item["data_indices"], volumes=[])
         for position, volumes in enumerate(item["volumes"]):
             entry = {}

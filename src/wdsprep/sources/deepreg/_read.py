@@ -332,8 +332,13 @@ class _Pairs:
             )
 
     def _grouped(self, block: list[_Item], rnd: random.Random, draws: _Draws):
-        check_grouped_options(len(block), self.intra_group_prob, self.intra_group_option,
-                              self.sample_image_in_group)
+        check_grouped_options(block[0].meta.get("num_groups", len(block)), self.intra_group_prob,
+                              self.intra_group_option, self.sample_image_in_group)
+        if self.intra_group_prob < 1 and len(block) < 2:
+            raise ConfigError(
+                f"sample {block[0].key!r}: inter-group pairs are drawn among the groups of one shard, but this "
+                f"stream holds only one group of it (a shard split between DataLoader workers, or block_size=1); "
+                f"use fewer workers or a larger block_size")
         sizes = [len(item.meta["names"]) for item in block]
         if self.sample_image_in_group:
             indices = grouped_sampled(sizes, rnd, self.intra_group_prob, self.intra_group_option)
