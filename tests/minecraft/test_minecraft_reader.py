@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 import webdataset as wds
+from hypothesis import given, settings, strategies as st
 
 import wdsprep
 from wdsprep.conversion import convert
@@ -218,3 +219,29 @@ def test_stage_through_wdsprep_dataset_and_windows_equal_whole_episodes(tmp_path
                 assert np.array_equal(vocab.decode(pair["voxel"]), item["x_raw"])
                 assert np.array_equal(vocab.decode(pair["target"]), item["z_raw"])
                 assert pair["action"].tolist() == item["y_raw"].tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(length=st.integers(1, 40), window_frames=st.integers(0, 12), overlap=st.integers(1, 11),
+       history=st.integers(1, 11), first_frame=st.integers(0, 5))
+def test_windows_give_exactly_the_whole_segment_pairs(length, window_frames, overlap, history, first_frame):
+    """Property: cutting a segment into windows never loses, repeats or alters a pair (H <= overlap)."""
+    if window_frames and overlap >= window_frames:
+        window_frames = overlap + 1
+    history = min(history, overlap)
+    rng = np.random.default_rng(length)
+    voxels = rng.integers(4, size=(length, 2, 2, 2)).astype(np.uint8)
+    actions = rng.integers(2, size=(length, 3))
+    whole = [raw_sample(f"creative_1-{first_frame:06d}", voxels, actions, first_frame=first_frame)]
+    cut = [raw_sample(f"creative_1-{first_frame + start:06d}", voxels[start:stop], actions[start:stop],
+                      first_frame=first_frame + start, new_from=0 if index == 0 else overlap)
+           for index, (start, stop) in enumerate(windows(length, window_frames, overlap))]
+    expected = list(pairs(history_length=history)(whole))
+    got = list(pairs(history_length=history)(cut))
+    assert [p["__key__"] for p in got] == [p["__key__"] for p in expected]
+    assert len(expected) == max(0, length - history)
+    for a, b in zip(got, expected):
+        assert torch.equal(a["voxel"], b["voxel"]) and torch.equal(a["target"], b["target"])
+        assert torch.equal(a["action"], b["action"])
+        if history > 1:
+            assert torch.equal(a["history_voxels"], b["history_voxels"])
