@@ -33,10 +33,10 @@ SHAPES = ("sphere", "box", "shell", "blob")
 
 @dataclass(frozen=True)
 class SynthConfig:
-    base_resolution: int = 32
+    base_resolution: int = 128
     min_resolution: int = 4
-    num_objects: int = 6
-    samples_per_view: int = 30  # upstream default 3000; rays per used face = samples_per_view // 3
+    num_objects: int = 7
+    samples_per_view: int = 60  # upstream default 3000; rays per used face = samples_per_view // 3
     sphere_divisions: int = 4
     train_ratio: float = 0.8
     val_ratio: float = 0.2
@@ -44,10 +44,10 @@ class SynthConfig:
 
 
 PRESETS = {
-    # `make shards` and the CLI default: small enough to convert in seconds.
-    "small": SynthConfig(base_resolution=32, min_resolution=4, num_objects=6, samples_per_view=30),
-    # the upstream base resolution of 128 (levels 1..4 down to 8^3)
-    "medium": SynthConfig(base_resolution=128, min_resolution=8, num_objects=5, samples_per_view=60),
+    # `make shards` and the CLI default: the upstream base resolution, levels 0..3 (128^3 .. 16^3)
+    "small": SynthConfig(base_resolution=128, min_resolution=16, num_objects=7, samples_per_view=60),
+    # more objects, rays and levels (down to 8^3)
+    "medium": SynthConfig(base_resolution=128, min_resolution=8, num_objects=12, samples_per_view=150),
 }
 
 
