@@ -208,6 +208,8 @@ def volume_info(ref: VolumeRef) -> VolumeInfo:
 
         with h5py.File(ref.path, "r") as handle:
             dataset = handle[ref.key]
+            if not isinstance(dataset, h5py.Dataset):
+                raise InputError(f"{ref.describe()}: is an HDF5 group, not an array (DeepReg uses flat keys)")
             shape, dtype = tuple(int(s) for s in dataset.shape), dataset.dtype
     if len(shape) == 4 and shape[-1] == 1:
         shape = shape[:3]
