@@ -154,6 +154,11 @@ def _pairs(source: Iterable[dict], task: str, history_length: int, crop: int | N
         stem, episode, first_frame = sample["__key__"].rpartition("-")[0], meta["episode"], meta["first_frame"]
         url = sample.get("__url__")
         first = max(history_length, new_from, 1)  # index of the first target frame in this window
+        if history_length > 1 and len(frames) > first:
+            # history h of input idx is frames idx-H+1 .. idx-1 = row idx-H+1 of these sliding views
+            span = history_length - 1
+            history_voxels = voxels.unfold(0, span, 1).permute(0, 4, 1, 2, 3).unbind(0)
+            history_actions = actions.unfold(0, span, 1).permute(0, 2, 1).unbind(0)
         for target in range(first, len(frames)):
             idx = target - 1
             t = first_frame + idx
@@ -168,8 +173,8 @@ def _pairs(source: Iterable[dict], task: str, history_length: int, crop: int | N
                 pair["target"] = moves[idx]
             if history_length > 1:
                 pair["history_start"] = t - history_length + 1
-                pair["history_voxels"] = voxels[idx - history_length + 1 : idx]
-                pair["history_actions"] = actions[idx - history_length + 1 : idx]
+                pair["history_voxels"] = history_voxels[idx - span]
+                pair["history_actions"] = history_actions[idx - span]
             yield pair
 
 
