@@ -2,7 +2,7 @@
 
 `pairs(...)` reproduces `CleanProfiledRGBNoisyBayerImageCropsDataset.__getitem__`: for each
 (tile, noisy capture) that passes the construction filters (alignment loss, mask mean), draw
-`num_crops` random crops of `crop_size` starting on even coordinates (Bayer phase), retrying a
+`num_crops` random crops of `crop_size` starting on even coordinates (Bayer phase), redrawing a
 crop up to 10 times while its valid fraction is under `min_valid`, and yield
   x_crops        float32 [num_crops, 3, crop, crop]       clean, linear Rec.2020
   y_crops        float32 [num_crops, 4, crop/2, crop/2]   noisy RGGB
@@ -21,7 +21,7 @@ import numpy as np
 from ...errors import ConfigError
 from ...shards.codec import decode_sample
 
-CROP_RETRIES = 10
+CROP_RETRIES = 10  # MAX_RANDOM_CROP_ATTEMPS: redraws after the first draw
 
 
 def _rng(seed: int, epoch: int, key: str, noisy_index: int) -> np.random.Generator:
@@ -34,7 +34,7 @@ def _draw_crops(rng: np.random.Generator, mask: np.ndarray, crop_size: int, num_
     height, width = mask.shape
     origins = []
     for _ in range(num_crops):
-        for _attempt in range(CROP_RETRIES):
+        for _attempt in range(1 + CROP_RETRIES):
             y = int(rng.integers(0, (height - crop_size) // 2 + 1)) * 2
             x = int(rng.integers(0, (width - crop_size) // 2 + 1)) * 2
             if mask[y : y + crop_size, x : x + crop_size].mean() >= min_valid:
