@@ -5,7 +5,6 @@ import glob
 import os
 
 import numpy as np
-import pytest
 
 import wdsprep
 from wdsprep.cli import main as cli
