@@ -7,6 +7,9 @@ imported on first use.
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.util
+import sys
 
 from .errors import ConfigError, FormatError, InputError, ManifestError, ShardError, WdsprepError
 from .shards.codec import decode, decode_sample
@@ -36,6 +39,27 @@ _LAZY = {
     "Loader": ("wdsprep.stream", "Loader"),
 }
 
+
+class _SourceAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Makes `wdsprep.<source>` an alias of `wdsprep.sources.<source>`, also for `from ... import`."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        prefix, _, name = fullname.partition(".")
+        if prefix == "wdsprep" and name in SOURCE_IDS:
+            return importlib.util.spec_from_loader(fullname, self)
+        return None
+
+    def create_module(self, spec):
+        module = importlib.import_module(f"wdsprep.sources.{spec.name.split('.', 1)[1]}")
+        self._original_spec = module.__spec__
+        return module
+
+    def exec_module(self, module):
+        module.__spec__ = self._original_spec  # the import system stamped the alias spec on it
+
+
+if not any(isinstance(finder, _SourceAlias) for finder in sys.meta_path):
+    sys.meta_path.append(_SourceAlias())
 
 _SUBMODULES = ("stream", "shards", "sources", "conversion", "executors", "cli", "upload", "progress")
 

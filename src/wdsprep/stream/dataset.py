@@ -170,9 +170,13 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
             try:
                 stream = open_url(url)
                 with stream:
-                    for sample in iter_samples(stream, url, skip=piece.start + skip):
+                    first = piece.start + skip
+                    for sample in iter_samples(stream, url, skip=first):
                         if got == expected:
                             break
+                        # where the sample sits, for stages that work on blocks of a shard
+                        sample["__index__"] = first + got
+                        sample["__epoch__"] = self.epoch
                         got += 1
                         yield sample
                 if self.check_counts and got < expected:
