@@ -37,6 +37,23 @@ def test_dng_round_trip_through_rawpy(tmp_path):
     assert np.array_equal(rggb_to_mono(mono_to_rggb(image.mono)), image.mono)
 
 
+@pytest.mark.parametrize("pattern, rows, cols", [((1, 2, 0, 1), slice(1, -1), slice(None)),  # GBRG
+                                                 ((2, 1, 1, 0), slice(1, -1), slice(1, -1)),  # BGGR
+                                                 ((1, 0, 2, 1), slice(None), slice(1, -1))])  # GRBG
+def test_other_bayer_patterns_are_trimmed_to_rggb(tmp_path, pattern, rows, cols):
+    mosaic = np.random.default_rng(4).integers(600, 16000, size=(70, 90), dtype=np.uint16)
+    path = tmp_path / "p.dng"
+    write_dng(str(path), mosaic, black_level=512, white_level=16383, iso=100, cfa_pattern=pattern)
+    image = read_bayer(str(path))
+    trimmed = mosaic[rows, cols]
+    height, width = (trimmed.shape[0] // 4) * 4, (trimmed.shape[1] // 4) * 4
+    assert image.mono.shape == (1, height, width)
+    assert np.allclose(image.mono[0], (trimmed[:height, :width].astype(np.float32) - 512) / (16383 - 512))
+    with rawpy.imread(str(path)) as raw:  # what is at (0, 0) now is a red photosite
+        colours = raw.raw_colors_visible[rows, cols]
+        assert raw.color_desc.decode()[colours[0, 0]] == "R" and raw.color_desc.decode()[colours[1, 1]] == "B"
+
+
 def test_unreadable_raw_names_the_file(tmp_path):
     bad = tmp_path / "broken.dng"
     bad.write_bytes(b"II*\0garbage")

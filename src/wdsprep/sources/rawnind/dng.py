@@ -55,8 +55,12 @@ def write_dng(
     model: str = "ILCE-7RM3",
     color_matrix=SONY_A7R3_COLOR_MATRIX,
     as_shot_neutral=(0.5, 1.0, 0.6),
+    cfa_pattern=(0, 1, 1, 2),
 ) -> int:
-    """Write a 16-bit RGGB mosaic `cfa` (H, W) as a DNG; returns the file size in bytes."""
+    """Write a 16-bit mosaic `cfa` (H, W) as a DNG; returns the file size in bytes.
+
+    `cfa_pattern` is the 2x2 DNG CFAPattern (0 red, 1 green, 2 blue), RGGB by default.
+    """
     cfa = np.asarray(cfa)
     if cfa.ndim != 2 or cfa.dtype != np.uint16:
         raise ValueError(f"{path}: expected a 2-D uint16 mosaic, got {cfa.dtype} {cfa.shape}")
@@ -79,7 +83,7 @@ def write_dng(
         (284, _SHORT, [1]),
         (305, _ASCII, "wdsprep synth"),
         (33421, _SHORT, [2, 2]),  # CFARepeatPatternDim
-        (33422, _BYTE, [0, 1, 1, 2]),  # CFAPattern: RGGB
+        (33422, _BYTE, list(cfa_pattern)),  # CFAPattern
         (33434, _RATIONAL, [exposure_time]),
         (34855, _SHORT, [min(int(iso), 65535)]),  # ISOSpeedRatings
         (50706, _BYTE, [1, 4, 0, 0]),  # DNGVersion

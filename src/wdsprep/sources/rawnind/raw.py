@@ -1,7 +1,8 @@
 """Bayer raw files to the arrays RawNIND works on (after `raw.raw_fpath_to_mono_img_and_metadata`).
 
-mono `[1,H,W]` float32 normalised as `(x - black[ch]) / (white - black[ch])`, margins cropped,
-shifted by one row/column so the mosaic starts on R (RGGB), H and W cropped to multiples of 4.
+mono `[1,H,W]` float32 normalised as `(x - black[0]) / (white - black[0])`, margins cropped,
+one row/column trimmed at both ends when needed so the mosaic starts on R (RGGB), H and W cropped
+to multiples of 4.
 `rggb` is the 4-channel half-resolution form, `demosaic` gives camRGB `[3,H,W]` and
 `cam_to_lin_rec2020` the profiled target the legacy loaders train on.
 """
@@ -14,11 +15,11 @@ import numpy as np
 from ...errors import InputError
 
 # XYZ (D65) -> linear Rec.2020
-XYZ_TO_LIN_REC2020 = np.array(
+XYZ_TO_LIN_REC2020 = np.array(  # the same coefficients as rawnind's raw.py, so targets agree
     [
-        [1.7166511880, -0.3556707838, -0.2533662814],
-        [-0.6666843518, 1.6164812366, 0.0157685458],
-        [0.0176398574, -0.0427706133, 0.9421031212],
+        [1.71666343, -0.35567332, -0.25336809],
+        [-0.66667384, 1.61645574, 0.0157683],
+        [0.01764248, -0.04277698, 0.94224328],
     ],
     dtype=np.float64,
 )
@@ -81,25 +82,24 @@ def read_bayer(path: str) -> RawImage:
                 offset = (dy, dx)
     if offset is None:
         raise InputError(f"{path}: CFA pattern {''.join(names)} cannot be cropped to RGGB")
-    channel_of = pattern.copy()
-    image = image[offset[0] :, offset[1] :]
-    channel_of = np.roll(np.roll(pattern, -offset[0], axis=0), -offset[1], axis=1)
+    # like mono_any_to_mono_rggb: a row/column shift trims one row/column at *both* ends
+    if offset[0]:
+        image = image[1:-1]
+    if offset[1]:
+        image = image[:, 1:-1]
     height, width = image.shape
     image = image[: height - height % 4, : width - width % 4]
-    mono = np.empty_like(image)
-    overexposure = []
-    for y in (0, 1):
-        for x in (0, 1):
-            channel = int(channel_of[y, x])
-            black_level = black[channel] if channel < len(black) else black[0]
-            span = float(white - black_level)
-            mono[y::2, x::2] = (image[y::2, x::2] - black_level) / span
-            top = camera_white[channel] if camera_white is not None else white
-            overexposure.append((top - black_level) / span)
+    # scale_img_to_bw_points runs its per-channel loop over the mono image's single channel, so
+    # channel 0's black level applies to every photosite (equal on most cameras)
+    span = float(white - black[0])
+    mono = (image - black[0]) / span
+    overexposure_lb = 1.0
+    if camera_white is not None:
+        overexposure_lb = min(1.0, (camera_white[0] - black[0]) / span)
     return RawImage(
         mono=mono[None],
         rgb_xyz_matrix=rgb_xyz,
-        overexposure_lb=float(min(overexposure)),
+        overexposure_lb=float(overexposure_lb),
         black_level=black,
         white_level=white,
         iso=iso,
