@@ -39,7 +39,8 @@ from ._layout import (
 )
 
 FORMAT = "voxels/1"
-# per-ray arrays, stored as members; the (V, 3) view_positions is small and goes into meta.mp
+# per-ray arrays, stored together as the structured `rays` member (any other (N, ...) numeric
+# array of the ray file joins them); the (V, 3) view_positions is small and goes into meta.mp
 RAY_FIELDS = ("origins", "directions", "distances", "hits", "face_ids", "view_ids")
 REQUIRED_RAY_FIELDS = ("origins", "directions", "distances", "hits")
 SMALL_EXTRA = 64  # ray-file arrays up to this many elements go into meta.mp, larger ones as members
@@ -133,6 +134,16 @@ def check_rays(arrays: dict, path: pathlib.Path, level: int, key: str, grid_shap
     if "hash" in arrays and arrays["hash"].size == 1 and str(arrays["hash"]) != key:
         raise InputError(f"{path}: hash {str(arrays['hash'])!r} does not match the file name ({key!r})")
     return n
+
+
+def ray_table(rays: dict, names: list[str], num_rays: int) -> np.ndarray:
+    """The per-ray arrays as one packed structured array (one tar member), each field keeping its
+    own dtype and trailing shape, so every array comes back bit-exact as `table[name]`."""
+    dtype = np.dtype([(name, rays[name].dtype, rays[name].shape[1:]) for name in names])
+    table = np.empty(num_rays, dtype=dtype)
+    for name in names:
+        table[name] = rays[name]
+    return table
 
 
 def _describe_array(array: np.ndarray) -> dict:
@@ -345,11 +356,17 @@ def build_fields(
     rays = load_npz(ray_file)
     num_rays = check_rays(rays, ray_file, level, key, voxels.shape)
     fields: dict = {"voxels_packed": np.packbits(voxels.reshape(-1))}
+    per_ray = [name for name in RAY_FIELDS if name in rays] + sorted(
+        name for name, array in rays.items()
+        if name not in RAY_FIELDS and name != "view_positions" and array.ndim >= 1
+        and array.shape[0] == num_rays and array.dtype.kind in "biuf"
+    )
+    fields["rays"] = ray_table(rays, per_ray, num_rays)
     extras = {}
     for name, array in rays.items():
-        if name in RAY_FIELDS or (name == "view_positions" and array.size > SMALL_EXTRA):
-            fields[name] = np.ascontiguousarray(array)
-        elif array.size <= SMALL_EXTRA or array.dtype.kind in "US":
+        if name in per_ray:
+            continue
+        if array.size <= SMALL_EXTRA or array.dtype.kind in "US":
             extras[name] = _describe_array(array)
         elif array.dtype.hasobject:
             raise InputError(f"{ray_file}: array {name!r} holds Python objects")

@@ -19,9 +19,9 @@ from torch.utils.data import BatchSampler, Dataset, RandomSampler, SequentialSam
 
 from ...errors import ConfigError, ShardError
 from ...shards.codec import decode_value
-from .convert import restore_array
 from .read import (
     READ_FIELDS,
+    ray_arrays,
     VoxelGrid,
     check_reader_options,
     chunk_bounds,
@@ -172,6 +172,8 @@ class HierarchicalVoxelRayDataset(Dataset):
 
     # ------------------------------------------------------------------ per-process state
     def _reset_process_state(self) -> None:
+        if getattr(self, "_pid", None) == os.getpid():
+            self.close()
         self._pid = os.getpid()
         self._files: dict[int, int] = {}
         self._voxel_cache: collections.OrderedDict = collections.OrderedDict()
@@ -230,16 +232,13 @@ class HierarchicalVoxelRayDataset(Dataset):
             cache.move_to_end(number)
             return rays
         sample = self.samples[number]
-        rays = {}
-        for field in sample["meta"]["ray_fields"]:
-            if field not in READ_FIELDS:
-                continue  # arrays the training sample does not use are never read
-            if field in sample["meta"]["ray_extras"]:
-                rays[field] = restore_array(sample["meta"]["ray_extras"][field])
-                continue
-            name = self._member_name(sample, field) or self._member_name(sample, f"extra_{field}")
-            if name is not None:
-                rays[field] = self._read_member(sample, name)
+        meta = sample["meta"]
+        decoded = {"meta": meta, "rays": self._read_member(sample, self._member_name(sample, "rays"))}
+        for field in meta["ray_fields"]:
+            name = self._member_name(sample, f"extra_{field}")
+            if field in READ_FIELDS and name is not None:  # unused arrays are never read
+                decoded[f"extra_{field}"] = self._read_member(sample, name)
+        rays = ray_arrays(decoded)
         cache[number] = rays
         while len(cache) > 2:
             cache.popitem(last=False)
@@ -278,12 +277,19 @@ class HierarchicalVoxelRayDataset(Dataset):
     def num_chunks(self, sample_number: int) -> int:
         return int(np.count_nonzero(self._chunk_sample == sample_number))
 
-    def __del__(self):
-        for fd in getattr(self, "_files", {}).values():
+    def close(self) -> None:
+        """Close this process's shard file descriptors (they reopen on the next access)."""
+        files, self._files = getattr(self, "_files", {}), {}
+        if getattr(self, "_pid", None) != os.getpid():
+            return  # inherited numbers belong to the parent process
+        for fd in files.values():
             try:
                 os.close(fd)
             except OSError:
                 pass
+
+    def __del__(self):
+        self.close()
 
 
 class RayBatchSampler(BatchSampler):

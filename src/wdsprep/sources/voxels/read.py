@@ -49,19 +49,21 @@ def native_arrays(decoded: dict) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """(voxel grid, ray-file arrays) exactly as the native npz files held them (lossless check)."""
     meta = decoded["meta"]
     voxels = unpack_voxels(decoded["voxels_packed"], meta["grid_shape"])
-    return voxels, ray_arrays(decoded)
+    return voxels, ray_arrays(decoded, copy=True)
 
 
-def ray_arrays(decoded: dict) -> dict[str, np.ndarray]:
-    """Every array of the native ray file, by name (members and the small ones kept in meta)."""
+def ray_arrays(decoded: dict, copy: bool = False) -> dict[str, np.ndarray]:
+    """Every array of the native ray file, by name: the fields of the `rays` table (views unless
+    `copy`), the small ones kept in meta.mp, and any large `extra_<name>` member."""
     meta = decoded["meta"]
+    table = decoded["rays"]
     rays = {}
     for name in meta["ray_fields"]:
-        if name in meta["ray_extras"]:
+        if table.dtype.names and name in table.dtype.names:
+            rays[name] = np.ascontiguousarray(table[name]) if copy else table[name]
+        elif name in meta["ray_extras"]:
             rays[name] = restore_array(meta["ray_extras"][name])
-        elif name in decoded:
-            rays[name] = decoded[name]
-        else:
+        elif f"extra_{name}" in decoded:  # a reader may leave unused large arrays unread
             rays[name] = decoded[f"extra_{name}"]
     return rays
 
