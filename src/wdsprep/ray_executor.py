@@ -11,6 +11,9 @@ manifest last, exactly as with the local process pool, so the bytes do not depen
   cluster. Tasks are limited only by the cluster's CPUs (one CPU per task), or by `workers` when it
   is more than 1. The input must be readable, and the output writable, at the same path or URL on
   every node (shared filesystem or object storage).
+- `runtime_env` (e.g. `{"env_vars": {...}}`, `{"pip": ["wdsprep[ray,s3]"]}`) is the job's Ray
+  runtime environment when this executor starts or joins Ray, and each task's when Ray was already
+  initialized by the caller.
 - A unit whose task fails (an exception in the build, a worker or node that died) is resubmitted up
   to `retries` times (default 2, or `$WDSPREP_RAY_RETRIES`); after that it is handed back to the
   driver as a `UnitFailedError` naming the last cause, and the driver reports the unit with its
@@ -152,9 +155,10 @@ class RayExecutor:
         started = self._connect()
         pending: dict[Any, int] = {}
         try:
-            remote = ray.remote(_run_unit).options(
-                num_cpus=self.num_cpus_per_task, max_retries=0, retry_exceptions=False
-            )
+            task_options = dict(num_cpus=self.num_cpus_per_task, max_retries=0, retry_exceptions=False)
+            if self.runtime_env is not None and not started:
+                task_options["runtime_env"] = self.runtime_env  # Ray was up already: per task
+            remote = ray.remote(_run_unit).options(**task_options)
             fn_ref = ray.put(fn)
             paths = self._extra_paths(started)
             cwd = os.getcwd()

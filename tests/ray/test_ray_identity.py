@@ -81,3 +81,25 @@ def test_cli_joins_cluster_by_address(ray_cluster, tmp_path, monkeypatch):
                      "--ray-address", ray_cluster, "--shard-bytes", "64KB", "--quiet", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert_same_output(tmp_path / "local", tmp_path / "ray")
+
+
+def test_output_straight_to_s3(ray_cluster, tmp_path, monkeypatch):
+    """Ray tasks publish their shards to s3:// (a moto server); same objects as a local conversion."""
+    from wdsprep.testing import S3Server
+
+    load_source("generic").synth(str(tmp_path / "in"), seed=7, samples=30)
+    convert("generic", str(tmp_path / "in"), str(tmp_path / "local"), shard_bytes="64KB")
+    with S3Server() as s3:
+        for name, value in s3.env.items():
+            monkeypatch.setenv(name, value)
+        bucket = s3.create_bucket("ray-out")
+        convert("generic", str(tmp_path / "in"), f"s3://{bucket}/generic", executor="ray", workers=2,
+                shard_bytes="64KB", executor_options={"runtime_env": {"env_vars": dict(s3.env)}})
+        client = s3.client()
+        listed = client.list_objects_v2(Bucket=bucket, Prefix="generic/")["Contents"]
+        fetched = tmp_path / "fetched"
+        fetched.mkdir()
+        for entry in listed:
+            body = client.get_object(Bucket=bucket, Key=entry["Key"])["Body"].read()
+            (fetched / entry["Key"].split("/", 1)[1]).write_bytes(body)
+    assert_same_output(tmp_path / "local", fetched)
