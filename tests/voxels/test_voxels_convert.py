@@ -212,3 +212,27 @@ def test_input_may_name_both_directories(copy, tmp_path):
     plan = _plan(copy / "dataset", ray_dir=str(moved))
     assert plan.units and plan.config["ray_dir"] == "rays"
     assert wdsprep.voxels.SOURCE is SOURCE
+
+
+def test_unknown_ray_file_arrays_survive_the_round_trip(copy):
+    from wdsprep.shards.codec import Encoder, decode_sample
+
+    ray_file = _some_subvolume(copy)
+    key = ray_file.name[: -len("_rays.npz")]
+    voxel_file = copy / "dataset" / "subvolumes" / "level_2" / key[:2] / f"{key}.npz"
+    rng = np.random.default_rng(0)
+    extra = {
+        "normals": rng.normal(size=(176, 3)).astype(np.float16),  # per ray: joins the rays table
+        "lut": np.arange(300, dtype=np.uint16).reshape(100, 3),  # large, not per ray: own member
+        "note": np.array("made by a newer generator"),  # small: meta.mp
+    }
+    _rewrite(ray_file, **extra)
+    fields = build_fields(2, key, ray_file, voxel_file, False, ["train"], 16)
+    assert "extra_lut" in fields and "normals" in fields["rays"].dtype.names
+    raw = {"__key__": "k", **dict(Encoder().encode_fields("k", fields))}
+    assert sorted(raw) == ["__key__", "extra_lut.npy.zst", "meta.mp", "rays.npy.zst", "voxels_packed.npy.zst"]
+    voxels, rays = native_arrays(decode_sample(raw))
+    with np.load(ray_file) as z:
+        assert set(rays) == set(z.files)
+        for name in z.files:
+            assert rays[name].dtype == z[name].dtype and np.array_equal(rays[name], z[name]), name
