@@ -90,6 +90,7 @@ class DataverseServer:
         self.directory = DataverseDirectory(root)
         self.faults = faults or Faults()
         self.log: list[dict] = []
+        self.active = 0  # requests being answered now (a test waits for 0 before reading the log)
         self.log_path = log_path
         self.chunk_size = chunk_size
         self._lock = threading.Lock()
@@ -126,10 +127,25 @@ class DataverseServer:
 
     def record(self, entry: dict) -> None:
         with self._lock:
+            self.active -= 1
             self.log.append(entry)
             if self.log_path:
                 with open(self.log_path, "a", encoding="utf-8") as handle:
                     handle.write(json.dumps(entry, sort_keys=True) + "\n")
+
+    def wait_idle(self, timeout: float = 10.0) -> bool:
+        """Wait until no request is being answered (e.g. after a client was killed mid-body)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if self.active == 0:
+                    return True
+            time.sleep(0.01)
+        return False
+
+    def _begin(self) -> None:
+        with self._lock:
+            self.active += 1
 
     def take_fault(self, table: dict, keys: tuple[str, ...]) -> Any:
         """Consume one use of a counted fault for this file; returns the fault value or None."""
@@ -184,6 +200,7 @@ class _Handler(BaseHTTPRequestHandler):
         parts = urlsplit(self.path)
         query = parse_qs(parts.query)
         path = unquote(parts.path).rstrip("/")
+        self.app._begin()
         entry: dict[str, Any] = {"method": self.command, "path": self.path, "range": self.headers.get("Range"),
                                  "time": time.time(), "client": self.client_address[1]}
         try:
