@@ -215,3 +215,33 @@ def test_bad_raw_file_is_skipped_or_raised(tmp_path, synth_tiny):
     manifest = convert("rawnind", str(native), str(tmp_path / "out2"), tile_size=256, on_error="skip")
     assert any("not a readable raw file" in problem["message"] for problem in manifest.problems)
     assert sum(row["samples"] for rows in manifest.splits.values() for row in rows) > 0
+
+
+def test_map_style_drop_in(shards):
+    native, out, manifest = shards
+    from wdsprep.rawnind import CleanProfiledRGBNoisyBayerImageCropsDataset as Dataset
+
+    dataset = Dataset(str(out / "manifest.json"), num_crops=4, crop_size=256, alignment_max_loss=None, mask_mean_min=None)
+    train_pairs = [p for p in manifest.tables["pairs"] if p["split"] == "train"]
+    assert len(dataset) == len(train_pairs) == 7  # one item per clean/noisy pair, as the legacy loader
+    assert dataset.pairs == sorted((p["scene"].split("/", 1)[1], p["noisy_file"]) for p in train_pairs)
+    item = dataset[3]
+    assert tuple(item["x_crops"].shape) == (4, 3, 256, 256) and tuple(item["y_crops"].shape) == (4, 4, 128, 128)
+    assert tuple(item["mask_crops"].shape) == (4, 3, 256, 256) and tuple(item["rgb_xyz_matrix"].shape) == (4, 3)
+    pair = train_pairs[[(p["scene"].split("/", 1)[1], p["noisy_file"]) for p in train_pairs].index(dataset.pairs[3])]
+    assert item["gain"] == pytest.approx(pair["raw_gain"])
+    again = dataset[3]
+    assert all(np.array_equal(item[k].numpy(), again[k].numpy()) for k in ("x_crops", "y_crops", "mask_crops"))
+    dataset.set_epoch(1)
+    assert not np.array_equal(dataset[3]["x_crops"].numpy(), item["x_crops"].numpy())
+    # the filters apply per pair, like the legacy constructor
+    losses = sorted(p["best_alignment_loss"] for p in train_pairs)
+    assert len(Dataset(str(out / "manifest.json"), alignment_max_loss=losses[2], mask_mean_min=None)) == 3
+    assert len(Dataset(str(out / "manifest.json"), test=True, alignment_max_loss=None, mask_mean_min=None)) == 2
+    with pytest.raises(ConfigError, match="no pair in split 'train' passes the filters"):
+        Dataset(str(out / "manifest.json"), mask_mean_min=1.5)
+    import torch
+
+    loader = torch.utils.data.DataLoader(dataset, batch_size=2, shuffle=True, num_workers=0)
+    batch = next(iter(loader))
+    assert tuple(batch["x_crops"].shape) == (2, 4, 3, 256, 256) and batch["gain"].shape == (2,)

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from .cli import add_fetch_arguments, add_serve_arguments, fetch_main, serve_main
 from .fetch import FetchError, FetchOptions, fetch
-from .read import pairs, tiles
+from .mapstyle import CleanProfiledRGBNoisyBayerImageCropsDataset
+from .read import crop_pair, pairs, tiles
 from .server import DataverseServer, Faults
 from .source import SOURCE, RawNINDSource
 
 __all__ = [
-    "SOURCE", "RawNINDSource", "pairs", "tiles",
+    "SOURCE", "RawNINDSource", "pairs", "tiles", "crop_pair", "CleanProfiledRGBNoisyBayerImageCropsDataset",
     "add_fetch_arguments", "fetch_main", "add_serve_arguments", "serve_main",
     "fetch", "FetchOptions", "FetchError", "DataverseServer", "Faults",
 ]

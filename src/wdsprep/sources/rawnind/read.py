@@ -45,6 +45,62 @@ def _draw_crops(rng: np.random.Generator, mask: np.ndarray, crop_size: int, num_
     return origins
 
 
+def crop_pair(
+    sample: dict,
+    n: int,
+    rng: np.random.Generator,
+    *,
+    crop_size: int = 256,
+    num_crops: int = 4,
+    min_valid: float = 0.5,
+    match_gain: bool = False,
+    to_torch: bool = True,
+    gain_key: str = "raw_gain",
+) -> dict | None:
+    """The legacy sample of noisy capture `n` of a decoded tile; None if no crop set is valid."""
+    gt, noisy, masks, meta = sample["gt_rgb"], sample["noisy_bayer"], sample["mask"], sample["meta"]
+    height, width = gt.shape[1:]
+    if height < crop_size or width < crop_size:
+        raise ConfigError(f"{sample.get('__key__')}: tile {height}x{width} is smaller than crop_size {crop_size}")
+    origins = _draw_crops(rng, masks[n], crop_size, num_crops, min_valid)
+    if origins is None:
+        return None
+    half = crop_size // 2
+    x_crops = np.stack([gt[:, y : y + crop_size, x : x + crop_size] for y, x in origins]).astype(np.float32)
+    y_crops = np.stack([noisy[n, :, y // 2 : y // 2 + half, x // 2 : x // 2 + half] for y, x in origins]).astype(np.float32)
+    mask_crops = np.stack([np.broadcast_to(masks[n, y : y + crop_size, x : x + crop_size], (3, crop_size, crop_size))
+                           for y, x in origins])
+    gain = float(meta[gain_key][n])
+    if match_gain:
+        y_crops *= np.float32(gain)
+        gain = 1.0
+    out = {
+        "x_crops": x_crops,
+        "y_crops": y_crops,
+        "mask_crops": np.ascontiguousarray(mask_crops),
+        "rgb_xyz_matrix": np.asarray(meta["rgb_xyz_matrix"], dtype=np.float32),
+        "gain": gain,
+    }
+    if to_torch:
+        import torch
+
+        for name in ("x_crops", "y_crops", "mask_crops", "rgb_xyz_matrix"):
+            out[name] = torch.from_numpy(out[name])
+    return out
+
+
+def pair_passes(meta: dict, n: int, max_alignment_loss: float | None, min_mask_mean: float | None) -> bool:
+    """The legacy constructor's filters (`alignment_max_loss`, `mask_mean_min`)."""
+    if max_alignment_loss is not None and meta["best_alignment_loss"][n] > max_alignment_loss:
+        return False
+    return min_mask_mean is None or meta["mask_mean"][n] >= min_mask_mean
+
+
+def _check_crop_size(crop_size: int) -> None:
+    if crop_size % 4 or crop_size <= 0:
+        raise ConfigError(f"crop_size {crop_size} must be a positive multiple of 4 (Bayer crops are crop/2)")
+
+
 def _pairs(
     source: Iterable[dict],
     crop_size: int,
@@ -58,51 +114,20 @@ def _pairs(
     to_torch: bool,
     gain_key: str,
 ) -> Iterator[dict]:
-    if crop_size % 4 or crop_size <= 0:
-        raise ConfigError(f"crop_size {crop_size} must be a positive multiple of 4 (Bayer crops are crop/2)")
+    _check_crop_size(crop_size)
     for raw in source:
         sample = decode_sample(raw)
-        meta = sample["meta"]
         key = sample["__key__"]
-        gt = sample["gt_rgb"]
-        noisy = sample["noisy_bayer"]
-        masks = sample["mask"]
-        height, width = gt.shape[1:]
-        if height < crop_size or width < crop_size:
-            raise ConfigError(f"{key}: tile {height}x{width} is smaller than crop_size {crop_size}")
-        matrix = np.asarray(meta["rgb_xyz_matrix"], dtype=np.float32)
-        for n in range(noisy.shape[0]):
-            if max_alignment_loss is not None and meta["best_alignment_loss"][n] > max_alignment_loss:
+        for n in range(sample["noisy_bayer"].shape[0]):
+            if not pair_passes(sample["meta"], n, max_alignment_loss, min_mask_mean):
                 continue
-            if min_mask_mean is not None and meta["mask_mean"][n] < min_mask_mean:
-                continue
-            origins = _draw_crops(_rng(seed, epoch, key, n), masks[n], crop_size, num_crops, min_valid)
-            if origins is None:
+            out = crop_pair(sample, n, _rng(seed, epoch, key, n), crop_size=crop_size, num_crops=num_crops,
+                            min_valid=min_valid, match_gain=match_gain, to_torch=to_torch, gain_key=gain_key)
+            if out is None:
                 continue  # the legacy loader drops such a crop and retries another item
-            half = crop_size // 2
-            x_crops = np.stack([gt[:, y : y + crop_size, x : x + crop_size] for y, x in origins]).astype(np.float32)
-            y_crops = np.stack([noisy[n, :, y // 2 : y // 2 + half, x // 2 : x // 2 + half] for y, x in origins]).astype(np.float32)
-            mask_crops = np.stack([np.broadcast_to(masks[n, y : y + crop_size, x : x + crop_size], (3, crop_size, crop_size))
-                                   for y, x in origins])
-            gain = float(meta[gain_key][n])
-            if match_gain:
-                y_crops *= np.float32(gain)
-                gain = 1.0
-            out = {
-                "__key__": f"{key}-{n}",
-                "x_crops": x_crops,
-                "y_crops": y_crops,
-                "mask_crops": np.ascontiguousarray(mask_crops),
-                "rgb_xyz_matrix": matrix,
-                "gain": gain,
-            }
+            out["__key__"] = f"{key}-{n}"
             if "__url__" in sample:
                 out["__url__"] = sample["__url__"]
-            if to_torch:
-                import torch
-
-                for name in ("x_crops", "y_crops", "mask_crops", "rgb_xyz_matrix"):
-                    out[name] = torch.from_numpy(out[name])
             yield out
 
 

@@ -1,0 +1,132 @@
+"""A map-style drop-in for the legacy `rawds.CleanProfiledRGBNoisyBayerImageCropsDataset`.
+
+Like the legacy class, an item is a clean/noisy *pair* (filtered by alignment loss and mask mean)
+and `__getitem__(i)` returns `num_crops` random crops from a random pre-cropped tile of that pair.
+It reads local shards by byte offset (a tar index built once), so any DataLoader sampler works.
+Randomness is drawn from (seed, epoch, i) instead of the global `random` module, so an item is
+reproducible; call `set_epoch` to get new crops each epoch.
+"""
+from __future__ import annotations
+
+import hashlib
+import tarfile
+from collections import defaultdict
+
+import numpy as np
+
+from ...errors import ConfigError
+from ...shards.codec import decode_sample, split_field
+from .read import _check_crop_size, crop_pair, pair_passes
+
+try:  # a torch Dataset when torch is there (it always is with wdsprep), a plain class otherwise
+    from torch.utils.data import Dataset as _Base
+except ImportError:  # pragma: no cover
+    _Base = object
+
+
+def index_tar(path: str) -> dict[str, dict[str, tuple[int, int]]]:
+    """{sample key: {member suffix: (data offset, size)}} of a plain tar shard."""
+    samples: dict[str, dict[str, tuple[int, int]]] = {}
+    with tarfile.open(path, "r:") as archive:
+        for member in archive:
+            if not member.isfile():
+                continue
+            key, _, suffix = member.name.partition(".")
+            samples.setdefault(key, {})[suffix] = (member.offset_data, member.size)
+    return samples
+
+
+def _local_shards(manifest_url: str, split: str) -> list[str]:
+    from ...stream.manifests import load_manifest
+    from ...stream.opener import local_path
+
+    manifest = load_manifest(manifest_url)
+    if split not in manifest.splits:
+        raise ConfigError(f"{manifest_url}: no split {split!r} (have {', '.join(sorted(manifest.splits))})")
+    paths = []
+    for url in manifest.shard_urls(split):
+        path = local_path(url)
+        if path is None:
+            raise ConfigError(f"{url}: the map-style dataset reads local shards only (stream remote ones with pairs())")
+        paths.append(path)
+    return paths
+
+
+class CleanProfiledRGBNoisyBayerImageCropsDataset(_Base):
+    """`len()` = pairs that pass the filters; `ds[i]` = x_crops, y_crops, mask_crops, rgb_xyz_matrix, gain."""
+
+    def __init__(
+        self,
+        manifest_url: str,
+        split: str | None = None,
+        *,
+        num_crops: int = 4,
+        crop_size: int = 256,
+        alignment_max_loss: float | None = 0.035,
+        mask_mean_min: float | None = 0.8,
+        match_gain: bool = False,
+        min_valid: float = 0.5,
+        test: bool = False,
+        seed: int = 0,
+        to_torch: bool = True,
+    ):
+        _check_crop_size(crop_size)
+        self.split = split or ("test" if test else "train")
+        self.options = dict(crop_size=crop_size, num_crops=num_crops, min_valid=min_valid,
+                            match_gain=match_gain, to_torch=to_torch)
+        self.seed = seed
+        self.epoch = 0
+        self.shards = _local_shards(manifest_url, self.split)
+        tiles_of_pair: dict[tuple[str, str], list[tuple[int, str, int]]] = defaultdict(list)
+        self._members: dict[tuple[int, str], dict[str, tuple[int, int]]] = {}
+        for shard_index, path in enumerate(self.shards):
+            index = index_tar(path)
+            with open(path, "rb") as handle:
+                for key, members in index.items():
+                    self._members[(shard_index, key)] = members
+                    meta = decode_sample({"__key__": key, "meta.mp": _read(handle, members["meta.mp"])})["meta"]
+                    for n, noisy_file in enumerate(meta["noisy_files"]):
+                        if pair_passes(meta, n, alignment_max_loss, mask_mean_min):
+                            tiles_of_pair[(meta["scene"], noisy_file)].append((shard_index, key, n))
+        self.pairs = sorted(tiles_of_pair)
+        self._tiles = [sorted(tiles_of_pair[pair]) for pair in self.pairs]
+        if not self.pairs:
+            raise ConfigError(f"{manifest_url}: no pair in split {self.split!r} passes the filters "
+                              f"(alignment loss <= {alignment_max_loss}, mask mean >= {mask_mean_min})")
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def _tile(self, shard_index: int, key: str) -> dict:
+        members = self._members[(shard_index, key)]
+        with open(self.shards[shard_index], "rb") as handle:
+            raw = {"__key__": key, **{suffix: _read(handle, where) for suffix, where in members.items()
+                                      if split_field(suffix)[0] in ("gt_rgb", "noisy_bayer", "mask", "meta")}}
+        return decode_sample(raw)
+
+    def __getitem__(self, i: int) -> dict:
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"pair {i} out of range ({len(self)} pairs)")
+        i %= len(self)
+        # a pair whose tiles all fail the valid-pixel rule gives way to the next one, as the
+        # legacy loader drops the pre-crop and retries
+        for step in range(len(self)):
+            index = (i + step) % len(self)
+            digest = hashlib.sha256(f"{self.seed}:{self.epoch}:{index}".encode()).digest()
+            rng = np.random.default_rng(int.from_bytes(digest[:16], "little"))
+            tiles = self._tiles[index]
+            for tile_number in rng.permutation(len(tiles)):
+                shard_index, key, n = tiles[int(tile_number)]
+                out = crop_pair(self._tile(shard_index, key), n, rng, **self.options)
+                if out is not None:
+                    return out
+        raise ConfigError(f"no pair of split {self.split!r} has crops with {self.options['min_valid']} valid pixels")
+
+
+def _read(handle, where: tuple[int, int]) -> bytes:
+    offset, size = where
+    handle.seek(offset)
+    return handle.read(size)
