@@ -232,3 +232,43 @@ def test_concurrency_beats_a_per_connection_rate_limit(synth_tiny, tmp_path):
     # 7 files of 196 kB: one at a time >= 7 x 0.28 s; five at a time needs two rounds
     assert seconds[1] >= 7 * 196_000 / 700_000 * 0.95
     assert seconds[1] / seconds[5] > 2.5
+
+
+def test_a_scene_whose_metadata_fails_is_reported_not_fatal(synth_tiny, tmp_path):
+    """A noisy capture of the wrong size: files verify, metadata reports the scene, the run ends."""
+    import shutil
+
+    import numpy as np
+
+    from wdsprep.sources.rawnind.dng import write_dng
+
+    served = tmp_path / "served"
+    shutil.copytree(synth_tiny, served)
+    listing = json.loads((served / "dataverse_dataset.json").read_text())
+    index_text = (served / "dataset_index.yaml").read_text()
+    victim = sorted(truth(synth_tiny)["scenes"]["Bayer/plants"]["noisy"])[0]
+    (served / "files" / victim).unlink()
+    temporary = served / "files" / "small.dng"
+    write_dng(str(temporary), np.full((64, 64), 1000, dtype=np.uint16), black_level=512, white_level=16383, iso=800)
+    data = temporary.read_bytes()
+    new_sha1 = hashlib.sha1(data).hexdigest()
+    new_name = victim.split("_sha1=")[0] + f"_sha1={new_sha1}.dng"
+    temporary.rename(served / "files" / new_name)
+    old_sha1 = victim.split("_sha1=")[1][:40]
+    index_text = index_text.replace(victim, new_name).replace(f"sha1: {old_sha1}", f"sha1: {new_sha1}")
+    for name in ("dataset_index.yaml", "files/dataset.yaml"):
+        (served / name).write_text(index_text)
+    for entry in listing["data"]["latestVersion"]["files"]:
+        datafile = entry["dataFile"]
+        if datafile["filename"] == victim:
+            datafile["filename"] = entry["label"] = new_name
+            datafile["filesize"] = len(data)
+        if datafile["filename"] == "dataset.yaml":
+            datafile["filesize"] = len(index_text.encode())
+    (served / "dataverse_dataset.json").write_text(json.dumps(listing))
+    with DataverseServer(str(served)) as server:
+        report = run_fetch(FetchOptions(dest=str(tmp_path / "d"), dataverse=server.url, doi=SYNTH_DOI, progress="none"))
+    assert report["failed"] == [] and new_name in report["verified"]
+    assert report["metadata"]["scenes"] == 1
+    [problem] = report["metadata"]["problems"]
+    assert problem["scene"] == "Bayer/plants" and new_name in problem["reason"] and "cannot pair" in problem["reason"]

@@ -381,8 +381,9 @@ class Fetcher:
                     _, computed = await trio.to_thread.run_sync(
                         scene_metadata, self._final_path(gt), gt.sha1, noisy, self.metadata_cache, limiter=limiter
                     )
-                except InputError as error:
-                    self.metadata_problems.append({"scene": scene.key, "reason": str(error)})
+                except Exception as error:  # noqa: BLE001 - one bad scene must not stop the others
+                    reason = str(error) if isinstance(error, InputError) else f"{type(error).__name__}: {error}"
+                    self.metadata_problems.append({"scene": scene.key, "reason": reason})
                     continue
                 self.stats.metadata_done += 1
                 self.stats.pairs_computed += computed
@@ -455,7 +456,7 @@ class Fetcher:
             self.stats.files_total = summary["index_entries"]
             self.stats.scenes_total = len(scenes)
             self.stats.bytes_to_download = sum(
-                (image.size or 0) - (os.path.getsize(self._final_path(image)) if os.path.isfile(self._final_path(image)) else 0)
+                max(0, (image.size or 0) - (os.path.getsize(self._final_path(image)) if os.path.isfile(self._final_path(image)) else 0))
                 for scene in scenes for image in scene.files if image.downloadable
             )
             async with trio.open_nursery() as outer:
