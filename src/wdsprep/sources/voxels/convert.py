@@ -274,16 +274,12 @@ class VoxelSource:
                 leakage["by_splits"][name] = leakage["by_splits"].get(name, 0) + 1
 
         units, total_bytes = [], 0
-        for split in all_splits:
-            order = sorted(range(len(per_split[split])), key=lambda i: (per_split[split][i][0], per_split[split][i][1]))
-            items = [per_split[split][i] for i in order]
-            item_sizes = [sizes[split][i] for i in order]
-            index = 0
-            for group in group_by_size(zip(items, item_sizes), [s for s in item_sizes], options["shard_bytes"]):
-                group_bytes = sum(size for _, size in group)
-                units.append(Unit(split, index, [item for item, _ in group], group_bytes))
+        for split in all_splits:  # items arrive in sorted (level, key) order from _ray_files
+            groups = group_by_size(range(len(per_split[split])), sizes[split], options["shard_bytes"])
+            for index, group in enumerate(groups):
+                group_bytes = sum(sizes[split][i] for i in group)
+                units.append(Unit(split, index, [per_split[split][i] for i in group], group_bytes))
                 total_bytes += group_bytes
-                index += 1
 
         leakage["per_split"] = {
             split: {
