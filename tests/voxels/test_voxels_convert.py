@@ -236,3 +236,18 @@ def test_unknown_ray_file_arrays_survive_the_round_trip(copy):
         assert set(rays) == set(z.files)
         for name in z.files:
             assert rays[name].dtype == z[name].dtype and np.array_equal(rays[name], z[name]), name
+
+
+def test_pipeline_spec_converts_a_given_input(converted, tmp_path, repo_root):
+    import tomllib
+
+    from wdsprep.cli import main
+
+    spec = tomllib.loads((repo_root / "pipelines" / "voxels.toml").read_text())
+    assert spec["source"] == "voxels" and spec["synth"]["size"] == "small" and "shard_bytes" in spec["convert"]
+    native, _, _ = converted
+    out = tmp_path / "out"
+    assert main(["pipeline", str(repo_root / "pipelines" / "voxels.toml"), "--input", str(native),
+                 "--output", str(out), "--quiet"]) == 0
+    manifest = load_manifest(str(out))
+    assert manifest.source == "voxels" and set(manifest.splits) == {"train", "val", "test"}

@@ -165,7 +165,7 @@ def ray_fields(rays: dict, start: int, end: int, grid_shape: Sequence[int]) -> d
         "origins": torch.from_numpy(rays["origins"][start:end].astype(np.float32)),
         "directions": torch.from_numpy(rays["directions"][start:end].astype(np.float32)),
         "distances": torch.from_numpy(rays["distances"][start:end].astype(np.float32) / diag),
-        "hits": torch.from_numpy(rays["hits"][start:end].astype(np.float32)),
+        "hits": torch.from_numpy((rays["hits"][start:end] != 0).astype(np.float32)),  # binary flags
     }
     if "view_ids" in rays:
         out["view_ids"] = torch.from_numpy(rays["view_ids"][start:end].astype(np.int64))
