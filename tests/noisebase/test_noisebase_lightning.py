@@ -94,3 +94,4 @@ def test_checkpoint_write_is_atomic(tmp_path):
     with pytest.raises(OSError):
         callback._write_pending(DyingTrainer())
     assert target.read_bytes() == b"the previous, complete checkpoint"
+    assert sorted(os.listdir(tmp_path)) == ["last.ckpt"]

@@ -102,38 +102,75 @@ class _TarCursor:
         self._size = 0
 
 
-def decode_prefix(member: str, data: bytes, leading: int | None) -> np.ndarray:
-    """Decode a `.npy` / `.npy.zst` member; with `leading`, only the first rows of axis 0."""
+class _MemberSource:
+    """The current member's remaining data as a readable (for zstd's streaming reader)."""
+
+    def __init__(self, cursor: _TarCursor):
+        self.cursor = cursor
+
+    def read(self, size: int = -1) -> bytes:
+        left = self.cursor._size
+        return self.cursor.read(left if size is None or size < 0 else min(size, left)) if left else b""
+
+
+def _read_exact(reader, count: int, what: str) -> bytearray:
+    buffer = bytearray(count)
+    view = memoryview(buffer)
+    filled = 0
+    while filled < count:
+        n = reader.readinto(view[filled:])
+        if not n:
+            raise ShardError(what, "truncated array data")
+        filled += n
+    return buffer
+
+
+def _npy_header(reader, what: str):
+    prefix = bytes(_read_exact(reader, 10, what))
+    length = int.from_bytes(prefix[8:10], "little") if prefix[6] == 1 else None
+    if length is None:  # format 2/3: 4-byte header length
+        prefix += bytes(_read_exact(reader, 2, what))
+        length = int.from_bytes(prefix[8:12], "little")
+    return _parse_npy_header(prefix + bytes(_read_exact(reader, length, what)))
+
+
+def decode_member(cursor: _TarCursor, member: str, leading: int | None) -> np.ndarray:
+    """Decode the current `.npy` / `.npy.zst` member; with `leading`, only the first rows of axis 0.
+
+    Only the bytes needed are read (and decompressed): the rest of the member is skipped.
+    """
     if member.endswith(".npy.zst"):
-        reader = _decompressor().stream_reader(data)
-        head = reader.read(BLOCK * 2)
-        dtype, shape, fortran, offset = _parse_npy_header(head)
-        if leading is not None and shape:
-            shape = (min(leading, shape[0]), *shape[1:])
-        count = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        buffer = bytearray(count)
-        have = head[offset:offset + count]
-        buffer[: len(have)] = have
-        filled = len(have)
-        view = memoryview(buffer)
-        while filled < count:
-            n = reader.readinto(view[filled:])
-            if not n:
-                raise ShardError(member, "truncated .npy.zst data")
-            filled += n
+        reader = _decompressor().stream_reader(_MemberSource(cursor), read_size=1 << 16)
     elif member.endswith(".npy"):
-        dtype, shape, fortran, offset = _parse_npy_header(data)
+        reader = _DirectMember(cursor)
+    else:
+        raise ShardError(cursor.url, f"{member}: expected a .npy or .npy.zst member")
+    try:
+        dtype, shape, fortran, _ = _npy_header(reader, f"{cursor.url}: {member}")
+        if fortran:
+            raise ShardError(cursor.url, f"{member}: Fortran-ordered arrays are not produced by the converter")
         if leading is not None and shape:
             shape = (min(leading, shape[0]), *shape[1:])
         count = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        buffer = bytearray(data[offset:offset + count])
-        if len(buffer) != count:
-            raise ShardError(member, "truncated .npy data")
-    else:
-        raise ShardError(member, "expected a .npy or .npy.zst member")
-    if fortran:
-        raise ShardError(member, "Fortran-ordered arrays are not produced by the noisebase converter")
+        buffer = _read_exact(reader, count, f"{cursor.url}: {member}")
+    except zstandard.ZstdError as error:
+        raise ShardError(cursor.url, f"{member}: corrupt zstd data ({error})") from None
     return np.frombuffer(buffer, dtype=dtype).reshape(shape)
+
+
+class _DirectMember:
+    """`readinto` straight from the shard stream, bounded by the member's size."""
+
+    def __init__(self, cursor: _TarCursor):
+        self.cursor = cursor
+
+    def readinto(self, view) -> int:
+        count = min(len(view), self.cursor._size)
+        if not count:
+            return 0
+        data = self.cursor.read(count)
+        view[: len(data)] = data
+        return len(data)
 
 
 class SequenceReader:
@@ -152,6 +189,7 @@ class SequenceReader:
         self.next_frame = 0  # the frame whose members come next
         self.previous_meta: dict | None = None
         self._carry: tuple[str, int] | None = None  # a member header read ahead (next frame's)
+        self.cameras: dict = {}  # (frame, orientation) -> re-oriented camera, for the loader
 
     def close(self) -> None:
         if self.cursor is not None:
@@ -210,7 +248,7 @@ class SequenceReader:
             if field == "meta":
                 meta = msgpack.unpackb(cursor.read(), raw=False)
             elif field in wanted:
-                arrays[field] = decode_prefix(name, cursor.read(), wanted[field])
+                arrays[field] = decode_member(cursor, name, wanted[field])
             else:
                 cursor.skip()
         if meta is None:

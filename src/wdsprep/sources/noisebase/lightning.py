@@ -78,7 +78,12 @@ class MidepochCheckpoint(ModelCheckpoint):
     def _write_pending(self, trainer) -> None:
         filepath, self._pending_path = self._pending_path, None
         temporary = f"{filepath}.tmp-{os.getpid()}"
-        trainer.save_checkpoint(temporary, self.save_weights_only)
+        try:
+            trainer.save_checkpoint(temporary, self.save_weights_only)
+        except BaseException:
+            if os.path.exists(temporary):
+                os.remove(temporary)
+            raise
         if trainer.is_global_zero:
             os.replace(temporary, filepath)  # atomic on one filesystem
         trainer.strategy.barrier("wdsprep-noisebase-checkpoint")

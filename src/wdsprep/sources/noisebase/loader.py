@@ -230,20 +230,63 @@ class FrameDataset(torch.utils.data.Dataset):
         current = {index["idx"] // self.frames_per_sequence for index in indices}
         for sequence in [s for s in readers if s not in current]:  # at most the batch's sequences stay open
             readers.pop(sequence).close()
-        jobs = [(index, self._reader(index["idx"] // self.frames_per_sequence)) for index in indices]
+        out = _Prebatched(self._allocate(len(indices)))
+        jobs = [(index, self._reader(index["idx"] // self.frames_per_sequence), slot)
+                for slot, index in enumerate(indices)]
         if len(jobs) == 1:
-            return [self._load(*jobs[0])]
+            out.append(self._load(*jobs[0], out=out.tensors))
+            return out
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max(self.batch_size, 1), thread_name_prefix="wdsprep-noisebase")
-        return list(self._pool.map(lambda job: self._load(*job), jobs))
+        out.extend(self._pool.map(lambda job: self._load(*job, out=out.tensors), jobs))
+        return out
 
-    def _load(self, index: dict, reader: SequenceReader) -> dict:
+    def _allocate(self, count: int) -> "_BatchBlock":
+        """One block for the whole batch: buffers (frames write into their slot) and camera data.
+
+        A single storage per batch (shared memory in a worker) instead of one per tensor: in a
+        worker every storage is a shared-memory segment to create, send and map, per batch.
+        """
+        crop, samples = self.crop, self.samples
+        channels = {"w_normal": 3, "normal": 3, "w_position": 3, "w_motion": 3, "motion": 2, "depth": 1,
+                    "color": 3, "diffuse": 3}
+        layout = []
+        for buffer in self.buffers:
+            shape = (count, 3, crop, crop) if buffer == "reference" else (count, channels[buffer], crop, crop, samples)
+            layout.append((buffer, shape, torch.float32))
+        for prefix in ("", "prev_camera."):
+            layout += [(prefix + "view_proj_mat", (count, 4, 4), torch.float32)]
+            layout += [(prefix + name, (count, 3), torch.float32)
+                       for name in ("camera_position", "camera_forward", "camera_up", "camera_left")]
+            layout += [(prefix + "crop_offset", (count, 2), torch.int32)]
+        return _BatchBlock(layout)
+
+    def _camera(self, reader: SequenceReader, orient: Orientation, frame: int, meta: dict):
+        """The re-oriented camera of `frame` (kept on the reader: it is next frame's previous one)."""
+        key = (frame, orient.code)
+        cached = reader.cameras.get(key)
+        if cached is None:
+            cached = _camera(orient, meta)
+            if len(reader.cameras) > 4:
+                reader.cameras.clear()
+            reader.cameras[key] = cached
+        return cached
+
+    def _load(self, index: dict, reader: SequenceReader, slot: int | None = None, out: dict | None = None) -> dict:
         frame_index = index["idx"] % self.frames_per_sequence
         sequence = index["idx"] // self.frames_per_sequence
         orient = self.orientation(index["epoch"], sequence)
         arrays, meta, previous = reader.read(int(frame_index), self.wanted)
 
-        forward, up, left, position, offset, view_proj = _camera(orient, meta)
+        def place(key, value, view=False):
+            """Store a buffer: into the batch slot when there is one (one copy), else as an array."""
+            if out is None or key not in out.arrays:
+                return orient.array(value, np.float32) if view else value
+            target = out.arrays[key][slot]
+            np.copyto(target, orient.array_view(value) if view else value, casting="same_kind")
+            return target
+
+        forward, up, left, position, offset, view_proj = self._camera(reader, orient, int(frame_index), meta)
         frame = {
             "view_proj_mat": view_proj,
             "camera_position": position,
@@ -253,7 +296,8 @@ class FrameDataset(torch.utils.data.Dataset):
             "crop_offset": offset,
         }
         if frame_index > 0:
-            p_forward, p_up, p_left, p_position, p_offset, prev_view_proj = _camera(orient, previous)
+            p_forward, p_up, p_left, p_position, p_offset, prev_view_proj = self._camera(
+                reader, orient, int(frame_index) - 1, previous)
             frame["prev_camera"] = {
                 "view_proj_mat": prev_view_proj,
                 "camera_position": p_position,
@@ -267,17 +311,27 @@ class FrameDataset(torch.utils.data.Dataset):
         frame["frame_index"] = (frame_index,)
         frame["file"] = self.sequences[sequence]["file"]
 
+        # the same operations, in the same order and on the same (C-contiguous) layouts as noisebase
         buffers = self.buffers
         if "w_normal" in buffers or "normal" in buffers:
-            w_normal = orient.array(_sample_last(arrays["normal"]), np.float32)
+            if "w_normal" in buffers:
+                w_normal = place("w_normal", _sample_last(arrays["normal"]), view=True)
+            else:
+                w_normal = orient.array(_sample_last(arrays["normal"]), np.float32)
         if "w_normal" in buffers:
             frame["w_normal"] = w_normal
         if "normal" in buffers:
-            frame["normal"] = screen_space_normal(w_normal, forward, up, left)
+            frame["normal"] = place("normal", screen_space_normal(w_normal, forward, up, left))
         if "depth" in buffers or "motion" in buffers or "w_position" in buffers:
-            w_position = orient.array(_sample_last(arrays["position"]))
+            if "w_position" in buffers:
+                w_position = place("w_position", _sample_last(arrays["position"]), view=True)
+            else:
+                w_position = orient.array(_sample_last(arrays["position"]))
         if "motion" in buffers or "w_motion" in buffers:
-            w_motion = orient.array(_sample_last(arrays["motion"]))
+            if "w_motion" in buffers and frame_index > 0:
+                w_motion = place("w_motion", _sample_last(arrays["motion"]), view=True)
+            else:
+                w_motion = orient.array(_sample_last(arrays["motion"]))
         if "w_position" in buffers:
             frame["w_position"] = w_position
         if frame_index > 0:
@@ -285,22 +339,46 @@ class FrameDataset(torch.utils.data.Dataset):
                 frame["w_motion"] = w_motion
             if "motion" in buffers:
                 motion = motion_vectors(w_position, w_motion, view_proj, prev_view_proj, self.height, self.width)
-                frame["motion"] = np.clip(motion, -5e3, 5e3)
+                frame["motion"] = place("motion", np.clip(motion, -5e3, 5e3))
         else:
             if "w_motion" in buffers:
-                frame["w_motion"] = np.zeros_like(w_motion)
+                frame["w_motion"] = place("w_motion", np.zeros_like(w_motion))
             if "motion" in buffers:
-                frame["motion"] = np.zeros_like(w_motion[0:2])
+                frame["motion"] = place("motion", np.zeros_like(w_motion[0:2]))
         if "depth" in buffers:
-            frame["depth"] = log_depth(w_position, position)
+            frame["depth"] = place("depth", log_depth(w_position, position))
         if "color" in buffers:
             exposure = np.asarray(meta["exposure"], dtype=np.float32)
-            frame["color"] = decode_rgbe(orient.array(_sample_last(arrays["color"])), exposure)
+            frame["color"] = place("color", decode_rgbe(orient.array(_sample_last(arrays["color"])), exposure))
         if "diffuse" in buffers:
-            frame["diffuse"] = orient.array(_sample_last(arrays["diffuse"]), np.float32)
+            frame["diffuse"] = place("diffuse", _sample_last(arrays["diffuse"]), view=True)
         if "reference" in buffers:
-            frame["reference"] = orient.array(arrays["reference"])
+            frame["reference"] = place("reference", arrays["reference"], view=True)
         return frame
+
+
+class _BatchBlock:
+    """Batch tensors carved out of one storage; `arrays` are numpy views of the same memory."""
+
+    def __init__(self, layout: list):
+        total = sum(int(np.prod(shape)) for _, shape, _ in layout)  # all 4-byte elements
+        block = _new_tensor((total,), torch.float32)
+        self.tensors, self.arrays, offset = {}, {}, 0
+        for key, shape, dtype in layout:
+            size = int(np.prod(shape))
+            tensor = block[offset:offset + size].view(dtype).view(shape)
+            self.tensors[key] = tensor
+            self.arrays[key] = tensor.numpy()
+            offset += size
+
+
+class _Prebatched(list):
+    """Frames of one batch whose buffers already sit in batch tensors (filled slot by slot)."""
+
+    def __init__(self, block: _BatchBlock):
+        super().__init__()
+        self.block = block
+        self.tensors = block
 
 
 def _sample_last(array: np.ndarray) -> np.ndarray:
@@ -318,10 +396,64 @@ def _camera(orient: Orientation, meta: dict):
     )
 
 
+def _batch_tensor(arrays: list[np.ndarray]) -> torch.Tensor:
+    """Stack same-shaped arrays with one single-threaded numpy copy per frame.
+
+    Same values as torch's `default_collate` (which stacks with `torch.stack`), but torch's
+    intra-op threads make that stack very slow on a busy CPU; in a worker process the batch goes
+    straight into shared memory, like `default_collate` does.
+    """
+    first = arrays[0]
+    dtype = torch.from_numpy(first[:0] if first.ndim else first.reshape(1)[:0]).dtype
+    out = _new_tensor((len(arrays), *first.shape), dtype)
+    target = out.numpy()
+    for index, array in enumerate(arrays):
+        target[index] = array
+    return out
+
+
+def _new_tensor(shape: tuple, dtype: torch.dtype) -> torch.Tensor:
+    """An empty tensor; in a DataLoader worker in shared memory (as `default_collate` does)."""
+    if torch.utils.data.get_worker_info() is not None:
+        storage = torch.empty(0, dtype=dtype)._typed_storage()._new_shared(int(np.prod(shape)))
+        return torch.empty(0, dtype=dtype).new(storage).resize_(shape)
+    return torch.empty(shape, dtype=dtype)
+
+
+def _collate(values: list):
+    first = values[0]
+    if isinstance(first, dict):
+        return {key: _collate([value[key] for value in values]) for key in first}
+    if isinstance(first, np.ndarray) and first.dtype.kind in "fiub":
+        return _batch_tensor(values)
+    return torch.utils.data.default_collate(values)
+
+
 def collate_frames(batch: list[dict]) -> dict:
-    """torch's default collate, with `frame_index` as one 0-d tensor (frames are in lockstep)."""
-    collated = torch.utils.data.default_collate(batch)
-    collated["frame_index"] = collated["frame_index"][0][0]
+    """torch's default collate (same dtypes and values), with `frame_index` one 0-d int64 tensor
+    (frames are in lockstep), as noisebase's `collate_fixes` gives it."""
+    frame_index = batch[0]["frame_index"][0]
+    block = batch.block if isinstance(batch, _Prebatched) else None
+
+    def gather(values: list, path: str):
+        if block is not None and path in block.tensors:
+            tensor, target = block.tensors[path], block.arrays[path]
+            for slot, value in enumerate(values):
+                row = target[slot]
+                if value.ctypes.data != row.ctypes.data:  # buffers were written in place already
+                    row[...] = value
+            return tensor
+        if isinstance(values[0], dict):
+            prefix = f"{path}." if path else ""
+            return {key: gather([value[key] for value in values], prefix + key) for key in values[0]}
+        return _collate(values)
+
+    collated = {}
+    for key in batch[0]:
+        if key == "frame_index":
+            collated[key] = torch.as_tensor(np.int64(frame_index))
+        else:
+            collated[key] = gather([frame[key] for frame in batch], key)
     return collated
 
 
@@ -337,7 +469,8 @@ class TrainingSampleLoader(torch.utils.data.DataLoader):
                  flip_rotate: bool = True, batch_size: int = 8, num_workers: int = 4, shuffle: bool = True,
                  drop_last: bool = True, val_split: float = 0.05, seed: int = 42, stage: str = "train",
                  get_epoch: Callable[[], int] | None = None, prefetch_factor: int | None = 4,
-                 pin_memory: bool | None = None, rank: int | None = None, world_size: int | None = None):
+                 pin_memory: bool | None = None, persistent_workers: bool = True, rank: int | None = None,
+                 world_size: int | None = None):
         unknown = [b for b in buffers if b not in BUFFERS]
         if unknown:
             raise ConfigError(f"unknown buffer(s) {', '.join(map(repr, unknown))} (known: {', '.join(BUFFERS)})")
@@ -380,6 +513,9 @@ class TrainingSampleLoader(torch.utils.data.DataLoader):
             collate_fn=collate_frames,
             num_workers=num_workers,
             prefetch_factor=prefetch_factor if num_workers > 0 else None,
+            # workers hold no epoch state (the epoch travels in every index), so they can live on:
+            # no fork and re-open of the current sequences at every epoch
+            persistent_workers=persistent_workers and num_workers > 0,
             pin_memory=torch.cuda.is_available() if pin_memory is None else pin_memory,
         )
 
