@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from ...errors import ConfigError, FormatError
-from ...shards.codec import decode_sample
+from ...shards.codec import decode_sample, decode_value
 from .convert import FORMAT, restore_array
 
 MODES = ("dense", "coo", "graph")
@@ -223,6 +223,9 @@ def samples(
 
     def stage(source: Iterator[dict]) -> Iterator[dict]:
         for raw in source:
+            meta = _peek_meta(raw)
+            if meta is not None and not keep_sample(meta, wanted, include_empty):
+                continue  # filtered on meta.mp alone: the rays are never decompressed
             decoded = decode_voxel_sample(raw)
             meta = decoded["meta"]
             if not keep_sample(meta, wanted, include_empty):
@@ -234,6 +237,14 @@ def samples(
                 yield transform(sample) if transform is not None else sample
 
     return stage
+
+
+def _peek_meta(sample: dict) -> dict | None:
+    for name in ("meta.mp", "meta"):
+        if name in sample:
+            value = decode_value(name, sample[name])
+            return value if isinstance(value, dict) else None
+    return None
 
 
 # ----------------------------------------------------------------------------------- collate
