@@ -245,3 +245,11 @@ def test_map_style_drop_in(shards):
     loader = torch.utils.data.DataLoader(dataset, batch_size=2, shuffle=True, num_workers=0)
     batch = next(iter(loader))
     assert tuple(batch["x_crops"].shape) == (2, 4, 3, 256, 256) and batch["gain"].shape == (2,)
+
+
+def test_conversion_is_deterministic_with_or_without_the_metadata_cache(shards, tmp_path):
+    native, out, manifest = shards
+    again = convert("rawnind", str(native), str(tmp_path / "again"), shard_bytes="4MB", tile_size=512,
+                    metadata_cache=False, workers=2)
+    for split, rows in manifest.splits.items():
+        assert [(r["name"], r["sha256"]) for r in rows] == [(r["name"], r["sha256"]) for r in again.splits[split]]
