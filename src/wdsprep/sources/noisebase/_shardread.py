@@ -8,6 +8,7 @@ when a worker only handles every other frame.
 """
 from __future__ import annotations
 
+import ast
 import io
 import threading
 from typing import BinaryIO
@@ -17,9 +18,10 @@ import numpy as np
 import zstandard
 
 from ...errors import ShardError
-from ...shards.codec import _parse_npy_header
 
 BLOCK = 512
+_headers: dict[bytes, tuple] = {}
+_headers_lock = threading.Lock()
 _local = threading.local()  # zstd decompressors are not thread-safe: one per thread
 
 
@@ -126,12 +128,29 @@ def _read_exact(reader, count: int, what: str) -> bytearray:
 
 
 def _npy_header(reader, what: str):
+    """(dtype, shape, fortran_order, header bytes) of the .npy stream's header."""
     prefix = bytes(_read_exact(reader, 10, what))
-    length = int.from_bytes(prefix[8:10], "little") if prefix[6] == 1 else None
-    if length is None:  # format 2/3: 4-byte header length
+    if prefix[:6] != b"\x93NUMPY":
+        raise ShardError(what, "not .npy data (bad magic)")
+    if prefix[6] == 1:
+        length = int.from_bytes(prefix[8:10], "little")
+    else:  # format 2/3: 4-byte header length
         prefix += bytes(_read_exact(reader, 2, what))
         length = int.from_bytes(prefix[8:12], "little")
-    return _parse_npy_header(prefix + bytes(_read_exact(reader, length, what)))
+    header = bytes(_read_exact(reader, length, what))
+    parsed = _headers.get(header)
+    if parsed is None:
+        with _headers_lock:  # CPython 3.11's parser is not safe to run from several threads at once
+            try:
+                meta = ast.literal_eval(header.decode("latin1"))
+                parsed = (np.dtype(meta["descr"]), tuple(meta["shape"]), bool(meta["fortran_order"]))
+            except (ValueError, SyntaxError, KeyError, TypeError) as error:
+                raise ShardError(what, f"unreadable .npy header ({error})") from None
+            if parsed[0].hasobject:
+                raise ShardError(what, "object arrays are refused")
+            if len(_headers) < 1024:
+                _headers[header] = parsed
+    return (*parsed, len(prefix) + length)
 
 
 def decode_member(cursor: _TarCursor, member: str, leading: int | None) -> np.ndarray:
