@@ -234,11 +234,11 @@ class FrameDataset(torch.utils.data.Dataset):
         jobs = [(index, self._reader(index["idx"] // self.frames_per_sequence), slot)
                 for slot, index in enumerate(indices)]
         if len(jobs) == 1:
-            out.append(self._load(*jobs[0], out=out.tensors))
+            out.append(self._load(*jobs[0], out=out.block))
             return out
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max(self.batch_size, 1), thread_name_prefix="wdsprep-noisebase")
-        out.extend(self._pool.map(lambda job: self._load(*job, out=out.tensors), jobs))
+        out.extend(self._pool.map(lambda job: self._load(*job, out=out.block), jobs))
         return out
 
     def _allocate(self, count: int) -> "_BatchBlock":
@@ -272,7 +272,8 @@ class FrameDataset(torch.utils.data.Dataset):
             reader.cameras[key] = cached
         return cached
 
-    def _load(self, index: dict, reader: SequenceReader, slot: int | None = None, out: dict | None = None) -> dict:
+    def _load(self, index: dict, reader: SequenceReader, slot: int | None = None,
+              out: "_BatchBlock | None" = None) -> dict:
         frame_index = index["idx"] % self.frames_per_sequence
         sequence = index["idx"] // self.frames_per_sequence
         orient = self.orientation(index["epoch"], sequence)
@@ -361,9 +362,15 @@ class _BatchBlock:
     """Batch tensors carved out of one storage; `arrays` are numpy views of the same memory."""
 
     def __init__(self, layout: list):
+        self.tensors, self.arrays = {}, {}
+        if torch.utils.data.get_worker_info() is None:
+            for key, shape, dtype in layout:  # in-process: ordinary, independent tensors
+                self.tensors[key] = torch.empty(shape, dtype=dtype)
+                self.arrays[key] = self.tensors[key].numpy()
+            return
         total = sum(int(np.prod(shape)) for _, shape, _ in layout)  # all 4-byte elements
         block = _new_tensor((total,), torch.float32)
-        self.tensors, self.arrays, offset = {}, {}, 0
+        offset = 0
         for key, shape, dtype in layout:
             size = int(np.prod(shape))
             tensor = block[offset:offset + size].view(dtype).view(shape)
@@ -378,7 +385,6 @@ class _Prebatched(list):
     def __init__(self, block: _BatchBlock):
         super().__init__()
         self.block = block
-        self.tensors = block
 
 
 def _sample_last(array: np.ndarray) -> np.ndarray:
