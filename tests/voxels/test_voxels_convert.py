@@ -251,3 +251,23 @@ def test_pipeline_spec_converts_a_given_input(converted, tmp_path, repo_root):
                  "--output", str(out), "--quiet"]) == 0
     manifest = load_manifest(str(out))
     assert manifest.source == "voxels" and set(manifest.splits) == {"train", "val", "test"}
+
+
+def test_trivial_ray_files_go_to_every_split_and_strays_are_counted(copy):
+    doc = json.loads((copy / "dataset" / "splits.json").read_text())
+    empty = next(h for h in doc["trivial_hashes"])
+    level = int(next((copy / "dataset" / "subvolumes").glob(f"level_*/*/{empty}.npz")).parent.parent.name.split("_")[1])
+    donor = _some_subvolume(copy, level)
+    with np.load(donor) as z:
+        arrays = {k: z[k] for k in z.files if k != "hash"}
+    target = copy / "ray_dataset_hierarchical" / f"level_{level}" / empty[:2] / f"{empty}_rays.npz"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(target, **arrays)
+    stray = copy / "ray_dataset_hierarchical" / "level_1" / "ff" / f"{'f' * 64}_rays.npz"
+    stray.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(stray, **arrays)
+    before = _plan(copy / "..", dataset_dir="native/dataset", ray_dir="native/ray_dataset_hierarchical")
+    with_empty = [u.split for u in before.units for item in u.items if item[1] == empty]
+    assert sorted(with_empty) == ["test", "train", "val"]
+    assert before.tables["unassigned_ray_files"] == {"count": 1, "examples": [stray.relative_to(copy / "ray_dataset_hierarchical").as_posix()]}
+    assert before.tables["leakage"]["by_splits"]["all_splits"] >= 1
