@@ -192,3 +192,19 @@ def test_backproject_pixel_centers_matches_noisebase():
         ours = backproject_pixel_centers(motion, offset, prev, as_grid=as_grid)
         theirs = reference.backproject_pixel_centers(motion, offset, prev, as_grid=as_grid)
         assert ours.shape == theirs.shape and torch.equal(ours, theirs)
+
+
+def test_corrupt_chunk_names_file_and_frame(tmp_path_factory, tmp_path):
+    """A damaged chunk inside a zip fails the conversion with the file, array and frame named."""
+    from wdsprep.conversion import ConversionError, convert
+
+    root = _copy_dataset(tmp_path_factory, tmp_path)
+    path = os.path.join(root, "sampleset_v1/train/scene0004.zip")
+    with zipfile.ZipFile(path) as archive:
+        members = {info.filename: archive.read(info.filename) for info in archive.infolist()}
+    members["position/2.0.0.0.1"] = b"\x02\x01garbage that is not a blosc frame"
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    with pytest.raises((InputError, ConversionError), match=r"scene0004\.zip: position frame 2: cannot be read"):
+        convert("noisebase", root, str(tmp_path / "out"), shard_bytes="1MB")

@@ -131,15 +131,24 @@ class NoisebaseSource:
         synth(directory, seed=seed, size=size)
 
 
+def _read(group, file: str, name: str, frame=None) -> np.ndarray:
+    """One array (or one frame of it); a corrupt chunk becomes an InputError naming file and frame."""
+    try:
+        return np.asarray(group[name][:] if frame is None else group[name][frame])
+    except Exception as error:  # numcodecs/zarr raise assorted types for corrupt chunks
+        where = f"{file}: {name}" + ("" if frame is None else f" frame {frame}")
+        raise InputError(f"{where}: cannot be read ({type(error).__name__}: {error})") from None
+
+
 def _sequence_samples(item: dict, group):
     file = item["file"]
-    camera = {name: np.asarray(group[name][:]) for name in CAMERA_ARRAYS}
+    camera = {name: _read(group, file, name) for name in CAMERA_ARRAYS}
     for frame in range(item["frames"]):
         fields = {}
         for name in SAMPLE_ARRAYS:
-            array = group[name][frame]  # [C, H, W, S]
+            array = _read(group, file, name, frame)  # [C, H, W, S]
             fields[name] = np.ascontiguousarray(np.moveaxis(array, -1, 0))  # [S, C, H, W]
-        fields["reference"] = np.ascontiguousarray(group["reference"][frame])
+        fields["reference"] = np.ascontiguousarray(_read(group, file, "reference", frame))
         meta = {"sequence": item["index"], "frame": frame, "file": file}
         for name in CAMERA_ARRAYS:
             meta[name] = camera[name][frame].tolist()

@@ -138,20 +138,26 @@ class LockstepSampler:
 
 
 # ------------------------------------------------------------------------------------ dataset
-def sequence_segments(manifest, entry: dict) -> list[tuple[str, int, int]]:
+def unit_shards(manifest) -> dict[int, list[tuple[str, int]]]:
+    """unit -> [(shard URL, samples), ...] in order, from the manifest's train split."""
+    rows = manifest.shards(SPLIT)
+    units: dict[int, list[tuple[str, int]]] = {}
+    for row, url in zip(rows, manifest.shard_urls(SPLIT)):
+        units.setdefault(row.get("unit"), []).append((url, row["samples"]))
+    return units
+
+
+def sequence_segments(units: dict, entry: dict, where: str = "manifest") -> list[tuple[str, int, int]]:
     """(shard URL, samples before the sequence in it, its frames in it) for one table entry."""
-    rows = [row for row in manifest.shards(SPLIT) if row.get("unit") == entry["unit"]]
-    urls = dict(zip((row["name"] for row in manifest.shards(SPLIT)), manifest.shard_urls(SPLIT)))
     segments, start, first, end = [], 0, entry["first"], entry["first"] + entry["frames"]
-    for row in rows:
-        stop = start + row["samples"]
+    for url, samples in units.get(entry["unit"], []):
+        stop = start + samples
         if stop > first and start < end:
-            skip = max(first - start, 0)
-            count = min(stop, end) - max(start, first)
-            segments.append((urls[row["name"]], skip, count))
+            segments.append((url, max(first - start, 0), min(stop, end) - max(start, first)))
         start = stop
     if sum(count for _, _, count in segments) != entry["frames"]:
-        raise ManifestError(f"{manifest.url}: shards of unit {entry['unit']} do not hold the {entry['frames']} frames of {entry['file']}")
+        raise ManifestError(f"{where}: the shards of unit {entry['unit']} do not hold the {entry['frames']} frames "
+                            f"of {entry['file']}")
     return segments
 
 
@@ -501,13 +507,14 @@ class TrainingSampleLoader(torch.utils.data.DataLoader):
         positions = train_positions if train else val_positions
         sequences = [table[int(p)] for p in positions]
         self.sequence_positions = positions
+        units = unit_shards(manifest)
 
         sampler = LockstepSampler(batch_size, info["frames_per_sequence"], len(sequences),
                                   shuffle=shuffle and train, drop_last=drop_last, get_epoch=get_epoch,
                                   shuffle_fn=lambda epoch, order: seeds.shuffle(epoch, order),
                                   rank=rank, world_size=world_size)
         dataset = FrameDataset(
-            sequences, [sequence_segments(manifest, entry) for entry in sequences],
+            sequences, [sequence_segments(units, entry, manifest.url) for entry in sequences],
             frames_per_sequence=info["frames_per_sequence"], crop=info["crop"],
             rendering_height=info["rendering_height"], rendering_width=info["rendering_width"],
             seeds=seeds, flip_rotate=flip_rotate and train, buffers=buffers, samples=samples,
