@@ -92,3 +92,26 @@ def test_bad_index_stops_fetch_with_one_message(tmp_path, capsys, synth_tiny):
     assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"error: {bad}: Bayer/s1: missing list 'clean_images'"]
+
+
+def test_fetch_against_the_real_listing_reports_missing_files(shared_data, tmp_path, capsys):
+    """The local server serves the real dataset JSON (no captures on disk): every file is a 404,
+    reported per file with its reason, and the run ends with exit code 1."""
+    with DataverseServer(str(shared_data / "rawnind")) as server:
+        code = main(["fetch", str(tmp_path / "dest"), "--dataverse", server.url,
+                     "--index", str(shared_data / "rawnind" / "dataset_index.yaml"),
+                     "--scenes", "7D-1", "LucieB_board", "--progress", "none", "--backoff", "0.01"])
+        requested = [entry for entry in server.log if entry.get("file_id")]
+    assert code == 1
+    report = json.loads((tmp_path / "dest" / "fetch_report.json").read_text())
+    index = load_index(str(shared_data / "rawnind" / "dataset_index.yaml"))
+    expected = [entry["filename"] for name in ("7D-1", "LucieB_board")
+                for entry in index["Bayer"][name]["clean_images"] + index["Bayer"][name]["noisy_images"]]
+    xmp = [name for name in expected if name.endswith(".xmp")]
+    assert len(xmp) == 1 and report["unmatched"] == xmp
+    assert sorted(f["file"] for f in report["failed"]) == sorted(set(expected) - set(xmp))
+    assert all("HTTP 404" in f["reason"] and f["attempts"] == 1 for f in report["failed"])
+    assert len(requested) == len(expected) - 1  # one request per file, no retry of a 404
+    assert report["scenes"]["complete"] == 0 and len(report["scenes"]["incomplete"]) == 2
+    assert (tmp_path / "dest" / "dataset_metadata.json").read_bytes() == (shared_data / "rawnind" / "dataverse_dataset.json").read_bytes()
+    assert "failed: " in capsys.readouterr().err

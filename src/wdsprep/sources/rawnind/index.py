@@ -23,6 +23,7 @@ INDEX_FILENAME = "dataset_index.yaml"  # local cache name used by the fork's Dat
 LISTING_FILENAME = "dataset_metadata.json"
 DATAVERSE_INDEX_NAME = "dataset.yaml"  # the index's file name on Dataverse
 DEFAULT_DOI = "doi:10.14428/DVN/DEQCIM"
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml parses the 457 kB index 8x faster
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ class SceneInfo:
 def parse_index(text: str | bytes, source: str) -> dict[str, dict[str, dict]]:
     """Parse and validate the index YAML; errors name `source`, the scene and the rule."""
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_SafeLoader)
     except yaml.YAMLError as error:
         raise InputError(f"{source}: not valid YAML ({error})") from None
     if not isinstance(data, dict) or not data:
