@@ -12,7 +12,6 @@ Run alone: `python benchmarks/bench_rawnind.py [WORKDIR]`.
 """
 from __future__ import annotations
 
-import os
 import pathlib
 import shutil
 import sys

@@ -1,6 +1,4 @@
 """Convert scenes to shards and read the legacy loader's crop pairs back."""
-import glob
-import json
 import shutil
 
 import numpy as np

@@ -13,7 +13,7 @@ import trio
 import yaml
 
 from wdsprep.sources.rawnind.cli import main
-from wdsprep.sources.rawnind.fetch import FetchError, Fetcher, FetchOptions
+from wdsprep.sources.rawnind.fetch import Fetcher, FetchOptions
 from wdsprep.sources.rawnind.index import build_scenes, load_index, load_listing
 from wdsprep.sources.rawnind.server import DataverseServer, Faults
 from wdsprep.sources.rawnind.synth import SYNTH_DOI

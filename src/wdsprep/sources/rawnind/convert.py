@@ -26,8 +26,8 @@ import numpy as np
 
 from ...errors import InputError
 from ..base import Plan, Unit, UnitContext, group_by_size
-from .index import INDEX_FILENAME, SceneInfo, build_scenes, load_index
-from .metadata import MetadataCache, PairMetadata, pair_key, scene_metadata
+from .index import INDEX_FILENAME, build_scenes, load_index
+from .metadata import MetadataCache, PairMetadata, scene_metadata
 from .raw import cam_to_lin_rec2020, demosaic, mono_to_rggb, read_bayer
 
 DEFAULT_TILE = 1024
