@@ -3,21 +3,30 @@
 `wdsprep.noisebase.TrainingSampleLoader(manifest_url, ...)` is a `torch.utils.data.DataLoader`
 with the arguments, batches, epoch counting, DDP split and checkpoint API of noisebase's
 `TrainingSampleLoader_v1`, reading frames from shards (local, http, s3) instead of zarr zips.
-`TrainingSampleDataModule` and `MidepochCheckpoint` (Lightning) load on first use.
+`TrainingSampleDataModule` and `MidepochCheckpoint` (Lightning) load on first use; so does the
+loader, so converting needs neither torch nor Lightning.
 """
 from __future__ import annotations
 
+import importlib
+
 from .convert import SOURCE, NoisebaseSource, frame_key
-from .loader import LockstepSampler, TrainingSampleLoader
-from .projective import backproject_pixel_centers
 
 __all__ = ["SOURCE", "NoisebaseSource", "TrainingSampleLoader", "LockstepSampler", "backproject_pixel_centers",
            "TrainingSampleDataModule", "MidepochCheckpoint", "frame_key"]
 
+_LAZY = {
+    "TrainingSampleLoader": ".loader",
+    "LockstepSampler": ".loader",
+    "backproject_pixel_centers": ".projective",
+    "TrainingSampleDataModule": ".lightning",
+    "MidepochCheckpoint": ".lightning",
+}
+
 
 def __getattr__(name: str):
-    if name in ("TrainingSampleDataModule", "MidepochCheckpoint"):
-        from . import lightning as _lightning
-
-        return getattr(_lightning, name)
-    raise AttributeError(f"module 'wdsprep.noisebase' has no attribute {name!r}")
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'wdsprep.sources.noisebase' has no attribute {name!r}")
