@@ -146,3 +146,21 @@ def test_bad_arguments(tmp_path_factory):
         TrainingSampleLoader(url, samples=64)
     with pytest.raises(ConfigError, match="stage"):
         TrainingSampleLoader(url, stage="test")
+
+
+def test_truncated_shard_names_the_shard(tmp_path_factory, tmp_path):
+    import shutil
+
+    from wdsprep.errors import ShardError
+
+    source = shards(tmp_path_factory)
+    target = tmp_path / "shards"
+    shutil.copytree(source, target)
+    victim = sorted(p for p in target.iterdir() if p.suffix == ".tar")[0]
+    data = victim.read_bytes()
+    victim.write_bytes(data[: len(data) // 2])
+    loader = TrainingSampleLoader(str(target), batch_size=2, val_split=0.0, num_workers=0, samples=2,
+                                  buffers=ALL_BUFFERS, shuffle=False, stage="val")  # scenes 0 and 1
+    with pytest.raises(ShardError, match=victim.name):
+        for _ in loader:
+            pass

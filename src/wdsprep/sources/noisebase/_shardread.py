@@ -227,10 +227,14 @@ class SequenceReader:
         """(arrays, meta, previous frame's meta) of `frame`; `wanted` maps field -> leading rows."""
         if frame < self.next_frame or self.cursor is None:
             self._restart()
-        while self.next_frame < frame:
-            meta = self._read_frame({})[1]
-            self.previous_meta = meta
-        arrays, meta = self._read_frame(wanted)
+        try:
+            while self.next_frame < frame:
+                meta = self._read_frame({})[1]
+                self.previous_meta = meta
+            arrays, meta = self._read_frame(wanted)
+        except BaseException:
+            self._restart()  # the stream position is unknown now: the next read starts over
+            raise
         previous = self.previous_meta if frame > 0 else None
         self.previous_meta = meta
         return arrays, meta, previous

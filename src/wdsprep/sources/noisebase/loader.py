@@ -495,6 +495,8 @@ class TrainingSampleLoader(torch.utils.data.DataLoader):
         info = manifest.tables.get("sampleset")
         if not table or not info:
             raise ManifestError(f"{manifest.url}: no noisebase sequence table (re-convert with this wdsprep)")
+        if samples < 1:
+            raise ConfigError(f"samples must be at least 1 (got {samples})")
         if samples > info["samples"]:
             raise ConfigError(f"samples={samples} but the shards store {info['samples']} samples per pixel")
         self.manifest = manifest
