@@ -203,6 +203,13 @@ class FrameDataset(torch.utils.data.Dataset):
             self._pool = None
         return self._readers
 
+    def __getstate__(self) -> dict:  # for spawned workers: open streams and threads stay here
+        state = dict(self.__dict__)
+        for name in ("_readers", "_pool"):
+            state.pop(name, None)
+        state["_pid"] = None
+        return state
+
     def close(self) -> None:
         if self._pid == os.getpid():
             for reader in self._readers.values():
