@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 from typing import Any, Callable, Iterator, Sequence
 
@@ -74,6 +75,22 @@ def _unwrap(error: BaseException) -> tuple[BaseException, str]:
     return error, ""
 
 
+def _check_reachable(address: str, timeout: float = 10.0) -> None:
+    """Fail fast on a `HOST:PORT` (or `ray://HOST:PORT`) nobody listens on: `ray.init` would retry
+    for minutes, printing connection warnings."""
+    target = address.split("://", 1)[-1]
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        return  # "auto", "local" or a form Ray resolves itself
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as error:
+        raise ConfigError(
+            f"cannot reach the Ray cluster at {address!r} ({error.strerror or error}); "
+            "start it with `ray start --head` or check --ray-address"
+        ) from None
+
+
 class RayExecutor:
     name = "ray"
 
@@ -119,6 +136,7 @@ class RayExecutor:
             options["runtime_env"] = self.runtime_env
         try:
             if self.address:
+                _check_reachable(self.address)
                 ray.init(address=self.address, **options)
             else:
                 options.setdefault("object_store_memory", LOCAL_OBJECT_STORE_BYTES)

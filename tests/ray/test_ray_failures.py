@@ -119,3 +119,16 @@ def test_without_ray_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
     with pytest.raises(ConfigError, match=r"pip install 'wdsprep\[ray\]'"):
         get_executor("ray", workers=1)
+
+
+def test_cli_unreachable_address_fails_fast(native, tmp_path):
+    import socket
+
+    with socket.socket() as probe:  # a port nobody listens on once closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    result = run_cli("convert", "generic", native, tmp_path / "out", "--executor", "ray",
+                     "--ray-address", f"127.0.0.1:{port}", "--quiet", timeout=60)
+    assert result.returncode == 1
+    assert f"cannot reach the Ray cluster at '127.0.0.1:{port}'" in result.stderr
+    assert not (tmp_path / "out" / "manifest.json").exists()
