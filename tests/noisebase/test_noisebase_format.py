@@ -126,6 +126,13 @@ def test_one_sample_per_frame_lossless(tmp_path_factory):
                              "view_proj_mat", "crop_offset"):
                     source = group[name][frame]
                     assert np.array_equal(np.asarray(meta[name], dtype=source.dtype), source), name
+                    if name != "exposure":  # the previous frame's camera rides along
+                        if frame == 0:
+                            assert meta["prev"] is None
+                        else:
+                            previous = group[name][frame - 1]
+                            assert np.array_equal(np.asarray(meta["prev"][name], dtype=previous.dtype), previous)
+                assert meta["rendering"] == [1080, 1920]
         finally:
             store.close()
 

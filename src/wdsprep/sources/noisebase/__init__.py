@@ -13,7 +13,7 @@ import importlib
 from .convert import SOURCE, NoisebaseSource, frame_key
 
 __all__ = ["SOURCE", "NoisebaseSource", "TrainingSampleLoader", "LockstepSampler", "backproject_pixel_centers",
-           "TrainingSampleDataModule", "MidepochCheckpoint", "frame_key"]
+           "TrainingSampleDataModule", "MidepochCheckpoint", "frame_key", "frames"]
 
 _LAZY = {
     "TrainingSampleLoader": ".loader",
@@ -21,6 +21,7 @@ _LAZY = {
     "backproject_pixel_centers": ".projective",
     "TrainingSampleDataModule": ".lightning",
     "MidepochCheckpoint": ".lightning",
+    "frames": ".stage",
 }
 
 

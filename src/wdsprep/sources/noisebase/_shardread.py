@@ -1,10 +1,9 @@
 """Streaming one sequence's frames out of shards, member by member.
 
 A reader keeps one stream open per sequence and walks its tar members in order. Members a batch
-does not need are skipped (seeked over when the stream can seek, read past otherwise), per-sample
-arrays are decompressed only up to the samples asked for (they are stored sample-major), and the
-small `meta.mp` of every frame passed over is kept, so the previous frame's camera is known even
-when a worker only handles every other frame.
+does not need, and whole frames another worker handles, are skipped (seeked over when the stream
+can seek, read past otherwise); per-sample arrays are decompressed only up to the samples asked
+for (they are stored sample-major).
 """
 from __future__ import annotations
 
@@ -206,7 +205,6 @@ class SequenceReader:
         self.cursor: _TarCursor | None = None
         self.segment = -1
         self.next_frame = 0  # the frame whose members come next
-        self.previous_meta: dict | None = None
         self._carry: tuple[str, int] | None = None  # a member header read ahead (next frame's)
         self.cameras: dict = {}  # (frame, orientation) -> re-oriented camera, for the loader
 
@@ -223,30 +221,25 @@ class SequenceReader:
             start += count
         raise ShardError(self.segments[-1][0], f"{self.file}: frame {frame} is not in its shards")
 
-    def read(self, frame: int, wanted: dict[str, int | None]) -> tuple[dict, dict, dict | None]:
-        """(arrays, meta, previous frame's meta) of `frame`; `wanted` maps field -> leading rows."""
+    def read(self, frame: int, wanted: dict[str, int | None]) -> tuple[dict, dict]:
+        """(arrays, meta) of `frame`; `wanted` maps field -> leading rows (None: all)."""
         if frame < self.next_frame or self.cursor is None:
             self._restart()
         try:
             while self.next_frame < frame:
-                meta = self._read_frame({})[1]
-                self.previous_meta = meta
-            arrays, meta = self._read_frame(wanted)
+                self._read_frame(None)
+            return self._read_frame(wanted)
         except BaseException:
             self._restart()  # the stream position is unknown now: the next read starts over
             raise
-        previous = self.previous_meta if frame > 0 else None
-        self.previous_meta = meta
-        return arrays, meta, previous
 
     def _restart(self) -> None:
         self.close()
         self.next_frame = 0
-        self.previous_meta = None
         self.segment = -1
         self._carry = None
 
-    def _read_frame(self, wanted: dict[str, int | None]) -> tuple[dict, dict]:
+    def _read_frame(self, wanted: dict[str, int | None] | None) -> tuple[dict, dict]:
         frame = self.next_frame
         segment = self._segment_of(frame)
         if segment != self.segment:
@@ -268,7 +261,10 @@ class SequenceReader:
                 self._carry = member  # first member of the next frame
                 break
             field = field_ext.split(".", 1)[0]
-            if field == "meta":
+            if wanted is None:  # passing over a frame another worker handles
+                cursor.skip()
+                meta = meta or {}
+            elif field == "meta":
                 meta = msgpack.unpackb(cursor.read(), raw=False)
             elif field in wanted:
                 arrays[field] = decode_member(cursor, name, wanted[field])

@@ -9,8 +9,9 @@ noisebase's split and shuffles and to open exactly the frames it needs.
 Arrays are stored losslessly with their source dtypes (RGBE colour stays uint8, normals and
 diffuse stay float16). Per-sample arrays are stored sample-major, `[S, C, H, W]` instead of the
 source's `[C, H, W, S]`, so a reader that wants the first `samples` samples decompresses only a
-prefix of each member. Camera values and the exposure go to `meta.mp` (float32 values are exact
-in msgpack's float64).
+prefix of each member. Camera values, the exposure, the rendering size and the previous frame's
+camera go to `meta.mp` (float32 values are exact in msgpack's float64), so a frame sample is
+self-contained: any reader, in any order, can build the training frame from it alone.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from . import _format
 from ._format import CAMERA_ARRAYS, RENDERING_HEIGHT, RENDERING_WIDTH, SAMPLE_ARRAYS
 
 FORMAT_VERSION = 1
+PREV_CAMERA = ("camera_position", "camera_target", "camera_up", "proj_mat", "view_proj_mat", "crop_offset")
 
 
 def frame_key(file: str, frame: int) -> str:
@@ -46,6 +48,8 @@ class NoisebaseSource:
     # ------------------------------------------------------------------------------------ plan
     def plan(self, input: str, options: dict) -> Plan:
         root = os.path.abspath(input)
+        height = int(options.get("rendering_height") or RENDERING_HEIGHT)
+        width = int(options.get("rendering_width") or RENDERING_WIDTH)
         found = _format.find_sequences(root)
         sequences, problems, sizes = [], [], []
         shape = None
@@ -77,8 +81,6 @@ class NoisebaseSource:
         if not sequences:
             raise InputError(f"{input}: no valid sequences ({len(problems)} skipped)")
         facts = shape[0]
-        height = int(options.get("rendering_height") or RENDERING_HEIGHT)
-        width = int(options.get("rendering_width") or RENDERING_WIDTH)
         if facts["crop"] > min(height, width):
             raise InputError(f"{shape[1]}: crop {facts['crop']} is larger than the {height}x{width} rendering")
 
@@ -94,7 +96,7 @@ class NoisebaseSource:
                 entry["first"] = first
                 first += entry["frames"]
                 items.append({"file": entry["file"], "index": entry["index"], "frames": entry["frames"],
-                              "path": os.path.join(root, entry["file"])})
+                              "path": os.path.join(root, entry["file"]), "rendering": [height, width]})
             units.append(Unit("train", unit_index, items, input_bytes=sum(sizes[p] for p in members)))
         config = {
             "noisebase_format": FORMAT_VERSION,
@@ -149,9 +151,11 @@ def _sequence_samples(item: dict, group):
             array = _read(group, file, name, frame)  # [C, H, W, S]
             fields[name] = np.ascontiguousarray(np.moveaxis(array, -1, 0))  # [S, C, H, W]
         fields["reference"] = np.ascontiguousarray(_read(group, file, "reference", frame))
-        meta = {"sequence": item["index"], "frame": frame, "file": file}
+        meta = {"sequence": item["index"], "frame": frame, "file": file, "rendering": item["rendering"]}
         for name in CAMERA_ARRAYS:
             meta[name] = camera[name][frame].tolist()
+        # the previous frame's camera too, so that every frame sample stands on its own
+        meta["prev"] = None if frame == 0 else {name: camera[name][frame - 1].tolist() for name in PREV_CAMERA}
         fields["meta"] = meta
         yield frame_key(file, frame), fields
 

@@ -274,101 +274,130 @@ class FrameDataset(torch.utils.data.Dataset):
             layout += [(prefix + "crop_offset", (count, 2), torch.int32)]
         return _BatchBlock(layout)
 
-    def _camera(self, reader: SequenceReader, orient: Orientation, frame: int, meta: dict):
-        """The re-oriented camera of `frame` (kept on the reader: it is next frame's previous one)."""
-        key = (frame, orient.code)
-        cached = reader.cameras.get(key)
-        if cached is None:
-            cached = _camera(orient, meta)
-            if len(reader.cameras) > 4:
-                reader.cameras.clear()
-            reader.cameras[key] = cached
-        return cached
-
     def _load(self, index: dict, reader: SequenceReader, slot: int | None = None,
               out: "_BatchBlock | None" = None) -> dict:
-        frame_index = index["idx"] % self.frames_per_sequence
+        frame_index = int(index["idx"] % self.frames_per_sequence)
         sequence = index["idx"] // self.frames_per_sequence
         orient = self.orientation(index["epoch"], sequence)
-        arrays, meta, previous = reader.read(int(frame_index), self.wanted)
+        arrays, meta = reader.read(frame_index, self.wanted)
 
-        def place(key, value, view=False):
-            """Store a buffer: into the batch slot when there is one (one copy), else as an array."""
-            if out is None or key not in out.arrays:
-                return orient.array(value, np.float32) if view else value
-            target = out.arrays[key][slot]
-            np.copyto(target, orient.array_view(value) if view else value, casting="same_kind")
-            return target
+        def camera(frame: int, values: dict):
+            # kept on the reader: this frame's camera is the next frame's previous one
+            key = (frame, orient.code)
+            cached = reader.cameras.get(key)
+            if cached is None:
+                cached = camera_of(orient, values)
+                if len(reader.cameras) > 4:
+                    reader.cameras.clear()
+                reader.cameras[key] = cached
+            return cached
 
-        forward, up, left, position, offset, view_proj = self._camera(reader, orient, int(frame_index), meta)
-        frame = {
-            "view_proj_mat": view_proj,
-            "camera_position": position,
-            "camera_forward": forward,
-            "camera_up": up,
-            "camera_left": left,
-            "crop_offset": offset,
+        return build_frame(arrays, meta, orient, self.buffers, frame_index, self.sequences[sequence]["file"],
+                           self.height, self.width, camera=camera, out=out, slot=slot)
+
+
+def build_frame(arrays: dict, meta: dict, orient: Orientation, buffers, frame_index: int, file: str,
+                height: int, width: int, *, camera=None, out: "_BatchBlock | None" = None,
+                slot: int | None = None) -> dict:
+    """One training frame, exactly as noisebase's dataset builds it.
+
+    `arrays` holds the shard members (per-sample arrays sample-major, already cut to `samples`),
+    `meta` the frame's `meta.mp`. With `out`/`slot`, buffers are written into the batch slot.
+    The operations, their order and the (C-contiguous) layouts they run on are noisebase's.
+    """
+    if camera is None:
+        camera = lambda frame, values: camera_of(orient, values)  # noqa: E731
+
+    def place(key, value, view=False):
+        """Store a buffer: into the batch slot when there is one (one copy), else as an array."""
+        if out is None or key not in out.arrays:
+            return orient.array(value, np.float32) if view else value
+        target = out.arrays[key][slot]
+        np.copyto(target, orient.array_view(value) if view else value, casting="same_kind")
+        return target
+
+    forward, up, left, position, offset, view_proj = camera(frame_index, meta)
+    frame = {
+        "view_proj_mat": view_proj,
+        "camera_position": position,
+        "camera_forward": forward,
+        "camera_up": up,
+        "camera_left": left,
+        "crop_offset": offset,
+    }
+    if frame_index > 0:
+        p_forward, p_up, p_left, p_position, p_offset, prev_view_proj = camera(frame_index - 1, meta["prev"])
+        frame["prev_camera"] = {
+            "view_proj_mat": prev_view_proj,
+            "camera_position": p_position,
+            "camera_forward": p_forward,
+            "camera_up": p_up,
+            "camera_left": p_left,
+            "crop_offset": p_offset,
         }
-        if frame_index > 0:
-            p_forward, p_up, p_left, p_position, p_offset, prev_view_proj = self._camera(
-                reader, orient, int(frame_index) - 1, previous)
-            frame["prev_camera"] = {
-                "view_proj_mat": prev_view_proj,
-                "camera_position": p_position,
-                "camera_forward": p_forward,
-                "camera_up": p_up,
-                "camera_left": p_left,
-                "crop_offset": p_offset,
-            }
-        else:
-            frame["prev_camera"] = frame.copy()
-        frame["frame_index"] = (frame_index,)
-        frame["file"] = self.sequences[sequence]["file"]
+    else:
+        frame["prev_camera"] = frame.copy()
+    frame["frame_index"] = (frame_index,)
+    frame["file"] = file
 
-        # the same operations, in the same order and on the same (C-contiguous) layouts as noisebase
-        buffers = self.buffers
-        if "w_normal" in buffers or "normal" in buffers:
-            if "w_normal" in buffers:
-                w_normal = place("w_normal", _sample_last(arrays["normal"]), view=True)
-            else:
-                w_normal = orient.array(_sample_last(arrays["normal"]), np.float32)
+    if "w_normal" in buffers or "normal" in buffers:
         if "w_normal" in buffers:
-            frame["w_normal"] = w_normal
-        if "normal" in buffers:
-            frame["normal"] = place("normal", screen_space_normal(w_normal, forward, up, left))
-        if "depth" in buffers or "motion" in buffers or "w_position" in buffers:
-            if "w_position" in buffers:
-                w_position = place("w_position", _sample_last(arrays["position"]), view=True)
-            else:
-                w_position = orient.array(_sample_last(arrays["position"]))
-        if "motion" in buffers or "w_motion" in buffers:
-            if "w_motion" in buffers and frame_index > 0:
-                w_motion = place("w_motion", _sample_last(arrays["motion"]), view=True)
-            else:
-                w_motion = orient.array(_sample_last(arrays["motion"]))
-        if "w_position" in buffers:
-            frame["w_position"] = w_position
-        if frame_index > 0:
-            if "w_motion" in buffers:
-                frame["w_motion"] = w_motion
-            if "motion" in buffers:
-                motion = motion_vectors(w_position, w_motion, view_proj, prev_view_proj, self.height, self.width)
-                frame["motion"] = place("motion", np.clip(motion, -5e3, 5e3))
+            w_normal = place("w_normal", _sample_last(arrays["normal"]), view=True)
         else:
-            if "w_motion" in buffers:
-                frame["w_motion"] = place("w_motion", np.zeros_like(w_motion))
-            if "motion" in buffers:
-                frame["motion"] = place("motion", np.zeros_like(w_motion[0:2]))
-        if "depth" in buffers:
-            frame["depth"] = place("depth", log_depth(w_position, position))
-        if "color" in buffers:
-            exposure = np.asarray(meta["exposure"], dtype=np.float32)
-            frame["color"] = place("color", decode_rgbe(orient.array(_sample_last(arrays["color"])), exposure))
-        if "diffuse" in buffers:
-            frame["diffuse"] = place("diffuse", _sample_last(arrays["diffuse"]), view=True)
-        if "reference" in buffers:
-            frame["reference"] = place("reference", arrays["reference"], view=True)
-        return frame
+            w_normal = orient.array(_sample_last(arrays["normal"]), np.float32)
+    if "w_normal" in buffers:
+        frame["w_normal"] = w_normal
+    if "normal" in buffers:
+        frame["normal"] = place("normal", screen_space_normal(w_normal, forward, up, left))
+    if "depth" in buffers or "motion" in buffers or "w_position" in buffers:
+        if "w_position" in buffers:
+            w_position = place("w_position", _sample_last(arrays["position"]), view=True)
+        else:
+            w_position = orient.array(_sample_last(arrays["position"]))
+    if "motion" in buffers or "w_motion" in buffers:
+        if "w_motion" in buffers and frame_index > 0:
+            w_motion = place("w_motion", _sample_last(arrays["motion"]), view=True)
+        else:
+            w_motion = orient.array(_sample_last(arrays["motion"]))
+    if "w_position" in buffers:
+        frame["w_position"] = w_position
+    if frame_index > 0:
+        if "w_motion" in buffers:
+            frame["w_motion"] = w_motion
+        if "motion" in buffers:
+            motion = motion_vectors(w_position, w_motion, view_proj, prev_view_proj, height, width)
+            frame["motion"] = place("motion", np.clip(motion, -5e3, 5e3))
+    else:
+        if "w_motion" in buffers:
+            frame["w_motion"] = place("w_motion", np.zeros_like(w_motion))
+        if "motion" in buffers:
+            frame["motion"] = place("motion", np.zeros_like(w_motion[0:2]))
+    if "depth" in buffers:
+        frame["depth"] = place("depth", log_depth(w_position, position))
+    if "color" in buffers:
+        exposure = np.asarray(meta["exposure"], dtype=np.float32)
+        frame["color"] = place("color", decode_rgbe(orient.array(_sample_last(arrays["color"])), exposure))
+    if "diffuse" in buffers:
+        frame["diffuse"] = place("diffuse", _sample_last(arrays["diffuse"]), view=True)
+    if "reference" in buffers:
+        frame["reference"] = place("reference", arrays["reference"], view=True)
+    return frame
+
+
+def _sample_last(array: np.ndarray) -> np.ndarray:
+    """Stored sample-major [S, C, H, W] -> the reference's [C, H, W, S] (a view)."""
+    return np.moveaxis(array, 0, -1)
+
+
+def camera_of(orient: Orientation, meta: dict):
+    """(forward, up, left, position, crop_offset, view_proj) of a frame's stored camera."""
+    return orient.camera(
+        np.asarray(meta["camera_target"], dtype=np.float32),
+        np.asarray(meta["camera_up"], dtype=np.float32),
+        np.asarray(meta["camera_position"], dtype=np.float32),
+        np.asarray(meta["proj_mat"], dtype=np.float32),
+        np.asarray(meta["crop_offset"], dtype=np.int32),
+    )
 
 
 class _BatchBlock:
@@ -398,21 +427,6 @@ class _Prebatched(list):
     def __init__(self, block: _BatchBlock):
         super().__init__()
         self.block = block
-
-
-def _sample_last(array: np.ndarray) -> np.ndarray:
-    """Stored sample-major [S, C, H, W] -> the reference's [C, H, W, S] (a view)."""
-    return np.moveaxis(array, 0, -1)
-
-
-def _camera(orient: Orientation, meta: dict):
-    return orient.camera(
-        np.asarray(meta["camera_target"], dtype=np.float32),
-        np.asarray(meta["camera_up"], dtype=np.float32),
-        np.asarray(meta["camera_position"], dtype=np.float32),
-        np.asarray(meta["proj_mat"], dtype=np.float32),
-        np.asarray(meta["crop_offset"], dtype=np.int32),
-    )
 
 
 def _batch_tensor(arrays: list[np.ndarray]) -> torch.Tensor:
