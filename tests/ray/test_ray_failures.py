@@ -5,7 +5,7 @@ import sys
 
 import pytest
 import wdsprep_ray_faults
-from conftest import assert_same_output, run_cli
+from wdsprep_ray_helpers import assert_same_output, ray_cluster, requires_ray, run_cli  # noqa: F401 (fixture)
 
 from wdsprep.conversion import ConversionError, convert
 from wdsprep.errors import ConfigError
@@ -71,6 +71,7 @@ def test_always_failing_unit_then_resume(ray_cluster, native, reference, tmp_pat
     assert_same_output(reference, out)
 
 
+@requires_ray
 def test_cli_always_failing_unit_exits_nonzero_without_manifest(native, reference, tmp_path):
     """Via the CLI, with no address: the process starts its own local Ray (2 CPUs) and stops it."""
     fail_dir = tmp_path / "attempts"
@@ -100,8 +101,8 @@ def _keys_of(tar_path) -> list[str]:
         return sorted({member.name.split(".", 1)[0] for member in archive.getmembers()})
 
 
+@requires_ray
 def test_executor_options_are_checked():
-    pytest.importorskip("ray")
     with pytest.raises(ConfigError, match="unknown Ray executor option"):
         get_executor("ray", workers=2, adress="auto")
     with pytest.raises(ConfigError, match="retries"):
@@ -121,6 +122,7 @@ def test_without_ray_says_how_to_install(monkeypatch):
         get_executor("ray", workers=1)
 
 
+@requires_ray
 def test_cli_unreachable_address_fails_fast(native, tmp_path):
     import socket
 
