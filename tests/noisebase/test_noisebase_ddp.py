@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from noisebase_testdata import native, shards
+from noisebase_testdata import native, require_noisebase, shards
 
 from wdsprep.sources.noisebase import TrainingSampleLoader
 
@@ -25,7 +25,7 @@ def _free_port() -> int:
 
 
 def test_two_ranks_match_noisebase_ddp_split(tmp_path_factory, tmp_path):
-    pytest.importorskip("noisebase")
+    require_noisebase()
     torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or shutil.which("torchrun")
     if torchrun is None:
         pytest.skip("torchrun not found")

@@ -190,7 +190,9 @@ def test_wrong_dtype_is_refused(tmp_path_factory, tmp_path):
 
 
 def test_backproject_pixel_centers_matches_noisebase():
-    reference = pytest.importorskip("noisebase.torch.projective")
+    from noisebase_testdata import require_noisebase
+
+    reference = require_noisebase("noisebase.torch.projective")
     generator = torch.Generator().manual_seed(0)
     motion = torch.randn(2, 2, 8, 8, generator=generator) * 3
     offset = torch.tensor([[100, 200], [5, 7]], dtype=torch.int32)

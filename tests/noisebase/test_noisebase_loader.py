@@ -6,8 +6,7 @@ import torch
 
 from noisebase_testdata import ALL_BUFFERS, FRAMES, assert_same_batch, native, reference_loader, shards
 
-pytest.importorskip("noisebase")
-pytest.importorskip("zarr")
+pytest.importorskip("zarr")  # synthetic native data; tests comparing with noisebase skip without it
 
 from wdsprep.sources.noisebase import TrainingSampleLoader  # noqa: E402
 
