@@ -40,9 +40,10 @@ def http_url(tmp_path_factory):
         thread.join(timeout=10)
 
 
-def test_http_stream_matches_local(tmp_path_factory, http_url):
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_http_stream_matches_local(tmp_path_factory, http_url, num_workers):
     _QuietHandler.requested.clear()
-    remote = TrainingSampleLoader(http_url + "/manifest.json", **ARGS)
+    remote = TrainingSampleLoader(http_url + "/manifest.json", **dict(ARGS, num_workers=num_workers))
     local = TrainingSampleLoader(shards(tmp_path_factory), **ARGS)
     for mine, reference in zip(list(remote), list(local)):
         assert_same_batch(mine, reference)
