@@ -27,7 +27,7 @@ from .sources.registry import load_source
 
 UNITS_NAME = "_units.json"
 CORE_CONFIG = ("shard_bytes", "codec", "zstd_level", "on_error")
-SHARD_NAME = re.compile(r"^[A-Za-z0-9_]+-\d{5}-\d{2}\.tar$")
+SHARD_NAME = re.compile(r"^[A-Za-z0-9_]+-\d{5,}-\d{2,}\.tar$")
 
 
 class ConversionError(WdsprepError):

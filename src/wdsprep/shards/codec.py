@@ -7,9 +7,10 @@ possible) because training code may modify a sample in place.
 from __future__ import annotations
 
 import ast
-import re
 import io
 import json
+import re
+import threading
 from typing import Any, Callable
 
 import msgpack
@@ -21,6 +22,7 @@ from ..errors import FormatError
 NPY_MAGIC = b"\x93NUMPY"
 EXTENSIONS = ("npy.zst", "npy", "mp", "json")
 _header_cache: dict[bytes, tuple] = {}
+_header_lock = threading.Lock()
 _FIELD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]*(\.(npy\.zst|npy|mp|json))?$")
 
 
@@ -109,7 +111,8 @@ def _parse_npy_header(data: bytes | memoryview) -> tuple[np.dtype, tuple, bool, 
     header = bytes(data[start : start + header_len])
     parsed = _header_cache.get(header)
     if parsed is None:
-        meta = ast.literal_eval(header.decode("latin1"))
+        with _header_lock:  # ast.literal_eval is not safe from several threads on CPython 3.11
+            meta = ast.literal_eval(header.decode("latin1"))
         dtype = np.dtype(meta["descr"])
         if dtype.hasobject:
             raise FormatError("object arrays are refused (they would need pickle)")
@@ -130,12 +133,20 @@ def decode_npy(data: bytes | bytearray | memoryview) -> np.ndarray:
     return array.reshape(shape, order="F" if fortran else "C")
 
 
-_dctx = zstandard.ZstdDecompressor()
+_local = threading.local()
+
+
+def _decompressor() -> zstandard.ZstdDecompressor:
+    """One decompressor per thread: zstandard's objects must not be shared across threads."""
+    dctx = getattr(_local, "dctx", None)
+    if dctx is None:
+        dctx = _local.dctx = zstandard.ZstdDecompressor()
+    return dctx
 
 
 def decode_npy_zst(data: bytes | memoryview) -> np.ndarray:
     """Decompress straight into the array's own buffer (no intermediate copy of the payload)."""
-    reader = _dctx.stream_reader(data)
+    reader = _decompressor().stream_reader(data)
     try:
         prefix = reader.read(12)
         if prefix[:6] != NPY_MAGIC:
@@ -175,7 +186,7 @@ DECODERS: dict[str, Callable[[Any], Any]] = {
     "npy": decode_npy,
     "mp": decode_msgpack,
     "json": decode_json,
-    "zst": lambda data: _dctx.decompress(data),
+    "zst": lambda data: _decompressor().decompress(data),
 }
 
 
