@@ -13,6 +13,9 @@ import sys
 
 from .errors import ConfigError, FormatError, InputError, ManifestError, ShardError, WdsprepError
 from .shards.codec import decode, decode_sample
+from .stream.remote import register_webdataset_schemes
+
+register_webdataset_schemes()  # plain `wds.WebDataset("s3://...")` works after `import wdsprep`
 
 __version__ = "0.1.0"
 
