@@ -118,8 +118,7 @@ def test_import_wdsprep_registers_s3_with_webdataset():
     import subprocess
     import sys
 
-    code = "import wdsprep, webdataset.gopen as g; print('s3' in g.gopen_schemes)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout.strip()
-    if out != "True":
-        pytest.skip("pending core change: `wdsprep/__init__.py` must call stream.remote.register_webdataset_schemes()")
-    assert out == "True"
+    # `import webdataset.gopen as g` would bind the gopen *function*, which shadows the module
+    code = "import sys, wdsprep; print('s3' in sys.modules['webdataset.gopen'].gopen_schemes)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "True", out.stderr
