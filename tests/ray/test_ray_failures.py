@@ -43,6 +43,16 @@ def test_fail_once_is_retried_and_identical(ray_cluster, native, reference, tmp_
     assert not list((tmp_path / "out").glob("*.tmp"))
 
 
+def test_crashed_worker_is_retried_and_identical(ray_cluster, native, reference, tmp_path):
+    fail_dir = tmp_path / "attempts"
+    fail_dir.mkdir()
+    convert(FAULTY, str(native), str(tmp_path / "out"), executor="ray", workers=2,
+            fail_unit="train-4", fail_mode="crash", fail_dir=str(fail_dir), **OPTIONS)
+    assert wdsprep_ray_faults.attempts(fail_dir, "train-4") == 2
+    assert_same_output(reference, tmp_path / "out")
+    assert not list((tmp_path / "out").glob("*.tmp"))
+
+
 def test_retries_are_bounded(ray_cluster, native, tmp_path):
     fail_dir = tmp_path / "attempts"
     fail_dir.mkdir()

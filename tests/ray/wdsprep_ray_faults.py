@@ -1,7 +1,8 @@
 """A test source plugin (`wdsprep_ray_faults:SOURCE`): the generic source with an injected failure.
 
 `--fail-unit SPLIT-INDEX` picks the unit; `--fail-mode once` makes its first attempt raise after
-writing half of its samples (a transient error: a retry must give the same bytes), `always` makes
+writing half of its samples (a transient error: a retry must give the same bytes), `crash` makes
+its first attempt kill its worker process there (as a node or an OOM kill would), `always` makes
 every attempt raise. Each attempt on the picked unit appends a line to `<fail-dir>/attempts-<unit>`
 so tests can count attempts across worker processes. The failure options are not part of the plan
 config, so the output is comparable with a run without injection.
@@ -22,7 +23,7 @@ class FaultySource(GenericSource):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--fail-unit", dest="fail_unit", default=None, help="SPLIT-INDEX, e.g. train-1")
-        parser.add_argument("--fail-mode", dest="fail_mode", default="once", choices=("once", "always"))
+        parser.add_argument("--fail-mode", dest="fail_mode", default="once", choices=("once", "crash", "always"))
         parser.add_argument("--fail-dir", dest="fail_dir", default=None, help="where attempts are counted")
 
     def build(self, unit, ctx):
@@ -36,9 +37,12 @@ class FaultySource(GenericSource):
             handle.write(f"{os.getpid()}\n")
         with open(log) as handle:
             attempt = len(handle.read().splitlines())
-        fail = options.get("fail_mode", "once") == "always" or attempt == 1
+        mode = options.get("fail_mode", "once")
+        fail = mode == "always" or attempt == 1
         for number, sample in enumerate(super().build(unit, ctx)):
             if fail and number == len(unit.items) // 2:
+                if mode == "crash":
+                    os._exit(17)  # no exception, no cleanup: the worker process is gone
                 raise InjectedFailure(f"injected failure in unit {name} (attempt {attempt})")
             yield sample
 
