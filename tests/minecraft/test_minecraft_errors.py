@@ -15,7 +15,7 @@ from wdsprep.errors import InputError
 from wdsprep.sources.minecraft import SOURCE
 from wdsprep.sources.minecraft._synth import write_frame
 
-from conftest import make_episode_dir
+from minecraft_testdata import make_episode_dir
 
 OPTIONS = {"shard_bytes": 1 << 20, "codec": "zstd", "on_error": "raise"}
 GOOD_VOXEL = np.full((5, 5, 5), "stone", dtype="<U5")

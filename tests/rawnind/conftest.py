@@ -1,4 +1,3 @@
-import json
 import pathlib
 
 import pytest
@@ -19,7 +18,3 @@ def synth_small(tmp_path_factory) -> pathlib.Path:
     root = tmp_path_factory.mktemp("rawnind_small")
     synth(str(root), seed=0, size="small")
     return root
-
-
-def truth(root: pathlib.Path) -> dict:
-    return json.loads((root / "synth_truth.json").read_text())

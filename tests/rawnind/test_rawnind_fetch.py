@@ -18,7 +18,7 @@ from wdsprep.sources.rawnind.index import build_scenes, load_index, load_listing
 from wdsprep.sources.rawnind.server import DataverseServer, Faults
 from wdsprep.sources.rawnind.synth import SYNTH_DOI
 
-from conftest import truth
+from rawnind_testdata import truth
 
 
 def run_fetch(options: FetchOptions, limit: float = 60.0) -> dict:

@@ -8,6 +8,7 @@ into bytearrays so decoders can build writable arrays without another copy.
 """
 from __future__ import annotations
 
+import os
 import re
 from typing import BinaryIO, Callable, Iterator
 
@@ -202,3 +203,48 @@ def iter_samples(stream: BinaryIO, url: str = "<stream>", skip: int = 0) -> Iter
         current[field] = data
     if current is not None and index >= skip:
         yield current
+
+
+def index_samples(path: str) -> list[tuple[str, dict[str, tuple[int, int]]]]:
+    """[(sample key, {field: (data offset, size)})] of a local shard, from its headers only.
+
+    For random access (map-style datasets): reading one member is then a seek and a read.
+    """
+    samples: list[tuple[str, dict[str, tuple[int, int]]]] = []
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        offset = 0
+        long_name: str | None = None
+        while offset + BLOCK <= size:
+            handle.seek(offset)
+            block = handle.read(BLOCK)
+            if not any(block):
+                break
+            if _parse_number(block[148:156], path) != sum(block[:148]) + 8 * 32 + sum(block[156:]):
+                raise ShardError(path, f"corrupt tar header at byte {offset} (checksum mismatch)")
+            length = _parse_number(block[124:136], path)
+            typeflag = block[156:157]
+            data = offset + BLOCK
+            offset = data + length + (-length % BLOCK)
+            if typeflag == b"L":
+                handle.seek(data)
+                long_name = handle.read(length).split(b"\0", 1)[0].decode("utf-8")
+                continue
+            if typeflag not in (b"0", b"\0", b"7"):
+                continue
+            name = block[0:100].split(b"\0", 1)[0]
+            if block[257:262] == b"ustar" and block[345:500].strip(b"\0"):
+                name = block[345:500].split(b"\0", 1)[0] + b"/" + name
+            text = name.decode("utf-8")
+            if long_name is not None:
+                text, long_name = long_name, None
+            parts = split_key(text)
+            if parts is None:
+                continue
+            key, field = parts
+            if not samples or samples[-1][0] != key:
+                samples.append((key, {}))
+            samples[-1][1][field.lower()] = (data, length)
+        if offset > size:
+            raise ShardError(path, "truncated shard: a member runs past the end of the file")
+    return samples

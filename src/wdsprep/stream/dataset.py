@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import copy
 import os
-import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import webdataset as wds

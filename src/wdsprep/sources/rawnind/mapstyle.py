@@ -9,47 +9,20 @@ reproducible; call `set_epoch` to get new crops each epoch.
 from __future__ import annotations
 
 import hashlib
-import tarfile
 from collections import defaultdict
 
 import numpy as np
 
 from ...errors import ConfigError
 from ...shards.codec import decode_sample, split_field
+from ...shards.tarformat import index_samples
+from ...stream.manifests import local_shard_paths
 from .read import _check_crop_size, crop_pair, pair_passes
 
 try:  # a torch Dataset when torch is there (it always is with wdsprep), a plain class otherwise
     from torch.utils.data import Dataset as _Base
 except ImportError:  # pragma: no cover
     _Base = object
-
-
-def index_tar(path: str) -> dict[str, dict[str, tuple[int, int]]]:
-    """{sample key: {member suffix: (data offset, size)}} of a plain tar shard."""
-    samples: dict[str, dict[str, tuple[int, int]]] = {}
-    with tarfile.open(path, "r:") as archive:
-        for member in archive:
-            if not member.isfile():
-                continue
-            key, _, suffix = member.name.partition(".")
-            samples.setdefault(key, {})[suffix] = (member.offset_data, member.size)
-    return samples
-
-
-def _local_shards(manifest_url: str, split: str) -> list[str]:
-    from ...stream.manifests import load_manifest
-    from ...stream.opener import local_path
-
-    manifest = load_manifest(manifest_url)
-    if split not in manifest.splits:
-        raise ConfigError(f"{manifest_url}: no split {split!r} (have {', '.join(sorted(manifest.splits))})")
-    paths = []
-    for url in manifest.shard_urls(split):
-        path = local_path(url)
-        if path is None:
-            raise ConfigError(f"{url}: the map-style dataset reads local shards only (stream remote ones with pairs())")
-        paths.append(path)
-    return paths
 
 
 class CleanProfiledRGBNoisyBayerImageCropsDataset(_Base):
@@ -76,11 +49,11 @@ class CleanProfiledRGBNoisyBayerImageCropsDataset(_Base):
                             match_gain=match_gain, to_torch=to_torch)
         self.seed = seed
         self.epoch = 0
-        self.shards = _local_shards(manifest_url, self.split)
+        self.shards = local_shard_paths(manifest_url, self.split)
         tiles_of_pair: dict[tuple[str, str], list[tuple[int, str, int]]] = defaultdict(list)
         self._members: dict[tuple[int, str], dict[str, tuple[int, int]]] = {}
         for shard_index, path in enumerate(self.shards):
-            index = index_tar(path)
+            index = dict(index_samples(path))
             with open(path, "rb") as handle:
                 for key, members in index.items():
                     self._members[(shard_index, key)] = members

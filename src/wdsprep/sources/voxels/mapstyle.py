@@ -9,16 +9,16 @@ so consecutive chunks of a subvolume decompress its rays once.
 from __future__ import annotations
 
 import collections
-import math
 import os
-import pathlib
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 from torch.utils.data import BatchSampler, Dataset, RandomSampler, SequentialSampler
 
 from ...errors import ConfigError, ShardError
 from ...shards.codec import decode_value
+from ...shards.tarformat import index_samples
+from ...stream.manifests import local_shard_paths
 from .read import (
     READ_FIELDS,
     ray_arrays,
@@ -30,76 +30,9 @@ from .read import (
     unpack_voxels,
 )
 
-BLOCK = 512
-
-
-def _octal(field: bytes) -> int:
-    text = field.split(b"\0", 1)[0].strip()
-    return int(text, 8) if text else 0
-
-
-def index_tar(path: str) -> list[tuple[str, dict[str, tuple[int, int]]]]:
-    """[(sample key, {member field: (data offset, size)})] of a ustar file, from its headers only.
-
-    Keys and fields split like webdataset: at the first dot of the member's base name.
-    """
-    samples: list[tuple[str, dict]] = []
-    with open(path, "rb") as handle:
-        size = os.fstat(handle.fileno()).st_size
-        offset = 0
-        long_name = None
-        while offset + BLOCK <= size:
-            handle.seek(offset)
-            header = handle.read(BLOCK)
-            if header == b"\0" * BLOCK:
-                break
-            stored = _octal(header[148:156])
-            computed = sum(header[:148]) + 8 * 32 + sum(header[156:])
-            if stored != computed:
-                raise ShardError(path, f"bad tar header checksum at byte {offset}")
-            length = _octal(header[124:136])
-            kind = header[156:157]
-            data = offset + BLOCK
-            offset = data + (length + BLOCK - 1) // BLOCK * BLOCK
-            if kind == b"L":  # GNU long name for the next member
-                handle.seek(data)
-                long_name = handle.read(length).split(b"\0", 1)[0].decode()
-                continue
-            if kind not in (b"0", b"\0"):
-                continue  # directories, links, pax headers: not sample members
-            name = header[:100].split(b"\0", 1)[0].decode()
-            prefix = header[345:500].split(b"\0", 1)[0].decode() if header[257:262] == b"ustar" else ""
-            if long_name is not None:
-                name, long_name = long_name, None
-            elif prefix:
-                name = f"{prefix}/{name}"
-            directory, _, base = name.rpartition("/")
-            if "." not in base:
-                continue
-            stem, field = base.split(".", 1)
-            key = f"{directory}/{stem}" if directory else stem
-            if not samples or samples[-1][0] != key:
-                samples.append((key, {}))
-            samples[-1][1][field] = (data, length)
-        if offset > size:
-            raise ShardError(path, "truncated tar (a member runs past the end of the file)")
-    return samples
-
-
-def _shard_paths(shards, split: str) -> list[str]:
-    """Local shard paths from a manifest (file or directory) or an explicit list of tar paths."""
-    if isinstance(shards, (str, os.PathLike)):
-        location = pathlib.Path(shards)
-        if location.suffix == ".tar":
-            return [str(location)]
-        from ...stream import load_manifest
-
-        manifest = load_manifest(str(location))
-        return [url[len("file://"):] if url.startswith("file://") else url for url in manifest.shard_urls(split)]
-    paths = [str(path) for path in shards]
-    if not paths:
-        raise ConfigError("no shards given")
-    return paths
+# header-only tar index and manifest -> local paths live in the core (shared by every map-style dataset)
+index_tar = index_samples
+_shard_paths = local_shard_paths
 
 
 class HierarchicalVoxelRayDataset(Dataset):

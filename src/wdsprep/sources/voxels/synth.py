@@ -11,7 +11,6 @@ first hit) computed exactly on the CPU instead of the OptiX DDA.
 from __future__ import annotations
 
 import json
-import math
 import pathlib
 import random
 from dataclasses import dataclass
