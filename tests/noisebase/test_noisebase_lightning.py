@@ -38,8 +38,11 @@ class Recorder(L.LightningModule):
 
 
 def _trainer(callbacks):
+    # no default checkpointing: it would write ./checkpoints into the working tree
+    checkpointing = any(isinstance(c, MidepochCheckpoint) for c in callbacks)
     return L.Trainer(max_epochs=2, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
-                     enable_model_summary=False, callbacks=callbacks, num_sanity_val_steps=0, limit_val_batches=0)
+                     enable_model_summary=False, callbacks=callbacks, num_sanity_val_steps=0, limit_val_batches=0,
+                     enable_checkpointing=checkpointing)
 
 
 def test_midepoch_checkpoint_resumes_exactly(tmp_path_factory, tmp_path):
