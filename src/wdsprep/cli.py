@@ -24,6 +24,7 @@ def _add_convert_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=1, help="parallel unit builders (bytes do not depend on it)")
     parser.add_argument("--executor", default="local", choices=("local", "ray"))
     parser.add_argument("--ray-address", default=None, help="existing Ray cluster (ray.init(address=...))")
+    parser.add_argument("--ray-retries", type=int, default=None, help="attempts after a failed unit on Ray (default 2)")
     parser.add_argument("--codec", default="zstd", choices=("zstd", "none"), help="array member codec")
     parser.add_argument("--zstd-level", type=int, default=3)
     parser.add_argument("--on-error", default="raise", choices=("raise", "skip"), help="bad input items: stop, or skip and report them in the manifest")
@@ -55,7 +56,12 @@ def cmd_convert(argv: Sequence[str]) -> int:
     options = vars(args).copy()
     core = {name: options.pop(name) for name in ("input", "output", "shard_bytes", "workers", "executor", "codec", "zstd_level", "on_error", "quiet")}
     options.pop("debug")
-    address = options.pop("ray_address")
+    executor_options = {}
+    if options.get("ray_address"):
+        executor_options["address"] = options["ray_address"]
+    if options.get("ray_retries") is not None:
+        executor_options["retries"] = options["ray_retries"]
+    options.pop("ray_address"), options.pop("ray_retries")
     manifest = convert(
         source_id,
         core["input"],
@@ -67,7 +73,7 @@ def cmd_convert(argv: Sequence[str]) -> int:
         zstd_level=core["zstd_level"],
         on_error=core["on_error"],
         quiet=core["quiet"],
-        executor_options={"address": address} if address else None,
+        executor_options=executor_options or None,
         **options,
     )
     _print_summary(manifest)

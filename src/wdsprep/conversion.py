@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import time
 from dataclasses import asdict, dataclass, field
@@ -111,6 +112,8 @@ def convert(
     **source_options: Any,
 ) -> Manifest:
     started = time.time()
+    if "://" not in str(input):
+        input = os.path.abspath(input)  # units carry paths that workers on other nodes can resolve
     source = load_source(source_id)
     if on_error not in ("raise", "skip"):
         raise ConfigError(f"--on-error must be 'raise' or 'skip' (got {on_error!r})")
@@ -159,6 +162,10 @@ def convert(
         unit, digest = todo[task_index]
         if isinstance(result, BaseException):
             failures.append((unit, result))
+            continue
+        missing = [row["name"] for row in result.rows if store.stat(row["name"]) != row["bytes"]]
+        if missing:  # e.g. a worker on another node wrote to its own local disk
+            failures.append((unit, ConversionError(f"shard(s) {', '.join(missing)} reported written but not found with the right size at {store.url}")))
             continue
         done[digest] = result
         journal.record(result)
