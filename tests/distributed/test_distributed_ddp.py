@@ -4,6 +4,7 @@ server and, separately, from HTTP: equal batch counts on uneven shards, every sa
 import collections
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from wdsprep.upload import upload
 SCRIPT = Path(__file__).with_name("ddp_train.py")
 TRAIN, VALID = 101, 20
 STOP_AFTER = 5
-TIMEOUT = 240
+TIMEOUT = 180
 EPOCH = ("--seed", "7", "--epoch", "1")
 
 
@@ -53,6 +54,32 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    parent = int(handle.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    found, stack = [], [pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def _kill_tree(pid: int) -> None:
+    for victim in [pid, *_descendants(pid)]:
+        try:
+            os.kill(victim, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def torchrun(manifest: str, out: Path, env_extra: dict, *args: str) -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **env_extra, "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1",
@@ -61,8 +88,15 @@ def torchrun(manifest: str, out: Path, env_extra: dict, *args: str) -> list[dict
     env.pop("WORLD_SIZE", None)
     command = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
                "--master_addr=127.0.0.1", f"--master_port={_free_port()}", str(SCRIPT), manifest, str(out), *args]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=TIMEOUT)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        _kill_tree(process.pid)  # torchrun starts each rank in a session of its own: kill them by pid
+        stdout, stderr = process.communicate(timeout=30)
+        pytest.fail(f"torchrun did not finish in {TIMEOUT} s:\n{stdout[-3000:]}{stderr[-20000:]}")
+    assert process.returncode == 0, stdout[-3000:] + stderr[-20000:]
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
 
 

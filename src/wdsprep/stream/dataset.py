@@ -95,6 +95,8 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
         world_size: int | None = None,
         handler: Callable = wds.reraise_exception,
         check_counts: bool = True,
+        cache_dir: str | None = None,
+        cache_bytes: int | float | None = None,
     ):
         super().__init__()
         if equalize not in (None, "pad", "drop"):
@@ -117,6 +119,11 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
         self._counter: _Counter | None = None
         self._count_at: int | None = None  # pipeline index where outputs are counted (before batching)
         self._worker_override: tuple[int, int] | None = None  # set by wdsprep.Loader inside workers
+        self.cache = None  # optional local LRU shard cache (stream/cache.py); off by default
+        if cache_dir is not None:
+            from .cache import ShardCache
+
+            self.cache = ShardCache(cache_dir, cache_bytes if cache_bytes is not None else 10e9)
         self.append(ShardSource())
 
     # -- epochs and state
@@ -167,7 +174,8 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
             expected = piece.samples - skip
             got = 0
             try:
-                stream = open_url(url)
+                row = self.rows[piece.shard]
+                stream = self.cache.open(url, row.get("sha256"), row.get("bytes")) if self.cache else open_url(url)
                 with stream:
                     first = piece.start + skip
                     for sample in iter_samples(stream, url, skip=first):
@@ -295,8 +303,13 @@ def dataset(
     rank: int | None = None,
     world_size: int | None = None,
     handler: Callable = wds.reraise_exception,
+    cache_dir: str | None = None,
+    cache_bytes: int | float | None = None,
 ) -> ShardDataset:
-    """A webdataset pipeline of raw shard samples (compose `wdsprep.decode()` or a reader stage)."""
+    """A webdataset pipeline of raw shard samples (compose `wdsprep.decode()` or a reader stage).
+
+    `cache_dir`/`cache_bytes`: keep remote shards in a local LRU cache bounded in bytes (default
+    10 GB when only `cache_dir` is given); without `cache_dir` nothing is written to local disk."""
     manifest = manifest_url if isinstance(manifest_url, Manifest) else load_manifest(manifest_url)
     return ShardDataset(
         manifest,
@@ -309,4 +322,6 @@ def dataset(
         rank=rank,
         world_size=world_size,
         handler=handler,
+        cache_dir=cache_dir,
+        cache_bytes=cache_bytes,
     )

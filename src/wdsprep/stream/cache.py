@@ -1,0 +1,154 @@
+"""An optional local shard cache for repeated epochs, bounded in bytes (LRU), off by default.
+
+`wdsprep.dataset(..., cache_dir="/scratch/wds", cache_bytes=50e9)` keeps shards read from remote URLs
+in `cache_dir`. Unlike webdataset's `FileCache`, a miss does not download the whole shard before the
+first sample: the stream is read as usual and teed into a temporary file, which becomes a cache entry
+only if the read reached the end and the bytes match the manifest's size and sha256 (a reader that
+stops early leaves nothing behind). Entries are named by the shard's sha256 (so same-named shards under
+different prefixes never collide, and a re-converted shard is never served stale). Least recently
+used entries are evicted (by mtime, touched on every hit) until the total fits in `cache_bytes`;
+several DataLoader workers or processes may share one directory (writes are atomic renames, and
+eviction tolerates entries vanishing under it). Local files are read in place, never cached.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import tempfile
+from typing import BinaryIO
+
+from ..errors import ConfigError
+from .opener import BUFFER, local_path, open_url
+
+SUFFIX = ".tar"
+DRAIN_BYTES = 1 << 20  # on close, read at most this much more to complete an entry (the tar end blocks)
+
+
+class ShardCache:
+    def __init__(self, directory: str | os.PathLike, max_bytes: int | float):
+        self.directory = os.path.abspath(os.fspath(directory))
+        self.max_bytes = int(max_bytes)
+        if self.max_bytes <= 0:
+            raise ConfigError(f"cache_bytes must be positive (got {max_bytes})")
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+        except OSError as error:
+            raise ConfigError(f"{directory}: cannot create cache directory ({error.strerror})") from None
+        self.hits = 0
+        self.misses = 0
+
+    def entry_name(self, url: str, sha256: str | None) -> str:
+        return (sha256 or "url-" + hashlib.sha256(url.encode()).hexdigest()) + SUFFIX
+
+    def open(self, url: str, sha256: str | None = None, size: int | None = None) -> BinaryIO:
+        """A stream over the shard: from the cache on a hit, else from `url`, teed into the cache."""
+        if local_path(url) is not None:
+            return open_url(url)
+        path = os.path.join(self.directory, self.entry_name(url, sha256))
+        try:
+            if size is None or os.path.getsize(path) == size:
+                handle = open(path, "rb", buffering=BUFFER)
+                os.utime(path)  # most recently used
+                self.hits += 1
+                return handle
+        except FileNotFoundError:
+            pass
+        self.misses += 1
+        if size is not None and size > self.max_bytes:
+            return open_url(url)  # would never fit: stream it without caching
+        return io.BufferedReader(_TeeStream(open_url(url), self, path, sha256, size), BUFFER)
+
+    # -- bookkeeping
+    def entries(self) -> list[tuple[float, int, str]]:
+        found = []
+        for entry in os.scandir(self.directory):
+            if entry.name.endswith(SUFFIX) and not entry.name.startswith("."):
+                try:
+                    stat = entry.stat()
+                except FileNotFoundError:
+                    continue
+                found.append((stat.st_mtime, stat.st_size, entry.path))
+        return sorted(found)
+
+    def total_bytes(self) -> int:
+        return sum(size for _, size, _ in self.entries())
+
+    def evict(self, keep: str | None = None) -> None:
+        entries = self.entries()
+        total = sum(size for _, size, _ in entries)
+        for _, size, path in entries:  # oldest first
+            if total <= self.max_bytes:
+                break
+            if path == keep:
+                continue
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            total -= size
+
+    def _admit(self, temporary: str, path: str) -> None:
+        os.replace(temporary, path)
+        self.evict(keep=path)
+
+
+class _TeeStream(io.RawIOBase):
+    """Reads through `inner`, copying into a temporary file that is admitted to the cache on a
+    complete, verified read and deleted otherwise."""
+
+    def __init__(self, inner: BinaryIO, cache: ShardCache, path: str, sha256: str | None, size: int | None):
+        self.inner = inner
+        self.cache = cache
+        self.path = path
+        self.sha256 = sha256
+        self.size = size
+        fd, self.temporary = tempfile.mkstemp(dir=cache.directory, prefix=".", suffix=".part")
+        self.file = os.fdopen(fd, "wb")
+        self.digest = hashlib.sha256()
+        self.count = 0
+        self.eof = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        n = self.inner.readinto(buffer)
+        if n:
+            view = memoryview(buffer)[:n]
+            self.file.write(view)
+            self.digest.update(view)
+            self.count += n
+        else:
+            self.eof = True
+        return n
+
+    def _drain(self) -> None:
+        budget = DRAIN_BYTES
+        block = bytearray(1 << 16)
+        while not self.eof and budget > 0:
+            if self.readinto(block) == 0:
+                break
+            budget -= len(block)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            try:
+                self._drain()
+            except Exception:
+                self.eof = False
+            self.file.close()
+            complete = self.eof and (self.size is None or self.count == self.size) and (
+                self.sha256 is None or self.digest.hexdigest() == self.sha256
+            )
+            if complete:
+                self.cache._admit(self.temporary, self.path)
+            else:
+                os.unlink(self.temporary)
+        finally:
+            try:
+                self.inner.close()
+            finally:
+                super().close()

@@ -1,0 +1,88 @@
+"""The optional local shard cache: off by default, bounded in bytes (LRU), verified entries only."""
+import json
+import os
+
+import wdsprep
+from wdsprep.stream.cache import ShardCache
+
+
+def _rows(shard_dir, split="train"):
+    return json.loads((shard_dir / "manifest.json").read_bytes())["splits"][split]["shards"]
+
+
+def _keys(dataset):
+    return [s["__key__"] for s in dataset]
+
+
+def test_cache_serves_repeated_epochs(http_server, generic_shards, tmp_path):
+    rows = _rows(generic_shards)
+    manifest = f"{http_server.url}/manifest.json"
+    plain = _keys(wdsprep.dataset(manifest, "train", equalize=None))
+    dataset = wdsprep.dataset(manifest, "train", equalize=None, cache_dir=str(tmp_path / "cache"),
+                              cache_bytes=sum(r["bytes"] for r in rows))
+    http_server.clear_log()
+    assert _keys(dataset) == plain
+    assert sorted(r["name"] for r in http_server.requests) == sorted(r["name"] for r in rows)
+    http_server.clear_log()
+    second = _keys(dataset)  # the next epoch (another shard order): no request at all
+    assert sorted(second) == sorted(plain) and http_server.requests == []
+    assert dataset.cache.hits == len(rows)
+
+
+def test_cache_stays_within_its_byte_bound_keeping_the_most_recent(http_server, generic_shards, tmp_path):
+    rows = _rows(generic_shards)
+    bound = rows[0]["bytes"] + rows[2]["bytes"] + 10_000  # room for about two big shards
+    cache_dir = tmp_path / "cache"
+    dataset = wdsprep.dataset(f"{http_server.url}/manifest.json", "train", shuffle_shards=False, equalize=None,
+                              cache_dir=str(cache_dir), cache_bytes=bound)
+    assert sorted(_keys(dataset)) == [f"sample{i:06d}" for i in range(100)]
+    entries = sorted(p for p in os.listdir(cache_dir) if p.endswith(".tar"))
+    assert sum(os.path.getsize(cache_dir / p) for p in entries) <= bound
+    assert not [p for p in os.listdir(cache_dir) if p.endswith(".part")]
+    # LRU: what is left is the tail of the read order that fits; entries are named by sha256, byte-identical
+    kept, total = [], 0
+    for row in reversed(rows):
+        if total + row["bytes"] > bound:
+            break
+        kept.append(row)
+        total += row["bytes"]
+    assert entries == sorted(f"{r['sha256']}.tar" for r in kept)
+    for row in kept:
+        assert (cache_dir / f"{row['sha256']}.tar").read_bytes() == (generic_shards / row["name"]).read_bytes()
+
+
+def test_cache_keeps_nothing_from_a_partial_or_corrupt_read(tmp_path, monkeypatch):
+    import hashlib
+
+    from wdsprep.stream import cache as cache_module
+    from wdsprep.testing import RangeHTTPServer
+
+    monkeypatch.setattr(cache_module, "DRAIN_BYTES", 4096)  # closing may finish a read only this close to the end
+    blob = os.urandom(4 << 20)
+    (tmp_path / "www").mkdir()
+    (tmp_path / "www" / "big.tar").write_bytes(blob)
+    digest = hashlib.sha256(blob).hexdigest()
+    cache = ShardCache(tmp_path / "c", 10e6)
+    with RangeHTTPServer(tmp_path / "www") as server:
+        url = server.url_of("big.tar")
+        with cache.open(url, digest, len(blob)) as stream:
+            stream.read(5000)  # a reader that stops early
+        assert os.listdir(tmp_path / "c") == []
+        with cache.open(url, "0" * 64, len(blob)) as stream:
+            assert stream.read() == blob  # complete, but not the bytes the manifest promised
+        assert os.listdir(tmp_path / "c") == []
+        with cache.open(url, digest, len(blob)) as stream:
+            stream.read()
+        assert os.listdir(tmp_path / "c") == [f"{digest}.tar"]
+        server.clear_log()
+        with cache.open(url, digest, len(blob)) as stream:
+            assert stream.read() == blob
+        assert server.requests == [] and cache.hits == 1
+
+
+def test_no_cache_by_default_and_local_shards_are_never_copied(generic_shards, tmp_path):
+    dataset = wdsprep.dataset(str(generic_shards), "train")
+    assert dataset.cache is None
+    cached = wdsprep.dataset(str(generic_shards), "train", cache_dir=str(tmp_path / "c"), cache_bytes=1e9)
+    assert sorted(_keys(cached)) == sorted(_keys(dataset))
+    assert os.listdir(tmp_path / "c") == []
