@@ -183,6 +183,7 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
                             break
                         # where the sample sits, for stages that work on blocks of a shard
                         sample["__index__"] = first + got
+                        sample["__piece_start__"] = piece.start  # this worker's run of the shard starts here
                         sample["__epoch__"] = self.epoch
                         got += 1
                         yield sample
