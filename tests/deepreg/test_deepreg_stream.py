@@ -115,6 +115,28 @@ def test_mid_block_resume_is_exact(deepreg_data, tmp_path_factory, converted, ki
         assert taken + [s["__key__"] for s in second] == full, stop
 
 
+@pytest.mark.parametrize("equalize", [None, "pad"])
+def test_mid_block_resume_with_two_loader_workers_is_exact(deepreg_data, tmp_path_factory, equalize):
+    url, _ = _unpaired_multi_shard(deepreg_data, tmp_path_factory)
+
+    def build():
+        dataset = wdsprep.dataset(str(url), "train", seed=3, epoch=1, equalize=equalize, rank=0, world_size=2).compose(
+            pairs("unpaired", epoch=1, image_shape=(4, 4, 4), labeled=False))
+        return wdsprep.Loader(dataset, batch_size=1, num_workers=2, collate_fn=lambda batch: batch[0]["__key__"])
+
+    full = list(build())
+    assert len(full) == len(set(full)) or equalize == "pad"
+    for stop in (1, 2, 3):
+        first = build()
+        iterator = iter(first)
+        taken = [next(iterator) for _ in range(stop)]
+        state = first.state_dict()
+        del iterator
+        second = build()
+        second.load_state_dict(state)
+        assert taken + list(second) == full, stop
+
+
 def test_loader_with_workers_batches_with_collate(synthetic):
     _, url, _ = synthetic
     dataset = wdsprep.dataset(str(url), "paired_nifti_train", seed=0, epoch=0, equalize=None).compose(
