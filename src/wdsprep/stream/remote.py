@@ -28,19 +28,30 @@ from .opener import BUFFER, register_opener
 RETRIES = int(os.environ.get("WDSPREP_RETRIES", "5"))
 TIMEOUT = float(os.environ.get("WDSPREP_TIMEOUT", "30"))
 MAX_DELAY = 5.0
+SKIP_BY_READING = int(os.environ.get("WDSPREP_SKIP_BY_READING", 1 << 20))  # shorter forward seeks read through
+REMOTE_BUFFER = 256 << 10  # read-ahead of remote streams: small enough that skipping a large member skips its bytes
 
 
 class ResumingStream(io.RawIOBase):
     """`open_at(offset)` returns (a readable body, total size or None, etag or None) — or the legacy
-    pair (body, total size); it raises `ShardError` on permanent errors, anything else is transient."""
+    pair (body, total size); it raises `ShardError` on permanent errors, anything else is transient.
+
+    When the total size is known the stream is seekable: a forward seek of at most `SKIP_BY_READING`
+    bytes reads and discards from the open body; a longer one (or a backward one) closes it and asks
+    for the object again from the new offset with `Range`, so skipping large members (resume inside a
+    shard, a worker starting mid-shard) does not transfer them. Seeking costs nothing until the next read.
+    """
 
     def __init__(self, url: str, open_at: Callable[[int], tuple], retries: int = RETRIES):
         self.url = url
         self._open_at = open_at
         self.retries = retries
-        self.offset = 0
-        self.resumes = 0  # how many times the stream re-requested with Range (for tests and logs)
+        self.offset = 0  # the logical position (what tell() says)
+        self._body_pos = 0  # where the open body's next byte lies
+        self.resumes = 0  # how many times the stream re-requested after a failure (for tests and logs)
+        self.seeks = 0  # how many times a seek was served by a new Range request
         self.etag: str | None = None
+        self.size: int | None = None
         self._body, self.size, self.etag = self._request(0)
 
     def _request(self, offset: int):
@@ -52,6 +63,7 @@ class ResumingStream(io.RawIOBase):
                 etag = result[2] if len(result) > 2 else None
                 if offset:
                     self._check_same_object(body, total, etag)
+                self._body_pos = offset
                 return body, total, etag
             except ShardError:
                 raise
@@ -72,7 +84,53 @@ class ResumingStream(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
+    # -- seeking (lazy: positions only move; the next read catches the body up)
+    def seekable(self) -> bool:
+        return self.size is not None
+
+    def tell(self) -> int:
+        return self.offset
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_SET:
+            target = offset
+        elif whence == io.SEEK_CUR:
+            target = self.offset + offset
+        elif whence == io.SEEK_END:
+            if self.size is None:
+                raise io.UnsupportedOperation(f"{self.url}: size unknown, cannot seek from the end")
+            target = self.size + offset
+        else:
+            raise ValueError(f"invalid whence {whence}")
+        if target < 0:
+            raise ValueError(f"{self.url}: negative seek position {target}")
+        self.offset = target
+        return target
+
+    def _catch_up(self) -> None:
+        gap = self.offset - self._body_pos
+        if gap == 0:
+            return
+        if 0 < gap <= SKIP_BY_READING:
+            target, self.offset = self.offset, self._body_pos
+            scratch = bytearray(min(gap, 1 << 16))
+            while self.offset < target:
+                view = memoryview(scratch)[: min(len(scratch), target - self.offset)]
+                if self._readinto_body(view) == 0:
+                    break
+            self.offset = target
+            return
+        _close_quietly(self._body)
+        self.seeks += 1
+        self._body, _, _ = self._request(self.offset)
+
     def readinto(self, buffer) -> int:
+        if self.size is not None and self.offset >= self.size:
+            return 0
+        self._catch_up()
+        return self._readinto_body(buffer)
+
+    def _readinto_body(self, buffer) -> int:
         failures = 0
         while True:
             try:
@@ -84,6 +142,7 @@ class ResumingStream(io.RawIOBase):
             else:
                 if n or self.size is None or self.offset >= self.size:
                     self.offset += n
+                    self._body_pos += n
                     return n
                 last_error = EOFError(f"connection closed at byte {self.offset} of {self.size}")
             failures += 1
@@ -148,7 +207,7 @@ def _discard(response, count: int, url: str) -> None:
 
 
 def open_http(url: str):
-    return io.BufferedReader(ResumingStream(url, _http_open_at(url)), BUFFER)
+    return io.BufferedReader(ResumingStream(url, _http_open_at(url)), REMOTE_BUFFER)
 
 
 # -------------------------------------------------------------------------------------------- s3
@@ -254,7 +313,7 @@ def _s3_open_at(url: str):
 
 
 def open_s3(url: str):
-    return io.BufferedReader(ResumingStream(url, _s3_open_at(url)), BUFFER)
+    return io.BufferedReader(ResumingStream(url, _s3_open_at(url)), REMOTE_BUFFER)
 
 
 register_opener("http", open_http)
