@@ -13,9 +13,9 @@ memory, part by part, with no local file at all.
 """
 from __future__ import annotations
 
-import atexit
 import hashlib
 import io
+import multiprocessing.util
 import os
 import shutil
 import tempfile
@@ -44,7 +44,9 @@ def _staging_dir() -> str:
         if path is None or not os.path.isdir(path):
             path = tempfile.mkdtemp(prefix="wdsprep-s3-staging-")
             _staging[pid] = path
-            atexit.register(shutil.rmtree, path, True)
+            # a multiprocessing finalizer runs at exit in the main process and in pool workers alike
+            # (pool workers leave without running atexit handlers)
+            multiprocessing.util.Finalize(None, shutil.rmtree, args=(path, True), exitpriority=0)
     return path
 
 
