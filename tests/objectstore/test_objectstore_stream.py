@@ -154,3 +154,18 @@ def test_skipping_large_members_inside_a_remote_shard_uses_range(tmp_path, s3, b
     _same_samples(list(iter_shard(f"s3://{bucket}/big/{row['name']}", skip=5)), local[5:])
     gets = [r for r in s3.requests if r["method"] == "GET" and r["key"].endswith(row["name"])]
     assert len(gets) >= 5 and all(r["range"] for r in gets[1:])
+
+
+def test_a_server_that_never_answers_times_out_within_bounds(monkeypatch):
+    import socket
+    import time
+
+    monkeypatch.setattr(remote, "TIMEOUT", 0.3)
+    with socket.socket() as silent:  # accepts connections (backlog) and never says a word
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/x.tar"
+        started = time.monotonic()
+        with pytest.raises(ShardError, match=f"{url}: giving up after 2 attempts"):
+            remote.ResumingStream(url, remote._http_open_at(url), retries=1)
+        assert time.monotonic() - started < 5
