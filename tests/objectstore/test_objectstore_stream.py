@@ -118,10 +118,15 @@ def test_import_wdsprep_registers_s3_with_webdataset():
     import subprocess
     import sys
 
-    # `import webdataset.gopen as g` would bind the gopen *function*, which shadows the module
-    code = "import sys, wdsprep; print('s3' in sys.modules['webdataset.gopen'].gopen_schemes)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.stdout.strip() == "True", out.stderr
+    # `import webdataset.gopen as g` would bind the gopen *function*, which shadows the module;
+    # `import wdsprep` does not import webdataset (torch) itself: it registers when webdataset loads
+    for imports in ("import wdsprep, webdataset", "import webdataset, wdsprep"):
+        code = f"import sys; {imports}; print('s3' in sys.modules['webdataset.gopen'].gopen_schemes)"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert out.stdout.strip() == "True", (imports, out.stderr)
+    light = "import sys, wdsprep; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", light], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "False", out.stderr
 
 
 def test_skipping_large_members_inside_a_remote_shard_uses_range(tmp_path, s3, bucket):

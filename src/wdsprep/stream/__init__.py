@@ -3,11 +3,29 @@ from __future__ import annotations
 
 from typing import Iterator
 
+import importlib
+
 from ..shards.tarformat import iter_samples
-from .dataset import ShardDataset, dataset, distributed_info, worker_info
-from .loader import Loader
 from .manifests import load_manifest, manifest_location, urls
 from .opener import open_url, read_url, register_opener
+
+# the pipeline classes import webdataset and torch: loaded on first use, so that `import wdsprep`
+# (and every conversion worker) stays light
+_LAZY = {
+    "ShardDataset": "dataset",
+    "dataset": "dataset",
+    "distributed_info": "dataset",
+    "worker_info": "dataset",
+    "Loader": "loader",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"wdsprep.stream.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'wdsprep.stream' has no attribute {name!r}")
 
 
 def iter_shard(url: str, skip: int = 0) -> Iterator[dict]:

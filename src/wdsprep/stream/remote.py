@@ -14,7 +14,10 @@ streams for `s3://` (which webdataset lacks) and `http(s)://` (instead of a `cur
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.util
 import io
+import sys
 import os
 import threading
 import time
@@ -333,9 +336,11 @@ def register_webdataset_schemes() -> None:
     global _registered
     if _registered:
         return
-    try:
-        wds_gopen = importlib.import_module("webdataset.gopen")  # the module (the package exports a function)
-    except ImportError:  # webdataset is a dependency, but registration must never break `import wdsprep`
+    wds_gopen = sys.modules.get("webdataset.gopen")  # the module (the package exports a function)
+    if wds_gopen is None:
+        # importing webdataset pulls in torch (seconds): register when webdataset itself is imported
+        if not any(isinstance(finder, _RegisterOnImport) for finder in sys.meta_path):
+            sys.meta_path.insert(0, _RegisterOnImport())
         return
     schemes = wds_gopen.gopen_schemes
     previous_http = schemes.get("http")
@@ -364,3 +369,28 @@ def register_webdataset_schemes() -> None:
     schemes["http"] = make_http(previous_http)
     schemes["https"] = make_http(previous_https)
     _registered = True
+
+
+class _RegisterOnImport(importlib.abc.MetaPathFinder):
+    """Runs `register_webdataset_schemes` right after `webdataset.gopen` is first imported."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "webdataset.gopen":
+            return None
+        sys.meta_path.remove(self)  # find the real module with the other finders
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        original_exec = loader.exec_module
+
+        def exec_module(module):
+            original_exec(module)
+            sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _RegisterOnImport)]
+            register_webdataset_schemes()
+
+        loader.exec_module = exec_module
+        return spec
