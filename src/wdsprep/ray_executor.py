@@ -181,6 +181,11 @@ class RayExecutor:
             paths = self._extra_paths(started)
             cwd = os.getcwd()
             limit = self._max_in_flight()
+            if started and not self.address:
+                # our private Ray has exactly `workers` CPUs, so Ray itself bounds what runs; one
+                # task queued beside them starts the moment a CPU frees instead of after a round
+                # trip through this driver
+                limit += 1
             queue = list(range(len(tasks)))
             queue.reverse()  # pop() from the end: units start in plan order
             self.attempts = {}
