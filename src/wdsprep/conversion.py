@@ -263,10 +263,11 @@ class _UnitJournal:
 
 
 def _remove_stale_shards(store, splits: dict[str, list[dict]]) -> None:
+    """Delete shards of the converted splits left by an earlier, different conversion."""
     listed = {row["name"] for rows in splits.values() for row in rows}
     lister = getattr(store, "list_names", None)
     if lister is None:
         return
     for name in lister():
-        if SHARD_NAME.match(name) and name not in listed:
+        if SHARD_NAME.match(name) and name not in listed and name.rsplit("-", 2)[0] in splits:
             store.delete(name)

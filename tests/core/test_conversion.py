@@ -142,3 +142,14 @@ def test_inspect_shows_splits_ratio_and_fields(tmp_path, generic_input):
     assert "array.npy.zst: float32[4096]" in result.stdout and "meta.mp: {index, label, name}" in result.stdout
     data = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert data["format"] == "wdsprep/1" and data["totals"]["samples"] == 220
+
+
+def test_split_option_converts_only_that_split_and_keeps_other_shards(tmp_path, generic_input):
+    out = tmp_path / "out"
+    full = convert("generic", generic_input, str(out), shard_bytes="300KB")
+    valid_names = {row["name"] for row in full.splits["valid"]}
+    only_train = convert("generic", generic_input, str(out), shard_bytes="300KB", zstd_level=4, splits=["train"])
+    assert set(only_train.splits) == {"train"}
+    assert valid_names <= set(_shards(out))  # another split's shards are not this run's to delete
+    with pytest.raises(wdsprep.ConfigError, match="no split"):
+        convert("generic", generic_input, str(out), splits=["nope"])
