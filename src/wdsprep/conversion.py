@@ -77,7 +77,7 @@ def build_unit(source_id: str, unit: Unit, options: dict, output: str, digest: s
     writer = ShardWriter(
         staging,
         f"{unit.split}-{unit.index:05d}",
-        shard_bytes=options["shard_bytes"],
+        shard_bytes=(1 << 62) if getattr(source, "whole_units", False) else options["shard_bytes"],
         encoder=encoder,
         on_complete=lambda path, row: store.publish(path, row.name),
     )

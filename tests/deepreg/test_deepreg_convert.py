@@ -110,3 +110,31 @@ def test_grouped_units_hold_two_groups(tmp_path):
 
     with pytest.raises(wdsprep.ConfigError, match="only one group"):
         list(pairs("grouped", labeled=False, intra_group_prob=0.5)(iter(one_group)))
+
+
+def test_units_never_roll_over_so_no_pair_is_lost(tmp_path):
+    """Poorly compressible volumes near the target size: pairing rules plan units above it; the
+    core keeps each unit in one shard (`whole_units`), so the reader's blocks stay whole."""
+    rng = np.random.default_rng(0)
+    unpaired = tmp_path / "u" / "train"
+    unpaired.mkdir(parents=True)
+    with h5py.File(unpaired / "images.h5", "w") as handle:
+        for i in range(6):
+            handle[f"image{i}"] = rng.standard_normal((20, 20, 20)).astype(np.float32)
+    manifest = convert("deepreg", str(tmp_path / "u"), str(tmp_path / "uo"), shard_bytes="40KB")
+    rows = manifest.shards("train")
+    assert all(row["name"].endswith("-00.tar") for row in rows)
+    assert all(row["samples"] % 2 == 0 for row in rows)
+    out = list(pairs("unpaired", labeled=False, seed=0)(iter(samples(tmp_path / "uo", "train"))))
+    assert len(out) == 3  # DeepReg: floor(6 / 2)
+
+    grouped = tmp_path / "g" / "train"
+    grouped.mkdir(parents=True)
+    with h5py.File(grouped / "images.h5", "w") as handle:
+        for g in range(1, 6):
+            for t in (1, 2):
+                handle[f"group-{g}-{t}"] = rng.standard_normal((20, 20, 20)).astype(np.float32)
+    manifest = convert("deepreg", str(tmp_path / "g"), str(tmp_path / "go"), shard_bytes="40KB")
+    assert all(row["samples"] >= 2 for row in manifest.shards("train"))
+    out = list(pairs("grouped", labeled=False, intra_group_prob=0, seed=0)(iter(samples(tmp_path / "go", "train"))))
+    assert len(out) == 5 and all(s["indices"][0] != s["indices"][2] for s in out)

@@ -57,6 +57,9 @@ Sample = tuple  # (key: str, fields: dict[str, Any])
 
 class Source(Protocol):
     id: str
+    # True: a unit always makes exactly one shard, even above the target size (for sources whose
+    # reader pairs samples within a shard, e.g. deepreg); `shard_bytes` then only guides planning
+    whole_units: bool
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         """Add source-specific `wdsprep convert <id>` options (optional)."""

@@ -220,6 +220,9 @@ class DeepRegSource:
     """The `deepreg` source: DeepReg paired / unpaired / grouped datasets, NIfTI or H5."""
 
     id = "deepreg"
+    # pairs are drawn within a shard (a block), so a unit must never roll over into a second shard:
+    # `_even_groups` / `_at_least_two` may plan a unit above the target size
+    whole_units = True
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--type", dest="deepreg_type", choices=["paired", "unpaired", "grouped"],
@@ -240,7 +243,8 @@ class DeepRegSource:
                 items, sizes, table = _split_items(config.type, split, out_split, dataset)
                 table["reader"] = config.reader
                 tables["splits"][out_split] = table
-                # raw bytes + headers bound the written size, so a unit stays one shard (no roll-over)
+                # raw bytes + headers bound the written size, so a unit is near the target size
+                # (`whole_units` keeps it one shard even when pairing rules push it over)
                 sizes = [size + MEMBER_OVERHEAD * _member_count(item) for item, size in zip(items, sizes)]
                 size_of = {item["key"]: size for item, size in zip(items, sizes)}
                 if config.type == "unpaired":
