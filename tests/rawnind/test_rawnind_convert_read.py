@@ -251,3 +251,50 @@ def test_conversion_is_deterministic_with_or_without_the_metadata_cache(shards, 
                     metadata_cache=False, workers=2)
     for split, rows in manifest.splits.items():
         assert [(r["name"], r["sha256"]) for r in rows] == [(r["name"], r["sha256"]) for r in again.splits[split]]
+
+
+def test_pairs_draw_new_crops_each_epoch(shards):
+    """No `epoch=`: `__epoch__` (wdsprep.dataset) or the stage's own pass count picks the draws."""
+    rng = np.random.default_rng(0)
+    fields = {
+        "gt_rgb": rng.random((3, 96, 96), dtype=np.float32),
+        "noisy_bayer": rng.random((1, 4, 48, 48), dtype=np.float32),
+        "mask": np.ones((1, 96, 96), dtype=bool),
+        "meta": {"rgb_xyz_matrix": [[1, 0, 0], [0, 1, 0], [0, 0, 1], [0, 0, 0]], "best_alignment_loss": [0.01],
+                 "mask_mean": [0.99], "raw_gain": [2.0], "rgb_gain": [2.1]},
+    }
+    raw = {"__key__": "k", **dict(Encoder().encode_fields("k", fields))}
+
+    def crops(stage, epoch=None):
+        sample = raw if epoch is None else {**raw, "__epoch__": epoch}
+        [out] = list(stage([sample]))
+        return out["x_crops"]
+
+    options = dict(crop_size=32, num_crops=3, to_torch=False, seed=5)
+    new = lambda **extra: wdsprep.rawnind.pairs(**options, **extra)  # noqa: E731
+    # per-sample __epoch__: two epochs differ, the same epoch replays exactly (any stage instance)
+    e0, e1 = crops(new(), 0), crops(new(), 1)
+    assert not np.array_equal(e0, e1)
+    assert np.array_equal(crops(new(), 0), e0) and np.array_equal(crops(new(), 1), e1)
+    stage = new()
+    assert np.array_equal(crops(stage, 1), e1) and np.array_equal(crops(stage, 1), e1)  # no counter with __epoch__
+    # plain source: each pass of the stage is the next epoch, starting at 0
+    stage = new()
+    passes = [crops(stage) for _ in range(3)]
+    assert np.array_equal(passes[0], e0) and np.array_equal(passes[1], e1)
+    assert not np.array_equal(passes[1], passes[2])
+    # an explicit epoch wins over both
+    fixed = new(epoch=1)
+    assert all(np.array_equal(crops(fixed, epoch), e1) for epoch in (None, 0, 7, None))
+
+    # end to end: wdsprep.dataset advances its epoch each pass and stamps it on the samples
+    native, out, manifest = shards
+    dataset = wdsprep.dataset(str(out / "manifest.json"), "train", seed=1, shuffle_shards=False).compose(
+        wdsprep.rawnind.pairs(to_torch=False, max_alignment_loss=None, min_mask_mean=None))
+    first = {s["__key__"]: s["x_crops"] for s in dataset}
+    second = {s["__key__"]: s["x_crops"] for s in dataset}
+    assert first.keys() == second.keys()
+    assert not all(np.array_equal(first[k], second[k]) for k in first)
+    replay = wdsprep.dataset(str(out / "manifest.json"), "train", seed=1, epoch=0, shuffle_shards=False).compose(
+        wdsprep.rawnind.pairs(to_torch=False, max_alignment_loss=None, min_mask_mean=None))
+    assert all(np.array_equal(first[s["__key__"]], s["x_crops"]) for s in replay)

@@ -9,11 +9,14 @@ crop up to 10 times while its valid fraction is under `min_valid`, and yield
   mask_crops     bool    [num_crops, 3, crop, crop]
   rgb_xyz_matrix float32 [4, 3]
   gain           float   raw_gain (1.0 with match_gain=True, y_crops then multiplied by it)
-Randomness comes from (seed, epoch, sample key, noisy index) only, so a replay is exact.
+Randomness comes from (seed, epoch, sample key, noisy index) only, so a replay is exact. The
+epoch is `epoch=` when given, else each sample's `__epoch__` (stamped by `wdsprep.dataset`), else
+the stage's own count of iterations (0 for the first pass over a source, 1 for the next, ...).
 """
 from __future__ import annotations
 
 import hashlib
+import itertools
 from typing import Iterable, Iterator
 
 import numpy as np
@@ -101,6 +104,14 @@ def _check_crop_size(crop_size: int) -> None:
         raise ConfigError(f"crop_size {crop_size} must be a positive multiple of 4 (Bayer crops are crop/2)")
 
 
+def _sample_epoch(sample: dict, iteration: int) -> int:
+    """`__epoch__` of a `wdsprep.dataset` sample; the stage's iteration count without one."""
+    value = sample.get("__epoch__")
+    if value is None:
+        return iteration
+    return int(value.decode() if isinstance(value, (bytes, bytearray)) else value)
+
+
 def _pairs(
     source: Iterable[dict],
     crop_size: int,
@@ -110,18 +121,20 @@ def _pairs(
     max_alignment_loss: float | None,
     min_mask_mean: float | None,
     seed: int,
-    epoch: int,
+    epoch: int | None,
     to_torch: bool,
     gain_key: str,
+    iteration: int = 0,
 ) -> Iterator[dict]:
     _check_crop_size(crop_size)
     for raw in source:
         sample = decode_sample(raw)
         key = sample["__key__"]
+        sample_epoch = epoch if epoch is not None else _sample_epoch(sample, iteration)
         for n in range(sample["noisy_bayer"].shape[0]):
             if not pair_passes(sample["meta"], n, max_alignment_loss, min_mask_mean):
                 continue
-            out = crop_pair(sample, n, _rng(seed, epoch, key, n), crop_size=crop_size, num_crops=num_crops,
+            out = crop_pair(sample, n, _rng(seed, sample_epoch, key, n), crop_size=crop_size, num_crops=num_crops,
                             min_valid=min_valid, match_gain=match_gain, to_torch=to_torch, gain_key=gain_key)
             if out is None:
                 continue  # the legacy loader drops such a crop and retries another item
@@ -139,7 +152,7 @@ def pairs(
     max_alignment_loss: float | None = 0.035,
     min_mask_mean: float | None = 0.8,
     seed: int = 0,
-    epoch: int = 0,
+    epoch: int | None = None,
     to_torch: bool = True,
     gain_key: str = "raw_gain",
 ):
@@ -147,11 +160,18 @@ def pairs(
 
     Defaults are the legacy loader's (`crop_size: 256`, `num_crops_per_image: 4`, alignment loss
     <= 0.035, mask mean >= 0.8, 0.5 valid per crop). Pass None to a filter to disable it.
+
+    Crops change every epoch: with `epoch=None` (the default) a sample's epoch is its `__epoch__`
+    (set by `wdsprep.dataset`), and without one the number of earlier iterations of this stage
+    (plain `wds.WebDataset`: 0, 1, 2, ... per pass). An explicit `epoch=` fixes the draws. A
+    DataLoader without `persistent_workers` copies the stage afresh each epoch, so there pass
+    `epoch=` (or read through `wdsprep.dataset`) to get new crops.
     """
+    iterations = itertools.count()
 
     def stage(source: Iterable[dict]) -> Iterator[dict]:
         return _pairs(source, crop_size, num_crops, min_valid, match_gain, max_alignment_loss,
-                      min_mask_mean, seed, epoch, to_torch, gain_key)
+                      min_mask_mean, seed, epoch, to_torch, gain_key, next(iterations))
 
     return stage
 
