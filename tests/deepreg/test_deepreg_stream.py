@@ -177,3 +177,20 @@ def test_conversion_bytes_do_not_depend_on_workers_or_location(synthetic, tmp_pa
     assert again.splits.keys() == manifest.splits.keys()
     for split, rows in manifest.splits.items():
         assert [(r["name"], r["sha256"]) for r in rows] == [(r["name"], r["sha256"]) for r in again.splits[split]]
+
+
+def test_plain_webdataset_epochs_differ_without_seed(synthetic):
+    """DeepReg's train default (seed=None) draws afresh every epoch, also without wdsprep.dataset."""
+    _, url, _ = synthetic
+    urls = wdsprep.urls(str(url), "unpaired_nifti_train")
+
+    def two_epochs(seed):
+        dataset = wds.WebDataset(urls, shardshuffle=False).compose(
+            pairs("unpaired", image_shape=(4, 4, 4), labeled=False, seed=seed))
+        return [[tuple(s["indices"]) for s in dataset] for _ in range(2)]
+
+    first, second = two_epochs(None)
+    assert len(first) == len(second) == 2  # floor(5 / 2) pairs per epoch
+    fixed = two_epochs(0)
+    assert fixed[0] == fixed[1]
+    assert first != second  # epochs 0 and 1 (deterministic for this data)

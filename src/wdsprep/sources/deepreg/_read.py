@@ -154,6 +154,7 @@ class _Pairs:
         self.sample_image_in_group = sample_image_in_group
         self.seed, self.epoch = seed, epoch
         self.block_size, self.shuffle = block_size, shuffle
+        self._passes = 0  # iterations started over this stage (the epoch when nothing else says)
 
     # -- blocks
     def _block_of(self, item: _Item) -> tuple[tuple, int, int, int]:
@@ -233,10 +234,15 @@ class _Pairs:
             return int(self.epoch())
         if self.epoch is not None:
             return int(self.epoch)
-        value = item.sample.get("__epoch__", 0)
+        value = item.sample.get("__epoch__")
+        if value is None:
+            # plain webdataset: each pass over the pipeline calls the stage anew; count the passes
+            # so that, as in DeepReg with seed=None, every epoch draws afresh
+            return self._passes - 1
         return int(value.decode() if isinstance(value, (bytes, bytearray)) else value)
 
     def __call__(self, source: Iterable[dict]) -> Iterator[dict]:
+        self._passes += 1
         if self.kind == "paired" and not self.shuffle:
             for item in source:
                 block = [_Item(item)]
