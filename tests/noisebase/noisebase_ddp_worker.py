@@ -24,7 +24,10 @@ def main(native_root: str, shard_root: str, out_dir: str) -> None:
     record = {"rank": rank, "batch_size": ours.batch_sampler.batch_size, "epochs": []}
     for epoch in range(2):
         files = []
-        for mine, reference in zip(list(ours), list(theirs)):
+        mine_all, theirs_all = list(ours), list(theirs)
+        record.setdefault("batches", []).append([len(mine_all), len(theirs_all)])
+        assert len(mine_all) == len(theirs_all) > 0, (rank, epoch, len(mine_all), len(theirs_all))
+        for mine, reference in zip(mine_all, theirs_all):
             assert_same_batch(mine, reference)
             files.append([os.path.basename(f) for f in mine["file"]])
         record["epochs"].append(files)

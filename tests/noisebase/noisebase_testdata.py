@@ -74,3 +74,12 @@ def assert_same_batch(ours, theirs, path="batch"):
         assert [os.path.basename(x) for x in ours] == [os.path.basename(x) for x in theirs], f"{path}: {ours} != {theirs}"
     else:
         assert ours == theirs, f"{path}: {ours!r} != {theirs!r}"
+
+
+def assert_same_batches(ours, theirs) -> int:
+    """Both batch lists equally long and non-empty (a zip over nothing proves nothing), then batch for batch."""
+    ours, theirs = list(ours), list(theirs)
+    assert len(ours) == len(theirs) > 0, (len(ours), len(theirs))
+    for index, (mine, reference) in enumerate(zip(ours, theirs)):
+        assert_same_batch(mine, reference, f"batch {index}")
+    return len(ours)

@@ -39,6 +39,10 @@ def test_two_ranks_match_noisebase_ddp_split(tmp_path_factory, tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert [r["batch_size"] for r in ranks] == [1, 1]
+    for r in ranks:  # per rank and epoch: as many batches as noisebase, and some
+        assert len(r["batches"]) == 2 and all(mine == theirs > 0 for mine, theirs in r["batches"]), r
+        assert r["len"][0] == r["len"][1] > 0, r
+    assert ranks[0]["batches"] == ranks[1]["batches"]
 
     # each rank holds every other sequence of the single-process order, batch by batch
     single = TrainingSampleLoader(shard_root, seed=42, val_split=0.2, batch_size=2, num_workers=0, samples=1,

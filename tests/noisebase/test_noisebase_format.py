@@ -143,7 +143,7 @@ def test_shards_are_deterministic(tmp_path_factory, tmp_path):
     first = shards(tmp_path_factory)
     convert("noisebase", native(tmp_path_factory), str(tmp_path), shard_bytes="200KB")
     names = sorted(n for n in os.listdir(first) if n.endswith(".tar"))
-    assert names == sorted(n for n in os.listdir(tmp_path) if n.endswith(".tar"))
+    assert names and names == sorted(n for n in os.listdir(tmp_path) if n.endswith(".tar"))
     for name in names:
         assert open(os.path.join(first, name), "rb").read() == open(os.path.join(tmp_path, name), "rb").read()
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from noisebase_testdata import ALL_BUFFERS, FRAMES, assert_same_batch, native, reference_loader, shards
+from noisebase_testdata import (ALL_BUFFERS, FRAMES, assert_same_batch, assert_same_batches, native, reference_loader,
+                               shards)
 
 pytest.importorskip("zarr")  # synthetic native data; tests comparing with noisebase skip without it
 
@@ -54,8 +55,7 @@ def test_codec_none_and_one_frame_shards_match(tmp_path_factory):
     url = shards(tmp_path_factory, codec="none", shard_bytes="1KB")  # every frame in a shard of its own
     ours = TrainingSampleLoader(url + "/manifest.json", **args)
     theirs = reference_loader(native(tmp_path_factory), **args)
-    for mine, reference in zip(list(ours), list(theirs)):
-        assert_same_batch(mine, reference)
+    assert_same_batches(ours, theirs)
 
 
 def test_lockstep_batches_and_prev_camera(tmp_path_factory):
@@ -83,6 +83,23 @@ def test_at_most_batch_sequences_open(tmp_path_factory):
     assert max(opened) == 2
 
 
+
+def test_close_stops_the_pool_and_the_dataset_reads_again(tmp_path_factory):
+    args = _args(True, "train", 0, 2, ["color"], {})
+    loader = TrainingSampleLoader(shards(tmp_path_factory), **args)
+    dataset = loader.dataset
+    first = list(loader)
+    pool = dataset._pool
+    assert pool is not None and dataset._readers  # batch_size 2: frames load on the pool
+    dataset.close()
+    assert dataset._pool is None and not dataset._readers
+    assert pool._shutdown
+    dataset.close()  # twice is harmless
+    loader.batch_sampler.epoch_idx = 0  # the same epoch again, read through a fresh pool
+    assert_same_batches(loader, first)
+    assert dataset._pool is not None and dataset._pool is not pool
+    dataset.close()
+
 def test_resume_at_sequence_boundary_matches_uninterrupted_run(tmp_path_factory):
     args = _args(True, "train", 0, 4, ALL_BUFFERS, {"val_split": 0.0})  # 4 train sequences (n_val = batch_size), 2 groups
     url = shards(tmp_path_factory)
@@ -106,11 +123,9 @@ def test_resume_at_sequence_boundary_matches_uninterrupted_run(tmp_path_factory)
     resumed = TrainingSampleLoader(url, **args)
     resumed.load_state_dict(state)
     rest = list(resumed)
-    assert len(rest) == len(first) - FRAMES
-    for mine, reference in zip(taken + rest, first):
-        assert_same_batch(mine, reference)
-    for mine, reference in zip(list(resumed), second):  # the next epoch is whole again
-        assert_same_batch(mine, reference)
+    assert len(taken) == FRAMES and len(rest) == len(first) - FRAMES > 0
+    assert_same_batches(taken + rest, first)
+    assert_same_batches(resumed, second)  # the next epoch is whole again
 
 
 def test_resume_state_matches_noisebase(tmp_path_factory):
@@ -120,19 +135,17 @@ def test_resume_state_matches_noisebase(tmp_path_factory):
     for epoch, batch_idx in [(0, 0), (0, 3), (1, 4), (0, 8), (2, 5)]:
         assert ours.batch_sampler.checkpoint(epoch, batch_idx) == theirs.batch_sampler.checkpoint(epoch, batch_idx)
         assert ours.state_dict() == theirs.state_dict()
-    state = {"start_epoch_idx": 1, "start_sequence_idx": 4}
+    state = {"start_epoch_idx": 0, "start_sequence_idx": 2}  # 4 train sequences: leaves the second group
     ours.load_state_dict(state)
     theirs.load_state_dict(state)
-    for mine, reference in zip(list(ours), list(theirs)):
-        assert_same_batch(mine, reference)
+    assert assert_same_batches(ours, theirs) == FRAMES
 
 
 def test_get_epoch_overrides_counting(tmp_path_factory):
     args = _args(True, "train", 0, 1, ["color"], {})
     ours = TrainingSampleLoader(shards(tmp_path_factory), get_epoch=lambda: 5, **args)
     theirs = reference_loader(native(tmp_path_factory), get_epoch=lambda: 5, **args)
-    for mine, reference in zip(list(ours), list(theirs)):
-        assert_same_batch(mine, reference)
+    assert_same_batches(ours, theirs)
 
 
 def test_bad_arguments(tmp_path_factory):

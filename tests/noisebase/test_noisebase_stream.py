@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from noisebase_testdata import ALL_BUFFERS, assert_same_batch, shards
+from noisebase_testdata import ALL_BUFFERS, assert_same_batches, shards
 
 from wdsprep.sources.noisebase import TrainingSampleLoader
 
@@ -45,8 +45,7 @@ def test_http_stream_matches_local(tmp_path_factory, http_url, num_workers):
     _QuietHandler.requested.clear()
     remote = TrainingSampleLoader(http_url + "/manifest.json", **dict(ARGS, num_workers=num_workers))
     local = TrainingSampleLoader(shards(tmp_path_factory), **ARGS)
-    for mine, reference in zip(list(remote), list(local)):
-        assert_same_batch(mine, reference)
+    assert_same_batches(remote, local)
     assert any(path.endswith(".tar") for path in _QuietHandler.requested)
 
 
@@ -71,7 +70,6 @@ def test_s3_stream_matches_local(tmp_path_factory, monkeypatch):
                 client.upload_file(os.path.join(directory, name), "noisebase-test", f"set/{name}")
         remote_loader = TrainingSampleLoader("s3://noisebase-test/set/manifest.json", **ARGS)
         local = TrainingSampleLoader(directory, **ARGS)
-        for mine, reference in zip(list(remote_loader), list(local)):
-            assert_same_batch(mine, reference)
+        assert_same_batches(remote_loader, local)
     finally:
         server.stop()

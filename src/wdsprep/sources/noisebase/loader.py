@@ -211,10 +211,14 @@ class FrameDataset(torch.utils.data.Dataset):
         return state
 
     def close(self) -> None:
+        """Close open readers and stop the thread pool; both come back lazily if the dataset is read again."""
         if self._pid == os.getpid():
             for reader in self._readers.values():
                 reader.close()
             self._readers.clear()
+            pool, self._pool = getattr(self, "_pool", None), None
+            if pool is not None:
+                pool.shutdown(wait=False)
 
     def __del__(self):
         try:
