@@ -88,6 +88,16 @@ def build_unit(source_id: str, unit: Unit, options: dict, output: str, digest: s
     return UnitResult(unit.split, unit.index, digest, rows, ctx.problems, ctx.tables, unit.input_bytes)
 
 
+def _unverified(store, rows: list[dict], *, full: bool) -> list[str]:
+    """Shards of a finished unit that are not in the store as reported: by size, and by sha256
+    when another machine may have written them (a local worker hashed what it wrote itself)."""
+    return [
+        row["name"]
+        for row in rows
+        if store.stat(row["name"]) != row["bytes"] or (full and store.sha256(row["name"]) != row["sha256"])
+    ]
+
+
 def _shards_check_out(store, rows: list[dict]) -> bool:
     for row in rows:
         if store.stat(row["name"]) != row["bytes"] or store.sha256(row["name"]) != row["sha256"]:
@@ -163,9 +173,9 @@ def convert(
         if isinstance(result, BaseException):
             failures.append((unit, result))
             continue
-        missing = [row["name"] for row in result.rows if store.stat(row["name"]) != row["bytes"]]
-        if missing:  # e.g. a worker on another node wrote to its own local disk
-            failures.append((unit, ConversionError(f"shard(s) {', '.join(missing)} reported written but not found with the right size at {store.url}")))
+        bad = _unverified(store, result.rows, full=executor != "local")
+        if bad:  # e.g. a worker on another node wrote to its own local disk
+            failures.append((unit, ConversionError(f"shard(s) {', '.join(bad)} reported written but not found with that size and sha256 at {store.url}")))
             continue
         done[digest] = result
         journal.record(result)
