@@ -1,7 +1,9 @@
 """`wdsprep upload SHARD_DIR URL`: copy a converted shard directory to `s3://` or `file://`, verified.
 
 Order of events, so that a reader never sees a half-uploaded dataset:
-1. a destination manifest that differs from ours is deleted first (its shards are about to change);
+1. every shard is checked at the destination first; if any must be uploaded (missing, corrupt, or a
+   different dataset), the destination manifest is deleted before the first byte goes up, whatever it
+   holds (a manifest identical to ours still must not stay visible over a shard being re-uploaded);
 2. shards go up in parallel (at most `--workers` at a time, each retried with backoff); a shard already
    there with the manifest's size and sha256 is skipped, so an interrupted upload resumes where it
    stopped and uploads nothing twice; every uploaded object is re-read and hashed against the
@@ -128,11 +130,9 @@ def _already_there(store, row: dict, recheck: bool) -> bool:
     return digest == row["sha256"]
 
 
-def _upload_shard(store, directory: str, row: dict, *, verify: str, recheck: bool, retries: int) -> bool:
-    """Make one shard present and verified at the destination; True if it was uploaded, False if skipped."""
+def _upload_shard(store, directory: str, row: dict, *, verify: str, retries: int) -> bool:
+    """Upload one shard (known not to be at the destination) and verify it; True when done."""
     name = row["name"]
-    if _already_there(store, row, recheck):
-        return False
     local = os.path.join(directory, name)
     try:
         size = os.path.getsize(local)
@@ -197,27 +197,36 @@ def upload(
     report = UploadReport(url=store.url)
 
     existing = store.read_bytes(MANIFEST_NAME)
-    if existing is not None and existing != manifest_bytes:
-        store.delete(MANIFEST_NAME)  # its shards are about to be replaced: hide the old dataset first
+    with futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="wdsprep-upload") as pool:
+        present = list(pool.map(lambda row: _already_there(store, row, recheck), rows))
+    missing = [row for row, there in zip(rows, present) if not there]
+    if existing is not None and (missing or existing != manifest_bytes):
+        # shards are about to be (re)written: hide the manifest first, even one identical to ours, so a
+        # reader sees either no manifest or the complete dataset
+        store.delete(MANIFEST_NAME)
+        existing = None
     if hasattr(store, "abort_incomplete_uploads"):
         store.abort_incomplete_uploads({row["name"] for row in rows})
     elif hasattr(store, "clean_temporaries"):
         store.clean_temporaries()
 
     progress = Progress(f"upload to {store.url}", len(rows), sum(r["bytes"] for r in rows), quiet=quiet)
+    for row, there in zip(rows, present):
+        if there:
+            report.skipped.append(row["name"])
+            report.verified.append(row["name"])
+            progress.advance(1, row["bytes"])
     with futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="wdsprep-upload") as pool:
         pending = {
-            pool.submit(_upload_shard, store, directory, row, verify=verify, recheck=recheck, retries=retries): row
-            for row in rows
+            pool.submit(_upload_shard, store, directory, row, verify=verify, retries=retries): row
+            for row in missing
         }
         try:
             for future in futures.as_completed(pending):
                 row = pending[future]
-                if future.result():
-                    report.uploaded.append(row["name"])
-                    report.bytes_uploaded += row["bytes"]
-                else:
-                    report.skipped.append(row["name"])
+                future.result()
+                report.uploaded.append(row["name"])
+                report.bytes_uploaded += row["bytes"]
                 report.verified.append(row["name"])
                 progress.advance(1, row["bytes"])
         except BaseException:

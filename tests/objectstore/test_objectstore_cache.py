@@ -86,3 +86,63 @@ def test_no_cache_by_default_and_local_shards_are_never_copied(generic_shards, t
     cached = wdsprep.dataset(str(generic_shards), "train", cache_dir=str(tmp_path / "c"), cache_bytes=1e9)
     assert sorted(_keys(cached)) == sorted(_keys(dataset))
     assert os.listdir(tmp_path / "c") == []
+
+
+def test_a_shard_split_between_two_workers_is_downloaded_once(tmp_path, monkeypatch):
+    """A tail piece (start > 0) seeks past the head instead of downloading it through the tee."""
+    import hashlib
+    import io
+    import tarfile
+
+    from wdsprep.shards.tarformat import iter_samples
+    from wdsprep.stream import cache as cache_module
+    from wdsprep.stream import remote
+    from wdsprep.testing import RangeHTTPServer
+
+    monkeypatch.setattr(cache_module, "DRAIN_BYTES", 4096)
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for i in range(64):
+            data = os.urandom(256 << 10)
+            info = tarfile.TarInfo(f"s{i:04d}.bin")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    blob = buffer.getvalue()
+    (tmp_path / "www").mkdir()
+    (tmp_path / "www" / "split.tar").write_bytes(blob)
+    digest = hashlib.sha256(blob).hexdigest()
+
+    received = [0]
+    original = remote.ResumingStream.readinto
+
+    def counting(self, target):
+        n = original(self, target)
+        received[0] += n or 0
+        return n
+
+    monkeypatch.setattr(remote.ResumingStream, "readinto", counting)
+    from wdsprep.stream.opener import open_url
+
+    cache = ShardCache(tmp_path / "c", 1e9)
+
+    def two_workers(opener, url):
+        received[0] = 0
+        keys = []
+        for start, stop in ((0, 32), (32, 64)):  # two neighbouring workers' pieces of one shard
+            with opener(url) as stream:
+                for got, sample in enumerate(iter_samples(stream, url, skip=start)):
+                    if start + got == stop:
+                        break
+                    keys.append(sample["__key__"])
+        assert keys == [f"s{i:04d}" for i in range(64)]
+        return received[0]
+
+    with RangeHTTPServer(tmp_path / "www") as server:
+        url = server.url_of("split.tar")
+        plain = two_workers(open_url, url)  # no cache: each piece by itself, the tail by Range
+        cached = two_workers(lambda u: cache.open(u, digest, len(blob)), url)
+    # the cache adds at most one read-ahead block to the head piece and one to the tail piece (before
+    # the fix, the tail piece downloaded the whole shard from byte 0 through the tee: + half a shard)
+    assert cached <= plain + 2 * (1 << 20) + 4096, (cached, plain, len(blob))
+    assert cached < plain + len(blob) // 4
+    assert os.listdir(tmp_path / "c") == []  # neither piece was a whole read: no entry, no leftover .part

@@ -238,3 +238,66 @@ def test_webdataset_tarwriter_streams_to_s3(s3, bucket):
             sink.write({"__key__": f"k{i}", "txt": f"value {i}"})
     got = [(s["__key__"], s["txt"]) for s in wds.WebDataset(url, shardshuffle=False).decode()]
     assert got == [(f"k{i}", f"value {i}") for i in range(5)]
+
+
+def test_upload_hides_an_identical_manifest_while_a_missing_shard_goes_back_up(s3, bucket, generic_shards):
+    url = f"s3://{bucket}/same"
+    upload(str(generic_shards), url)
+    lost = _manifest_rows(generic_shards)[1]["name"]
+    s3.client().delete_object(Bucket=bucket, Key=f"same/{lost}")  # the manifest stays, identical to ours
+    gate = s3.hold_puts_after(0)
+    outcome = {}
+    worker = threading.Thread(target=lambda: outcome.setdefault("report", upload(str(generic_shards), url, workers=1)))
+    worker.start()
+    try:
+        deadline = time.monotonic() + DEADLINE
+        while gate.waiting == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert gate.waiting >= 1
+        with pytest.raises(ManifestError):  # the dataset is incomplete: no manifest may be visible
+            load_manifest(url)
+    finally:
+        gate.release()
+        worker.join(timeout=DEADLINE)
+    report = outcome["report"]
+    assert report.uploaded == [lost] and report.manifest_written
+    assert load_manifest(url).dumps() == (generic_shards / "manifest.json").read_bytes()
+    # nothing to upload: an identical manifest is left alone
+    again = upload(str(generic_shards), url)
+    assert again.uploaded == [] and not again.manifest_written
+
+
+def test_an_exception_inside_a_tarwriter_on_s3_publishes_nothing(s3, bucket):
+    import gc
+
+    from wdsprep.stream.remote import register_webdataset_schemes
+    from wdsprep.stream.s3 import S3StreamWriter
+
+    register_webdataset_schemes()
+    client = s3.client()
+
+    def keys():
+        return [o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix="fail/").get("Contents", [])]
+
+    url = f"s3://{bucket}/fail/shard-000.tar"
+    with pytest.raises(RuntimeError):
+        with wds.TarWriter(url) as sink:
+            for i in range(3):
+                sink.write({"__key__": f"k{i}", "bin": os.urandom(3 << 20)})  # spans a multipart part
+            raise RuntimeError("the producer failed halfway")
+    assert keys() == []
+    assert client.list_multipart_uploads(Bucket=bucket, Prefix="fail/").get("Uploads", []) == []
+    # the writer itself: an exception in its `with` aborts, and a writer dropped unclosed publishes nothing
+    with pytest.raises(ValueError):
+        with S3StreamWriter(f"s3://{bucket}/fail/direct.tar") as out:
+            out.write(b"x" * 1000)
+            raise ValueError("stop")
+    dropped = S3StreamWriter(f"s3://{bucket}/fail/dropped.tar")
+    dropped.write(b"y" * 1000)
+    del dropped
+    gc.collect()
+    assert keys() == []
+    # a clean close still publishes
+    with wds.TarWriter(f"s3://{bucket}/fail/ok.tar") as sink:
+        sink.write({"__key__": "k", "txt": "v"})
+    assert keys() == ["fail/ok.tar"]

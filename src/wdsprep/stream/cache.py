@@ -9,6 +9,12 @@ different prefixes never collide, and a re-converted shard is never served stale
 used entries are evicted (by mtime, touched on every hit) until the total fits in `cache_bytes`;
 several DataLoader workers or processes may share one directory (writes are atomic renames, and
 eviction tolerates entries vanishing under it). Local files are read in place, never cached.
+
+Only a read of the whole shard from byte 0 is teed. A DataLoader worker that owns the tail of a
+shard split between two workers seeks past the samples it skips: on a miss that seek abandons the
+tee (its partial copy is dropped) and goes on as the plain remote stream, by Range request, so it
+never downloads the head that the neighbouring worker reads. Each split shard is then fetched once
+per epoch (plus at most `DRAIN_BYTES` drained by a head piece that tries to complete its entry).
 """
 from __future__ import annotations
 
@@ -57,7 +63,9 @@ class ShardCache:
         self.misses += 1
         if size is not None and size > self.max_bytes:
             return open_url(url)  # would never fit: stream it without caching
-        return io.BufferedReader(_TeeStream(open_url(url), self, path, sha256, size), BUFFER)
+        # not wrapped in another BufferedReader: `open_url` is buffered already, and an outer buffer
+        # would be dropped and refilled on every seek of a piece that skips members (a tail piece)
+        return _TeeStream(open_url(url), self, path, sha256, size)
 
     # -- bookkeeping
     def entries(self) -> list[tuple[float, int, str]]:
@@ -94,7 +102,8 @@ class ShardCache:
 
 
 class _TeeStream(io.RawIOBase):
-    """Reads through `inner`, copying into a temporary file that is admitted to the cache on a
+    """Reads through the buffered `inner` (so `readinto` fills its buffer like a buffered reader's),
+    copying into a temporary file that is admitted to the cache on a
     complete, verified read and deleted otherwise."""
 
     def __init__(self, inner: BinaryIO, cache: ShardCache, path: str, sha256: str | None, size: int | None):
@@ -108,12 +117,39 @@ class _TeeStream(io.RawIOBase):
         self.digest = hashlib.sha256()
         self.count = 0
         self.eof = False
+        self.teeing = True
 
     def readable(self) -> bool:
         return True
 
+    def seekable(self) -> bool:
+        try:
+            return self.inner.seekable()
+        except Exception:
+            return False
+
+    def tell(self) -> int:
+        return self.count if self.teeing else self.inner.tell()
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if self.teeing:
+            if (whence == io.SEEK_SET and offset == self.count) or (whence == io.SEEK_CUR and offset == 0):
+                return self.count
+            self._stop_teeing()  # not a whole read from byte 0: no cache entry, read by Range
+        return self.inner.seek(offset, whence)
+
+    def _stop_teeing(self) -> None:
+        self.teeing = False
+        self.file.close()
+        try:
+            os.unlink(self.temporary)
+        except FileNotFoundError:
+            pass
+
     def readinto(self, buffer) -> int:
         n = self.inner.readinto(buffer)
+        if not self.teeing:
+            return n
         if n:
             view = memoryview(buffer)[:n]
             self.file.write(view)
@@ -122,6 +158,14 @@ class _TeeStream(io.RawIOBase):
         else:
             self.eof = True
         return n
+
+    def readall(self) -> bytes:
+        chunks = []
+        while True:
+            block = self.read(BUFFER)
+            if not block:
+                return b"".join(chunks)
+            chunks.append(block)
 
     def _drain(self) -> None:
         budget = DRAIN_BYTES
@@ -135,6 +179,8 @@ class _TeeStream(io.RawIOBase):
         if self.closed:
             return
         try:
+            if not self.teeing:
+                return
             try:
                 self._drain()
             except Exception:

@@ -183,6 +183,7 @@ def _http_open_at(url: str):
         try:
             response = urllib.request.urlopen(request, timeout=TIMEOUT)
         except urllib.error.HTTPError as error:
+            _close_quietly(error)  # its body holds the connection: close it before retrying (no socket per retry)
             if error.code in (404, 410, 403, 401, 416):
                 raise ShardError(url, f"HTTP {error.code} {error.reason}") from None
             raise

@@ -9,7 +9,11 @@ by botocore's request checksums. `sha256(name)` answers from that metadata with 
 each upload). An S3 PUT is atomic: an object is either absent or complete under its final name.
 
 `S3StreamWriter` is the `wb` side of webdataset's `gopen("s3://...")`: a multipart upload fed from
-memory, part by part, with no local file at all.
+memory, part by part, with no local file at all. Publication is explicit: the object appears under
+its key only on a clean `close()`. Leaving a `with` block by an exception, a `close()` made while an
+exception is being handled (webdataset's `TarWriter.__exit__` closes its stream without passing the
+exception on), and garbage collection of an unclosed writer all abort the upload instead, so a
+truncated tar is never published.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ import io
 import multiprocessing.util
 import os
 import shutil
+import sys
 import tempfile
 import threading
 from typing import Iterator
@@ -275,7 +280,32 @@ class S3StreamWriter(io.RawIOBase):
         self._buffer = bytearray()
         super().close()
 
+    def __exit__(self, exc_type, exc_value, traceback) -> None:
+        if exc_type is not None:
+            self.abort()
+        else:
+            self.close()
+
+    def __del__(self) -> None:
+        # io.IOBase.__del__ would close(), i.e. publish whatever was written so far: abort instead
+        try:
+            if not self.closed:
+                self.abort()
+        except Exception:
+            pass
+
     def close(self) -> None:
+        if self.closed:
+            return
+        if sys.exc_info()[1] is not None:
+            # called while an exception unwinds (e.g. TarWriter.__exit__ after a failed write): the
+            # stream is probably truncated, so do not publish it
+            self.abort()
+            return
+        self.commit()
+
+    def commit(self) -> None:
+        """Publish what was written under the key (a clean close), whatever exception is in flight."""
         if self.closed:
             return
         try:
