@@ -73,7 +73,8 @@ def test_clean_fetch_verifies_everything_and_second_run_skips(synth_tiny, tmp_pa
 
 
 def test_injected_faults(synth_tiny, tmp_path):
-    files = {image.filename: image for image in scene_files(synth_tiny) if image.downloadable and image.filename.endswith(".dng")}
+    downloadable = {image.filename: image for image in scene_files(synth_tiny) if image.downloadable}
+    files = {name: image for name, image in downloadable.items() if name.endswith(".dng")}
     names = sorted(files)
     flaky_500, dropped, corrupt_once, corrupt_always, missing, slow, too_slow = names[:7]
     faults = Faults(
@@ -96,8 +97,9 @@ def test_injected_faults(synth_tiny, tmp_path):
     good = set(names) - set(failed)
     assert good <= set(report["verified"])
     # nothing is ever verified with a wrong hash; failed files leave nothing at their final name
+    assert set(report["verified"]) <= set(downloadable)
     for name in report["verified"]:
-        assert sha1(dest / files[name].relpath) == files[name].sha1 if name in files else True
+        assert sha1(dest / downloadable[name].relpath) == downloadable[name].sha1, name
     for name in failed:
         assert not (dest / files[name].relpath).exists()
         assert not os.path.exists(str(dest / files[name].relpath) + ".part") or name == too_slow
@@ -183,6 +185,42 @@ def test_unreachable_server_stops_at_once(tmp_path, capsys):
     assert code == 2 and time.monotonic() - began < 10
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: cannot reach Dataverse at http://127.0.0.1:{port}/api/datasets")
+
+
+def test_unreachable_server_with_local_listing_and_index_stops_at_once(synth_tiny, tmp_path, capsys):
+    """Nothing is fetched before the downloads: the server is probed once, not found after all retries."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    dest = tmp_path / "dest"
+    began = time.monotonic()
+    code = main(["fetch", str(dest), "--dataverse", f"http://127.0.0.1:{port}", "--doi", SYNTH_DOI,
+                 "--listing", str(synth_tiny / "dataverse_dataset.json"), "--index", str(synth_tiny / "dataset_index.yaml"),
+                 "--timeout", "2", "--backoff", "5", "--progress", "none"])
+    assert code == 2 and time.monotonic() - began < 10
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: cannot reach Dataverse at http://127.0.0.1:{port}/api/datasets")
+    assert not list(dest.rglob("*.dng")) and not list(dest.rglob("*.part"))
+
+
+def test_a_file_that_cannot_be_written_is_a_reported_failure(synth_tiny, tmp_path):
+    """An OSError on the .part (here a directory in its way) fails that file only, with its name."""
+    images = sorted((image for image in scene_files(synth_tiny) if image.downloadable), key=lambda image: image.filename)
+    victim = images[0]
+    dest = tmp_path / "dest"
+    blocked = dest / (victim.relpath + ".part")
+    blocked.mkdir(parents=True)
+    (blocked / "keep").write_text("x")  # not removable as a file either
+    with DataverseServer(str(synth_tiny)) as server:
+        report = run_fetch(FetchOptions(dest=str(dest), dataverse=server.url, doi=SYNTH_DOI, metadata=False,
+                                        progress="none", backoff=0.01))
+    [failure] = report["failed"]
+    assert failure["file"] == victim.filename
+    assert failure["reason"].startswith("cannot write ") and victim.filename in failure["reason"]
+    assert sorted(report["verified"]) == sorted(image.filename for image in images[1:])
+    assert not (dest / victim.relpath).exists()
 
 
 def test_unwritable_destination_stops_at_once(synth_tiny, tmp_path, capsys):

@@ -15,8 +15,10 @@ Robustness rules:
 - transient failures (5xx, dropped connections, timeouts, short bodies, SHA-1 mismatches) are
   retried `attempts` times in all with exponential backoff; 404/403/410 fail at once; a failure
   is reported with its reason and never stops the other files;
-- a bad index, an unreachable server at start or an unwritable destination stop everything at
-  once with one `FetchError`/`InputError` message.
+- a file that cannot be written (disk full, unwritable folder) is a reported failure naming it;
+- a bad index, an unreachable server at start (probed once even when `--listing`/`--index` are
+  local files) or an unwritable destination stop everything at once with one
+  `FetchError`/`InputError` message.
 """
 from __future__ import annotations
 
@@ -172,6 +174,19 @@ class Fetcher:
             raise FetchError(f"{response.url}: HTTP {response.status_code} while fetching {what}")
         return response.content
 
+    async def _probe_server(self) -> None:
+        """Fail at once when the Dataverse server does not answer (any HTTP reply will do).
+
+        Only needed when the listing is not fetched from it first (`--listing` given): otherwise
+        an unreachable server would surface only after every file's retries.
+        """
+        assert self.client is not None
+        url = f"{self.base}/api/datasets/:persistentId"
+        try:
+            await self.client.get(url, params={"persistentId": self.options.doi})
+        except httpx.HTTPError as error:
+            raise FetchError(f"cannot reach Dataverse at {url} ({type(error).__name__}: {error})") from None
+
     async def _load_listing(self) -> tuple[dict[str, RemoteFile], bytes | None]:
         options = self.options
         if options.listing and not _is_url(options.listing):
@@ -250,27 +265,35 @@ class Fetcher:
         options = self.options
         final = self._final_path(image)
         part = final + ".part"
-        os.makedirs(os.path.dirname(final), exist_ok=True)
-        reason = "not attempted"
-        for attempt in range(1, options.attempts + 1):
-            if attempt > 1:
-                self.stats.retries += 1
-                await trio.sleep(options.backoff * 2 ** (attempt - 2))
-            try:
-                await self._download(image, part)
-            except _Permanent as error:
-                return FileResult("failed", str(error), attempt)
-            except _Transient as error:
-                reason = str(error)
-                continue
-            reply_send, reply_receive = trio.open_memory_channel(1)
-            await verify_send.send((image, part, reply_send))
-            digest = await reply_receive.receive()
-            if digest == image.sha1:
-                os.replace(part, final)
-                return FileResult("verified", None, attempt)
-            reason = f"SHA-1 mismatch (got {digest}, expected {image.sha1})"
-            os.remove(part)
+        attempt = 0
+        try:
+            os.makedirs(os.path.dirname(final), exist_ok=True)
+            reason = "not attempted"
+            for attempt in range(1, options.attempts + 1):
+                if attempt > 1:
+                    self.stats.retries += 1
+                    await trio.sleep(options.backoff * 2 ** (attempt - 2))
+                try:
+                    await self._download(image, part)
+                except _Permanent as error:
+                    return FileResult("failed", str(error), attempt)
+                except _Transient as error:
+                    reason = str(error)
+                    continue
+                reply_send, reply_receive = trio.open_memory_channel(1)
+                await verify_send.send((image, part, reply_send))
+                digest = await reply_receive.receive()
+                if isinstance(digest, OSError):
+                    raise digest
+                if digest == image.sha1:
+                    os.replace(part, final)
+                    return FileResult("verified", None, attempt)
+                reason = f"SHA-1 mismatch (got {digest}, expected {image.sha1})"
+                os.remove(part)
+        except OSError as error:
+            # disk full, unwritable folder, a directory in the way: this file fails, the others go on
+            where = error.filename or part
+            return FileResult("failed", f"cannot write {where} ({error.strerror or error})", max(attempt, 1))
         return FileResult("failed", reason, options.attempts)
 
     async def _download(self, image: ImageInfo, part: str) -> None:
@@ -321,9 +344,12 @@ class Fetcher:
         async with requests:
             async for image, path, reply in requests:
                 began = time.perf_counter()
-                digest = await trio.to_thread.run_sync(sha1_file, path)
+                try:
+                    digest = await trio.to_thread.run_sync(sha1_file, path)
+                    self.stats.bytes_hashed += os.path.getsize(path)
+                except OSError as error:  # handed to the download task, which reports the file
+                    digest = error
                 self.stats.hash_seconds += time.perf_counter() - began
-                self.stats.bytes_hashed += os.path.getsize(path)
                 await reply.send(digest)
 
     async def _indexer(self, receive, scene_send) -> None:
@@ -429,6 +455,8 @@ class Fetcher:
         limits = httpx.Limits(max_connections=options.concurrency + 2, max_keepalive_connections=options.concurrency + 2)
         async with httpx.AsyncClient(timeout=timeout, limits=limits, follow_redirects=True) as client:
             self.client = client
+            if self.base and options.listing and not options.dry_run:
+                await self._probe_server()
             listing, listing_raw = await self._load_listing()
             index, index_raw = await self._load_index(listing)
             scenes = build_scenes(index, listing, cfa=options.cfa, scenes=options.scenes, max_scenes=options.max_scenes)
