@@ -209,15 +209,15 @@ def collate(batch: Sequence[dict], device: str | torch.device | None = None,
             pin_memory: bool | None = None) -> dict:
     """Stack a list of pairs into a batch: tensors stacked, numbers as tensors, strings as lists.
 
-    `device` moves the batch there (`"auto"`: CUDA when available, else stay on the CPU); for a CUDA
-    device the batch is pinned first (unless `pin_memory=False`) and copied without blocking.
+    `device` moves the batch there (`"auto"`: CUDA when available, else stay on the CPU). When CUDA is
+    available the batch is pinned (unless `pin_memory=False`), and copies to a device do not block.
     """
     if not batch:
         raise ValueError("cannot collate an empty batch")
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else None
     device = torch.device(device) if device is not None else None
-    pin = pin_memory if pin_memory is not None else (device is not None and device.type == "cuda")
+    pin = pin_memory if pin_memory is not None else torch.cuda.is_available()
     out: dict[str, Any] = {}
     for name in batch[0]:
         values = [item[name] for item in batch]

@@ -261,8 +261,11 @@ class VoxelSource:
                     raise InputError(message) from None
                 problems.append({"item": relative_ray, "message": message})
                 continue
-            ray_bytes = ray_file.stat().st_size
-            listing.append((relative_ray, ray_bytes, voxel_file.relative_to(dataset_dir).as_posix(), voxel_bytes))
+            ray_stat = ray_file.stat()
+            # sizes and modification times: a regenerated input with same-size files still changes
+            listing.append((relative_ray, ray_stat.st_size, ray_stat.st_mtime_ns,
+                            voxel_file.relative_to(dataset_dir).as_posix(), voxel_bytes, voxel_file.stat().st_mtime_ns))
+            ray_bytes = ray_stat.st_size
             item = [level, key, str(ray_file), str(voxel_file), is_trivial, splits, base_resolution]
             for split in splits:
                 per_split[split].append(item)
