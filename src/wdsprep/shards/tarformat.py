@@ -113,6 +113,10 @@ def iter_members(
     """
     block = bytearray(BLOCK)
     can_seek = skip_data is not None and _seekable(stream)
+    if can_seek:  # the stream's length, once: seeking to the end on every skip drops read-ahead
+        here = stream.tell()
+        length = stream.seek(0, 2)
+        stream.seek(here)
     long_name: str | None = None
     pax_path: str | None = None
     while True:
@@ -137,9 +141,8 @@ def iter_members(
                 name = prefix + b"/" + name
         pad = -size % BLOCK
         if can_seek and typeflag in (b"0", b"\0", b"7") and skip_data(name.decode("utf-8")):
-            here = stream.tell()
-            end = stream.seek(size + pad, 1)
-            if end != here + size + pad or stream.seek(0, 2) < end:
+            end = stream.tell() + size + pad
+            if end > length:
                 raise ShardError(url, "truncated shard: a member's data is missing")
             stream.seek(end)
             yield name.decode("utf-8"), None
