@@ -28,7 +28,7 @@ import threading
 from typing import Iterator
 
 from ..errors import ConfigError, ShardError
-from ..shards.storage import STORES
+from ..shards.storage import STORES, file_sha256
 from .remote import open_s3, s3_client, s3_error_code, split_s3
 
 MIB = 1 << 20
@@ -57,14 +57,6 @@ def _staging_dir() -> str:
 
 def _not_found(error: Exception) -> bool:
     return s3_error_code(error) in ("NoSuchKey", "404", "NotFound")
-
-
-def _file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(MIB):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 class S3Store:
@@ -122,7 +114,7 @@ class S3Store:
         Files above `multipart_bytes` go up as a multipart upload of `part_bytes` parts (aborted on
         any error, so no incomplete upload lingers)."""
         size = os.path.getsize(local_path)
-        digest = sha256 or _file_sha256(local_path)
+        digest = sha256 or file_sha256(local_path)
         metadata = {SHA256_METADATA: digest}
         key = self.key(name)
         if size <= self.multipart_bytes:

@@ -187,17 +187,20 @@ class Fetcher:
         except httpx.HTTPError as error:
             raise FetchError(f"cannot reach Dataverse at {url} ({type(error).__name__}: {error})") from None
 
+    async def _read_given(self, location: str, what: str) -> bytes:
+        """The bytes of a file the user named: a local path, or a URL fetched like the rest."""
+        if _is_url(location):
+            return await self._get_bytes(location, what=what)
+        try:
+            with open(location, "rb") as handle:
+                return handle.read()
+        except OSError as error:
+            raise InputError(f"{location}: cannot read {what} ({error.strerror})") from None
+
     async def _load_listing(self) -> tuple[dict[str, RemoteFile], bytes | None]:
         options = self.options
-        if options.listing and not _is_url(options.listing):
-            try:
-                with open(options.listing, "rb") as handle:
-                    raw = handle.read()
-            except OSError as error:
-                raise InputError(f"{options.listing}: cannot read the Dataverse listing ({error.strerror})") from None
-            return parse_listing(raw, options.listing), raw
         if options.listing:
-            raw = await self._get_bytes(options.listing, what="the dataset listing")
+            raw = await self._read_given(options.listing, "the Dataverse listing")
             return parse_listing(raw, options.listing), raw
         if not self.base:
             raise FetchError("no Dataverse listing: pass --dataverse BASE_URL or --listing PATH")
@@ -207,15 +210,8 @@ class Fetcher:
 
     async def _load_index(self, listing: dict[str, RemoteFile]) -> tuple[dict, bytes]:
         options = self.options
-        if options.index and not _is_url(options.index):
-            try:
-                with open(options.index, "rb") as handle:
-                    raw = handle.read()
-            except OSError as error:
-                raise InputError(f"{options.index}: cannot read the index ({error.strerror})") from None
-            return parse_index(raw, options.index), raw
         if options.index:
-            raw = await self._get_bytes(options.index, what="the index")
+            raw = await self._read_given(options.index, "the index")
             return parse_index(raw, options.index), raw
         remote = listing.get(DATAVERSE_INDEX_NAME)
         if remote is not None and self.base:
