@@ -36,10 +36,13 @@ __all__ = [
     *SOURCE_IDS,
 ]
 
+# Each lazy name is taken from the module that defines it, never through a package attribute: a
+# package attribute can be rebound by a later submodule import (`wdsprep.stream.dataset` the
+# function vs. the module of the same name).
 _LAZY = {
-    "urls": ("wdsprep.stream", "urls"),
-    "dataset": ("wdsprep.stream", "dataset"),
-    "Loader": ("wdsprep.stream", "Loader"),
+    "urls": ("wdsprep.stream.manifests", "urls"),
+    "dataset": ("wdsprep.stream.dataset", "dataset"),
+    "Loader": ("wdsprep.stream.loader", "Loader"),
 }
 
 

@@ -8,10 +8,13 @@ its saved position: the resumed run yields exactly the batches the uninterrupted
 """
 from __future__ import annotations
 
+import collections.abc
 import copy
 from typing import Any, Callable, Iterator
 
+import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from torch.utils.data._utils.collate import default_convert
 from webdataset.filters import default_collation_fn
 
 from ..errors import ConfigError
@@ -46,6 +49,29 @@ class _WorkerStream(IterableDataset):
                 batch = []
         if batch and self.partial:
             yield logical, dataset._counter.position.as_dict(), self.collate_fn(batch)
+
+
+_BYTES_LIKE = (str, bytes, bytearray, memoryview)
+
+
+def convert(data: Any) -> Any:
+    """torch's `default_convert` (numpy arrays -> tensors, recursively), except that bytes-like and
+    str values are left alone: torch walks a `bytearray` element by element (~1 s per MB), and raw
+    shard members are bytearrays."""
+    if isinstance(data, _BYTES_LIKE) or isinstance(data, torch.Tensor):
+        return data
+    if isinstance(data, collections.abc.Mapping):
+        return {key: convert(value) for key, value in data.items()}
+    if isinstance(data, tuple) and hasattr(data, "_fields"):  # namedtuple
+        return type(data)(*(convert(value) for value in data))
+    if isinstance(data, collections.abc.Sequence):
+        return [convert(value) for value in data]
+    return default_convert(data)
+
+
+def _convert_payload(item: tuple) -> tuple:
+    logical, position, payload = item
+    return logical, position, convert(payload)
 
 
 class Loader:
@@ -97,7 +123,9 @@ class Loader:
         dataset._resume = {w: Position(**p) for w, p in self._positions.items()}
         rotation = self._next_worker
         stream = _WorkerStream(dataset, self.logical_workers, rotation, self.batch_size, self.collate_fn, self.partial)
-        loader = DataLoader(stream, batch_size=None, num_workers=self.num_workers, **self.options)
+        loader = DataLoader(
+            stream, batch_size=None, num_workers=self.num_workers, collate_fn=_convert_payload, **self.options
+        )
         for logical, position, batch in loader:
             self._positions[logical] = position
             self._next_worker = (logical + 1) % self.logical_workers
