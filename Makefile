@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 EXTRAS ?= all,dev
 PIPELINES ?= $(wildcard pipelines/*.toml)
 
-.PHONY: venv shards test bench clean
+.PHONY: venv shards test bench bench-smoke verify-shards ci clean
 
 venv: $(STAMP)
 
@@ -14,10 +14,12 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -c constraints.txt torch==2.13.0
 	$(PY) -m pip install -q -c constraints.txt -e ".[$(EXTRAS)]"
-	# noisebase 1.1.1 is the tests' reference loader; its declared deps (pyfvvdp, ...) would pull
-	# CUDA torch, so it goes in without them plus the few it really imports
-	$(PY) -m pip install -q -c constraints.txt --no-deps noisebase==1.1.1
+	# noisebase 1.1.1 is the tests' reference loader; its declared deps (pyfvvdp, pytorch-msssim)
+	# would pull CUDA torch, so it goes in without them, after the few it really imports, and LAST:
+	# pip skips its dependency check for a --no-deps install, and any later plain install would print
+	# an ERROR about those two undeclared packages although nothing failed.
 	$(PY) -m pip install -q -c constraints.txt "hydra-core>=1.3" "omegaconf>=2.3" "imageio>=2.30" requests tqdm
+	$(PY) -m pip install -q -c constraints.txt --no-deps noisebase==1.1.1
 	touch $(STAMP)
 
 shards: $(STAMP)
@@ -29,5 +31,17 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/run.py
 
+# every benchmark at tiny sizes: proves `make bench` still runs (no speed is asserted)
+bench-smoke: $(STAMP)
+	$(PY) benchmarks/run.py --smoke
+
+# each pipeline's manifest exists and every shard verifies (sha256, counts, members decode)
+verify-shards: $(STAMP)
+	@set -e; for spec in $(PIPELINES); do \
+		out=$$($(PY) -c "import sys, tomllib; print(tomllib.load(open(sys.argv[1], 'rb'))['output'])" $$spec); \
+		test -f $$out/manifest.json || { echo "$$spec: no manifest at $$out/manifest.json"; exit 1; }; \
+		printf '%s: ' $$out; $(VENV)/bin/wdsprep verify $$out --quiet; \
+	done
+
 clean:
-	rm -rf shards/*/ data/ bench-work/
+	rm -rf shards/*/ data/ bench-work/ bench-work-smoke/

@@ -21,8 +21,10 @@ import time
 
 import numpy as np
 
+from _smoke import sized
+
 MOVING_SHAPE, FIXED_SHAPE = (16, 16, 16), (8, 8, 8)  # DeepReg's config/test/paired_nifti.yaml
-EPOCHS = 3
+EPOCHS = sized(3, 1)
 
 
 def _shared_paired() -> pathlib.Path | None:

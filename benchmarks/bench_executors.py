@@ -19,14 +19,16 @@ import time
 
 import numpy as np
 
+from _smoke import sized
+
 from wdsprep.conversion import convert
 from wdsprep.sources.registry import load_source
 
-SAMPLES = 96  # 96 MiB: a 1 MiB float32 array (+ a small json) per sample
+SAMPLES = sized(96, 12)  # 96 MiB: a 1 MiB float32 array (+ a small json) per sample
 ARRAY_FLOATS = 1 << 18
 SHARD_BYTES = "6.4MB"  # 16 units of 6 samples: enough for two workers to stay busy to the end
 ZSTD_LEVEL = 19
-REPEATS = 3  # interleaved; best of, to damp the noise of a shared machine
+REPEATS = sized(3, 1)  # interleaved; best of, to damp the noise of a shared machine
 TIME_BUDGET_S = 60  # no further repeat once the timed runs took this long
 CONFIGS = [("local", 1), ("local", 2), ("ray", 1), ("ray", 2)]
 

@@ -16,6 +16,8 @@ import zipfile
 
 import numpy as np
 
+from _smoke import sized
+
 
 def _shared_zip() -> pathlib.Path | None:
     root = pathlib.Path(os.environ.get("WDSPREP_SHARED_DATA", pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"))
@@ -86,9 +88,9 @@ def run(workdir: pathlib.Path) -> str:
     rows = []
     for history in (1, 10):
         shard_pairs(urls, history)  # warm-up: imports, first decode
-        base_s, base_cpu, base_n = _timed(upstream_pairs, native / "data", history)
+        base_s, base_cpu, base_n = _timed(upstream_pairs, native / "data", history, repeats=sized(5, 1))
         # a pass over the shards takes milliseconds: more passes, so one scheduler hiccup cannot decide
-        ours_s, ours_cpu, ours_n = _timed(shard_pairs, urls, history, repeats=30)
+        ours_s, ours_cpu, ours_n = _timed(shard_pairs, urls, history, repeats=sized(30, 1))
         if base_n != ours_n:
             raise RuntimeError(f"pair counts differ (history {history}): upstream {base_n}, shards {ours_n}")
         rows.append((history, ours_n, base_n / base_s, ours_n / ours_s, base_n / base_cpu, ours_n / ours_cpu))

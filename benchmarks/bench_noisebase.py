@@ -22,7 +22,9 @@ import warnings
 
 import numpy as np
 
-SEQUENCES, FRAMES, CROP, STORED = 12, 16, 64, 32
+from _smoke import sized
+
+SEQUENCES, FRAMES, CROP, STORED = sized((12, 16, 64, 32), (8, 4, 64, 32))
 ARGS = dict(seed=42, val_split=0.0, shuffle=True, batch_size=4, drop_last=True, flip_rotate=True, stage="train",
             samples=8, buffers=["normal", "motion", "depth", "w_normal", "w_motion", "w_position", "diffuse", "color",
                                 "reference"])

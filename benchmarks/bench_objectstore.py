@@ -14,8 +14,10 @@ import subprocess
 import sys
 import time
 
-SAMPLES = int(os.environ.get("BENCH_OBJECTSTORE_SAMPLES", "3000"))
-REPEATS = 2
+from _smoke import sized
+
+SAMPLES = int(os.environ.get("BENCH_OBJECTSTORE_SAMPLES", sized(3000, 60)))
+REPEATS = sized(2, 1)
 
 
 def _start(service: list[str], env: dict | None = None) -> tuple[subprocess.Popen, str]:

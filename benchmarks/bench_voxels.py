@@ -20,8 +20,11 @@ import time
 import numpy as np
 import torch
 
+from _smoke import sized
+
 RAYS_PER_CHUNK = 256
-SYNTH = dict(base_resolution=128, min_resolution=16, num_objects=7, samples_per_view=90)  # 1320 rays/subvolume
+SYNTH = sized(dict(base_resolution=128, min_resolution=16, num_objects=7, samples_per_view=90),  # 1320 rays/subvolume
+              dict(base_resolution=32, min_resolution=16, num_objects=2, samples_per_view=20))
 
 
 class UpstreamStyleLoader:
@@ -95,7 +98,7 @@ class UpstreamStyleLoader:
         return out
 
 
-def _measure(loaders: dict, rounds: int = 3) -> dict:
+def _measure(loaders: dict, rounds: int = sized(3, 1)) -> dict:
     """Best wall and best CPU seconds per loader over `rounds` round-robin passes (the box is
     shared: interleaving spreads other load over all loaders, the best pass is the least disturbed)."""
     best = {name: [math.inf, math.inf, None] for name in loaders}
