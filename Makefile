@@ -6,18 +6,20 @@ STAMP := $(VENV)/.installed-stamp
 EXTRAS ?= all,dev
 PIPELINES ?= $(wildcard pipelines/*.toml)
 
-.PHONY: venv shards test bench bench-smoke verify-shards ci clean
+.PHONY: venv shards test bench bench-smoke verify-shards clean
 
 venv: $(STAMP)
+
+# noisebase 1.1.1 is the tests' reference loader; its declared deps (pyfvvdp, pytorch-msssim) would
+# pull CUDA torch, so it goes in without them, after the few it really imports, and LAST: pip skips
+# its dependency check for a --no-deps install, while any later plain install would complain about
+# those two undeclared packages although nothing failed (so a re-install removes it first).
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -c constraints.txt torch==2.13.0
+	$(PY) -m pip uninstall -q -y noisebase 2>/dev/null || true  # a re-install: keep it last again
 	$(PY) -m pip install -q -c constraints.txt -e ".[$(EXTRAS)]"
-	# noisebase 1.1.1 is the tests' reference loader; its declared deps (pyfvvdp, pytorch-msssim)
-	# would pull CUDA torch, so it goes in without them, after the few it really imports, and LAST:
-	# pip skips its dependency check for a --no-deps install, and any later plain install would print
-	# an ERROR about those two undeclared packages although nothing failed.
 	$(PY) -m pip install -q -c constraints.txt "hydra-core>=1.3" "omegaconf>=2.3" "imageio>=2.30" requests tqdm
 	$(PY) -m pip install -q -c constraints.txt --no-deps noisebase==1.1.1
 	touch $(STAMP)
