@@ -61,11 +61,13 @@ _PROBE = textwrap.dedent(
                 getattr(wdsprep, name)
         star = {}
         exec("from wdsprep import *", star)
+        stream = importlib.import_module("wdsprep.stream")
         results.append({
             "order": order,
             "all": sorted(wdsprep.__all__),
             "attr": {name: kind(getattr(wdsprep, name)) for name in wdsprep.__all__},
             "star": {name: kind(star[name]) for name in wdsprep.__all__ if name in star},
+            "stream": {name: kind(getattr(stream, name)) for name in stream.__all__},
         })
     print(json.dumps(results))
     """
@@ -113,6 +115,7 @@ def test_public_names_are_never_shadowed_whatever_is_imported_first():
         assert seen["all"] == sorted(EXPECTED_KINDS), order
         assert seen["attr"] == EXPECTED_KINDS, f"after touching {order} first"
         assert seen["star"] == EXPECTED_KINDS, f"from wdsprep import * after touching {order} first"
+        assert not [n for n, k in seen["stream"].items() if k.startswith("module")], f"wdsprep.stream after {order}"
 
 
 def test_the_issue_reproduction_loader_over_dataset(tmp_path):

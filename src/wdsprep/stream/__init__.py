@@ -11,9 +11,10 @@ from .opener import open_url, read_url, register_opener
 
 # the pipeline classes import webdataset and torch: loaded on first use, so that `import wdsprep`
 # (and every conversion worker) stays light
+# (`wdsprep.stream.dataset` is the submodule; the function is `wdsprep.dataset`: a package name that
+# is both would be rebound to the module by the first `import wdsprep.stream.dataset`.)
 _LAZY = {
     "ShardDataset": "dataset",
-    "dataset": "dataset",
     "distributed_info": "dataset",
     "worker_info": "dataset",
     "Loader": "loader",
@@ -37,7 +38,6 @@ def iter_shard(url: str, skip: int = 0) -> Iterator[dict]:
 __all__ = [
     "ShardDataset",
     "Loader",
-    "dataset",
     "urls",
     "load_manifest",
     "manifest_location",
