@@ -27,6 +27,8 @@ def _add_convert_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ray-retries", type=int, default=None, help="attempts after a failed unit on Ray (default 2)")
     parser.add_argument("--codec", default="zstd", choices=("zstd", "none"), help="array member codec")
     parser.add_argument("--zstd-level", type=int, default=3)
+    parser.add_argument("--fingerprint", default=None, choices=("content", "stat"),
+                        help="how changed inputs are found: content hashes, or size+mtime+ctime+inode (default: the source's)")
     parser.add_argument("--on-error", default="raise", choices=("raise", "skip"), help="bad input items: stop, or skip and report them in the manifest")
 
 
@@ -54,7 +56,7 @@ def cmd_convert(argv: Sequence[str]) -> int:
     source_id, rest = argv[0], argv[1:]
     args = _convert_parser(source_id).parse_args(rest)
     options = vars(args).copy()
-    core = {name: options.pop(name) for name in ("input", "output", "shard_bytes", "workers", "executor", "codec", "zstd_level", "on_error", "quiet")}
+    core = {name: options.pop(name) for name in ("input", "output", "shard_bytes", "workers", "executor", "codec", "zstd_level", "on_error", "quiet", "fingerprint")}
     options.pop("debug")
     executor_options = {}
     if options.get("ray_address"):
@@ -72,6 +74,7 @@ def cmd_convert(argv: Sequence[str]) -> int:
         codec=core["codec"],
         zstd_level=core["zstd_level"],
         on_error=core["on_error"],
+        fingerprint=core["fingerprint"],
         quiet=core["quiet"],
         executor_options=executor_options or None,
         **options,
@@ -276,6 +279,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             raise
         print(f"wdsprep: error: {error}", file=sys.stderr)
+        return 1
+    except OSError as error:  # an input or output the code did not wrap: still one line, never a traceback
+        if debug:
+            raise
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"wdsprep: error: {where}{error.strerror or error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("wdsprep: interrupted (re-run the same command to resume)", file=sys.stderr)

@@ -1,10 +1,16 @@
 """Runs a conversion: plan units, build them on an executor, verify, write the manifest last.
 
 Resumable: beside the manifest the driver keeps `_units.json`, the results of completed units keyed
-by a digest of the unit's inputs and the conversion config. A re-run reuses every unit whose record
-matches and whose shards still check out (size and sha256), and rebuilds the rest. The manifest is
-removed at the start of a run that would change it and written only when every unit is done, so a
-manifest never lists a shard that was not written and verified.
+by a digest of the unit (its items), the conversion config and the fingerprints of the native inputs
+that feed it (one rule for every source, `wdsprep.inputs`: content hashes or size + mtime_ns +
+ctime_ns + inode). A re-run reuses every unit whose record matches and whose shards still check out
+(size and sha256), and rebuilds the rest, so a changed input rebuilds exactly the units it feeds.
+The manifest is removed at the start of a run that would change it and written only when every unit
+is done, so a manifest never lists a shard that was not written and verified.
+
+One conversion at a time per local output directory (an `flock` the kernel releases when the process
+dies; `s3://` outputs have no lock). A failed write of the output (a full disk) stops the
+conversion at the first failure, with one line, and leaves no temporary file behind.
 """
 from __future__ import annotations
 
@@ -16,11 +22,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .errors import ConfigError, WdsprepError
+from .errors import ConfigError, OutputError, WdsprepError
 from .executors import get_executor
+from .inputs import unit_input_fingerprints
 from .progress import Progress
 from .shards.codec import Encoder
-from .shards.manifest import MANIFEST_NAME, Manifest
+from .shards.manifest import MANIFEST_NAME, Manifest, shard_name_pattern
 from .shards.storage import open_store
 from .shards.writer import ShardWriter
 from .sources.base import Unit, UnitContext
@@ -28,7 +35,6 @@ from .sources.registry import load_source
 
 UNITS_NAME = "_units.json"
 CORE_CONFIG = ("shard_bytes", "codec", "zstd_level", "on_error")
-SHARD_NAME = re.compile(r"^[A-Za-z0-9_]+-\d{5,}-\d{2,}\.tar$")
 
 
 class ConversionError(WdsprepError):
@@ -63,8 +69,9 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def unit_digest(unit: Unit, config: dict) -> str:
-    return _digest({"split": unit.split, "index": unit.index, "items": unit.items, "config": config})
+def unit_digest(unit: Unit, config: dict, inputs: str) -> str:
+    """What a unit's shards depend on: its items, the config and its inputs' fingerprints."""
+    return _digest({"split": unit.split, "index": unit.index, "items": unit.items, "config": config, "inputs": inputs})
 
 
 def build_unit(source_id: str, unit: Unit, options: dict, output: str, digest: str) -> UnitResult:
@@ -112,6 +119,7 @@ def convert(
     quiet: bool = True,
     executor_options: dict | None = None,
     splits: list[str] | None = None,
+    fingerprint: str | None = None,
     **source_options: Any,
 ) -> Manifest:
     started = time.time()
@@ -129,6 +137,19 @@ def convert(
         workers=workers,
     )
     Encoder(codec, int(zstd_level))  # validates the codec before any work
+    store = open_store(output)
+    lock = store.lock() if hasattr(store, "lock") else None
+    try:
+        return _convert(source_id, source, input, store, options, splits=splits, fingerprint=fingerprint,
+                        executor=executor, workers=workers, executor_options=executor_options, quiet=quiet,
+                        started=started)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _convert(source_id, source, input, store, options, *, splits, fingerprint, executor, workers,
+             executor_options, quiet, started) -> Manifest:
     plan = source.plan(input, options)
     if splits:
         unknown = set(splits) - {unit.split for unit in plan.units}
@@ -137,12 +158,14 @@ def convert(
         plan.units = [unit for unit in plan.units if unit.split in splits]
     config = dict(plan.config)
     config.update({name: options[name] for name in CORE_CONFIG})
-    store = open_store(output)
     if hasattr(store, "clean_temporaries"):
-        store.clean_temporaries()
+        store.clean_temporaries()  # ours only: the lock excludes another run
 
-    digests = [unit_digest(unit, config) for unit in plan.units]
-    previous = _load_units(store, config, plan.fingerprint)
+    mode = fingerprint or getattr(source, "fingerprint", "stat")
+    inputs = unit_input_fingerprints(source, plan.units, mode)
+    input_fingerprint = _digest([mode, inputs])
+    digests = [unit_digest(unit, config, unit_inputs) for unit, unit_inputs in zip(plan.units, inputs)]
+    previous = _load_units(store, config)
     done: dict[str, UnitResult] = {}
     for digest in digests:
         record = previous.get(digest)
@@ -160,28 +183,41 @@ def convert(
     progress.advance(len(done), sum(r.input_bytes for r in done.values()))
     failures: list[tuple[Unit, BaseException]] = []
     runner = get_executor(executor, workers=workers, **(executor_options or {}))
-    journal = _UnitJournal(store, config, plan.fingerprint, done) if todo else None
-    for task_index, result in runner.map_unordered(build_unit, tasks):
-        unit, digest = todo[task_index]
-        if isinstance(result, BaseException):
-            failures.append((unit, result))
-            continue
-        bad = _unverified(store, result.rows, full=executor != "local")
-        if bad:  # e.g. a worker on another node wrote to its own local disk
-            failures.append((unit, ConversionError(f"shard(s) {', '.join(bad)} reported written but not found with that size and sha256 at {store.url}")))
-            continue
-        done[digest] = result
-        journal.record(result)
-        progress.advance(1, result.input_bytes)
-    progress.close()
-    if journal is not None:
-        journal.close()
+    journal = _UnitJournal(store, config, done) if todo else None
+    results_stream = runner.map_unordered(build_unit, tasks)
+    try:
+        for task_index, result in results_stream:
+            unit, digest = todo[task_index]
+            if isinstance(result, OutputError):
+                raise result  # a full disk fails every later unit too: stop at the first
+            if isinstance(result, BaseException):
+                failures.append((unit, result))
+                continue
+            bad = _unverified(store, result.rows, full=executor != "local")
+            if bad:  # e.g. a worker on another node wrote to its own local disk
+                failures.append((unit, ConversionError(f"shard(s) {', '.join(bad)} reported written but not found with that size and sha256 at {store.url}")))
+                continue
+            done[digest] = result
+            journal.record(result)
+            progress.advance(1, result.input_bytes)
+        if journal is not None:
+            journal.close()
+    except OutputError:
+        getattr(results_stream, "close", lambda: None)()  # stops the pool before cleaning up
+        if hasattr(store, "clean_temporaries"):
+            store.clean_temporaries()
+        raise
+    finally:
+        progress.close()
 
+    if len(failures) == 1:
+        unit, error = failures[0]
+        raise ConversionError(
+            f"{error} (unit {unit.split}-{unit.index:05d}: {_describe_items(unit.items)}; no manifest written, "
+            "re-run to resume)"
+        )
     if failures:
-        lines = [
-            f"unit {unit.split}-{unit.index:05d} (items {_describe_items(unit.items)}): {error}"
-            for unit, error in failures
-        ]
+        lines = [f"unit {unit.split}-{unit.index:05d} ({_describe_items(unit.items)}): {error}" for unit, error in failures]
         raise ConversionError(
             f"{len(failures)} of {len(plan.units)} units failed; no manifest written "
             f"(re-run to resume, completed units are kept):\n  " + "\n  ".join(lines)
@@ -199,7 +235,7 @@ def convert(
     manifest = Manifest(
         source=source_id,
         config=config,
-        fingerprint=plan.fingerprint,
+        fingerprint=input_fingerprint,
         splits=splits,
         tables=tables,
         problems=problems,
@@ -213,19 +249,22 @@ def convert(
 
 
 def _describe_items(items: list) -> str:
-    text = json.dumps(items, default=str)
-    return text if len(text) <= 200 else text[:197] + "..."
+    """`N items, first ...`: enough to find the unit, short enough for one line."""
+    first = json.dumps(items[0], default=str) if items else "none"
+    first = first if len(first) <= 80 else first[:77] + "..."
+    return f"{len(items)} item{'s' if len(items) != 1 else ''}, first {first}"
 
 
-def _load_units(store, config: dict, fingerprint: str) -> dict[str, UnitResult]:
-    """Completed units of an earlier run with the same config and input (JSON lines)."""
+def _load_units(store, config: dict) -> dict[str, UnitResult]:
+    """Completed units of an earlier run with the same config (JSON lines); each unit's digest holds
+    its inputs' fingerprints, so a changed input only loses the units it feeds."""
     raw = store.read_bytes(UNITS_NAME)
     if raw is None:
         return {}
     lines = raw.splitlines()
     try:
         head = json.loads(lines[0])
-        if head.get("config") != json.loads(json.dumps(config)) or head.get("fingerprint") != fingerprint:
+        if head.get("config") != json.loads(json.dumps(config)):
             return {}
     except (ValueError, IndexError, AttributeError):
         return {}
@@ -243,9 +282,9 @@ class _UnitJournal:
     """Appends each finished unit to `_units.json` at once (stores that cannot append get the whole
     file rewritten at most once a second, and at the end)."""
 
-    def __init__(self, store, config: dict, fingerprint: str, done: dict[str, UnitResult]):
+    def __init__(self, store, config: dict, done: dict[str, UnitResult]):
         self.store = store
-        self.lines = [json.dumps({"config": config, "fingerprint": fingerprint}, sort_keys=True, default=str)]
+        self.lines = [json.dumps({"config": config}, sort_keys=True, default=str)]
         self.lines += [json.dumps(asdict(r), sort_keys=True, default=str) for r in done.values()]
         self.append = getattr(store, "append_bytes", None)
         self.last_flush = time.monotonic()
@@ -271,6 +310,7 @@ def _remove_stale_shards(store, splits: dict[str, list[dict]]) -> None:
     lister = getattr(store, "list_names", None)
     if lister is None:
         return
+    rules = [shard_name_pattern(split) for split in splits]
     for name in lister():
-        if SHARD_NAME.match(name) and name not in listed and name.rsplit("-", 2)[0] in splits:
+        if name not in listed and any(rule.fullmatch(name) for rule in rules):
             store.delete(name)

@@ -10,6 +10,10 @@ class InputError(WdsprepError):
     """Native input is missing or malformed (names the file and the problem)."""
 
 
+class OutputError(WdsprepError):
+    """The output cannot be written: a full disk, no permission, or a directory in use by another run."""
+
+
 class FormatError(WdsprepError):
     """A shard, member or manifest breaks the wdsprep/1 format."""
 

@@ -1,7 +1,16 @@
-"""`manifest.json`: what a shard directory holds, and the key to counts, verification and resume."""
+"""`manifest.json`: what a shard directory holds, and the key to counts, verification and resume.
+
+A loaded manifest is checked against one schema before anything trusts it (`validate`): field
+types, non-negative integer counts, a sha256 per shard, shard names that follow the shard-name rule
+`<split>-<unit:05d>-<part:02d>.tar` (so never a path, `..` or a URL), each name once, and split and
+overall totals that add up. A violation is one `ManifestError` line naming the manifest and the
+field. Shard rows may carry further optional fields (e.g. a per-shard index); those are kept as they
+are.
+"""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,6 +19,13 @@ from ..errors import ManifestError
 FORMAT = "wdsprep/1"
 MANIFEST_VERSION = 1
 MANIFEST_NAME = "manifest.json"
+SPLIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def shard_name_pattern(split: str) -> re.Pattern:
+    """The shard-name rule: `<split>-<unit:05d>-<part:02d>.tar` (more digits past 99999 units)."""
+    return re.compile(re.escape(split) + r"-\d{5,}-\d{2,}\.tar")
 
 
 @dataclass
@@ -87,29 +103,109 @@ class Manifest:
                 f"{where}: manifest version {version!r} is not supported by this wdsprep "
                 f"(it reads version {MANIFEST_VERSION}); upgrade wdsprep or re-convert"
             )
-        try:
-            splits = {name: list(split["shards"]) for name, split in data["splits"].items()}
-            return cls(
-                source=data["source"],
-                config=data["config"],
-                fingerprint=data["fingerprint"],
-                splits=splits,
-                tables=data.get("tables", {}),
-                problems=data.get("problems", []),
-                input_bytes=data.get("input_bytes", 0),
-                timing=data.get("timing", {}),
-                url=url,
-            )
-        except (KeyError, TypeError, AttributeError) as error:
-            raise ManifestError(f"{where}: malformed manifest ({error!r})") from None
+        validate(data, where)
+        return cls(
+            source=data["source"],
+            config=data["config"],
+            fingerprint=data["fingerprint"],
+            splits={name: list(split["shards"]) for name, split in data["splits"].items()},
+            tables=data.get("tables", {}),
+            problems=data.get("problems", []),
+            input_bytes=data.get("input_bytes", 0),
+            timing=data.get("timing", {}),
+            url=url,
+        )
 
     @classmethod
     def loads(cls, text: bytes | str, url: str | None = None) -> "Manifest":
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as error:
+            data = json.loads(text, object_pairs_hook=_unique_keys)
+        except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, a duplicate key
             raise ManifestError(f"{url or 'manifest'}: not valid JSON ({error})") from None
         return cls.from_dict(data, url)
+
+
+# -- the schema
+def _unique_keys(pairs: list) -> dict:
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        seen: set = set()
+        duplicate = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise ValueError(f"field {duplicate!r} appears twice in one object")
+    return data
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+_TOP = {  # field: (required, check, what it must be)
+    "source": (True, lambda v: isinstance(v, str) and bool(v), "a non-empty string"),
+    "config": (True, lambda v: isinstance(v, dict), "an object"),
+    "fingerprint": (True, lambda v: isinstance(v, str), "a string"),
+    "splits": (True, lambda v: isinstance(v, dict), "an object of splits"),
+    "input_bytes": (False, _count, "a non-negative integer"),
+    "tables": (False, lambda v: isinstance(v, dict), "an object"),
+    "problems": (False, lambda v: isinstance(v, list), "a list"),
+    "timing": (False, lambda v: isinstance(v, dict), "an object"),
+    "totals": (False, lambda v: isinstance(v, dict), "an object"),
+}
+_ROW = {
+    "name": (True, lambda v: isinstance(v, str), "a string"),
+    "samples": (True, _count, "a non-negative integer"),
+    "bytes": (True, _count, "a non-negative integer"),
+    "sha256": (True, lambda v: isinstance(v, str) and SHA256.fullmatch(v) is not None, "64 lowercase hex digits"),
+    "unit": (False, _count, "a non-negative integer"),
+    "unit_digest": (False, lambda v: isinstance(v, str), "a string"),
+}
+_TOTALS = {"samples": (True, _count, "a non-negative integer"), "bytes": (True, _count, "a non-negative integer")}
+
+
+def _check_fields(where: str, path: str, data: dict, schema: dict) -> None:
+    for name, (required, check, expected) in schema.items():
+        if name not in data:
+            if required:
+                raise ManifestError(f"{where}: {path}{name}: missing")
+        elif not check(data[name]):
+            raise ManifestError(f"{where}: {path}{name}: expected {expected} (got {data[name]!r:.60})")
+
+
+def _check_sum(where: str, path: str, stated: Any, actual: int) -> None:
+    if stated != actual:
+        raise ManifestError(f"{where}: {path}: says {stated!r}, but its shard rows add up to {actual}")
+
+
+def validate(data: dict, where: str) -> None:
+    """Raise one-line `ManifestError`s for anything in `data` that a reader must not trust."""
+    _check_fields(where, "", data, _TOP)
+    names: set[str] = set()
+    totals = {"shards": 0, "samples": 0, "bytes": 0}
+    for split, entry in data["splits"].items():
+        if not SPLIT_NAME.fullmatch(split):
+            raise ManifestError(f"{where}: splits.{split!r:.60}: not a split name ([A-Za-z0-9][A-Za-z0-9_-]*)")
+        if not isinstance(entry, dict) or not isinstance(entry.get("shards"), list):
+            raise ManifestError(f"{where}: splits.{split}.shards: expected a list of shard rows")
+        _check_fields(where, f"splits.{split}.", entry, _TOTALS)
+        rule = shard_name_pattern(split)
+        for index, row in enumerate(entry["shards"]):
+            path = f"splits.{split}.shards[{index}]."
+            if not isinstance(row, dict):
+                raise ManifestError(f"{where}: {path[:-1]}: expected a shard row object (got {row!r:.60})")
+            _check_fields(where, path, row, _ROW)
+            if not rule.fullmatch(row["name"]):
+                raise ManifestError(f"{where}: {path}name: {row['name']!r:.80} breaks the shard-name rule "
+                                    f"{split}-<unit:05d>-<part:02d>.tar")
+            if row["name"] in names:
+                raise ManifestError(f"{where}: {path}name: shard {row['name']} is listed twice")
+            names.add(row["name"])
+        for field_name in ("samples", "bytes"):
+            actual = sum(row[field_name] for row in entry["shards"])
+            _check_sum(where, f"splits.{split}.{field_name}", entry[field_name], actual)
+            totals[field_name] += actual
+        totals["shards"] += len(entry["shards"])
+    if "totals" in data:
+        for field_name, actual in totals.items():
+            _check_sum(where, f"totals.{field_name}", data["totals"].get(field_name), actual)
 
 
 def join_url(base: str, name: str) -> str:

@@ -2,15 +2,24 @@
 
 A store writes each shard through a local temporary file (the shard being written is the only local
 staging) and publishes it atomically: `os.replace` locally, a completed (multipart) upload remotely.
+
+A local store is used by one conversion at a time: `lock()` takes an exclusive `flock` on
+`.wdsprep.lock` in the directory, which the kernel releases when the process exits, even on kill -9.
+Files are created with mode 0666 less the umask (0644 by default), like any ordinary file; a write
+that fails (a full disk) removes its temporary file and raises `OutputError` naming the file.
 """
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import os
-import tempfile
+import secrets
 from typing import Protocol
 
-from ..errors import ConfigError
+from ..errors import ConfigError, OutputError
+
+LOCK_NAME = ".wdsprep.lock"
 
 
 class Store(Protocol):
@@ -71,18 +80,30 @@ class LocalStore:
             return None
 
     def write_bytes(self, name: str, data: bytes) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{name}.", suffix=".tmp")
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, self.path(name))
+        tmp = self.path(f".{name}.{secrets.token_hex(4)}.tmp")
+        try:
+            # not mkstemp: it creates 0600, and a manifest must be as readable as its shards
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, self.path(name))
+        except OSError as error:
+            remove_quietly(tmp)
+            raise output_error(self.path(name), error) from None
 
     def append_bytes(self, name: str, data: bytes) -> None:
-        with open(self.path(name), "ab") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            with open(self.path(name), "ab") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as error:
+            raise output_error(self.path(name), error) from None
+
+    def lock(self) -> "DirectoryLock":
+        return DirectoryLock(self.path(LOCK_NAME))
 
     def delete(self, name: str) -> None:
         try:
@@ -96,7 +117,54 @@ class LocalStore:
     def clean_temporaries(self) -> None:
         for entry in os.listdir(self.directory):
             if entry.endswith(".tmp"):
-                os.unlink(self.path(entry))
+                remove_quietly(self.path(entry))
+
+
+class DirectoryLock:
+    """An exclusive, non-blocking `flock` on a lock file; the kernel drops it when the process dies."""
+
+    def __init__(self, path: str):
+        self.path = path
+        try:
+            self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as error:
+            raise output_error(path, error) from None
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self.fd, 100, 0).decode(errors="replace").strip() or "another process"
+            os.close(self.fd)
+            raise OutputError(
+                f"{os.path.dirname(path)}: output directory in use by another wdsprep convert ({holder}); "
+                "wait for it to finish or choose another output"
+            ) from None
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"pid {os.getpid()}".encode(), 0)
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the last descriptor releases the flock
+            self.fd = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def remove_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def output_error(path: str, error: OSError) -> OutputError:
+    """One line for a failed write; a full disk says so plainly."""
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return OutputError(f"{path}: no space left on the output device ({error.strerror})")
+    return OutputError(f"{path}: cannot write ({error.strerror or error})")
 
 
 STORES: dict[str, type] = {}  # scheme -> store class, e.g. "s3" registered by wdsprep.stream.s3

@@ -9,6 +9,7 @@ from typing import Any, Callable
 from ..errors import FormatError
 from . import tarformat
 from .codec import Encoder
+from .storage import output_error, remove_quietly
 
 
 @dataclass
@@ -35,7 +36,8 @@ class ShardWriter:
     Size is counted on the bytes actually written (headers, padding and end blocks included); a
     shard holds at least one sample, so a sample bigger than the target gets a shard of its own.
     Each shard is written to `<name>.tmp` and renamed when complete, so a final name never points
-    at a partial shard.
+    at a partial shard. A failed write (a full disk) raises `OutputError` naming the shard; leaving
+    the `with` block on any error removes the temporary file.
     """
 
     def __init__(
@@ -66,26 +68,35 @@ class ShardWriter:
 
     def _open(self) -> None:
         path = os.path.join(self.directory, self._name() + ".tmp")
-        self._file = open(path, "wb")
+        try:
+            self._file = open(path, "wb")
+        except OSError as error:
+            raise output_error(path, error) from None
         self._hash = hashlib.sha256()
         self._size = 0
         self._samples = 0
         self._keys = set()
 
     def _write(self, data: bytes) -> None:
-        self._file.write(data)
+        try:
+            self._file.write(data)
+        except OSError as error:
+            raise output_error(self._file.name, error) from None
         self._hash.update(data)
         self._size += len(data)
 
     def _close_shard(self) -> None:
         self._write(tarformat.END_OF_ARCHIVE)
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
-        self._file = None
         name = self._name()
         final = os.path.join(self.directory, name)
-        os.replace(final + ".tmp", final)
+        try:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+            os.replace(final + ".tmp", final)
+        except OSError as error:
+            raise output_error(final + ".tmp", error) from None
+        self._file = None
         row = ShardRow(name, self._samples, self._size, self._hash.hexdigest())
         self.rows.append(row)
         if self.on_complete:
@@ -124,12 +135,12 @@ class ShardWriter:
     def abort(self) -> None:
         if self._file is not None:
             path = self._file.name
-            self._file.close()
-            self._file = None
             try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
+                self._file.close()
+            except OSError:
+                pass  # flushing the buffer onto a full disk fails again; the file goes anyway
+            self._file = None
+            remove_quietly(path)
 
     def __enter__(self):
         return self

@@ -9,12 +9,24 @@ Conversion is planned as independent *units*: a unit is a list of source items t
 Units are built in worker processes (or Ray tasks), so `Unit.items` must be picklable and small
 (paths and numbers, not arrays), and `build` must depend only on the unit and the options: that is
 what makes the bytes independent of `--workers` and of the executor.
+
+A source also declares which native inputs feed each item (`inputs`); the core fingerprints them
+with one rule (`wdsprep.inputs`) and rebuilds exactly the units whose inputs changed.
 """
 from __future__ import annotations
 
 import argparse
+import io
+import json
+import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Protocol, Sequence
+
+import numpy as np
+
+from ..errors import InputError
+
+NPY_MAGIC = b"\x93NUMPY"
 
 
 @dataclass
@@ -29,7 +41,6 @@ class Unit:
 class Plan:
     units: list[Unit]
     config: dict  # the conversion config, recorded in the manifest (JSON-serializable)
-    fingerprint: str  # a digest of the input (names, sizes, contents where cheap)
     input_bytes: int = 0
     tables: dict = field(default_factory=dict)  # source-level tables known at plan time
     problems: list = field(default_factory=list)  # bad items found while planning (skip mode)
@@ -60,12 +71,17 @@ class Source(Protocol):
     # True: a unit always makes exactly one shard, even above the target size (for sources whose
     # reader pairs samples within a shard, e.g. deepreg); `shard_bytes` then only guides planning
     whole_units: bool
+    # default input fingerprint mode, "content" or "stat" (see wdsprep.inputs; --fingerprint overrides)
+    fingerprint: str
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         """Add source-specific `wdsprep convert <id>` options (optional)."""
 
     def plan(self, input: str, options: dict) -> Plan:
         """Scan the native input and split it into units. Raise InputError naming the file."""
+
+    def inputs(self, item: Any) -> list:
+        """The native inputs that feed one unit item: file paths, or (zip archive, member) pairs."""
 
     def build(self, unit: Unit, ctx: UnitContext) -> Iterator[Sample]:
         """Yield (key, fields) samples of one unit, in a deterministic order.
@@ -96,3 +112,50 @@ def group_by_size(items: Iterable[Any], sizes: Iterable[int], target_bytes: int)
     if current:
         groups.append(current)
     return groups
+
+
+# -- reading native input files: one line naming the file and the rule broken, whatever goes wrong
+def input_size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        raise InputError(f"{path}: {'dangling symbolic link' if os.path.islink(path) else 'no such file'}") from None
+    except OSError as error:
+        raise InputError(f"{path}: cannot read ({error.strerror or error})") from None
+
+
+def read_input_bytes(path: str) -> bytes:
+    input_size(path)  # names a dangling link as such
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError as error:
+        raise InputError(f"{path}: cannot read ({error.strerror or error})") from None
+
+
+def read_npy_file(path: str) -> np.ndarray:
+    """A `.npy` array file, never unpickled; empty, non-.npy and truncated files are InputErrors."""
+    data = read_input_bytes(path)
+    if not data:
+        raise InputError(f"{path}: empty file (0 bytes), expected a .npy array")
+    if not data.startswith(NPY_MAGIC):
+        raise InputError(f"{path}: not a .npy file (does not start with the \\x93NUMPY magic)")
+    try:
+
+        return np.load(io.BytesIO(data), allow_pickle=False)
+    except ValueError as error:
+        if "allow_pickle" in str(error):
+            raise InputError(f"{path}: holds pickled (object) data; only plain arrays are read") from None
+        raise InputError(f"{path}: truncated or malformed .npy ({error})") from None
+    except (EOFError, SyntaxError, OSError) as error:
+        raise InputError(f"{path}: truncated or malformed .npy ({error})") from None
+
+
+def read_json_file(path: str) -> Any:
+    data = read_input_bytes(path)
+    if not data:
+        raise InputError(f"{path}: empty file (0 bytes), expected JSON")
+    try:
+        return json.loads(data)
+    except ValueError as error:  # JSONDecodeError and UnicodeDecodeError alike
+        raise InputError(f"{path}: not valid JSON ({error})") from None

@@ -8,8 +8,6 @@ index and in-group order, plus the NIfTI affine and zooms.
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import os
 import re
 from typing import Iterator
@@ -197,23 +195,11 @@ def _member_count(item: dict) -> int:
     return 1 + (sum(len(v) for v in volumes) if isinstance(volumes, list) else len(volumes))
 
 
-def _fingerprint(datasets: list[tuple[str, DatasetConfig]], units: list[Unit]) -> str:
-    digest = hashlib.sha256()
-    digest.update(json.dumps([(n, c.to_json()) for n, c in datasets], sort_keys=True).encode())
-    seen = set()
-    for unit in units:
-        for item in unit.items:
-            volume_sets = item["volumes"] if isinstance(item["volumes"], list) else [item["volumes"]]
-            for volumes in volume_sets:
-                for role in sorted(volumes):
-                    volume = volumes[role]
-                    path = volume["path"]
-                    digest.update(f"{volume['rel']}".encode())
-                    if path not in seen:
-                        seen.add(path)
-                        stat = os.stat(path)
-                        digest.update(f"|{stat.st_size}|{int(stat.st_mtime)}".encode())
-    return digest.hexdigest()
+def _item_files(item: dict) -> list[str]:
+    """The files one item reads (an H5 file once however many of its datasets the item uses)."""
+    volume_sets = item["volumes"] if isinstance(item["volumes"], list) else [item["volumes"]]
+    paths = [volumes[role]["path"] for volumes in volume_sets for role in sorted(volumes)]
+    return list(dict.fromkeys(paths))
 
 
 class DeepRegSource:
@@ -223,6 +209,7 @@ class DeepRegSource:
     # pairs are drawn within a shard (a block), so a unit must never roll over into a second shard:
     # `_even_groups` / `_at_least_two` may plan a unit above the target size
     whole_units = True
+    fingerprint = "stat"  # 3-D volumes are large: content hashing would read the input twice
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--type", dest="deepreg_type", choices=["paired", "unpaired", "grouped"],
@@ -260,7 +247,10 @@ class DeepRegSource:
                     units.append(Unit(out_split, index, group, unit_bytes))
                     total += unit_bytes
         config_json = {"datasets": {name or "": config.to_json() for name, config in datasets}}
-        return Plan(units, config_json, _fingerprint(datasets, units), total, tables)
+        return Plan(units, config_json, total, tables)
+
+    def inputs(self, item: dict) -> list[str]:
+        return _item_files(item)
 
     def build(self, unit: Unit, ctx: UnitContext) -> Iterator[tuple[str, dict]]:
         handles: dict = {}

@@ -1,11 +1,11 @@
 """Source `generic`: a directory of per-sample files, `<split>/<key>.<field>.npy|json`, to shards.
 
 This is the unpacked form of a webdataset (one file per member). It backs the core's tests and
-benchmarks and is useful on its own for data that is already arrays on disk.
+benchmarks and is useful on its own for data that is already arrays on disk. A field given twice
+(`x.a.npy` and `x.a.json`) is an error naming both files. Inputs are fingerprinted by content.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from typing import Iterator
@@ -13,13 +13,14 @@ from typing import Iterator
 import numpy as np
 
 from ...errors import InputError
-from ..base import Plan, Unit, UnitContext, group_by_size
+from ..base import Plan, Unit, UnitContext, group_by_size, input_size, read_json_file, read_npy_file
 
 EXTENSIONS = (".npy", ".json")
 
 
 class GenericSource:
     id = "generic"
+    fingerprint = "content"  # files are read once more while planning: cheap next to the conversion
 
     def add_arguments(self, parser) -> None:
         pass
@@ -32,6 +33,11 @@ class GenericSource:
             key, _, rest = name.partition(".")
             if not rest or "." not in rest:
                 raise InputError(f"{os.path.join(split_dir, name)}: expected <key>.<field>.npy|json")
+            field = rest.rsplit(".", 1)[0]
+            for other in samples.get(key, []):
+                if other.partition(".")[2].rsplit(".", 1)[0] == field:
+                    raise InputError(f"{os.path.join(split_dir, other)} and {name}: field {field!r} of sample "
+                                     f"{key!r} is given twice (keep one file per field)")
             samples.setdefault(key, []).append(name)
         return samples
 
@@ -42,23 +48,25 @@ class GenericSource:
         if not splits:
             raise InputError(f"{input}: no split directories (expected e.g. {input}/train/)")
         units: list[Unit] = []
-        digest = hashlib.sha256()
         total = 0
         for split in splits:
             split_dir = os.path.join(input, split)
             samples = self._samples(split_dir)
             items, sizes = [], []
             for key, files in samples.items():
-                size = sum(os.path.getsize(os.path.join(split_dir, f)) for f in files)
+                size = sum(input_size(os.path.join(split_dir, f)) for f in files)
                 items.append([split, key, files, size])
                 sizes.append(size)
-                digest.update(f"{split}/{key}:{files}:{size};".encode())
                 total += size
             # random arrays hardly compress: size units by input bytes
             for index, group in enumerate(group_by_size(items, sizes, options["shard_bytes"])):
                 unit_bytes = sum(item[3] for item in group)
                 units.append(Unit(split, index, [[input, *item[:3]] for item in group], unit_bytes))
-        return Plan(units, {"layout": "<split>/<key>.<field>.npy|json"}, digest.hexdigest(), total)
+        return Plan(units, {"layout": "<split>/<key>.<field>.npy|json"}, total)
+
+    def inputs(self, item) -> list[str]:
+        root, split, _, files = item
+        return [os.path.join(root, split, name) for name in files]
 
     def build(self, unit: Unit, ctx: UnitContext) -> Iterator[tuple[str, dict]]:
         for root, split, key, files in unit.items:
@@ -66,14 +74,7 @@ class GenericSource:
             for name in files:
                 path = os.path.join(root, split, name)
                 field, ext = name[len(key) + 1 :].rsplit(".", 1)
-                try:
-                    if ext == "npy":
-                        fields[field] = np.load(path, allow_pickle=False)
-                    else:
-                        with open(path) as handle:
-                            fields[field] = json.load(handle)
-                except (OSError, ValueError) as error:
-                    raise InputError(f"{path}: cannot read ({error})") from None
+                fields[field] = read_npy_file(path) if ext == "npy" else read_json_file(path)
             yield key, fields
 
     def finalize(self, plan: Plan, unit_tables) -> dict:

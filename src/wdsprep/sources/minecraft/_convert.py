@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import logging
+import os
 import re
 from dataclasses import dataclass
 from typing import Iterator, Sequence
@@ -82,7 +83,7 @@ def segments(frame_numbers: Sequence[int]) -> list[list[int]]:
 
 @dataclass
 class _EpisodeScan:
-    frames: list  # (t, relpath, size, shape, block names, sha256) of the frames that load and check
+    frames: list  # (t, relpath, size, shape, block names) of the frames that load and check
     problems: list  # (item, message) of the frames that do not (skip mode only)
 
 
@@ -100,8 +101,7 @@ def _scan_episode(path: str, directory: str, frames: list, skip: bool) -> _Episo
                     raise
                 scan.problems.append((relpath, str(error).partition(": ")[2]))
                 continue
-            scan.frames.append((t, relpath, size, frame.voxel.shape, block_names(frame.voxel),
-                                hashlib.sha256(data).digest()))
+            scan.frames.append((t, relpath, size, frame.voxel.shape, block_names(frame.voxel)))
     finally:
         tree.close()
     return scan
@@ -109,6 +109,7 @@ def _scan_episode(path: str, directory: str, frames: list, skip: bool) -> _Episo
 
 class MinecraftSource:
     id = "minecraft"
+    fingerprint = "content"  # plan reads every frame anyway; zip members are known by their CRC-32
 
     # ------------------------------------------------------------------------------ options
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -150,7 +151,6 @@ class MinecraftSource:
             listing = list_episodes(tree, report)
         finally:
             tree.close()
-        digest = hashlib.sha256(FORMAT.encode())
         names: set[str] = set()
         episodes = []
         input_bytes = 0
@@ -159,11 +159,9 @@ class MinecraftSource:
                 report(item, message)
             good = self._drop_odd_shapes(episode.directory, scan.frames, report)
             kept = {t for t, *_ in good}
-            for t, _, size, _, frame_names, sha in scan.frames:
+            for t, _, size, _, frame_names in scan.frames:
                 if t in kept:
                     names.update(frame_names)
-                    # layout-free fingerprint: episode, frame number and content, never the bucket path
-                    digest.update(f"{episode.name}/{t}:{size}:".encode() + sha)
                     input_bytes += size
             episodes.append((episode, [frame[:4] for frame in good]))
 
@@ -219,8 +217,14 @@ class MinecraftSource:
             items = [{**w, "input": tree.path, "blocks": vocabulary} for w in group]
             units.append(Unit(split="train", index=number, items=items, input_bytes=sum(w["bytes"] for w in group)))
         tables = {"blocks": vocabulary, "episodes": episode_rows, "gaps": gap_rows}
-        return Plan(units=units, config=config, fingerprint=digest.hexdigest(), input_bytes=input_bytes,
-                    tables=tables, problems=problems)
+        return Plan(units=units, config=config, input_bytes=input_bytes, tables=tables, problems=problems)
+
+    @staticmethod
+    def inputs(item: dict) -> list:
+        """A window reads its frames: files of the input directory, or members of the input zip."""
+        if os.path.isdir(item["input"]):
+            return [os.path.join(item["input"], relpath) for relpath in item["paths"]]
+        return [(item["input"], relpath) for relpath in item["paths"]]
 
     @staticmethod
     def _scan_all(path: str, listing: list, skip: bool, workers: int) -> Iterator["_EpisodeScan"]:

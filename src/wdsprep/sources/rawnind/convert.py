@@ -17,8 +17,6 @@ Scenes in `test_reserve` go to the `test` split, the others to `train`.
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import os
 from typing import Iterator
 
@@ -56,6 +54,11 @@ def _locate(root: str, image) -> str | None:
     return None
 
 
+def item_inputs(item: dict) -> list[str]:
+    """A scene tile item reads its clean reference and its noisy captures."""
+    return [os.path.join(item["root"], relpath) for relpath, _ in [item["gt"], *item["noisy"]]]
+
+
 def plan(input: str, options: dict) -> Plan:
     root = os.path.abspath(input)
     index_path = os.path.join(root, INDEX_FILENAME)
@@ -67,7 +70,6 @@ def plan(input: str, options: dict) -> Plan:
     scenes = build_scenes(load_index(index_path), None)
     problems: list[dict] = []
     by_split: dict[str, list[tuple[dict, int]]] = {"train": [], "test": []}
-    fingerprint = hashlib.sha256()
     for scene in scenes:
         if scene.cfa.lower() != "bayer":
             problems.append({"item": scene.key, "message": "X-Trans scenes need darktable; not converted"})
@@ -90,7 +92,6 @@ def plan(input: str, options: dict) -> Plan:
             "noisy": [[os.path.relpath(paths[image.filename], root), image.sha1] for image in scene.noisy],
         }
         size = sum(os.path.getsize(paths[image.filename]) for image in [reference, *scene.noisy])
-        fingerprint.update(json.dumps([item["gt"], item["noisy"], size]).encode())
         by_split["test" if scene.test_reserve else "train"].append((item, size))
     if not any(by_split.values()):
         raise InputError(f"{input}: no complete Bayer scene to convert ({len(problems)} skipped: "
@@ -111,8 +112,7 @@ def plan(input: str, options: dict) -> Plan:
         "layout": "scene tile: gt_rgb [3,T,T], noisy_bayer [N,4,T/2,T/2], mask [N,T,T], meta",
         "target": "lin_rec2020 (bilinear demosaic)",
     }
-    fingerprint.update(json.dumps(config, sort_keys=True).encode())
-    return Plan(units=units, config=config, fingerprint=fingerprint.hexdigest(),
+    return Plan(units=units, config=config,
                 input_bytes=sum(unit.input_bytes for unit in units), problems=problems)
 
 

@@ -12,12 +12,16 @@ from . import convert as _convert
 
 class RawNINDSource:
     id = "rawnind"
+    fingerprint = "stat"  # raw captures are tens of MB each: content hashing would read them twice
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         _convert.add_arguments(parser)
 
     def plan(self, input: str, options: dict) -> Plan:
         return _convert.plan(input, options)
+
+    def inputs(self, item: dict) -> list[str]:
+        return _convert.item_inputs(item)
 
     def build(self, unit: Unit, ctx: UnitContext) -> Iterator[tuple[str, dict]]:
         return _convert.build(unit, ctx)

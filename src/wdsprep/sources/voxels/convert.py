@@ -15,7 +15,6 @@ is counted in the manifest table `leakage`.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import pathlib
 import re
@@ -25,7 +24,7 @@ from typing import Iterator
 import numpy as np
 
 from ...errors import ConfigError, InputError
-from ..base import Plan, Unit, UnitContext, group_by_size
+from ..base import Plan, Unit, UnitContext, group_by_size, input_size
 from ._layout import (
     DATASET_DIR,
     RAY_DIR,
@@ -207,6 +206,7 @@ class VoxelSource:
     """`wdsprep convert voxels INPUT OUTPUT`: INPUT holds `dataset/` and `ray_dataset_hierarchical/`."""
 
     id = "voxels"
+    fingerprint = "stat"  # ray files are large: content hashing would read the input twice
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--dataset-dir", dest="dataset_dir", default=None,
@@ -233,7 +233,7 @@ class VoxelSource:
 
         per_split: dict[str, list] = {split: [] for split in all_splits}
         sizes: dict[str, list] = {split: [] for split in all_splits}
-        problems, unassigned, listing = [], [], []
+        problems, unassigned = [], []
         leakage = {"samples_in_several_splits": 0, "by_splits": {}}
         level_counts = {split: {} for split in all_splits}
         for level, ray_file in _ray_files(ray_dir, levels):
@@ -261,11 +261,7 @@ class VoxelSource:
                     raise InputError(message) from None
                 problems.append({"item": relative_ray, "message": message})
                 continue
-            ray_stat = ray_file.stat()
-            # sizes and modification times: a regenerated input with same-size files still changes
-            listing.append((relative_ray, ray_stat.st_size, ray_stat.st_mtime_ns,
-                            voxel_file.relative_to(dataset_dir).as_posix(), voxel_bytes, voxel_file.stat().st_mtime_ns))
-            ray_bytes = ray_stat.st_size
+            ray_bytes = input_size(str(ray_file))
             item = [level, key, str(ray_file), str(voxel_file), is_trivial, splits, base_resolution]
             for split in splits:
                 per_split[split].append(item)
@@ -291,10 +287,6 @@ class VoxelSource:
             }
             for split in all_splits
         }
-        fingerprint = hashlib.sha256()
-        for name in ("splits.json", "metadata.json"):
-            fingerprint.update((dataset_dir / name).read_bytes())
-        fingerprint.update(json.dumps(sorted(listing)).encode())
         tables = {
             "leakage": leakage,
             "levels": level_counts,
@@ -308,7 +300,11 @@ class VoxelSource:
             "ray_dir": ray_dir.name,
             "levels": sorted(levels) if levels is not None else None,
         }
-        return Plan(units, config, fingerprint.hexdigest(), total_bytes, tables, problems)
+        return Plan(units, config, total_bytes, tables, problems)
+
+    def inputs(self, item) -> list[str]:
+        """A sample reads its ray file and its voxel file (the split files only shape the items)."""
+        return [item[2], item[3]]
 
     # ----------------------------------------------------------------------------------- build
     def build(self, unit: Unit, ctx: UnitContext) -> Iterator[tuple[str, dict]]:
