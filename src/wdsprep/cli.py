@@ -83,7 +83,8 @@ def cmd_convert(argv: Sequence[str]) -> int:
     if manifest.problems:
         print(f"{len(manifest.problems)} bad input items skipped (listed in the manifest's 'problems'):", file=sys.stderr)
         for problem in manifest.problems[:10]:
-            print(f"  {problem.get('item')}: {problem.get('message')}", file=sys.stderr)
+            item, message = str(problem.get("item")), str(problem.get("message"))
+            print(f"  {message if message.startswith(item) else f'{item}: {message}'}", file=sys.stderr)
     return 0
 
 

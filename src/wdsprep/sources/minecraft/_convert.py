@@ -93,9 +93,8 @@ def _scan_episode(path: str, directory: str, frames: list, skip: bool) -> _Episo
     scan = _EpisodeScan([], [])
     try:
         for t, relpath, size in frames:
-            data = tree.read(relpath)
             try:
-                frame = load_frame(relpath, data)
+                frame = load_frame(relpath, tree.read(relpath))
             except InputError as error:
                 if not skip:
                     raise

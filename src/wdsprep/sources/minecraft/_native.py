@@ -11,6 +11,7 @@ import os
 import pickle
 import re
 import zipfile
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -61,7 +62,9 @@ class NativeTree:
                 with open(os.path.join(self.path, relpath), "rb") as handle:
                     return handle.read()
             return self._archive().read(relpath)
-        except (OSError, KeyError, zipfile.BadZipFile) as error:
+        except (OSError, KeyError, zipfile.BadZipFile, zlib.error, EOFError) as error:
+            if self.kind == "zip":  # a bad CRC or deflate stream: name the archive and the member
+                raise InputError(f"{self.path}: member {relpath}: corrupt or unreadable ({error})") from None
             raise InputError(f"{relpath}: cannot read: {error}") from None
 
     def _archive(self) -> zipfile.ZipFile:
@@ -178,6 +181,8 @@ class Frame:
 
 def load_frame(relpath: str, data: bytes) -> Frame:
     """Decode and check one frame file; InputError names the file and the rule broken."""
+    if not data:
+        raise InputError(f"{relpath}: empty file (0 bytes), expected a frame .npy")
     try:
         content = _unpickle_npy(data)
     except ValueError as error:

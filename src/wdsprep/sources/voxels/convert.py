@@ -19,6 +19,7 @@ import json
 import pathlib
 import re
 import zipfile
+import zlib
 from typing import Iterator
 
 import numpy as np
@@ -67,7 +68,7 @@ def load_npz(path: pathlib.Path) -> dict[str, np.ndarray]:
         raise InputError(f"{path}: file not found") from None
     except InputError:
         raise
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError) as error:
+    except (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError, KeyError) as error:
         raise InputError(f"{path}: not a readable .npz file ({error})") from None
 
 
