@@ -280,28 +280,33 @@ def _load_units(store, config: dict) -> dict[str, UnitResult]:
 
 class _UnitJournal:
     """Appends each finished unit to `_units.json` at once (stores that cannot append get the whole
-    file rewritten at most once a second, and at the end)."""
+    file rewritten at most once a second, and at the end). Nothing is written before the first unit
+    of this run is done, so a run that fails at once leaves the output as it was."""
 
     def __init__(self, store, config: dict, done: dict[str, UnitResult]):
         self.store = store
         self.lines = [json.dumps({"config": config}, sort_keys=True, default=str)]
         self.lines += [json.dumps(asdict(r), sort_keys=True, default=str) for r in done.values()]
         self.append = getattr(store, "append_bytes", None)
+        self.written = False
         self.last_flush = time.monotonic()
-        store.write_bytes(UNITS_NAME, ("\n".join(self.lines) + "\n").encode())
 
     def record(self, result: UnitResult) -> None:
         line = json.dumps(asdict(result), sort_keys=True, default=str)
         self.lines.append(line)
-        if self.append is not None:
+        if not self.written or (self.append is None and time.monotonic() - self.last_flush > 1.0):
+            self._rewrite()  # the first record replaces a journal of an earlier config
+        elif self.append is not None:
             self.append(UNITS_NAME, (line + "\n").encode())
-        elif time.monotonic() - self.last_flush > 1.0:
-            self.close()
 
     def close(self) -> None:
-        if self.append is None:
-            self.store.write_bytes(UNITS_NAME, ("\n".join(self.lines) + "\n").encode())
-            self.last_flush = time.monotonic()
+        if self.written and self.append is None:
+            self._rewrite()
+
+    def _rewrite(self) -> None:
+        self.store.write_bytes(UNITS_NAME, ("\n".join(self.lines) + "\n").encode())
+        self.written = True
+        self.last_flush = time.monotonic()
 
 
 def _remove_stale_shards(store, splits: dict[str, list[dict]]) -> None:

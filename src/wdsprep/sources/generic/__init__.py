@@ -36,7 +36,7 @@ class GenericSource:
             field = rest.rsplit(".", 1)[0]
             for other in samples.get(key, []):
                 if other.partition(".")[2].rsplit(".", 1)[0] == field:
-                    raise InputError(f"{os.path.join(split_dir, other)} and {name}: field {field!r} of sample "
+                    raise InputError(f"{os.path.join(split_dir, other)} and {os.path.join(split_dir, name)}: field {field!r} of sample "
                                      f"{key!r} is given twice (keep one file per field)")
             samples.setdefault(key, []).append(name)
         return samples

@@ -1,0 +1,94 @@
+"""Every bad input is one line naming the file and the rule broken, exit 1, and no partial output
+(generic source here; each source's folder covers its own formats)."""
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+
+from wdsprep.cli import main
+from wdsprep.conversion import _describe_items
+
+
+def _good(root, count=3):
+    os.makedirs(root / "train", exist_ok=True)
+    for i in range(count):
+        np.save(root / "train" / f"k{i}.array.npy", np.arange(4, dtype=np.float32) + i)
+        (root / "train" / f"k{i}.meta.json").write_text(json.dumps({"i": i}))
+
+
+def _dangling(root):
+    os.symlink(root / "nowhere.npy", root / "train" / "k9.array.npy")
+    return root / "train" / "k9.array.npy", "dangling symbolic link"
+
+
+def _zero_byte(root):
+    (root / "train" / "k1.array.npy").write_bytes(b"")
+    return root / "train" / "k1.array.npy", r"empty file \(0 bytes\), expected a .npy array"
+
+
+def _text_as_npy(root):
+    (root / "train" / "k1.array.npy").write_text("just some text, not an array\n")
+    return root / "train" / "k1.array.npy", r"not a .npy file \(does not start with the \\x93NUMPY magic\)"
+
+
+def _truncated_npy(root):
+    path = root / "train" / "k1.array.npy"
+    path.write_bytes(path.read_bytes()[:-5])
+    return path, r"truncated or malformed .npy"
+
+
+def _object_npy(root):
+    np.save(root / "train" / "k1.array.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    return root / "train" / "k1.array.npy", r"holds pickled \(object\) data; only plain arrays are read"
+
+
+def _bad_json(root):
+    (root / "train" / "k2.meta.json").write_text("{'single': quotes}")
+    return root / "train" / "k2.meta.json", "not valid JSON"
+
+
+def _not_utf8_json(root):
+    (root / "train" / "k2.meta.json").write_bytes(b"\xff\xfe{}")
+    return root / "train" / "k2.meta.json", "not valid JSON"
+
+
+def _directory_as_file(root):
+    (root / "train" / "k1.array.npy").unlink()
+    (root / "train" / "k1.array.npy").mkdir()
+    return root / "train" / "k1.array.npy", "not a regular file"
+
+
+def _same_field_twice(root):
+    (root / "train" / "k1.array.json").write_text("[1, 2]")
+    return root / "train" / "k1.array.json", r"field 'array' of sample 'k1' is given twice"
+
+
+CASES = {f.__name__[1:]: f for f in (_dangling, _zero_byte, _text_as_npy, _truncated_npy, _object_npy, _bad_json,
+                                      _not_utf8_json, _directory_as_file, _same_field_twice)}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_bad_input_is_one_line_naming_the_file_exit_1_and_no_output(tmp_path, capsys, case):
+    native, out = tmp_path / "in", tmp_path / "out"
+    _good(native)
+    path, rule = CASES[case](native)
+    assert main(["convert", "generic", str(native), str(out), "--quiet"]) == 1
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    if case == "same_field_twice":  # names both files
+        assert lines[0].startswith(f"wdsprep: error: {path} and {native / 'train' / 'k1.array.npy'}: ")
+    else:
+        assert lines[0].startswith(f"wdsprep: error: {path}: "), lines[0]
+    assert re.search(rule, lines[0]), lines[0]
+    assert [name for name in os.listdir(out) if name != ".wdsprep.lock"] == []
+
+
+def test_a_unit_failure_names_the_item_count_and_the_first_item_only():
+    items = [[f"/data/in/train/sample{i:06d}", "train", f"sample{i:06d}", ["a.npy", "b.json"]] for i in range(40)]
+    text = _describe_items(items)
+    assert text.startswith('40 items, first ["/data/in/train/sample000000"') and len(text) < 120
+    assert "sample000001" not in text
+    assert _describe_items(items[:1]).startswith("1 item, first")
