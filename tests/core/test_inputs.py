@@ -2,17 +2,21 @@
 rebuilds exactly the unit it feeds, and the new data is what streams (generic source; each source's
 folder has the same story for its own inputs)."""
 import os
+import pathlib
 import shutil
 import tarfile
+import tempfile
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import wdsprep
 import wdsprep.stream
 from wdsprep.conversion import convert
 from wdsprep.errors import InputError
-from wdsprep.inputs import InputFingerprints
+from wdsprep.inputs import InputFingerprints, unit_input_fingerprints
 from wdsprep.testing.edits import overwrite_keeping_size, rewritten_shards, shard_identities, zip_with_member_replaced
 
 KEY = "sample000077"
@@ -138,3 +142,34 @@ def test_an_input_that_vanishes_or_dangles_is_named(tmp_path):
         InputFingerprints("stat").of([str(link)])
     with pytest.raises(InputError, match=f"^{target}: no such file$"):
         InputFingerprints("content").of([str(target)])
+
+
+class _FileSource:
+    """A stand-in source: an item is a list of file paths, all of which feed it."""
+
+    id = "files"
+
+    @staticmethod
+    def inputs(item):
+        return item
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), mode=st.sampled_from(["content", "stat"]))
+def test_changed_inputs_change_exactly_the_digests_of_the_units_they_feed(tmp_path, data, mode):
+    from wdsprep.sources.base import Unit
+
+    root = pathlib.Path(tempfile.mkdtemp(dir=tmp_path))  # a fresh directory per example
+    files = [root / f"f{i}" for i in range(data.draw(st.integers(1, 8)))]
+    for path in files:
+        path.write_bytes(b"\0" * 16)
+    units = [Unit("train", index, [[str(f) for f in data.draw(st.lists(st.sampled_from(files), max_size=3))]])
+             for index in range(data.draw(st.integers(1, 6)))]
+    before = unit_input_fingerprints(_FileSource, units, mode)
+    changed = data.draw(st.sets(st.sampled_from(files)))
+    for path in changed:
+        overwrite_keeping_size(str(path), b"\1" * 16, restore_mtime=data.draw(st.booleans()))
+    after = unit_input_fingerprints(_FileSource, units, mode)
+    assert len(before) == len(after) == len(units)
+    expected = {unit.index for unit in units if {str(f) for f in changed} & set(unit.items[0])}
+    assert {unit.index for unit, b, a in zip(units, before, after) if b != a} == expected
