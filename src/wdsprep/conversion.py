@@ -22,7 +22,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .errors import ConfigError, OutputError, WdsprepError
+from .errors import ConfigError, ConversionError, OutputError
 from .executors import get_executor
 from .inputs import unit_input_fingerprints
 from .progress import Progress
@@ -35,10 +35,6 @@ from .sources.registry import load_source
 
 UNITS_NAME = "_units.json"
 CORE_CONFIG = ("shard_bytes", "codec", "zstd_level", "on_error")
-
-
-class ConversionError(WdsprepError):
-    pass
 
 
 @dataclass

@@ -1,4 +1,14 @@
-"""One exception hierarchy: every message names the input (file, URL, key) and the rule broken."""
+"""One exception hierarchy: every message names the input (file, URL, key) and the rule broken.
+
+    WdsprepError
+    ├── InputError        native input missing or malformed
+    ├── OutputError       output not writable: full disk, permissions, directory in use
+    ├── ConversionError   units failed (each failure named), no manifest written
+    ├── FormatError       a shard, member or manifest breaks wdsprep/1
+    │   ├── ShardError
+    │   └── ManifestError
+    └── ConfigError       invalid conversion or reader configuration
+"""
 from __future__ import annotations
 
 
@@ -12,6 +22,10 @@ class InputError(WdsprepError):
 
 class OutputError(WdsprepError):
     """The output cannot be written: a full disk, no permission, or a directory in use by another run."""
+
+
+class ConversionError(WdsprepError):
+    """Some units of a conversion failed; the message names each failure and no manifest was written."""
 
 
 class FormatError(WdsprepError):
