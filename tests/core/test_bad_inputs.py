@@ -92,3 +92,23 @@ def test_a_unit_failure_names_the_item_count_and_the_first_item_only():
     assert text.startswith('40 items, first ["/data/in/train/sample000000"') and len(text) < 120
     assert "sample000001" not in text
     assert _describe_items(items[:1]).startswith("1 item, first")
+
+
+def test_skip_mode_drops_the_bad_samples_lists_them_and_converts_the_rest(tmp_path):
+    import wdsprep
+    from wdsprep.conversion import convert
+
+    native = tmp_path / "in"
+    _good(native, count=7)
+    train = native / "train"
+    (train / "k1.array.npy").write_bytes(b"")
+    (train / "k2.meta.json").write_text("{'single': quotes}")
+    (train / "k4.array.npy").write_text("text\n")
+    (train / "k5.array.json").write_text("[1]")
+    os.symlink(train / "nowhere.npy", train / "k9.array.npy")
+    manifest = convert("generic", str(native), str(tmp_path / "out"), on_error="skip")
+    items = sorted(problem["item"] for problem in manifest.problems)
+    assert items == sorted([str(train / "k1.array.npy"), str(train / "k2.meta.json"), str(train / "k4.array.npy"),
+                            f"{train / 'k5.array.json'} and {train / 'k5.array.npy'}", str(train / "k9.array.npy")])
+    keys = [s["__key__"] for s in wdsprep.dataset(str(tmp_path / "out"), "train", shuffle_shards=False)]
+    assert sorted(keys) == ["k0", "k3", "k6"]

@@ -2,7 +2,8 @@
 
 This is the unpacked form of a webdataset (one file per member). It backs the core's tests and
 benchmarks and is useful on its own for data that is already arrays on disk. A field given twice
-(`x.a.npy` and `x.a.json`) is an error naming both files. Inputs are fingerprinted by content.
+(`x.a.npy` and `x.a.json`) is an error naming both files; with `--on-error skip` a sample with a bad
+file is dropped and listed in the manifest's `problems`. Inputs are fingerprinted by content.
 """
 from __future__ import annotations
 
@@ -25,8 +26,9 @@ class GenericSource:
     def add_arguments(self, parser) -> None:
         pass
 
-    def _samples(self, split_dir: str) -> dict[str, list[str]]:
+    def _samples(self, split_dir: str, report) -> dict[str, list[str]]:
         samples: dict[str, list[str]] = {}
+        bad: set[str] = set()
         for name in sorted(os.listdir(split_dir)):
             if not name.endswith(EXTENSIONS):
                 continue
@@ -36,10 +38,11 @@ class GenericSource:
             field = rest.rsplit(".", 1)[0]
             for other in samples.get(key, []):
                 if other.partition(".")[2].rsplit(".", 1)[0] == field:
-                    raise InputError(f"{os.path.join(split_dir, other)} and {os.path.join(split_dir, name)}: field {field!r} of sample "
-                                     f"{key!r} is given twice (keep one file per field)")
+                    report(f"{os.path.join(split_dir, other)} and {os.path.join(split_dir, name)}: field {field!r} "
+                           f"of sample {key!r} is given twice (keep one file per field)")
+                    bad.add(key)
             samples.setdefault(key, []).append(name)
-        return samples
+        return {key: files for key, files in samples.items() if key not in bad}
 
     def plan(self, input: str, options: dict) -> Plan:
         if not os.path.isdir(input):
@@ -47,14 +50,24 @@ class GenericSource:
         splits = sorted(d for d in os.listdir(input) if os.path.isdir(os.path.join(input, d)))
         if not splits:
             raise InputError(f"{input}: no split directories (expected e.g. {input}/train/)")
+        problems: list[dict] = []
+
+        def report(message: str) -> None:  # skip mode drops the sample and lists it; raise mode stops
+            if options.get("on_error") != "skip":
+                raise InputError(message)
+            problems.append({"item": message.partition(": ")[0], "message": message})
+
         units: list[Unit] = []
         total = 0
         for split in splits:
             split_dir = os.path.join(input, split)
-            samples = self._samples(split_dir)
             items, sizes = [], []
-            for key, files in samples.items():
-                size = sum(input_size(os.path.join(split_dir, f)) for f in files)
+            for key, files in self._samples(split_dir, report).items():
+                try:
+                    size = sum(input_size(os.path.join(split_dir, f)) for f in files)
+                except InputError as error:
+                    report(str(error))
+                    continue
                 items.append([split, key, files, size])
                 sizes.append(size)
                 total += size
@@ -62,7 +75,7 @@ class GenericSource:
             for index, group in enumerate(group_by_size(items, sizes, options["shard_bytes"])):
                 unit_bytes = sum(item[3] for item in group)
                 units.append(Unit(split, index, [[input, *item[:3]] for item in group], unit_bytes))
-        return Plan(units, {"layout": "<split>/<key>.<field>.npy|json"}, total)
+        return Plan(units, {"layout": "<split>/<key>.<field>.npy|json"}, total, problems=problems)
 
     def inputs(self, item) -> list[str]:
         root, split, _, files = item
@@ -70,12 +83,21 @@ class GenericSource:
 
     def build(self, unit: Unit, ctx: UnitContext) -> Iterator[tuple[str, dict]]:
         for root, split, key, files in unit.items:
-            fields = {}
-            for name in files:
-                path = os.path.join(root, split, name)
-                field, ext = name[len(key) + 1 :].rsplit(".", 1)
-                fields[field] = read_npy_file(path) if ext == "npy" else read_json_file(path)
-            yield key, fields
+            try:
+                yield key, self._fields(os.path.join(root, split), key, files)
+            except InputError as error:
+                if ctx.options.get("on_error") != "skip":
+                    raise
+                ctx.report_bad(str(error).partition(": ")[0], str(error))
+
+    @staticmethod
+    def _fields(directory: str, key: str, files: list[str]) -> dict:
+        fields = {}
+        for name in files:
+            field, ext = name[len(key) + 1 :].rsplit(".", 1)
+            path = os.path.join(directory, name)
+            fields[field] = read_npy_file(path) if ext == "npy" else read_json_file(path)
+        return fields
 
     def finalize(self, plan: Plan, unit_tables) -> dict:
         return {}
