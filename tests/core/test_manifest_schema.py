@@ -15,13 +15,10 @@ CLI = [sys.executable, "-m", "wdsprep"]
 
 
 @pytest.fixture
-def good(tmp_path):
-    """A real manifest written by the writer (3 shards of 7, 7, 1 samples), as a dict."""
-    from conftest import write_counted_shards
-
-    path = write_counted_shards(tmp_path / "shards", [7, 7, 1])
-    with open(path) as handle:
-        return path, json.load(handle)
+def good(uneven_manifest):
+    """A real manifest written by the writer (8 shards of 7 samples, the last of 1), as a dict."""
+    with open(uneven_manifest) as handle:
+        return uneven_manifest, json.load(handle)
 
 
 def _write(path, data):
@@ -44,7 +41,7 @@ def test_the_good_manifest_loads_and_keeps_unknown_optional_row_fields(good):
     data["splits"]["train"]["shards"][0]["future_field"] = {"anything": [1]}
     _write(path, data)
     manifest = wdsprep.stream.load_manifest(path)
-    assert manifest.samples("train") == 15
+    assert manifest.samples("train") == 50
     assert manifest.shards("train")[0]["future_field"] == {"anything": [1]}
 
 
@@ -52,13 +49,13 @@ def test_a_lowered_sample_count_disagrees_with_the_split_total(good):
     path, data = good
     data["splits"]["train"]["shards"][1]["samples"] = 3
     message = _load_error(path, data)
-    assert "splits.train.samples" in message and "add up to 11" in message
+    assert "splits.train.samples" in message and "says 50, but its shard rows add up to 46" in message
 
 
 def test_a_lowered_count_with_lowered_totals_still_disagrees_with_the_overall_totals(good):
     path, data = good
     data["splits"]["train"]["shards"][1]["samples"] = 3
-    data["splits"]["train"]["samples"] = 11
+    data["splits"]["train"]["samples"] = 46
     assert "totals.samples" in _load_error(path, data)
 
 
