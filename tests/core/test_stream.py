@@ -139,5 +139,5 @@ def test_loader_resume_with_two_workers_is_exact(uneven_manifest, stop_after):
 def test_loader_state_refuses_other_worker_counts(uneven_manifest):
     dataset = wdsprep.dataset(uneven_manifest, "train")
     state = wdsprep.Loader(dataset, batch_size=2, num_workers=2).state_dict()
-    with pytest.raises(wdsprep.ConfigError, match="same num_workers"):
+    with pytest.raises(wdsprep.ConfigError, match="num_workers=2, this loader has 1"):
         wdsprep.Loader(dataset, batch_size=2, num_workers=1).load_state_dict(state)

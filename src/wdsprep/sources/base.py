@@ -98,20 +98,46 @@ class Source(Protocol):
         """Write synthetic native data for `wdsprep synth <id>`."""
 
 
+# Units are planned to fill this fraction of the target by the sources' estimates: a unit whose
+# written bytes (tar headers, codec) come out a little above its estimate would otherwise roll over
+# into a one-sample tail shard (1 MiB samples, 64 MB shards: 32 of 65 shards held one sample).
+PLAN_FILL = 0.9
+
+
 def group_by_size(items: Iterable[Any], sizes: Iterable[int], target_bytes: int) -> list[list]:
-    """Group consecutive items so each group's size stays near `target_bytes` (at least one item)."""
-    groups: list[list] = []
-    current: list = []
+    """Group consecutive items so each group's size stays near `PLAN_FILL * target_bytes` (at least
+    one item per group). Only the last group may be under half the target: when it would be, it
+    and the group before share their items evenly by size."""
+    items, sizes = list(items), list(sizes)
+    if len(items) != len(sizes):
+        raise ValueError(f"group_by_size: {len(items)} items but {len(sizes)} sizes")
+    limit = max(1, int(target_bytes * PLAN_FILL))
+    bounds: list[int] = [0]  # group i is items[bounds[i]:bounds[i+1]]
     total = 0
-    for item, size in zip(items, sizes):
-        if current and total + size > target_bytes:
-            groups.append(current)
-            current, total = [], 0
-        current.append(item)
+    for i, size in enumerate(sizes):
+        if i > bounds[-1] and total + size > limit:
+            bounds.append(i)
+            total = 0
         total += size
-    if current:
-        groups.append(current)
-    return groups
+    bounds.append(len(items))
+    if len(bounds) > 2 and total < target_bytes / 2:
+        bounds[-2] = _even_cut(sizes, bounds[-3], len(items), limit)
+    return [items[lo:hi] for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
+
+
+def _even_cut(sizes: list[int], lo: int, hi: int, limit: int) -> int:
+    """The cut in sizes[lo:hi] (keeping an item on each side) that best halves their total while
+    the first part stays within `limit`."""
+    whole = sum(sizes[lo:hi])
+    best, best_gap, prefix = lo + 1, None, 0
+    for cut in range(lo + 1, hi):
+        prefix += sizes[cut - 1]
+        if prefix > limit and cut > lo + 1:
+            break
+        gap = abs(whole - 2 * prefix)
+        if best_gap is None or gap < best_gap:
+            best, best_gap = cut, gap
+    return best
 
 
 # -- reading native input files: one line naming the file and the rule broken, whatever goes wrong

@@ -12,11 +12,12 @@ which records each worker's position in the main process.
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-import numpy as np
 import webdataset as wds
 from webdataset.compat import FluidInterface
 
@@ -25,7 +26,18 @@ from ..shards.manifest import Manifest
 from ..shards.tarformat import iter_samples
 from .manifests import load_manifest
 from .opener import open_url
-from .plan import Piece, rank_pieces, worker_pieces
+from .plan import (
+    Level,
+    Piece,
+    Sequence,
+    block_permutation,
+    epoch_sequence,
+    rank_share,
+    remainder,
+    share,
+    stream_positions,
+    worker_pieces,
+)
 
 
 def distributed_info(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
@@ -116,6 +128,8 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
         self.handler = handler
         self.check_counts = check_counts
         self._resume: dict[int, Position] = {}
+        self._levels: list[Level] = []  # interrupted passes of this epoch that an elastic resume continues
+        self._digest: str | None = None
         self._counter: _Counter | None = None
         self._count_at: int | None = None  # pipeline index where outputs are counted (before batching)
         self._worker_override: tuple[int, int] | None = None  # set by wdsprep.Loader inside workers
@@ -130,40 +144,122 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
         self.auto_epoch = False
+        self._levels = []
+
+    @property
+    def digest(self) -> str:
+        """Names, counts and sha256 of the split's shards: what a saved state must have been read from."""
+        if self._digest is None:
+            rows = [[row["name"], row["samples"], row.get("sha256")] for row in self.rows]
+            self._digest = hashlib.sha256(json.dumps(rows).encode()).hexdigest()[:16]
+        return self._digest
 
     def _layout(self) -> dict:
         rank, world = distributed_info(self.rank_arg, self.world_arg)
-        return {"seed": self.seed, "rank": rank, "world_size": world, "split": self.split, "shards": len(self.rows)}
+        return {"dataset": self.digest, "split": self.split, "seed": self.seed, "shuffle_shards": self.shuffle_shards,
+                "shuffle_buffer": self.shuffle_buffer, "equalize": self.equalize, "rank": rank, "world_size": world}
+
+    def make_state(self, num_workers: int, positions: dict[int, dict], **extra) -> dict:
+        """A rank's state: its layout, the epoch, each worker's position and the passes it resumes."""
+        return {**self._layout(), "epoch": self.epoch, "num_workers": num_workers, **extra,
+                "workers": {str(w): dict(p) for w, p in sorted(positions.items())},
+                "resumed_from": [_level_json(level) for level in self._levels]}
+
+    def parse_state(self, state: dict | list, num_workers: int, what: str = "dataset") -> dict[int, dict]:
+        """Check a state (this rank's own, or every old rank's) and adopt its epoch and resumed passes;
+        returns the worker positions to resume from (none after an elastic resume)."""
+        layout = self._layout()
+        states = state if isinstance(state, list) else [state]
+        if not states or not all(isinstance(s, dict) for s in states):
+            raise ConfigError("a state is a dict (this rank's) or a list of every rank's dicts")
+        for one in states:
+            for name in ("dataset", "split", "seed", "shuffle_shards", "shuffle_buffer", "equalize"):
+                if one.get(name) != layout[name]:
+                    raise ConfigError(f"state was saved with {name}={one.get(name)!r}, this {what} has {layout[name]!r}")
+        first = states[0]
+        if not isinstance(state, list):
+            for name, here in (("world_size", layout["world_size"]), ("rank", layout["rank"]), ("num_workers", num_workers)):
+                if first.get(name) != here:
+                    raise ConfigError(
+                        f"state was saved with {name}={first.get(name)!r}, this {what} has {here!r}; "
+                        "to resume on another world, pass the list of every rank's state"
+                    )
+            self.epoch = int(first["epoch"])
+            self._levels = [_level_from_json(level) for level in first.get("resumed_from", [])]
+            return {int(w): dict(p) for w, p in first["workers"].items()}
+        world = len(states)
+        for name in ("epoch", "world_size", "num_workers", "resumed_from"):
+            values = {json.dumps(s.get(name), sort_keys=True) for s in states}
+            if len(values) != 1:
+                raise ConfigError(f"the states disagree on {name} ({', '.join(sorted(values))})")
+        if first.get("world_size") != world or sorted(s.get("rank") for s in states) != list(range(world)):
+            raise ConfigError(f"the list must hold one state per rank 0..{first.get('world_size')}-1 "
+                              f"(got ranks {[s.get('rank') for s in states]})")
+        positions = {
+            (s["rank"], int(w)): (int(p["skip"]), int(p.get("discard", 0))) for s in states for w, p in s["workers"].items()
+        }
+        self.epoch = int(first["epoch"])
+        self._levels = [_level_from_json(level) for level in first.get("resumed_from", [])]
+        self._levels.append(Level(world, int(first["num_workers"]), positions))
+        return {}
 
     def state_dict(self) -> dict:
-        """Position of a single-process iteration (see `wdsprep.Loader` for DataLoader workers)."""
+        """This process's position: inside a DataLoader worker (torchdata's StatefulDataLoader) that
+        worker's, otherwise a single-process iteration's (see `wdsprep.Loader` for workers)."""
+        worker, num_workers = self._worker_override or worker_info()
         position = self._counter.position if self._counter else Position()
-        return {**self._layout(), "epoch": self.epoch, "num_workers": 1, "workers": {"0": position.as_dict()}}
+        return self.make_state(num_workers, {worker: position.as_dict()})
 
-    def load_state_dict(self, state: dict) -> None:
-        layout = self._layout()
-        for name in ("seed", "world_size", "split", "shards"):
-            if state.get(name) != layout[name]:
-                raise ConfigError(f"state was saved with {name}={state.get(name)!r}, this dataset has {layout[name]!r}")
-        self.epoch = int(state["epoch"])
-        self._resume = {int(w): Position(**p) for w, p in state["workers"].items()}
+    def load_state_dict(self, state: dict | list) -> None:
+        """Resume from this rank's own state (same world and workers), or from the list of every
+        old rank's state (any world and workers: the epoch's remainder is dealt afresh)."""
+        _, num_workers = self._worker_override or worker_info()
+        self._resume = {w: Position(**p) for w, p in self.parse_state(state, num_workers).items()}
 
     # -- what this worker reads
-    def pieces(self, worker: int = 0, num_workers: int = 1, epoch: int | None = None) -> list[Piece]:
+    def sequence(self, epoch: int | None = None) -> Sequence:
+        """The samples this pass deals: the epoch's G, or what the interrupted passes left of it."""
+        epoch = self.epoch if epoch is None else epoch
+        sequence = epoch_sequence(self.counts, self.seed, epoch, self.shuffle_shards)
+        for level in self._levels:
+            sequence = remainder(sequence, level, seed=self.seed, epoch=epoch, shuffle_buffer=self.shuffle_buffer,
+                                 equalize=self.equalize)
+        return sequence
+
+    def _rank_share(self, epoch: int | None = None) -> tuple[Sequence, list[Piece], int]:
         rank, world = distributed_info(self.rank_arg, self.world_arg)
-        mine = rank_pieces(
-            self.counts,
-            rank=rank,
-            world_size=world,
-            seed=self.seed,
-            epoch=self.epoch if epoch is None else epoch,
-            shuffle=self.shuffle_shards,
-            equalize=self.equalize,
-        )
-        return worker_pieces(mine, worker=worker, num_workers=num_workers)
+        sequence = self.sequence(epoch)
+        pieces, first, own = rank_share(sequence, rank, world, self.equalize)
+        return sequence, pieces, own
+
+    def pieces(self, worker: int = 0, num_workers: int = 1, epoch: int | None = None) -> list[Piece]:
+        return worker_pieces(self._rank_share(epoch)[1], worker=worker, num_workers=num_workers)
 
     def samples_per_rank(self, epoch: int | None = None) -> int:
-        return sum(p.samples for p in self.pieces(0, 1, epoch))
+        return sum(p.samples for p in self._rank_share(epoch)[1])
+
+    def _carried_discards(self, sequence: Sequence, pieces: list[Piece], own: int, worker: int, num_workers: int) -> dict[int, int]:
+        """Stream positions of this worker's samples whose outputs were partly delivered before an
+        elastic resume -> how many outputs to discard (the padding repeat discards nothing)."""
+        if not sequence.discards:
+            return {}
+        rank, _ = distributed_info(self.rank_arg, self.world_arg)
+        run_start, run_stop = share(sum(p.samples for p in pieces), num_workers, worker)
+        run = Sequence(worker_pieces(pieces, worker=worker, num_workers=num_workers))
+        owned = max(0, min(run_stop, own) - run_start)
+        found: dict[int, int] = {}
+        position = 0
+        for piece in run.pieces:
+            for (shard, index), count in sequence.discards.items():
+                if shard == piece.shard and piece.start <= index < piece.stop and position + index - piece.start < owned:
+                    found[position + index - piece.start] = count
+            position += piece.samples
+        if self.shuffle_buffer <= 1 or not found:
+            return found
+        order = stream_positions(len(run), 0, len(run), shuffle_buffer=self.shuffle_buffer,
+                                 key=(self.seed, self.epoch, rank, worker))
+        where = {q: p for p, q in enumerate(order)}
+        return {where[q]: count for q, count in found.items()}
 
     def _iter_pieces(self, pieces: list[Piece], skip: int) -> Iterator[dict]:
         for piece in pieces:
@@ -204,16 +300,14 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
             buffer = [s for _, s in zip(range(size), stream)]
             if not buffer:
                 return
-            rng = np.random.Generator(np.random.PCG64([self.seed, self.epoch, *worker_key, block]))
-            order = rng.permutation(len(buffer))
+            order = block_permutation(self.seed, self.epoch, *worker_key, block, len(buffer))
             for i in order[offset:]:
                 yield buffer[i]
             offset = 0
             block += 1
 
-    def _source_iterator(self, worker: int, num_workers: int, resume: Position, counter: _Counter) -> Iterator[dict]:
+    def _source_iterator(self, pieces: list[Piece], worker: int, resume: Position, counter: _Counter) -> Iterator[dict]:
         rank, _ = distributed_info(self.rank_arg, self.world_arg)
-        pieces = self.pieces(worker, num_workers)
         if self.shuffle_buffer > 1:
             samples = self._block_shuffled(pieces, resume.skip, (rank, worker))
         else:
@@ -225,14 +319,18 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
 
     # -- iteration with counting
     @staticmethod
-    def _count(outputs: Iterator, resume: Position, counter: _Counter) -> Iterator:
+    def _count(outputs: Iterator, resume: Position, counter: _Counter, discards: dict[int, int]) -> Iterator:
+        """Counts outputs per source sample; `discards`: stream position -> outputs already delivered."""
         position = counter.position = Position(resume.skip, 0, resume.delivered)
-        to_discard = resume.discard
+        if resume.discard:
+            discards = {**discards, resume.skip: resume.discard}
+        to_discard = 0
         for output in outputs:
             if counter.pulled != counter.last_pulled:
                 counter.last_pulled = counter.pulled
                 position.skip = counter.pulled - 1
                 position.discard = 0
+                to_discard = discards.get(position.skip, 0)
             position.discard += 1
             if to_discard:
                 to_discard -= 1
@@ -248,16 +346,18 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
         counter = self._counter = _Counter()
         stages = self.pipeline
         cut = len(stages) if self._count_at is None else self._count_at
-        source = self._source_iterator(worker, num_workers, resume, counter)
+        sequence, mine, own = self._rank_share()
+        source = self._source_iterator(worker_pieces(mine, worker=worker, num_workers=num_workers), worker, resume, counter)
         for step in stages[1:cut]:
             source = self.invoke(step, source)
-        source = self._count(source, resume, counter)
+        source = self._count(source, resume, counter, self._carried_discards(sequence, mine, own, worker, num_workers))
         for step in stages[cut:]:
             source = self.invoke(step, source)
         return source
 
     def iterator(self):
         yield from self.iterator1()
+        self._levels = []  # a resumed pass is over: the next pass deals a whole epoch
         if self.auto_epoch:
             self.epoch += 1
             self._counter = None  # the state now points at the start of the next epoch
@@ -326,3 +426,13 @@ def dataset(
         cache_dir=cache_dir,
         cache_bytes=cache_bytes,
     )
+
+
+def _level_json(level: Level) -> dict:
+    positions = [[r, w, skip, discard] for (r, w), (skip, discard) in sorted(level.positions.items())]
+    return {"world_size": level.world_size, "num_workers": level.num_workers, "positions": positions}
+
+
+def _level_from_json(data: dict) -> Level:
+    positions = {(int(r), int(w)): (int(skip), int(discard)) for r, w, skip, discard in data["positions"]}
+    return Level(int(data["world_size"]), int(data["num_workers"]), positions)

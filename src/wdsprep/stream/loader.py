@@ -102,6 +102,7 @@ class Loader:
         self.auto_epoch = epoch is None
         self.epoch = dataset.epoch if epoch is None else int(epoch)
         self._positions: dict[int, dict] = {}
+        self._levels: list = []  # the interrupted passes an elastic resume continues (see stream/plan.py)
         self._rotation = 0
         self._next_worker = 0
 
@@ -113,6 +114,7 @@ class Loader:
         self.epoch = int(epoch)
         self.auto_epoch = False
         self._positions = {}
+        self._levels = []
         self._next_worker = 0
 
     def __iter__(self) -> Iterator[Any]:
@@ -121,6 +123,7 @@ class Loader:
         dataset.epoch = self.epoch
         dataset.auto_epoch = False
         dataset._resume = {w: Position(**p) for w, p in self._positions.items()}
+        dataset._levels = list(self._levels)
         rotation = self._next_worker
         stream = _WorkerStream(dataset, self.logical_workers, rotation, self.batch_size, self.collate_fn, self.partial)
         loader = DataLoader(
@@ -133,27 +136,18 @@ class Loader:
         if self.auto_epoch:
             self.epoch += 1
         self._positions = {}
+        self._levels = []
         self._next_worker = 0
 
     def state_dict(self) -> dict:
-        layout = self.dataset._layout()
-        return {
-            **layout,
-            "epoch": self.epoch,
-            "num_workers": self.logical_workers,
-            "next_worker": self._next_worker,
-            "workers": {str(w): p for w, p in sorted(self._positions.items())},
-        }
+        saved = copy.copy(self.dataset)
+        saved.epoch, saved._levels = self.epoch, self._levels
+        return saved.make_state(self.logical_workers, self._positions, next_worker=self._next_worker)
 
-    def load_state_dict(self, state: dict) -> None:
-        layout = self.dataset._layout()
-        for name in ("seed", "world_size", "split", "shards"):
-            if state.get(name) != layout[name]:
-                raise ConfigError(f"state was saved with {name}={state.get(name)!r}, this loader has {layout[name]!r}")
-        if state.get("num_workers") != self.logical_workers:
-            raise ConfigError(
-                f"state was saved with {state.get('num_workers')} workers; resume with the same num_workers"
-            )
-        self.epoch = int(state["epoch"])
-        self._positions = {int(w): dict(p) for w, p in state["workers"].items()}
-        self._next_worker = int(state.get("next_worker", 0))
+    def load_state_dict(self, state: dict | list) -> None:
+        """This rank's own state (same world size and num_workers), or the list of every old rank's
+        state (any world size and num_workers)."""
+        restored = copy.copy(self.dataset)
+        self._positions = restored.parse_state(state, self.logical_workers, "loader")
+        self.epoch, self._levels = restored.epoch, restored._levels
+        self._next_worker = int(state.get("next_worker", 0)) if isinstance(state, dict) else 0

@@ -1,24 +1,42 @@
-"""Which samples each rank and worker reads in an epoch: global permutation, balanced split, equal counts.
+"""Which samples each rank and worker reads in an epoch: sample-exact dealing, equal counts, elastic resume.
 
-1. The global shard list is permuted by (seed, epoch) before any split, so every epoch deals shards
-   afresh (webdataset splits first and only shuffles within a fixed slice).
-2. Shards are dealt to ranks greedily by sample count (next shard to the emptiest slot, ties to the
-   lowest index), using the manifest's counts; a rank's stream is then cut into equal contiguous
-   runs, one per DataLoader worker (see `worker_pieces`).
-3. `equalize` makes every rank yield the same number of samples: "drop" truncates every rank to the
-   smallest rank's count; "pad" extends every rank to the largest count by repeating the rank's own
-   samples from the start of its stream (a rank that got no shard repeats the global order's first
-   samples). The padding is the only case where a sample appears twice in an epoch.
-A worker's stream is a list of pieces (shard index, first sample, end sample); the same arguments
-give the same pieces on any machine.
+For a split whose shards hold c[0..S-1] samples, seed s, epoch e, W ranks and K workers per rank:
+
+1. `order` is the shard permutation of (s, e) (`epoch_order`), taken *before* any split, so every
+   epoch deals shards afresh (webdataset splits first and only shuffles within a fixed slice).
+2. The epoch's global sequence G is every shard's samples 0..c-1, shards in `order`; N = len(G).
+3. Rank r gets the contiguous slice of G starting at r*base + min(r, extra), of base (+1 when
+   r < extra) samples, with base, extra = divmod(N, W) (`share`). A shard may be split between
+   neighbouring ranks; a rank reads only its own run of it (seeking locally, a Range remotely).
+4. `equalize`: "pad" makes a rank with `base` samples (when extra > 0) append one more, its own
+   first sample; a rank with none (N < W) appends G[r % N]. "drop" removes the last sample of the
+   ranks with base+1. None deals as is. So pad repeats at most one sample per rank and drop drops at
+   most one, whatever the shard sizes; padding is the only case where a sample appears twice.
+5. A rank's list is cut into K contiguous runs, one per DataLoader worker, by the same rule
+   (`worker_pieces`): equal per-worker counts on every rank are what keep batch counts equal when
+   each worker batches its own stream.
+6. With a shuffle buffer B > 1 (applied by the dataset), a worker's stream is permuted in blocks of
+   B consecutive samples, block b by `block_permutation(seed, epoch, rank, worker, b, len)`.
+7. Elastic resume (`remainder`): given every old rank's saved position, the delivered samples of an
+   interrupted pass are, for each old (rank, worker), the first `skip` samples of its stream (in
+   shuffled order when B > 1; a padding repeat delivers nothing new). The other samples, kept in
+   the order of the pass's input, form the remainder R, which rules 3-6 deal to the new ranks and
+   workers (equalizing over len(R)). A sample whose outputs were partly delivered (`discard`) stays
+   in R and carries its discard count. An interrupted resumed pass is resumed the same way from R.
+
+A stream is a list of pieces (shard index, first sample, end sample); the same arguments give the
+same pieces on any machine.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import bisect
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..errors import ConfigError
+
+EQUALIZE = (None, "pad", "drop")
 
 
 @dataclass(frozen=True)
@@ -32,6 +50,48 @@ class Piece:
         return self.stop - self.start
 
 
+@dataclass
+class Sequence:
+    """An ordered run of samples (pieces) plus the outputs already delivered of some of them."""
+
+    pieces: list[Piece]
+    discards: dict[tuple[int, int], int] = field(default_factory=dict)  # (shard, index) -> outputs delivered
+
+    def __post_init__(self) -> None:
+        self.ends = list(np.cumsum([p.samples for p in self.pieces], dtype=np.int64)) if self.pieces else []
+
+    def __len__(self) -> int:
+        return int(self.ends[-1]) if self.ends else 0
+
+    def sample(self, position: int) -> tuple[int, int]:
+        """(shard, index) at a position of the sequence."""
+        i = bisect.bisect_right(self.ends, position)
+        before = int(self.ends[i - 1]) if i else 0
+        return self.pieces[i].shard, self.pieces[i].start + position - before
+
+    def slice(self, start: int, stop: int) -> list[Piece]:
+        """The pieces of positions [start, stop)."""
+        out: list[Piece] = []
+        i = bisect.bisect_right(self.ends, start)
+        while start < stop and i < len(self.pieces):
+            piece, before = self.pieces[i], (int(self.ends[i - 1]) if i else 0)
+            hi = min(stop, int(self.ends[i]))
+            if start < hi:
+                out.append(Piece(piece.shard, piece.start + start - before, piece.start + hi - before))
+            start = hi
+            i += 1
+        return out
+
+
+@dataclass(frozen=True)
+class Level:
+    """One interrupted pass over a sequence: its world, and every (rank, worker)'s saved position."""
+
+    world_size: int
+    num_workers: int
+    positions: dict[tuple[int, int], tuple[int, int]]  # (rank, worker) -> (skip, discard)
+
+
 def epoch_order(n_shards: int, seed: int, epoch: int, shuffle: bool) -> list[int]:
     if not shuffle:
         return list(range(n_shards))
@@ -39,84 +99,134 @@ def epoch_order(n_shards: int, seed: int, epoch: int, shuffle: bool) -> list[int
     return [int(i) for i in rng.permutation(n_shards)]
 
 
-def deal(order: list[int], counts: list[int], slots: int) -> list[list[int]]:
-    """Greedy balanced dealing of shards (in `order`) to `slots` by sample count."""
-    totals = [0] * slots
-    dealt: list[list[int]] = [[] for _ in range(slots)]
-    for shard in order:
-        slot = min(range(slots), key=lambda s: (totals[s], s))
-        dealt[slot].append(shard)
-        totals[slot] += counts[shard]
-    return dealt
+def epoch_sequence(counts: list[int], seed: int, epoch: int, shuffle: bool) -> Sequence:
+    """G: every shard's samples in order, shards in the epoch's permutation."""
+    order = epoch_order(len(counts), seed, epoch, shuffle)
+    return Sequence([Piece(s, 0, counts[s]) for s in order if counts[s] > 0])
 
 
-def _pieces(shards: list[int], counts: list[int]) -> list[Piece]:
-    return [Piece(s, 0, counts[s]) for s in shards if counts[s] > 0]
+def share(total: int, parts: int, index: int) -> tuple[int, int]:
+    """[start, stop) of part `index` when `total` items are cut into `parts` contiguous runs whose
+    lengths differ by at most one (the first `total % parts` runs get the extra item)."""
+    base, extra = divmod(total, parts)
+    start = index * base + min(index, extra)
+    return start, start + base + (1 if index < extra else 0)
 
 
-def _take(pieces: list[Piece], n: int) -> list[Piece]:
-    """The first n samples of a piece list."""
-    out = []
-    for piece in pieces:
-        if n <= 0:
-            break
-        take = min(n, piece.samples)
-        out.append(Piece(piece.shard, piece.start, piece.start + take))
-        n -= take
-    return out
+def _check(rank: int, world_size: int, equalize: str | None) -> None:
+    if equalize not in EQUALIZE:
+        raise ConfigError(f"equalize must be 'pad', 'drop' or None (got {equalize!r})")
+    if not 0 <= rank < world_size:
+        raise ConfigError(f"rank {rank} is outside world size {world_size}")
 
 
-def _cycle(pieces: list[Piece], n: int) -> list[Piece]:
-    """n samples by cycling through `pieces` (used for padding)."""
-    out: list[Piece] = []
-    total = sum(p.samples for p in pieces)
-    if n <= 0 or total == 0:
-        return out
-    while n > 0:
-        chunk = _take(pieces, n)
-        out.extend(chunk)
-        n -= sum(p.samples for p in chunk)
-    return out
+def rank_share(sequence: Sequence, rank: int, world_size: int, equalize: str | None) -> tuple[list[Piece], int, int]:
+    """(this rank's pieces after equalizing, the sequence position of its first sample, how many of
+    its pieces' samples are its own: the rest is the padding repeat)."""
+    _check(rank, world_size, equalize)
+    total = len(sequence)
+    start, stop = share(total, world_size, rank)
+    own = sequence.slice(start, stop)
+    uneven = total % world_size != 0
+    if equalize == "drop" and uneven and stop - start == total // world_size + 1:
+        return sequence.slice(start, stop - 1), start, stop - start - 1
+    if equalize == "pad" and uneven and stop - start == total // world_size:
+        if own:
+            return own + sequence.slice(start, start + 1), start, stop - start
+        return sequence.slice(rank % total, rank % total + 1), start, 0
+    return own, start, stop - start
 
 
 def rank_pieces(
     counts: list[int], *, rank: int, world_size: int, seed: int, epoch: int, shuffle: bool, equalize: str | None
 ) -> list[Piece]:
-    if equalize not in (None, "pad", "drop"):
-        raise ConfigError(f"equalize must be 'pad', 'drop' or None (got {equalize!r})")
-    if not 0 <= rank < world_size:
-        raise ConfigError(f"rank {rank} is outside world size {world_size}")
-    order = epoch_order(len(counts), seed, epoch, shuffle)
-    dealt = deal(order, counts, world_size)
-    totals = [sum(counts[s] for s in shards) for shards in dealt]
-    mine = _pieces(dealt[rank], counts)
-    if equalize is None or world_size == 1:
-        return mine
-    if equalize == "drop":
-        return _take(mine, min(totals))
-    target = max(totals)
-    own = totals[rank]
-    source = mine if own else _pieces(order, counts)
-    return mine + _cycle(source, target - own)
+    """Rules 1-4 for a fresh epoch."""
+    _check(rank, world_size, equalize)
+    return rank_share(epoch_sequence(counts, seed, epoch, shuffle), rank, world_size, equalize)[0]
 
 
 def worker_pieces(pieces: list[Piece], *, worker: int, num_workers: int) -> list[Piece]:
-    """A rank's stream cut into `num_workers` contiguous runs of equal sample counts (the first
-    `total % num_workers` workers get one more). Equal per-worker counts on every rank are what make
-    batch counts equal across ranks when each DataLoader worker batches its own stream (whole-shard
-    dealing gives e.g. workers of 27/24 samples on one rank and 26/25 on another: 13 vs 14 batches
-    of 4, and a DDP hang). A shard is split between at most two neighbouring workers."""
+    """A rank's stream cut into `num_workers` contiguous runs of equal sample counts (rule 5).
+    A shard is split between at most two neighbouring workers."""
     if num_workers == 1:
         return pieces
-    total = sum(p.samples for p in pieces)
-    base, extra = divmod(total, num_workers)
-    start = worker * base + min(worker, extra)
-    stop = start + base + (1 if worker < extra else 0)
-    out: list[Piece] = []
-    position = 0
-    for piece in pieces:
-        lo, hi = max(start, position), min(stop, position + piece.samples)
-        if lo < hi:
-            out.append(Piece(piece.shard, piece.start + lo - position, piece.start + hi - position))
-        position += piece.samples
+    start, stop = share(sum(p.samples for p in pieces), num_workers, worker)
+    return Sequence(pieces).slice(start, stop)
+
+
+def block_permutation(seed: int, epoch: int, rank: int, worker: int, block: int, size: int) -> np.ndarray:
+    """Rule 6: the order in which a worker yields block `block` (of `size` samples) of its run."""
+    return np.random.Generator(np.random.PCG64([seed, epoch, rank, worker, block])).permutation(size)
+
+
+def stream_positions(run_length: int, first: int, count: int, *, shuffle_buffer: int, key: tuple) -> list[int]:
+    """Run positions of stream positions [first, first+count) of a worker (key = seed, epoch, rank,
+    worker) whose run has `run_length` samples: the identity, or rule 6's block order."""
+    if shuffle_buffer <= 1:
+        return list(range(first, min(first + count, run_length)))
+    out: list[int] = []
+    position = first
+    while position < min(first + count, run_length):
+        block, offset = divmod(position, shuffle_buffer)
+        size = min(shuffle_buffer, run_length - block * shuffle_buffer)
+        order = block_permutation(*key, block, size)
+        take = min(size - offset, first + count - position)
+        out.extend(block * shuffle_buffer + int(i) for i in order[offset : offset + take])
+        position += take
     return out
+
+
+def _delivered(run_length: int, skip: int, shuffle_buffer: int, key: tuple) -> list[tuple[int, int]]:
+    """Run-position intervals of a worker's first `skip` stream samples."""
+    if shuffle_buffer <= 1:
+        return [(0, min(skip, run_length))]
+    whole = min(skip // shuffle_buffer * shuffle_buffer, run_length)
+    tail = stream_positions(run_length, whole, skip - whole, shuffle_buffer=shuffle_buffer, key=key)
+    return [(0, whole)] + [(q, q + 1) for q in tail]
+
+
+def remainder(
+    sequence: Sequence, level: Level, *, seed: int, epoch: int, shuffle_buffer: int, equalize: str | None
+) -> Sequence:
+    """Rule 7: the samples of `sequence` that the interrupted pass `level` had not delivered."""
+    delivered: list[tuple[int, int]] = []
+    discards = dict(sequence.discards)
+    for rank in range(level.world_size):
+        pieces, first, own = rank_share(sequence, rank, level.world_size, equalize)
+        length = sum(p.samples for p in pieces)
+        for worker in range(level.num_workers):
+            skip, discard = level.positions.get((rank, worker), (0, 0))
+            run_start, run_stop = share(length, level.num_workers, worker)
+            key = (seed, epoch, rank, worker)
+            for lo, hi in _delivered(run_stop - run_start, skip, shuffle_buffer, key):
+                lo, hi = run_start + lo, min(run_start + hi, own)  # rank-list positions past `own` are padding
+                if lo < hi:
+                    delivered.append((first + lo, first + hi))
+            if discard and skip < run_stop - run_start:
+                (q,) = stream_positions(run_stop - run_start, skip, 1, shuffle_buffer=shuffle_buffer, key=key)
+                if run_start + q < own:
+                    discards[sequence.sample(first + run_start + q)] = discard
+    pieces: list[Piece] = []
+    position = 0
+    for lo, hi in sorted(delivered):
+        pieces += sequence.slice(position, lo) if lo > position else []
+        position = max(position, hi)
+    pieces += sequence.slice(position, len(sequence))
+    kept = Sequence(_merge(pieces))
+    kept.discards = {sample: n for sample, n in discards.items() if _contains(kept, sample)}
+    return kept
+
+
+def _merge(pieces: list[Piece]) -> list[Piece]:
+    out: list[Piece] = []
+    for piece in pieces:
+        if out and out[-1].shard == piece.shard and out[-1].stop == piece.start:
+            out[-1] = Piece(piece.shard, out[-1].start, piece.stop)
+        elif piece.samples:
+            out.append(piece)
+    return out
+
+
+def _contains(sequence: Sequence, sample: tuple[int, int]) -> bool:
+    shard, index = sample
+    return any(p.shard == shard and p.start <= index < p.stop for p in sequence.pieces)

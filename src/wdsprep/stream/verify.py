@@ -5,7 +5,7 @@ import hashlib
 import io
 from dataclasses import dataclass, field
 
-from ..errors import WdsprepError
+from ..errors import ShardError, WdsprepError
 from ..shards.codec import decode_value
 from ..shards.manifest import Manifest
 from ..shards.tarformat import iter_samples
@@ -47,7 +47,12 @@ def verify_shard(url: str, row: dict) -> str | None:
             for sample in iter_samples(reader, url):
                 for name, value in sample.items():
                     if not name.startswith("__"):
-                        decode_value(name, value)
+                        try:
+                            decode_value(name, value)
+                        except ShardError:
+                            raise
+                        except WdsprepError as error:  # name the shard and member, not just the codec's complaint
+                            raise ShardError(url, f"member {sample['__key__']}.{name}: {error}") from None
                 count += 1
             while reader.read(1 << 20):
                 pass
