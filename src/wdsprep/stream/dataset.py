@@ -82,7 +82,6 @@ class Position:
 class _Counter:
     pulled: int = 0
     position: Position = field(default_factory=Position)
-    last_pulled: int = -1
 
 
 class ShardSource:
@@ -173,7 +172,7 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
         if not states or not all(isinstance(s, dict) for s in states):
             raise ConfigError("a state is a dict (this rank's) or a list of every rank's dicts")
         for one in states:
-            for name in ("dataset", "split", "seed", "shuffle_shards", "shuffle_buffer", "equalize"):
+            for name in ("split", "seed", "dataset", "shuffle_shards", "shuffle_buffer", "equalize"):
                 if one.get(name) != layout[name]:
                     raise ConfigError(f"state was saved with {name}={one.get(name)!r}, this {what} has {layout[name]!r}")
         first = states[0]
@@ -320,25 +319,36 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
     # -- iteration with counting
     @staticmethod
     def _count(outputs: Iterator, resume: Position, counter: _Counter, discards: dict[int, int]) -> Iterator:
-        """Counts outputs per source sample; `discards`: stream position -> outputs already delivered."""
-        position = counter.position = Position(resume.skip, 0, resume.delivered)
+        """Counts outputs per source sample; `discards`: stream position -> outputs already delivered.
+
+        Each output is held until the next one is made, so that when it is delivered the position
+        already knows whether its sample is finished: a finished sample is counted as passed
+        (discard 0), and only a sample with outputs still to come is saved as partly delivered."""
+        position = counter.position = Position(resume.skip, resume.discard, resume.delivered)
         if resume.discard:
             discards = {**discards, resume.skip: resume.discard}
-        to_discard = 0
+        current, seen = -1, 0
+        pending, pending_sample, pending_seen, holding = None, -1, 0, False
         for output in outputs:
-            if counter.pulled != counter.last_pulled:
-                counter.last_pulled = counter.pulled
-                position.skip = counter.pulled - 1
-                position.discard = 0
-                to_discard = discards.get(position.skip, 0)
-            position.discard += 1
-            if to_discard:
-                to_discard -= 1
-                continue
+            sample = counter.pulled - 1  # the source sample this output was made from
+            if sample != current:
+                current, seen = sample, 0
+            seen += 1
+            if holding:
+                if sample == pending_sample:
+                    position.skip, position.discard = pending_sample, pending_seen
+                else:  # the held output was its sample's last
+                    position.skip, position.discard = sample, min(seen, discards.get(sample, 0))
+                position.delivered += 1
+                holding = False
+                yield pending
+            if seen > discards.get(sample, 0):
+                pending, pending_sample, pending_seen, holding = output, sample, seen, True
+        if holding:
+            position.skip, position.discard = counter.pulled, 0
             position.delivered += 1
-            yield output
-        position.skip = counter.pulled  # a finished pass: everything was delivered
-        position.discard = 0
+            yield pending
+        position.skip, position.discard = counter.pulled, 0  # a finished pass: everything was delivered
 
     def iterator1(self):
         worker, num_workers = self._worker_override or worker_info()
