@@ -141,3 +141,27 @@ def test_loader_state_refuses_other_worker_counts(uneven_manifest):
     state = wdsprep.Loader(dataset, batch_size=2, num_workers=2).state_dict()
     with pytest.raises(wdsprep.ConfigError, match="num_workers=2, this loader has 1"):
         wdsprep.Loader(dataset, batch_size=2, num_workers=1).load_state_dict(state)
+
+
+@pytest.mark.parametrize("stop_after", [1, 5, 9])
+def test_torchdata_stateful_dataloader_resumes_exactly_with_two_workers(uneven_manifest, stop_after):
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def make():
+        dataset = wdsprep.dataset(uneven_manifest, "train", seed=3, epoch=1).compose(wdsprep.decode(strip=True))
+        return StatefulDataLoader(dataset, batch_size=3, num_workers=2, collate_fn=lambda b: [s["__key__"] for s in b])
+
+    full = list(make())
+    written = {f"s{shard:02d}x{i:02d}" for shard, count in enumerate([7, 7, 7, 7, 7, 7, 7, 1]) for i in range(count)}
+    assert sorted(k for batch in full for k in batch) == sorted(written)
+    loader = make()
+    iterator = iter(loader)
+    head = [next(iterator) for _ in range(stop_after)]
+    state = loader.state_dict()
+    del iterator
+    resumed = make()
+    resumed.load_state_dict(state)
+    rest = list(resumed)
+    keys = [k for batch in head + rest for k in batch]
+    assert len(keys) == len(set(keys)) == 50  # nothing twice, nothing lost
+    assert head + rest == full
