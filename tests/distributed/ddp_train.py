@@ -1,6 +1,7 @@
 """One rank of a DDP training loop that streams wdsprep shards from a URL (run under torchrun).
 
     torchrun --nproc_per_node=2 tests/distributed/ddp_train.py MANIFEST_URL OUT_DIR [--stop-after K | --resume STATE_DIR]
+    (--resume-all STATE_DIR: load every old rank's state, saved on any world size, for an elastic resume)
 
 The process refuses to write anything to local disk: an audit hook raises on every file opened for
 writing (and on mkdir/rename/temp files) except this rank's result file, so "no local copy" is
@@ -67,6 +68,9 @@ def main() -> None:
     parser.add_argument("--epoch", type=int, default=0)
     parser.add_argument("--stop-after", type=int, default=None)
     parser.add_argument("--resume", default=None, help="directory of rank<R>.json files holding states")
+    parser.add_argument("--resume-all", default=None,
+                        help="directory of every old rank's rank<R>.json: an elastic resume on this world")
+    parser.add_argument("--only-partial", action="store_true", help="with --stop-after: skip the full epoch")
     args = parser.parse_args()
 
     rank_env = int(os.environ["RANK"])
@@ -130,8 +134,17 @@ def main() -> None:
             state = json.load(handle)["state"]
         loader.load_state_dict(state)
         result["resumed"] = train(loader)
+    elif args.resume_all:
+        old = sorted(name for name in os.listdir(args.resume_all) if name.startswith("rank"))
+        states = []
+        for name in old:
+            with open(os.path.join(args.resume_all, name)) as handle:
+                states.append(json.load(handle)["state"])
+        loader.load_state_dict(states)
+        result["resumed"] = train(loader)
     else:
-        result["epoch"] = train(loader)
+        if not args.only_partial:
+            result["epoch"] = train(loader)
         if args.stop_after is not None:
             _, partial = make_loader(args.split)
             result["partial"] = train(partial, stop_after=args.stop_after)

@@ -80,13 +80,13 @@ def _kill_tree(pid: int) -> None:
             pass
 
 
-def torchrun(manifest: str, out: Path, env_extra: dict, *args: str) -> list[dict]:
+def torchrun(manifest: str, out: Path, env_extra: dict, *args: str, nproc: int = 2) -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **env_extra, "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1",
            "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
     env.pop("RANK", None)
     env.pop("WORLD_SIZE", None)
-    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
+    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc_per_node={nproc}",
                "--master_addr=127.0.0.1", f"--master_port={_free_port()}", str(SCRIPT), manifest, str(out), *args]
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                start_new_session=True)
@@ -97,7 +97,7 @@ def torchrun(manifest: str, out: Path, env_extra: dict, *args: str) -> list[dict
         stdout, stderr = process.communicate(timeout=30)
         pytest.fail(f"torchrun did not finish in {TIMEOUT} s:\n{stdout[-3000:]}{stderr[-20000:]}")
     assert process.returncode == 0, stdout[-3000:] + stderr[-20000:]
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)]
 
 
 @pytest.mark.parametrize("backend", ["s3", "http"])
@@ -128,9 +128,9 @@ def test_ddp_two_ranks_stream_equal_disjoint_resumable(backend, request, tmp_pat
         rank_keys = [k for b in e for k in b]
         assert len(rank_keys) - len(set(rank_keys)) <= 2 * per_rank - TRAIN
 
-    # the valid split has one shard: one rank reads none of it, yet both ranks get the same batches
-    # (each rank: 20 samples, 2 workers of 10, batches of 4 -> 3 + 3 batches, the last of each worker partial)
-    assert len(ranks[0]["second"]) == len(ranks[1]["second"]) == 6
+    # the valid split has one shard, shared by the two ranks (webdataset would give one rank nothing):
+    # each rank 10 samples, 2 workers of 5, batches of 4 -> 2 + 2 batches, the last of each worker partial
+    assert len(ranks[0]["second"]) == len(ranks[1]["second"]) == 4
     assert {k for r in ranks for b in r["second"] for k in b} == {f"sample{i:06d}" for i in range(VALID)}
 
     # the run stopped after k steps saw the epoch's first k batches; resumed from the saved states,
@@ -141,3 +141,25 @@ def test_ddp_two_ranks_stream_equal_disjoint_resumable(backend, request, tmp_pat
     assert [r["violations"] for r in resumed] == [[], []]
     for before, after in zip(ranks, resumed):
         assert after["resumed"] == before["epoch"][STOP_AFTER:]
+
+
+@pytest.mark.parametrize("backend", ["s3", "http"])
+def test_ddp_three_ranks_stopped_resume_on_two_ranks_with_other_workers(backend, request, tmp_path, shards):
+    manifest, env = request.getfixturevalue(f"{backend}_source")
+    stopped = torchrun(manifest, tmp_path / "run", env, *EPOCH, "--stop-after", "4", "--workers", "2", "--only-partial",
+                       nproc=3)
+    assert [r["violations"] for r in stopped] == [[], [], []]
+    first = [k for r in stopped for b in r["partial"] for k in b]
+    assert [len(r["partial"]) for r in stopped] == [4, 4, 4]
+    assert len(first) == len(set(first)) == 3 * 4 * 4  # 4 full batches of 4 per rank, nothing twice yet
+
+    resumed = torchrun(manifest, tmp_path / "resume", env, *EPOCH, "--resume-all", str(tmp_path / "run"),
+                       "--workers", "3", nproc=2)
+    assert [r["violations"] for r in resumed] == [[], []]
+    assert len(resumed[0]["resumed"]) == len(resumed[1]["resumed"])  # equal batch counts: no DDP hang
+    second = [k for r in resumed for b in r["resumed"] for k in b]
+    # the two parts together are the whole epoch, each sample once; the only repeat allowed is the one
+    # padding sample of a rank when the 101 - 48 = 53 samples left do not split evenly over 2 ranks
+    assert set(first) | set(second) == {f"sample{i:06d}" for i in range(TRAIN)}
+    assert not set(first) & set(second)
+    assert len(second) - len(set(second)) == (TRAIN - len(first)) % 2
