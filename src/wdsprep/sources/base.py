@@ -106,8 +106,9 @@ PLAN_FILL = 0.9
 
 def group_by_size(items: Iterable[Any], sizes: Iterable[int], target_bytes: int) -> list[list]:
     """Group consecutive items so each group's size stays near `PLAN_FILL * target_bytes` (at least
-    one item per group). Only the last group may be under half the target: when it would be, it
-    and the group before share their items evenly by size."""
+    one item per group). With items of at most (PLAN_FILL - 1/2) x target, only the last group may
+    be under half the target; when it is, it and the group before share their items evenly by size
+    if that leaves both at least half."""
     items, sizes = list(items), list(sizes)
     if len(items) != len(sizes):
         raise ValueError(f"group_by_size: {len(items)} items but {len(sizes)} sizes")
@@ -121,7 +122,10 @@ def group_by_size(items: Iterable[Any], sizes: Iterable[int], target_bytes: int)
         total += size
     bounds.append(len(items))
     if len(bounds) > 2 and total < target_bytes / 2:
-        bounds[-2] = _even_cut(sizes, bounds[-3], len(items), limit)
+        cut = _even_cut(sizes, bounds[-3], len(items), limit)
+        parts = sum(sizes[bounds[-3] : cut]), sum(sizes[cut:])
+        if min(parts) >= target_bytes / 2 and max(parts) <= limit:  # else two small shards instead of one
+            bounds[-2] = cut
     return [items[lo:hi] for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
 
 
