@@ -17,7 +17,9 @@ import json
 import os
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
+from typing import Sequence as Sequence_
 
+import numpy as np
 import webdataset as wds
 from webdataset.compat import FluidInterface
 
@@ -32,11 +34,12 @@ from .plan import (
     Sequence,
     block_permutation,
     epoch_sequence,
+    output_targets,
     rank_share,
     remainder,
-    share,
+    sequence_weights,
     stream_positions,
-    worker_pieces,
+    worker_run,
 )
 
 
@@ -108,6 +111,7 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
         check_counts: bool = True,
         cache_dir: str | None = None,
         cache_bytes: int | float | None = None,
+        outputs_per_sample: Sequence_[int] | Callable | None = None,
     ):
         super().__init__()
         if equalize not in (None, "pad", "drop"):
@@ -126,6 +130,7 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
         self.rank_arg, self.world_arg = rank, world_size
         self.handler = handler
         self.check_counts = check_counts
+        self.shard_weights = self._shard_weights(outputs_per_sample)
         self._resume: dict[int, Position] = {}
         self._levels: list[Level] = []  # interrupted passes of this epoch that an elastic resume continues
         self._digest: str | None = None
@@ -138,6 +143,19 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
 
             self.cache = ShardCache(cache_dir, cache_bytes if cache_bytes is not None else 10e9)
         self.append(ShardSource())
+
+    def _shard_weights(self, outputs_per_sample) -> list[np.ndarray] | None:
+        """Per shard, the training samples each of its samples becomes (see stream/plan.py)."""
+        if outputs_per_sample is None:
+            return None
+        if callable(outputs_per_sample):
+            outputs_per_sample = outputs_per_sample(self.manifest, self.split)
+        flat = np.asarray(list(outputs_per_sample), dtype=np.int64)
+        if flat.ndim != 1 or len(flat) != sum(self.counts) or (flat < 0).any():
+            raise ConfigError(f"outputs_per_sample must give a count >= 0 for each of the {sum(self.counts)} samples "
+                              f"of split {self.split!r} (got {len(flat)} values)")
+        ends = np.cumsum(self.counts)
+        return [flat[end - count : end] for end, count in zip(ends, self.counts)]
 
     # -- epochs and state
     def set_epoch(self, epoch: int) -> None:
@@ -222,34 +240,47 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
         sequence = epoch_sequence(self.counts, self.seed, epoch, self.shuffle_shards)
         for level in self._levels:
             sequence = remainder(sequence, level, seed=self.seed, epoch=epoch, shuffle_buffer=self.shuffle_buffer,
-                                 equalize=self.equalize)
+                                 equalize=self.equalize, shard_weights=self.shard_weights)
         return sequence
 
-    def _rank_share(self, epoch: int | None = None) -> tuple[Sequence, list[Piece], int]:
+    def plan(self, worker: int = 0, num_workers: int = 1, epoch: int | None = None) -> WorkerPlan:
         rank, world = distributed_info(self.rank_arg, self.world_arg)
         sequence = self.sequence(epoch)
-        pieces, first, own = rank_share(sequence, rank, world, self.equalize)
-        return sequence, pieces, own
+        weights = None if self.shard_weights is None else sequence_weights(sequence, self.shard_weights)
+        mine, first, own = rank_share(sequence, rank, world, self.equalize, weights)
+        length = sum(p.samples for p in mine)
+        rank_weights = None if weights is None else weights[first : first + length]
+        run = worker_run(length, worker, num_workers, rank_weights)
+        target = None
+        if weights is not None and self.equalize is not None:
+            target = output_targets(weights, world, num_workers, self.equalize, rank)[worker]
+        return WorkerPlan(sequence, mine, own, run, Sequence(mine).slice(*run), target)
 
     def pieces(self, worker: int = 0, num_workers: int = 1, epoch: int | None = None) -> list[Piece]:
-        return worker_pieces(self._rank_share(epoch)[1], worker=worker, num_workers=num_workers)
+        return self.plan(worker, num_workers, epoch).pieces
 
     def samples_per_rank(self, epoch: int | None = None) -> int:
-        return sum(p.samples for p in self._rank_share(epoch)[1])
+        """Samples this rank reads per epoch; with `outputs_per_sample`, the training samples it yields."""
+        plan = self.plan(0, 1, epoch)
+        if self.shard_weights is None:
+            return sum(p.samples for p in plan.rank_pieces)
+        if plan.target is not None:
+            return plan.target
+        return int(sequence_weights(Sequence(plan.rank_pieces, plan.sequence.discards), self.shard_weights).sum())
 
-    def _carried_discards(self, sequence: Sequence, pieces: list[Piece], own: int, worker: int, num_workers: int) -> dict[int, int]:
+    def _carried_discards(self, plan: WorkerPlan, worker: int) -> dict[int, int]:
         """Stream positions of this worker's samples whose outputs were partly delivered before an
         elastic resume -> how many outputs to discard (the padding repeat discards nothing)."""
-        if not sequence.discards:
+        if not plan.sequence.discards:
             return {}
         rank, _ = distributed_info(self.rank_arg, self.world_arg)
-        run_start, run_stop = share(sum(p.samples for p in pieces), num_workers, worker)
-        run = Sequence(worker_pieces(pieces, worker=worker, num_workers=num_workers))
-        owned = max(0, min(run_stop, own) - run_start)
+        run_start, run_stop = plan.run
+        run = Sequence(plan.pieces)
+        owned = max(0, min(run_stop, plan.own) - run_start)
         found: dict[int, int] = {}
         position = 0
         for piece in run.pieces:
-            for (shard, index), count in sequence.discards.items():
+            for (shard, index), count in plan.sequence.discards.items():
                 if shard == piece.shard and piece.start <= index < piece.stop and position + index - piece.start < owned:
                     found[position + index - piece.start] = count
             position += piece.samples
@@ -318,8 +349,10 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
 
     # -- iteration with counting
     @staticmethod
-    def _count(outputs: Iterator, resume: Position, counter: _Counter, discards: dict[int, int]) -> Iterator:
-        """Counts outputs per source sample; `discards`: stream position -> outputs already delivered.
+    def _count(outputs: Iterator, resume: Position, counter: _Counter, discards: dict[int, int],
+               limit: int | None = None) -> Iterator:
+        """Counts outputs per source sample; `discards`: stream position -> outputs already delivered;
+        `limit`: stop once that many outputs were delivered (counting those before a resume).
 
         Each output is held until the next one is made, so that when it is delivered the position
         already knows whether its sample is finished: a finished sample is counted as passed
@@ -334,6 +367,8 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
             if sample != current:
                 current, seen = sample, 0
             seen += 1
+            if holding and limit is not None and position.delivered >= limit:
+                return  # the position stays at the last output delivered
             if holding:
                 if sample == pending_sample:
                     position.skip, position.discard = pending_sample, pending_seen
@@ -344,11 +379,36 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
                 yield pending
             if seen > discards.get(sample, 0):
                 pending, pending_sample, pending_seen, holding = output, sample, seen, True
-        if holding:
+        if holding and (limit is None or position.delivered < limit):
             position.skip, position.discard = counter.pulled, 0
             position.delivered += 1
             yield pending
+        elif holding:
+            return
         position.skip, position.discard = counter.pulled, 0  # a finished pass: everything was delivered
+
+    def _pad_outputs(self, outputs: Iterator, counter: _Counter, plan: WorkerPlan, worker: int, stages: list) -> Iterator:
+        """Extend a worker's outputs to its target by replaying its first outputs (the rank's, or
+        the pass's, when it has none)."""
+        yield from outputs
+        position = counter.position
+        if position.delivered >= plan.target:
+            return
+        for pieces in (plan.pieces, plan.rank_pieces, plan.sequence.pieces):
+            if sum(p.samples for p in pieces):
+                break
+        while position.delivered < plan.target:
+            replay = self._source_iterator(pieces, worker, Position(), _Counter())
+            for step in stages:
+                replay = self.invoke(step, replay)
+            before = position.delivered
+            for output in replay:
+                if position.delivered >= plan.target:
+                    return
+                position.delivered += 1
+                yield output
+            if position.delivered == before:
+                return  # nothing to repeat: the stages make no output at all
 
     def iterator1(self):
         worker, num_workers = self._worker_override or worker_info()
@@ -356,11 +416,14 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
         counter = self._counter = _Counter()
         stages = self.pipeline
         cut = len(stages) if self._count_at is None else self._count_at
-        sequence, mine, own = self._rank_share()
-        source = self._source_iterator(worker_pieces(mine, worker=worker, num_workers=num_workers), worker, resume, counter)
+        plan = self.plan(worker, num_workers)
+        source = self._source_iterator(plan.pieces, worker, resume, counter)
         for step in stages[1:cut]:
             source = self.invoke(step, source)
-        source = self._count(source, resume, counter, self._carried_discards(sequence, mine, own, worker, num_workers))
+        limit = plan.target if self.equalize == "drop" else None
+        source = self._count(source, resume, counter, self._carried_discards(plan, worker), limit)
+        if plan.target is not None and self.equalize == "pad":
+            source = self._pad_outputs(source, counter, plan, worker, stages[1:cut])
         for step in stages[cut:]:
             source = self.invoke(step, source)
         return source
@@ -383,6 +446,18 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
     def __len__(self) -> int:
         """Samples this rank yields per epoch (with equalize, the same on every rank)."""
         return self.samples_per_rank()
+
+
+@dataclass
+class WorkerPlan:
+    """What one worker of this rank reads in this pass (see stream/plan.py)."""
+
+    sequence: Sequence  # the pass's samples (G, or the remainder after an elastic resume)
+    rank_pieces: list[Piece]  # this rank's list, after equalizing
+    own: int  # samples of rank_pieces that are the rank's own (the rest is the padding repeat)
+    run: tuple[int, int]  # this worker's [start, stop) within rank_pieces
+    pieces: list[Piece]  # this worker's samples
+    target: int | None  # outputs to yield (balancing on training samples with equalize), else None
 
 
 def _batcher(batchsize: int, collation_fn: Callable | None, partial: bool):
@@ -416,11 +491,17 @@ def dataset(
     handler: Callable = wds.reraise_exception,
     cache_dir: str | None = None,
     cache_bytes: int | float | None = None,
+    outputs_per_sample: Sequence_[int] | Callable | None = None,
 ) -> ShardDataset:
     """A webdataset pipeline of raw shard samples (compose `wdsprep.decode()` or a reader stage).
 
     `cache_dir`/`cache_bytes`: keep remote shards in a local LRU cache bounded in bytes (default
-    10 GB when only `cache_dir` is given); without `cache_dir` nothing is written to local disk."""
+    10 GB when only `cache_dir` is given); without `cache_dir` nothing is written to local disk.
+
+    `outputs_per_sample`: how many training samples the composed reader stage makes of each shard
+    sample (one count per sample of the split, in manifest order, or a function (manifest, split)
+    -> counts, e.g. `wdsprep.minecraft.pair_counts(history_length=4)`): ranks and workers are then
+    balanced, and equalized, on training samples, and `len()` counts them (see stream/plan.py)."""
     manifest = manifest_url if isinstance(manifest_url, Manifest) else load_manifest(manifest_url)
     return ShardDataset(
         manifest,
@@ -435,6 +516,7 @@ def dataset(
         handler=handler,
         cache_dir=cache_dir,
         cache_bytes=cache_bytes,
+        outputs_per_sample=outputs_per_sample,
     )
 
 

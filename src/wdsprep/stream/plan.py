@@ -24,6 +24,15 @@ For a split whose shards hold c[0..S-1] samples, seed s, epoch e, W ranks and K 
    workers (equalizing over len(R)). A sample whose outputs were partly delivered (`discard`) stays
    in R and carries its discard count. An interrupted resumed pass is resumed the same way from R.
 
+Balancing on training samples. When a reader stage turns each shard sample into a number of
+training samples known from the manifest (Minecraft pairs of an episode window, voxel ray chunks
+of a subvolume), `weights` (one count per position of the sequence, less the outputs a resumed
+sample already delivered) replace sample counts in rules 3 and 5: a sample goes to the rank (then
+worker) whose share of the outputs, by the same divmod rule, holds its first output (`weighted_cuts`).
+Rule 4 then works on outputs: each worker k of every rank yields `output_targets`[k] outputs, the
+smallest ("drop": the rest are cut) or the largest ("pad": the worker's first outputs are repeated)
+of what worker k has on any rank, so every rank makes the same batches without `Join`.
+
 A stream is a list of pieces (shard index, first sample, end sample); the same arguments give the
 same pieces on any machine.
 """
@@ -120,10 +129,39 @@ def _check(rank: int, world_size: int, equalize: str | None) -> None:
         raise ConfigError(f"rank {rank} is outside world size {world_size}")
 
 
-def rank_share(sequence: Sequence, rank: int, world_size: int, equalize: str | None) -> tuple[list[Piece], int, int]:
+def weighted_cuts(weights: np.ndarray, parts: int) -> list[int]:
+    """Positions cutting samples with these output counts into `parts` contiguous runs: a sample
+    belongs to the run whose share of the outputs (the divmod rule) holds its first output."""
+    before = np.cumsum(weights) - weights
+    total = int(weights.sum())
+    starts = [share(total, parts, k)[0] for k in range(1, parts)]
+    return [0] + [int(i) for i in np.searchsorted(before, starts, side="left")] + [len(weights)]
+
+
+def sequence_weights(sequence: Sequence, shard_weights: list[np.ndarray]) -> np.ndarray:
+    """Outputs still to come of each position of a sequence (a resumed sample's are fewer)."""
+    parts = [shard_weights[p.shard][p.start : p.stop] for p in sequence.pieces]
+    weights = np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+    position = 0
+    for piece in sequence.pieces:
+        for (shard, index), done in sequence.discards.items():
+            if shard == piece.shard and piece.start <= index < piece.stop:
+                at = position + index - piece.start
+                weights[at] = max(0, weights[at] - done)
+        position += piece.samples
+    return weights
+
+
+def rank_share(
+    sequence: Sequence, rank: int, world_size: int, equalize: str | None, weights: np.ndarray | None = None
+) -> tuple[list[Piece], int, int]:
     """(this rank's pieces after equalizing, the sequence position of its first sample, how many of
-    its pieces' samples are its own: the rest is the padding repeat)."""
+    its pieces' samples are its own: the rest is the padding repeat). With `weights`, the cut is on
+    outputs and equalizing is left to the outputs (`output_targets`)."""
     _check(rank, world_size, equalize)
+    if weights is not None:
+        cuts = weighted_cuts(weights, world_size)
+        return sequence.slice(cuts[rank], cuts[rank + 1]), cuts[rank], cuts[rank + 1] - cuts[rank]
     total = len(sequence)
     start, stop = share(total, world_size, rank)
     own = sequence.slice(start, stop)
@@ -145,13 +183,36 @@ def rank_pieces(
     return rank_share(epoch_sequence(counts, seed, epoch, shuffle), rank, world_size, equalize)[0]
 
 
-def worker_pieces(pieces: list[Piece], *, worker: int, num_workers: int) -> list[Piece]:
-    """A rank's stream cut into `num_workers` contiguous runs of equal sample counts (rule 5).
-    A shard is split between at most two neighbouring workers."""
+def worker_run(length: int, worker: int, num_workers: int, weights: np.ndarray | None = None) -> tuple[int, int]:
+    """[start, stop) of a worker's run within its rank's list of `length` samples (rule 5)."""
+    if weights is None:
+        return share(length, num_workers, worker)
+    cuts = weighted_cuts(weights, num_workers)
+    return cuts[worker], cuts[worker + 1]
+
+
+def worker_pieces(pieces: list[Piece], *, worker: int, num_workers: int, weights: np.ndarray | None = None) -> list[Piece]:
+    """A rank's stream cut into `num_workers` contiguous runs of equal sample counts (rule 5), or
+    of outputs with `weights` (the rank's). A shard is split between at most two neighbouring workers."""
     if num_workers == 1:
         return pieces
-    start, stop = share(sum(p.samples for p in pieces), num_workers, worker)
+    start, stop = worker_run(sum(p.samples for p in pieces), worker, num_workers, weights)
     return Sequence(pieces).slice(start, stop)
+
+
+def output_targets(weights: np.ndarray, world_size: int, num_workers: int, equalize: str | None, rank: int) -> list[int]:
+    """Outputs each worker of `rank` yields: its own with equalize=None, else the smallest ("drop")
+    or largest ("pad") that the same worker has on any rank."""
+    cuts = weighted_cuts(weights, world_size)
+    table = []
+    for r in range(world_size):
+        mine = weights[cuts[r] : cuts[r + 1]]
+        inner = weighted_cuts(mine, num_workers)
+        table.append([int(mine[inner[k] : inner[k + 1]].sum()) for k in range(num_workers)])
+    if equalize is None:
+        return table[rank]
+    pick = min if equalize == "drop" else max
+    return [pick(row[k] for row in table) for k in range(num_workers)]
 
 
 def block_permutation(seed: int, epoch: int, rank: int, worker: int, block: int, size: int) -> np.ndarray:
@@ -186,17 +247,20 @@ def _delivered(run_length: int, skip: int, shuffle_buffer: int, key: tuple) -> l
 
 
 def remainder(
-    sequence: Sequence, level: Level, *, seed: int, epoch: int, shuffle_buffer: int, equalize: str | None
+    sequence: Sequence, level: Level, *, seed: int, epoch: int, shuffle_buffer: int, equalize: str | None,
+    shard_weights: list[np.ndarray] | None = None,
 ) -> Sequence:
     """Rule 7: the samples of `sequence` that the interrupted pass `level` had not delivered."""
     delivered: list[tuple[int, int]] = []
     discards = dict(sequence.discards)
+    weights = None if shard_weights is None else sequence_weights(sequence, shard_weights)
     for rank in range(level.world_size):
-        pieces, first, own = rank_share(sequence, rank, level.world_size, equalize)
+        pieces, first, own = rank_share(sequence, rank, level.world_size, equalize, weights)
         length = sum(p.samples for p in pieces)
+        mine = None if weights is None else weights[first : first + length]
         for worker in range(level.num_workers):
             skip, discard = level.positions.get((rank, worker), (0, 0))
-            run_start, run_stop = share(length, level.num_workers, worker)
+            run_start, run_stop = worker_run(length, worker, level.num_workers, mine)
             key = (seed, epoch, rank, worker)
             for lo, hi in _delivered(run_stop - run_start, skip, shuffle_buffer, key):
                 lo, hi = run_start + lo, min(run_start + hi, own)  # rank-list positions past `own` are padding
