@@ -9,12 +9,24 @@ Reader API (`wdsprep.minecraft.<name>`):
 """
 from ._convert import SOURCE, MinecraftSource, episode_key
 from ._native import ACTION_FIELDS, ACTION_NAMES
-from ._read import TASKS, MinecraftPairs, Vocabulary, action_to_text, collate, collate_fn, pairs, vocabulary, voxel_to_text
+from ._read import (
+    TASKS,
+    MinecraftPairs,
+    Vocabulary,
+    action_to_text,
+    collate,
+    collate_fn,
+    pair_counts,
+    pairs,
+    vocabulary,
+    voxel_to_text,
+)
 
 __all__ = [
     "SOURCE",
     "MinecraftSource",
     "pairs",
+    "pair_counts",
     "MinecraftPairs",
     "vocabulary",
     "Vocabulary",

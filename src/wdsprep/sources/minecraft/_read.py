@@ -16,6 +16,7 @@ import torch
 
 from ...errors import ConfigError, FormatError
 from ...shards.codec import decode_sample
+from ._convert import windows
 from ._native import ACTION_FIELDS, ACTION_NAMES
 
 TASKS = ("frame_prediction", "action_recognition")
@@ -205,6 +206,27 @@ def pairs(task: str = "frame_prediction", history_length: int = 1, crop: int | N
 
 
 # ------------------------------------------------------------------------------------ collate
+def pair_counts(history_length: int = 1, max_episodes: int | None = None) -> Callable:
+    """For `wdsprep.dataset(..., outputs_per_sample=pair_counts(...))`: the pairs that
+    `pairs(history_length=H, max_episodes=N)` makes of each shard sample (episode window), from the
+    manifest's episode table and window config (no shard is read), so ranks balance on pairs."""
+    if int(history_length) < 1:
+        raise ConfigError(f"history_length must be >= 1, got {history_length}")
+
+    def counts(manifest, split: str) -> list[int]:
+        window_frames, overlap = manifest.config["window_frames"], manifest.config["window_overlap"]
+        out = []
+        for row in sorted(manifest.tables["episodes"], key=lambda row: row["index"]):
+            for first, last in row["segments"]:  # a segment is a run of consecutive frame numbers
+                for number, (start, stop) in enumerate(windows(last - first + 1, window_frames, overlap)):
+                    skipped = max_episodes is not None and row["index"] >= max_episodes
+                    target = max(int(history_length), 0 if number == 0 else overlap, 1)
+                    out.append(0 if skipped else max(0, stop - start - target))
+        return out
+
+    return counts
+
+
 def collate(batch: Sequence[dict], device: str | torch.device | None = None,
             pin_memory: bool | None = None) -> dict:
     """Stack a list of pairs into a batch: tensors stacked, numbers as tensors, strings as lists.

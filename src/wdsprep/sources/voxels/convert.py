@@ -321,6 +321,8 @@ class VoxelSource:
                 raise
             meta = fields["meta"]
             ctx.add_table_entry("samples", [unit.split, shard_key(level, key), level, meta["num_rays"]])
+            if meta.get("trivial"):  # the reader skips these by default: its chunk counts need to know
+                ctx.add_table_entry("trivial", [unit.split, shard_key(level, key)])
             yield shard_key(level, key), fields
 
     def finalize(self, plan: Plan, unit_tables) -> dict:
@@ -330,7 +332,11 @@ class VoxelSource:
             for split, key, level, num_rays in tables.get("samples", []):
                 samples.setdefault(split, []).append([key, level, num_rays])
                 rays[split] = rays.get(split, 0) + num_rays
-        return {"samples": samples, "rays": rays}
+        trivial: dict[str, list] = {split: [] for split in samples}
+        for tables in unit_tables:
+            for split, key in tables.get("trivial", []):
+                trivial[split].append(key)
+        return {"samples": samples, "rays": rays, "trivial": trivial}
 
     def synth(self, directory: str, seed: int = 0, size: str = "small") -> None:
         from .synth import synth

@@ -239,6 +239,29 @@ def samples(
     return stage
 
 
+def chunk_counts(rays_per_chunk: int | None = None, levels: Sequence[int] | None = None,
+                 include_empty: bool = False) -> Callable:
+    """For `wdsprep.dataset(..., outputs_per_sample=chunk_counts(...))`: the training samples that
+    `samples(...)` with the same options makes of each shard sample, from the manifest's tables
+    (`samples`: level and ray count per subvolume, `trivial`), so ranks balance on ray chunks."""
+    check_reader_options("dense", 6, rays_per_chunk)
+    wanted = None if levels is None else {int(level) for level in levels}
+
+    def counts(manifest, split: str) -> list[int]:
+        tables = manifest.tables
+        if "trivial" not in tables:
+            raise ConfigError("this voxels manifest has no 'trivial' table (converted before it was recorded): "
+                              "convert again to balance on ray chunks")
+        trivial = set(tables["trivial"].get(split, []))
+        return [
+            len(chunk_bounds(int(num_rays), rays_per_chunk))
+            if keep_sample({"level": level, "trivial": key in trivial}, wanted, include_empty) else 0
+            for key, level, num_rays in tables["samples"].get(split, [])
+        ]
+
+    return counts
+
+
 def _peek_meta(sample: dict) -> dict | None:
     for name in ("meta.mp", "meta"):
         if name in sample:
