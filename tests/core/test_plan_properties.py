@@ -107,7 +107,7 @@ def _interrupt(samples, world, workers, equalize, buffer, seed, epoch, draw):
     for rank in range(world):
         for worker in range(workers):
             stream = ref_stream(samples, rank, world, worker, workers, equalize, buffer, seed, epoch)
-            skip = draw(st.integers(0, len(stream)))
+            skip = draw(st.one_of(st.just(len(stream)), st.integers(0, len(stream))))  # finished workers too
             discard = draw(st.integers(0, 2)) if skip < len(stream) else 0
             positions[(rank, worker)] = (skip, discard)
             delivered += [s for s, pad in stream[:skip] if not pad]
@@ -116,9 +116,9 @@ def _interrupt(samples, world, workers, equalize, buffer, seed, epoch, draw):
     return Level(world, workers, positions), delivered, partial
 
 
-@settings(max_examples=200, deadline=None)
-@given(counts=counts_strategy, world=st.integers(1, 5), workers=st.integers(1, 3), new_world=st.integers(1, 5),
-       new_workers=st.integers(1, 3), buffer=st.sampled_from([0, 3]), equalize=st.sampled_from([None, "pad", "drop"]),
+@settings(max_examples=600, deadline=None)
+@given(counts=counts_strategy, world=st.integers(1, 8), workers=st.integers(1, 3), new_world=st.integers(1, 5),
+       new_workers=st.integers(1, 3), buffer=st.sampled_from([0, 3]), equalize=st.sampled_from(["pad", "pad", None, "drop"]),
        seed=st.integers(0, 1000), data=st.data())
 def test_elastic_remainder_delivers_the_rest_exactly_once(counts, world, workers, new_world, new_workers, buffer, equalize, seed, data):
     epoch = 3
@@ -153,6 +153,14 @@ def test_second_interruption_resumes_from_the_first_remainder():
     # second pass over the 13 left: ranks 7/6 (+1 pad): rank0 read r1[0:4], rank1 r1[7:9]; g[12] is r1[9]
     assert flat(rest2.pieces) == r1[4:7] + r1[9:]
     assert rest2.discards == {g[12]: 1}
+
+
+def test_a_delivered_padding_repeat_delivers_nothing_new():
+    # 4 samples on 3 ranks: [G0 G1] [G2 +G2] [G3 +G3]; rank 1 delivered everything, its repeat included
+    g = ref_global([4], 0, 0, False)
+    level = Level(3, 1, {(1, 0): (2, 0)})
+    rest = remainder(epoch_sequence([4], 0, 0, False), level, seed=0, epoch=0, shuffle_buffer=0, equalize="pad")
+    assert flat(rest.pieces) == [g[0], g[1], g[3]]
 
 
 def test_bad_equalize_and_rank_are_refused():

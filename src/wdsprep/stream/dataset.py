@@ -1,13 +1,21 @@
-"""`wdsprep.dataset(...)`: a webdataset pipeline over a manifest with global shuffling, equal ranks
-and exact mid-epoch resume.
+"""`wdsprep.dataset(...)`: a webdataset pipeline over a manifest with global shuffling, sample-exact
+rank/worker dealing (stream/plan.py), and exact mid-epoch resume, on the same world or another.
 
 Resume contract. The pipeline counts, per DataLoader worker, how many source samples it pulled and
-how many outputs the stages produced since the last pull; `state_dict()` saves that, and a resumed
+how many outputs the stages produced of the current one; `state_dict()` saves that, and a resumed
 iteration skips the pulled samples cheaply (whole shards are not opened, samples inside a shard are
-seeked over) and discards the outputs already delivered. This is exact for stages that map, filter
-or expand samples one at a time (every reader stage of wdsprep), and for `.batched()` called on this
-object (batching is placed after the counting point). With DataLoader workers, use `wdsprep.Loader`,
-which records each worker's position in the main process.
+seeked over) and discards the outputs already delivered. Each output is held until the stages make
+the next one, so a saved position never points into a sample whose outputs were all delivered.
+This is exact for stages that map, filter or expand samples one at a time (every reader stage of
+wdsprep), and for `.batched()` called on this object (batching is placed after the counting point).
+With DataLoader workers, use `wdsprep.Loader`, which records each worker's position in the main
+process, or torchdata's `StatefulDataLoader`, which calls `state_dict()` inside each worker (the
+state is then that worker's).
+
+Elastic resume. `load_state_dict` takes this rank's own state (same world size and workers), or the
+list of every rank's state: the interrupted pass becomes a `Level` of the epoch's history, and this
+pass deals what the history left (`plan.remainder`). The history is saved in `resumed_from`, so a
+resumed pass can itself be resumed elastically; a state holds positions only, never sample lists.
 """
 from __future__ import annotations
 

@@ -5,6 +5,8 @@ main process keeps the latest position per worker and which worker delivered las
 DataLoader hands out batches round-robin over workers (skipping exhausted ones), so on resume the
 workers are rotated to start with the worker that would have delivered next, and each one skips to
 its saved position: the resumed run yields exactly the batches the uninterrupted run had left.
+`load_state_dict` also takes the list of every rank's state, for any world size and num_workers
+(an elastic resume: see stream/dataset.py); the resumed run then starts with worker 0.
 """
 from __future__ import annotations
 
