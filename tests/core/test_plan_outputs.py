@@ -61,6 +61,7 @@ def test_three_ranks_two_workers_get_equal_batches(manifest, equalize, epoch):
     dataset = wdsprep.dataset(manifest, "train", rank=0, world_size=3, seed=2, epoch=epoch, equalize=equalize,
                               outputs_per_sample=WEIGHTS)
     assert len(dataset) == sum(len(b) for b in _worker_batches(manifest, 0, 3, 0, 1, equalize, epoch=epoch))
+    assert dataset.samples_per_rank(num_workers=2) == sum(len(b) for b in per_rank[0][0] + per_rank[0][1])
 
 
 def test_loader_with_workers_and_weights_resumes_exactly(manifest):

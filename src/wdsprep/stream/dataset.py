@@ -267,14 +267,19 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
     def pieces(self, worker: int = 0, num_workers: int = 1, epoch: int | None = None) -> list[Piece]:
         return self.plan(worker, num_workers, epoch).pieces
 
-    def samples_per_rank(self, epoch: int | None = None) -> int:
-        """Samples this rank reads per epoch; with `outputs_per_sample`, the training samples it yields."""
-        plan = self.plan(0, 1, epoch)
+    def samples_per_rank(self, epoch: int | None = None, num_workers: int = 1) -> int:
+        """Samples this rank reads per epoch; with `outputs_per_sample`, the training samples it
+        yields, which with equalize depend on the worker count (each worker meets its own target)."""
         if self.shard_weights is None:
-            return sum(p.samples for p in plan.rank_pieces)
-        if plan.target is not None:
-            return plan.target
-        return int(sequence_weights(Sequence(plan.rank_pieces, plan.sequence.discards), self.shard_weights).sum())
+            return sum(p.samples for p in self.plan(0, 1, epoch).rank_pieces)
+        total = 0
+        for worker in range(num_workers):
+            plan = self.plan(worker, num_workers, epoch)
+            if plan.target is not None:
+                total += plan.target
+            else:
+                total += int(sequence_weights(Sequence(plan.pieces, plan.sequence.discards), self.shard_weights).sum())
+        return total
 
     def _carried_discards(self, plan: WorkerPlan, worker: int) -> dict[int, int]:
         """Stream positions of this worker's samples whose outputs were partly delivered before an
