@@ -23,6 +23,8 @@ For a split whose shards hold c[0..S-1] samples, seed s, epoch e, W ranks and K 
    the order of the pass's input, form the remainder R, which rules 3-6 deal to the new ranks and
    workers (equalizing over len(R)). A sample whose outputs were partly delivered (`discard`) stays
    in R and carries its discard count. An interrupted resumed pass is resumed the same way from R.
+   (`skip` counts the samples whose outputs were all delivered: the dataset holds each output until
+   the next one is made, so with one output per sample `skip` equals the outputs delivered.)
 
 Balancing on training samples. When a reader stage turns each shard sample into a number of
 training samples known from the manifest (Minecraft pairs of an episode window, voxel ray chunks
