@@ -1,6 +1,7 @@
 """`torchrun --nproc_per_node=2` (gloo, 127.0.0.1) training loops streaming shards from the local S3
 server and, separately, from HTTP: equal batch counts on uneven shards, every sample once per epoch
-(plus the documented padding), nothing written to local disk, exact resume after k steps."""
+(plus the documented padding), nothing written to local disk, exact resume after k steps; and an
+elastic resume: 3 ranks stopped mid-epoch, resumed on 2 ranks with another num_workers."""
 import collections
 import json
 import os
