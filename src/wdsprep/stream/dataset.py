@@ -405,22 +405,26 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
         the pass's, when it has none)."""
         yield from outputs
         position = counter.position
-        if position.delivered >= plan.target:
-            return
+        own = int(sequence_weights(Sequence(plan.pieces, plan.sequence.discards), self.shard_weights).sum())
+        done = position.delivered - own  # repeats delivered before a resume
         for pieces in (plan.pieces, plan.rank_pieces, plan.sequence.pieces):
             if sum(p.samples for p in pieces):
                 break
+        index = 0  # position in the endless replay of `pieces`
         while position.delivered < plan.target:
             replay = self._source_iterator(pieces, worker, Position(), _Counter())
             for step in stages:
                 replay = self.invoke(step, replay)
-            before = position.delivered
+            before = index
             for output in replay:
                 if position.delivered >= plan.target:
                     return
+                index += 1
+                if index <= done:
+                    continue
                 position.delivered += 1
                 yield output
-            if position.delivered == before:
+            if index == before:
                 return  # nothing to repeat: the stages make no output at all
 
     def iterator1(self):

@@ -30,7 +30,8 @@ Balancing on training samples. When a reader stage turns each shard sample into 
 training samples known from the manifest (Minecraft pairs of an episode window, voxel ray chunks
 of a subvolume), `weights` (one count per position of the sequence, less the outputs a resumed
 sample already delivered) replace sample counts in rules 3 and 5: a sample goes to the rank (then
-worker) whose share of the outputs, by the same divmod rule, holds its first output (`weighted_cuts`).
+worker) whose share of the outputs, by the same divmod rule, holds the sample's midpoint
+(`weighted_cuts`).
 Rule 4 then works on outputs: each worker k of every rank yields `output_targets`[k] outputs, the
 smallest ("drop": the rest are cut) or the largest ("pad": the worker's first outputs are repeated)
 of what worker k has on any rank, so every rank makes the same batches without `Join`.
@@ -133,11 +134,12 @@ def _check(rank: int, world_size: int, equalize: str | None) -> None:
 
 def weighted_cuts(weights: np.ndarray, parts: int) -> list[int]:
     """Positions cutting samples with these output counts into `parts` contiguous runs: a sample
-    belongs to the run whose share of the outputs (the divmod rule) holds its first output."""
-    before = np.cumsum(weights) - weights
+    belongs to the run whose share of the outputs (the divmod rule) holds its midpoint, so a run
+    is off its share by at most half a sample's outputs at either end."""
+    middles = 2 * (np.cumsum(weights) - weights) + weights  # twice the midpoint: integers
     total = int(weights.sum())
-    starts = [share(total, parts, k)[0] for k in range(1, parts)]
-    return [0] + [int(i) for i in np.searchsorted(before, starts, side="left")] + [len(weights)]
+    starts = [2 * share(total, parts, k)[0] for k in range(1, parts)]
+    return [0] + [int(i) for i in np.searchsorted(middles, starts, side="left")] + [len(weights)]
 
 
 def sequence_weights(sequence: Sequence, shard_weights: list[np.ndarray]) -> np.ndarray:
