@@ -71,6 +71,8 @@ def main() -> None:
     parser.add_argument("--resume-all", default=None,
                         help="directory of every old rank's rank<R>.json: an elastic resume on this world")
     parser.add_argument("--only-partial", action="store_true", help="with --stop-after: skip the full epoch")
+    parser.add_argument("--pairs", type=int, default=None, metavar="H",
+                        help="Minecraft shards: train on wdsprep.minecraft.pairs(history_length=H), balanced on pairs")
     args = parser.parse_args()
 
     rank_env = int(os.environ["RANK"])
@@ -118,7 +120,20 @@ def main() -> None:
         iterator.close()  # stop this epoch's DataLoader workers now, not at interpreter exit
         return batches
 
+    def collate_pairs(pairs):
+        return {"keys": [p["__key__"] for p in pairs],  # a voxel's mean as a 4096-wide input: the model is not the point
+                "x": torch.stack([p["voxel"].float().mean().expand(4096) for p in pairs])}
+
     def make_loader(split):
+        if args.pairs:
+            dataset = wdsprep.dataset(args.manifest, split, seed=args.seed, equalize="pad",
+                                      outputs_per_sample=wdsprep.minecraft.pair_counts(history_length=args.pairs))
+            dataset = dataset.compose(wdsprep.minecraft.pairs(history_length=args.pairs))
+            dataset.set_epoch(args.epoch)
+            loader = wdsprep.Loader(dataset, batch_size=args.batch_size, num_workers=args.workers,
+                                    collate_fn=collate_pairs, timeout=60)
+            loader.set_epoch(args.epoch)
+            return dataset, loader
         dataset = wdsprep.dataset(args.manifest, split, seed=args.seed, equalize="pad")
         dataset.set_epoch(args.epoch)
         loader = wdsprep.Loader(dataset, batch_size=args.batch_size, num_workers=args.workers, collate_fn=collate,

@@ -8,9 +8,11 @@ import pytest
 import webdataset as wds
 
 import wdsprep
+from test_distributed_ddp import torchrun
 from wdsprep.conversion import convert
 from wdsprep.sources.minecraft import SOURCE as MINECRAFT
 from wdsprep.sources.voxels import SOURCE as VOXELS
+from wdsprep.testing import RangeHTTPServer
 
 WORLD, WORKERS, BATCH = 3, 2, 4
 
@@ -85,3 +87,21 @@ def test_voxel_ray_chunks_balanced_over_three_ranks(voxels_manifest, equalize):
     counts = wdsprep.voxels.chunk_counts(rays_per_chunk=7)
     table = _batches_per_worker(voxels_manifest, "val", stage, counts, identity, equalize)
     _check(table, everything, equalize)
+
+
+def test_torchrun_three_ranks_train_on_minecraft_pairs_without_join(minecraft_manifest, tmp_path):
+    """Real DDP (gloo) over HTTP: every step all-reduces gradients, so a rank with one batch more
+    would hang the run (the loader's 60 s timeout and torchrun's limit turn that into a failure)."""
+    history = 4
+    stage = wdsprep.minecraft.pairs(history_length=history)
+    everything = {p["__key__"] for p in wds.WebDataset(wdsprep.urls(minecraft_manifest, "train"), shardshuffle=False).compose(stage)}
+    root = minecraft_manifest.rsplit("/", 1)[0]
+    with RangeHTTPServer(root) as server:
+        ranks = torchrun(f"{server.url}/manifest.json", tmp_path / "run", {}, "--pairs", str(history),
+                         "--seed", "3", "--epoch", "0", "--workers", "2", nproc=WORLD)
+    assert [r["violations"] for r in ranks] == [[]] * WORLD
+    assert len({len(r["epoch"]) for r in ranks}) == 1  # equal batch counts, no Join
+    assert ranks[0]["all_counts"] == ranks[1]["all_counts"] == ranks[2]["all_counts"]
+    keys = [k for r in ranks for batch in r["epoch"] for k in batch]
+    assert set(keys) == everything
+    assert len(keys) - len(everything) <= WORLD * 2 * (12 - history)  # repeats: at most a window's pairs per worker
