@@ -81,16 +81,14 @@ def test_loader_with_workers_and_weights_resumes_exactly(manifest):
     assert head + list(resumed) == full
 
 
-@pytest.mark.parametrize("equalize", ["pad", "drop"])
-@pytest.mark.parametrize("rank", [0, 1, 2])
+@pytest.mark.parametrize("equalize, rank", [("pad", 1), ("pad", 2), ("drop", 0), ("drop", 2)])
 def test_resume_near_the_end_is_exact_while_padding_or_dropping(manifest, equalize, rank):
     def make(equalize=equalize):
         return wdsprep.dataset(manifest, "train", rank=rank, world_size=3, seed=2, epoch=1, equalize=equalize,
                                outputs_per_sample=WEIGHTS).compose(_expand)
 
     full = list(make())
-    if len(full) == len(list(make(None))):
-        pytest.skip("this rank neither pads nor drops in this epoch")
+    assert len(full) != len(list(make(None)))  # the case under test: this rank pads or drops its outputs
     for stop in range(max(0, len(full) - 25), len(full) + 1):
         run = make()
         iterator = iter(run)
