@@ -1,4 +1,5 @@
-"""Convert scenes to shards and read the legacy loader's crop pairs back."""
+"""The legacy float layout (`layout="legacy"`): convert scenes to shards and read the legacy
+loader's crop pairs back. The mosaic layout's tests are in test_rawnind_mosaic.py."""
 import shutil
 
 import numpy as np
@@ -23,7 +24,7 @@ def shards(synth_small, tmp_path_factory):
     native = work / "native"
     shutil.copytree(synth_small, native)
     out = work / "shards"
-    manifest = convert("rawnind", str(native), str(out), shard_bytes="4MB", tile_size=512)
+    manifest = convert("rawnind", str(native), str(out), shard_bytes="4MB", tile_size=512, layout="legacy")
     return native, out, manifest
 
 
@@ -47,7 +48,8 @@ def test_manifest_splits_tables_and_problems(shards, synth_small):
     counts = {split: sum(row["samples"] for row in rows) for split, rows in manifest.splits.items()}
     assert counts == {"train": 6, "test": 2}
     assert len(manifest.tables["pairs"]) == 9
-    assert manifest.problems == []
+    # the legacy float layout is Bayer only: the X-Trans scene is listed, not converted
+    assert manifest.problems == [{"item": "X-Trans/Fuji_flowers", "message": "the legacy layout holds Bayer scenes only; not converted"}]
     assert manifest.config["tile_size"] == 512
     assert (native / "metadata_cache.jsonl").exists()  # computed once, reused by a re-run
 
@@ -199,7 +201,7 @@ def test_plan_errors_name_the_problem(tmp_path, synth_tiny):
         convert("rawnind", str(native), str(tmp_path / "out"), tile_size=30)
     for path in (native / "files").glob("*.dng"):
         path.unlink()
-    with pytest.raises(InputError, match="no complete Bayer scene to convert .*incomplete on disk, missing"):
+    with pytest.raises(InputError, match="no complete scene to convert .*incomplete on disk, missing"):
         convert("rawnind", str(native), str(tmp_path / "out"))
 
 
@@ -248,7 +250,7 @@ def test_map_style_drop_in(shards):
 def test_conversion_is_deterministic_with_or_without_the_metadata_cache(shards, tmp_path):
     native, out, manifest = shards
     again = convert("rawnind", str(native), str(tmp_path / "again"), shard_bytes="4MB", tile_size=512,
-                    metadata_cache=False, workers=2)
+                    metadata_cache=False, workers=2, layout="legacy")
     for split, rows in manifest.splits.items():
         assert [(r["name"], r["sha256"]) for r in rows] == [(r["name"], r["sha256"]) for r in again.splits[split]]
 

@@ -90,7 +90,7 @@ def test_synth_writes_the_real_formats(synth_small):
 
 
 def test_alignment_recovers_known_shifts_and_gains(synth_small, tmp_path):
-    scenes = truth(synth_small)["scenes"]
+    scenes = {key: scene for key, scene in truth(synth_small)["scenes"].items() if key.startswith("Bayer/")}
     checked = 0
     for scene in scenes.values():
         gt = read_bayer(str(synth_small / "files" / scene["clean"][0]))

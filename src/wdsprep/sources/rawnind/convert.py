@@ -1,18 +1,31 @@
-"""Fetched RawNIND scenes -> shards of aligned clean/noisy tiles.
+"""Fetched RawNIND scenes -> shards of aligned clean/noisy tiles, in one of two layouts.
 
-Layout: one shard sample per (scene, tile). A tile is a `T x T` window of the scene's reference
-clean capture (the first clean image, as the loaders use), holding
+`--layout mosaic` (the default) stores what the cameras recorded. One sample per (scene, tile): the
+clean image is cut into non-overlapping tiles of about T x T (`tile_spans`); a sample holds
+  clean   uint16 [h+2a, w+2a]     the reference clean mosaic over the tile plus a halo `a` (clipped
+                                  at the image edges), at its native integer precision
+  noisy   uint16 [N, h+2a, w+2a]  every noisy mosaic over the same window moved by its shift
+                                  (zero where the noisy capture has no pixels)
+  mask    uint8  [N, ceil(h*w/8)] per noisy capture the bool mask over the tile (loss mask x
+                                  overexposure x overlap), bit-packed row-major
+  meta    msgpack                 geometry (tile, window, valid rectangles), CFA pattern and
+                                  colours, black/white levels, rgb_xyz_matrix, alignments, gains
+and the reader makes the float targets (normalise, demosaic, colour transform, gain) for each crop
+only, so shards are about the size of the raw files. The halo (2 px Bayer, 6 px X-Trans) lets a
+crop's demosaic see its neighbours: a Bayer crop equals the crop of the whole-image demosaic.
+
+`--layout legacy` (Bayer only) is the earlier float layout, kept for users whose code reads it:
   gt_rgb       float32 [3, T, T]        clean, demosaiced, linear Rec.2020
   noisy_bayer  float32 [N, 4, T/2, T/2] every noisy capture, RGGB, aligned to the clean tile
   mask         bool    [N, T, T]        per noisy capture: loss mask x overexposure x overlap
   meta         msgpack                  scene, files, alignments, gains, mask means, matrix
-so the clean tile is stored once for all its noisy captures and the reader can draw the legacy
-loader's random crops from any (tile, noisy) pair without touching another sample.
+on overlapping T x T tiles (`tile_origins`).
 
-Alignment keeps the Bayer phase: a noisy capture is sampled at `clean - shift` with the shift
-rounded down to even numbers (the original trims one extra row/column for an odd shift; both
-leave at most one pixel of misalignment). Windows outside the noisy capture are zero, and masked.
-Scenes in `test_reserve` go to the `test` split, the others to `train`.
+Alignment keeps the Bayer phase: a Bayer noisy capture is sampled at `clean - shift` with the
+shift rounded down to even numbers (the original trims one extra row/column for an odd shift;
+both leave at most one pixel of misalignment). X-Trans captures are only read as RGB, so they use
+the exact shift (the stored CFA pattern is rolled to each window). Windows outside the noisy
+capture are zero, and masked. Scenes in `test_reserve` go to the `test` split, the others to `train`.
 """
 from __future__ import annotations
 
@@ -26,16 +39,21 @@ from ...errors import InputError
 from ..base import Plan, Unit, UnitContext, group_by_size
 from .index import INDEX_FILENAME, build_scenes, load_index
 from .metadata import MetadataCache, PairMetadata, scene_metadata
-from .raw import cam_to_lin_rec2020, demosaic, mono_to_rggb, read_bayer
+from .raw import RawImage, cam_to_lin_rec2020, demosaic, mono_to_rggb, read_raw
 
 DEFAULT_TILE = 1024
+LAYOUTS = ("mosaic", "legacy")
+HALO = {True: 2, False: 6}  # by is_bayer: bilinear needs 1 px (2 keeps the RGGB phase); VNG 2-3
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tile-size", dest="tile_size", type=int, default=DEFAULT_TILE,
                         help=f"tile edge in raw pixels, a multiple of 4 (default {DEFAULT_TILE})")
+    parser.add_argument("--layout", choices=LAYOUTS, default="mosaic",
+                        help="mosaic: the recorded uint16 mosaics, targets made at read time (default); "
+                             "legacy: float32 Rec.2020/RGGB tiles (Bayer only)")
     parser.add_argument("--store-dtype", dest="store_dtype", choices=["float32", "float16"], default="float32",
-                        help="dtype of the stored image tiles (float16 halves the shards, as the legacy crops)")
+                        help="legacy layout: dtype of the stored image tiles (float16 halves the shards)")
     parser.add_argument("--no-metadata-cache", dest="metadata_cache", action="store_false",
                         help="do not read or write metadata_cache.jsonl in the input directory")
 
@@ -67,12 +85,15 @@ def plan(input: str, options: dict) -> Plan:
     tile = int(options.get("tile_size") or DEFAULT_TILE)
     if tile < 8 or tile % 4:
         raise InputError(f"{input}: --tile-size {tile} must be a multiple of 4, at least 8")
+    layout = options.get("layout") or "mosaic"
+    if layout not in LAYOUTS:
+        raise InputError(f"{input}: --layout {layout!r} is not one of {', '.join(LAYOUTS)}")
     scenes = build_scenes(load_index(index_path), None)
     problems: list[dict] = []
     by_split: dict[str, list[tuple[dict, int]]] = {"train": [], "test": []}
     for scene in scenes:
-        if scene.cfa.lower() != "bayer":
-            problems.append({"item": scene.key, "message": "X-Trans scenes need darktable; not converted"})
+        if scene.cfa.lower() != "bayer" and layout == "legacy":
+            problems.append({"item": scene.key, "message": "the legacy layout holds Bayer scenes only; not converted"})
             continue
         paths = {image.filename: _locate(root, image) for image in scene.images}
         missing = [name for name, path in paths.items() if path is None]
@@ -94,10 +115,10 @@ def plan(input: str, options: dict) -> Plan:
         size = sum(os.path.getsize(paths[image.filename]) for image in [reference, *scene.noisy])
         by_split["test" if scene.test_reserve else "train"].append((item, size))
     if not any(by_split.values()):
-        raise InputError(f"{input}: no complete Bayer scene to convert ({len(problems)} skipped: "
+        raise InputError(f"{input}: no complete scene to convert ({len(problems)} skipped: "
                          + "; ".join(f"{p['item']}: {p['message']}" for p in problems[:3]) + ")")
-    # shards hold float32 tiles: ~ (12 + 5 N) bytes per pixel vs 2 (1 + N) in the raw files
-    expansion = 4 if options.get("store_dtype", "float32") == "float32" else 2
+    # legacy float32 tiles: ~ (12 + 5 N) bytes per pixel vs 2 (1 + N) in the raw files
+    expansion = 1 if layout == "mosaic" else 4 if options.get("store_dtype", "float32") == "float32" else 2
     units: list[Unit] = []
     for split, entries in by_split.items():
         groups = group_by_size([entry for entry, _ in entries], [size * expansion for _, size in entries],
@@ -105,13 +126,22 @@ def plan(input: str, options: dict) -> Plan:
         for number, group in enumerate(groups):
             sizes = {id(entry): size for entry, size in entries}
             units.append(Unit(split, number, group, sum(sizes[id(entry)] for entry in group)))
-    config = {
-        "tile_size": tile,
-        "store_dtype": options.get("store_dtype", "float32"),
-        "reference": "first clean capture",
-        "layout": "scene tile: gt_rgb [3,T,T], noisy_bayer [N,4,T/2,T/2], mask [N,T,T], meta",
-        "target": "lin_rec2020 (bilinear demosaic)",
-    }
+    if layout == "mosaic":
+        config = {
+            "tile_size": tile,
+            "layout": "mosaic",
+            "reference": "first clean capture",
+            "fields": "scene tile: clean uint16 [h+2a,w+2a], noisy uint16 [N,h+2a,w+2a], mask packed bits [N,h*w], meta",
+            "target": "made at read time: lin_rec2020 (Bayer bilinear demosaic, X-Trans LibRaw VNG)",
+        }
+    else:
+        config = {
+            "tile_size": tile,
+            "store_dtype": options.get("store_dtype", "float32"),
+            "reference": "first clean capture",
+            "layout": "scene tile: gt_rgb [3,T,T], noisy_bayer [N,4,T/2,T/2], mask [N,T,T], meta",
+            "target": "lin_rec2020 (bilinear demosaic)",
+        }
     return Plan(units=units, config=config,
                 input_bytes=sum(unit.input_bytes for unit in units), problems=problems)
 
@@ -140,6 +170,22 @@ def tile_origins(length: int, tile: int) -> list[int]:
     return starts
 
 
+def tile_spans(length: int, tile: int) -> list[tuple[int, int]]:
+    """(start, size) of ceil(length/tile) non-overlapping tiles covering [0, length) exactly.
+
+    Sizes are multiples of 4 that differ by at most 4, so with more than one tile each is over
+    tile/2 - 4 and a crop of tile/2 - 4 fits any of them; `length` is a multiple of 4 (`read_raw`).
+    """
+    count = max(1, -(-length // tile))
+    quads, extra = divmod(length // 4, count)
+    spans, start = [], 0
+    for number in range(count):
+        size = 4 * (quads + (number < extra))
+        spans.append((start, size))
+        start += size
+    return spans
+
+
 def _even(value: int) -> int:
     return value - (value % 2)
 
@@ -157,29 +203,109 @@ def build(unit: Unit, ctx: UnitContext) -> Iterator[tuple[str, dict]]:
             cache = MetadataCache(root)
         try:
             pairs, _ = scene_metadata(gt_path, item["gt"][1], noisy, cache)
-            gt = read_bayer(gt_path)
-            noisy_rggb = [mono_to_rggb(read_bayer(path).mono) for path, _ in noisy]
+            gt = read_raw(gt_path)
+            noisy_images = [read_raw(path) for path, _ in noisy]
         except InputError as error:
             if options.get("on_error") == "skip":
                 ctx.report_bad(f"{item['cfa']}/{item['scene']}", str(error))
                 continue
             raise
-        yield from _scene_tiles(item, gt, noisy_rggb, pairs, tile, store_dtype, ctx)
+        _add_pairs_table(item, pairs, ctx)
+        if (options.get("layout") or "mosaic") == "mosaic":
+            yield from _mosaic_tiles(item, gt, noisy_images, pairs, tile)
+        else:
+            noisy_rggb = [mono_to_rggb(image.mono) for image in noisy_images]
+            yield from _scene_tiles(item, gt, noisy_rggb, pairs, tile, store_dtype)
 
 
-def _scene_tiles(item, gt, noisy_rggb, pairs: list[PairMetadata], tile: int, store_dtype, ctx) -> Iterator[tuple[str, dict]]:
+def _add_pairs_table(item, pairs: list[PairMetadata], ctx) -> None:
+    scene_key = f"{item['cfa']}/{item['scene']}"
+    for (path, _), pair in zip(item["noisy"], pairs, strict=True):
+        ctx.add_table_entry("pairs", {
+            "scene": scene_key, "split": "test" if item["test_reserve"] else "train",
+            "gt_file": os.path.basename(item["gt"][0]), "noisy_file": os.path.basename(path),
+            **{name: value for name, value in pair.record.items() if name != "rgb_xyz_matrix"},
+        })
+
+
+def _pair_meta(item, records: list[dict], gt: RawImage) -> dict:
+    """The per-scene part of a tile's meta (files, SHA-1s, alignments, gains, matrix)."""
+    return {
+        "scene": item["scene"],
+        "cfa": item["cfa"],
+        "test_reserve": bool(item["test_reserve"]),
+        "gt_file": os.path.basename(item["gt"][0]),
+        "gt_sha1": item["gt"][1],
+        "noisy_files": [os.path.basename(path) for path, _ in item["noisy"]],
+        "noisy_sha1": [sha1 for _, sha1 in item["noisy"]],
+        "best_alignment": [r["best_alignment"] for r in records],
+        "best_alignment_loss": [r["best_alignment_loss"] for r in records],
+        "raw_gain": [r["raw_gain"] for r in records],
+        "rgb_gain": [r["rgb_gain"] for r in records],
+        "mask_mean": [r["mask_mean"] for r in records],
+        "overexposure_lb": records[0]["overexposure_lb"],
+        "rgb_xyz_matrix": np.asarray(gt.rgb_xyz_matrix, dtype=float).tolist(),
+        "is_bayer": bool(gt.is_bayer),
+    }
+
+
+def _mosaic_tiles(item, gt: RawImage, noisy: list[RawImage], pairs: list[PairMetadata], tile: int) -> Iterator[tuple[str, dict]]:
+    height, width = gt.data.shape
+    for image, (path, _) in zip(noisy, item["noisy"], strict=True):
+        if image.data.shape != gt.data.shape or image.pattern.shape != gt.pattern.shape:
+            raise InputError(f"{path}: mosaic {image.data.shape} {image.pattern.shape} does not match the clean "
+                             f"capture's {gt.data.shape} {gt.pattern.shape}")
+    records = [pair.record for pair in pairs]
+    halo = HALO[gt.is_bayer]
+    # Bayer keeps the RGGB phase (even shift); X-Trans is read as RGB only, so the exact shift
+    shifts = [[_even(dy), _even(dx)] if gt.is_bayer else [dy, dx] for dy, dx in (r["best_alignment"] for r in records)]
+    scene_meta = _pair_meta(item, records, gt)
+    scene_meta.update({
+        "layout": "mosaic",
+        "image_size": [height, width],
+        "cfa_pattern": gt.pattern.tolist(),  # channel indices at the image origin
+        "colors": gt.colors,
+        "black_level": [int(v) for v in gt.black_level],
+        "white_level": int(gt.white_level),
+        "noisy_black_level": [[int(v) for v in image.black_level] for image in noisy],
+        "noisy_white_level": [int(image.white_level) for image in noisy],
+        "noisy_shift": shifts,
+        "bayer_alignment": shifts if gt.is_bayer else None,
+        "halo": halo,
+    })
+    for top, tile_h in tile_spans(height, tile):
+        for left, tile_w in tile_spans(width, tile):
+            wy0, wy1 = max(top - halo, 0), min(top + tile_h + halo, height)
+            wx0, wx1 = max(left - halo, 0), min(left + tile_w + halo, width)
+            noisy_windows = np.zeros((len(noisy), wy1 - wy0, wx1 - wx0), dtype=np.uint16)
+            masks = np.zeros((len(noisy), tile_h, tile_w), dtype=bool)
+            valid_boxes = []
+            for n, (image, pair) in enumerate(zip(noisy, pairs, strict=True)):
+                dy, dx = shifts[n]
+                window, valid = _window(image.data, wy0 - dy, wx0 - dx, wy1 - wy0, wx1 - wx0)
+                noisy_windows[n] = window
+                rows, cols = np.flatnonzero(valid.any(axis=1)), np.flatnonzero(valid.any(axis=0))
+                valid_boxes.append([int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1] if len(rows) else [0, 0, 0, 0])
+                in_tile = valid[top - wy0 : top - wy0 + tile_h, left - wx0 : left - wx0 + tile_w]
+                masks[n] = pair.mask[top : top + tile_h, left : left + tile_w] & in_tile
+            meta = dict(scene_meta, tile=[top, left], tile_size=[tile_h, tile_w], window=[wy0, wx0, wy1 - wy0, wx1 - wx0],
+                        noisy_valid=valid_boxes, tile_mask_mean=[float(m.mean()) for m in masks])
+            key = f"{item['cfa']}-{item['scene']}-{top:05d}-{left:05d}"
+            yield key, {
+                "clean": np.ascontiguousarray(gt.data[wy0:wy1, wx0:wx1]),
+                "noisy": noisy_windows,
+                "mask": np.packbits(masks.reshape(len(noisy), -1), axis=1),
+                "meta": meta,
+            }
+
+
+def _scene_tiles(item, gt, noisy_rggb, pairs: list[PairMetadata], tile: int, store_dtype) -> Iterator[tuple[str, dict]]:
+    """The legacy float layout (Bayer only)."""
     gt_rgb = cam_to_lin_rec2020(demosaic(gt.mono), gt.rgb_xyz_matrix)
     height, width = gt_rgb.shape[1:]
     tile_h, tile_w = min(tile, height) & ~3, min(tile, width) & ~3
     records = [pair.record for pair in pairs]
     bayer_shifts = [[_even(r["best_alignment"][0]), _even(r["best_alignment"][1])] for r in records]
-    scene_key = f"{item['cfa']}/{item['scene']}"
-    for position, (path, sha1) in enumerate(item["noisy"]):
-        ctx.add_table_entry("pairs", {
-            "scene": scene_key, "split": "test" if item["test_reserve"] else "train",
-            "gt_file": os.path.basename(item["gt"][0]), "noisy_file": os.path.basename(path),
-            **{name: value for name, value in records[position].items() if name != "rgb_xyz_matrix"},
-        })
     for top in tile_origins(height, tile_h):
         for left in tile_origins(width, tile_w):
             noisy_tiles = np.zeros((len(noisy_rggb), 4, tile_h // 2, tile_w // 2), dtype=np.float32)

@@ -43,8 +43,15 @@ def _pack(kind: int, values) -> bytes:
     raise ValueError(f"unsupported TIFF type {kind}")
 
 
-def write_dng(
-    path: str,
+def write_dng(path: str, cfa: np.ndarray, **options) -> int:
+    """Write a 16-bit mosaic `cfa` (H, W) as a DNG file (see `dng_bytes`); returns its size in bytes."""
+    data = dng_bytes(cfa, **options)
+    with open(path, "wb") as handle:
+        handle.write(data)
+    return len(data)
+
+
+def dng_bytes(
     cfa: np.ndarray,
     *,
     black_level: int,
@@ -57,13 +64,17 @@ def write_dng(
     as_shot_neutral=(0.5, 1.0, 0.6),
     cfa_pattern=(0, 1, 1, 2),
 ) -> int:
-    """Write a 16-bit mosaic `cfa` (H, W) as a DNG; returns the file size in bytes.
+    """The bytes of a DNG holding the 16-bit mosaic `cfa` (H, W).
 
-    `cfa_pattern` is the 2x2 DNG CFAPattern (0 red, 1 green, 2 blue), RGGB by default.
+    `cfa_pattern` is the DNG CFAPattern (0 red, 1 green, 2 blue): RGGB by default, a flat 4-tuple
+    for 2x2 or a 2-D array for any repeat (6x6 for X-Trans).
     """
+    pattern = np.asarray(cfa_pattern, dtype=np.uint8)
+    if pattern.ndim == 1:
+        pattern = pattern.reshape(2, 2)
     cfa = np.asarray(cfa)
     if cfa.ndim != 2 or cfa.dtype != np.uint16:
-        raise ValueError(f"{path}: expected a 2-D uint16 mosaic, got {cfa.dtype} {cfa.shape}")
+        raise ValueError(f"expected a 2-D uint16 mosaic, got {cfa.dtype} {cfa.shape}")
     height, width = cfa.shape
     pixels = cfa.astype("<u2").tobytes()
     entries = [
@@ -82,8 +93,8 @@ def write_dng(
         (279, _LONG, [len(pixels)]),
         (284, _SHORT, [1]),
         (305, _ASCII, "wdsprep synth"),
-        (33421, _SHORT, [2, 2]),  # CFARepeatPatternDim
-        (33422, _BYTE, list(cfa_pattern)),  # CFAPattern
+        (33421, _SHORT, list(pattern.shape)),  # CFARepeatPatternDim
+        (33422, _BYTE, pattern.flatten().tolist()),  # CFAPattern
         (33434, _RATIONAL, [exposure_time]),
         (34855, _SHORT, [min(int(iso), 65535)]),  # ISOSpeedRatings
         (50706, _BYTE, [1, 4, 0, 0]),  # DNGVersion
@@ -131,6 +142,4 @@ def write_dng(
         out += blob
     assert len(out) == strip_offset
     out += pixels
-    with open(path, "wb") as handle:
-        handle.write(out)
-    return len(out)
+    return bytes(out)

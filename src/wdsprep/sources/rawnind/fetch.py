@@ -394,9 +394,6 @@ class Fetcher:
             async for scene in receive:
                 if not self.options.metadata:
                     continue
-                if scene.cfa.lower() != "bayer":
-                    self.metadata_problems.append({"scene": scene.key, "reason": "X-Trans metadata needs darktable; skipped"})
-                    continue
                 gt = scene.clean[0]
                 noisy = [(self._final_path(image), image.sha1) for image in scene.noisy]
                 try:

@@ -1,4 +1,5 @@
-"""A map-style drop-in for the legacy `rawds.CleanProfiledRGBNoisyBayerImageCropsDataset`.
+"""A map-style drop-in for the legacy `rawds.CleanProfiledRGBNoisyBayerImageCropsDataset`
+(and, with `input="rgb"`, `CleanProfiledRGBNoisyProfiledRGBImageCropsDataset`).
 
 Like the legacy class, an item is a clean/noisy *pair* (filtered by alignment loss and mask mean)
 and `__getitem__(i)` returns `num_crops` random crops from a random pre-cropped tile of that pair.
@@ -18,6 +19,8 @@ from ...shards.codec import decode_sample, split_field
 from ...shards.tarformat import index_samples
 from ...stream.manifests import local_shard_paths
 from .read import _check_crop_size, crop_pair, pair_passes
+
+_FIELDS = ("clean", "noisy", "gt_rgb", "noisy_bayer", "mask", "meta")  # both layouts (see convert)
 
 try:  # a torch Dataset when torch is there (it always is with wdsprep), a plain class otherwise
     from torch.utils.data import Dataset as _Base
@@ -42,11 +45,13 @@ class CleanProfiledRGBNoisyBayerImageCropsDataset(_Base):
         test: bool = False,
         seed: int = 0,
         to_torch: bool = True,
+        legacy_values: bool = False,
+        input: str = "bayer",
     ):
         _check_crop_size(crop_size)
         self.split = split or ("test" if test else "train")
         self.options = dict(crop_size=crop_size, num_crops=num_crops, min_valid=min_valid,
-                            match_gain=match_gain, to_torch=to_torch)
+                            match_gain=match_gain, to_torch=to_torch, legacy_values=legacy_values, input=input)
         self.seed = seed
         self.epoch = 0
         self.shards = local_shard_paths(manifest_url, self.split)
@@ -58,6 +63,8 @@ class CleanProfiledRGBNoisyBayerImageCropsDataset(_Base):
                 for key, members in index.items():
                     self._members[(shard_index, key)] = members
                     meta = decode_sample({"__key__": key, "meta.mp": _read(handle, members["meta.mp"])})["meta"]
+                    if input == "bayer" and not meta.get("is_bayer", True):
+                        continue  # X-Trans scenes have no RGGB input
                     for n, noisy_file in enumerate(meta["noisy_files"]):
                         if pair_passes(meta, n, alignment_max_loss, mask_mean_min):
                             tiles_of_pair[(meta["scene"], noisy_file)].append((shard_index, key, n))
@@ -77,7 +84,7 @@ class CleanProfiledRGBNoisyBayerImageCropsDataset(_Base):
         members = self._members[(shard_index, key)]
         with open(self.shards[shard_index], "rb") as handle:
             raw = {"__key__": key, **{suffix: _read(handle, where) for suffix, where in members.items()
-                                      if split_field(suffix)[0] in ("gt_rgb", "noisy_bayer", "mask", "meta")}}
+                                      if split_field(suffix)[0] in _FIELDS}}
         return decode_sample(raw)
 
     def __getitem__(self, i: int) -> dict:

@@ -3,7 +3,8 @@
 Follows `rawproc.get_best_alignment_compute_gain_and_make_loss_mask` (see the research notes A.5):
 overexposure mask on the un-demosaiced clean image, `raw_gain = mean(gt)/mean(noisy)`, integer
 alignment by FFT cross-correlation of z-normalised grey images (the fork's "auto" method) refined
-by the original's L1 neighbourhood search, `rgb_gain` on demosaiced camRGB, and the loss mask
+by the original's L1 neighbourhood search, `rgb_gain` on demosaiced camRGB (bilinear for Bayer,
+LibRaw's VNG for X-Trans, see `raw.demosaic_image`), and the loss mask
 (`x^(1/2.2)` L1 map, threshold `min(0.4, q99.99)`, binary opening, times the shifted
 overexposure mask).
 
@@ -20,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .raw import RawImage, demosaic, read_bayer
+from .raw import RawImage, demosaic_image, read_raw
 
 MAX_SHIFT = 128  # MAX_SHIFT_SEARCH of the original
 LOSS_THRESHOLD = 0.4
@@ -125,8 +126,8 @@ def compute_pair(gt: RawImage, noisy: RawImage, gt_rgb: np.ndarray | None = None
     overexposure = (gt.mono < gt.overexposure_lb).all(axis=0)
     raw_gain = float(gt.mono.mean() / noisy.mono.mean())
     if gt_rgb is None:
-        gt_rgb = demosaic(gt.mono)
-    noisy_rgb = demosaic(noisy.mono)
+        gt_rgb = demosaic_image(gt)
+    noisy_rgb = demosaic_image(noisy)
     anchor_grey = gt_rgb.mean(axis=0)
     target_grey = noisy_rgb.mean(axis=0) * (anchor_grey.mean() / noisy_rgb.mean())
     estimate = fft_alignment(anchor_grey, target_grey)
@@ -146,7 +147,7 @@ def compute_pair(gt: RawImage, noisy: RawImage, gt_rgb: np.ndarray | None = None
         "rgb_gain": rgb_gain,
         "mask_mean": float(mask_overlap.mean()),
         "overexposure_lb": float(gt.overexposure_lb),
-        "is_bayer": True,
+        "is_bayer": bool(gt.is_bayer),
         "rgb_xyz_matrix": np.asarray(gt.rgb_xyz_matrix, dtype=float).round(6).tolist(),
         "alignment_method": "fft+l1",
     }
@@ -227,12 +228,12 @@ def scene_metadata(
         if hit is None:
             missing.append(position)
     if missing:
-        gt = read_bayer(gt_path)
-        gt_rgb = demosaic(gt.mono)
+        gt = read_raw(gt_path)
+        gt_rgb = demosaic_image(gt)
         for position in missing:
             path, sha1 = noisy[position]
             try:
-                pair = compute_pair(gt, read_bayer(path), gt_rgb)
+                pair = compute_pair(gt, read_raw(path), gt_rgb)
             except ValueError as error:
                 from ...errors import InputError
 

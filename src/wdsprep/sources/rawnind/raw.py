@@ -27,20 +27,27 @@ XYZ_TO_LIN_REC2020 = np.array(  # the same coefficients as rawnind's raw.py, so 
 
 @dataclass
 class RawImage:
-    mono: np.ndarray  # float32 [1, H, W], RGGB phase
+    mono: np.ndarray  # float32 [1, H, W]: Bayer in RGGB phase, X-Trans as the sensor's mosaic
     rgb_xyz_matrix: np.ndarray  # float32 [4, 3] as LibRaw gives it
     overexposure_lb: float
-    black_level: list[int]
+    black_level: list[int]  # per channel index of `pattern` (LibRaw's black_level_per_channel)
     white_level: int
     iso: float | None = None
+    data: np.ndarray | None = None  # uint16 [H, W]: the recorded mosaic, cropped like `mono`
+    pattern: np.ndarray | None = None  # channel index at each site of the repeat, at (0, 0)
+    colors: str = "RGBG"  # colour letter of each channel index
 
     @property
     def is_bayer(self) -> bool:
-        return True
+        return self.pattern is None or self.pattern.shape == (2, 2)
 
 
-def read_bayer(path: str) -> RawImage:
-    """Read a Bayer raw file with rawpy; InputError names the file when it is not usable."""
+def read_raw(path: str) -> RawImage:
+    """Read a Bayer or X-Trans raw file with rawpy; InputError names the file when it is not usable.
+
+    Bayer mosaics are cropped to RGGB phase and multiples of 4 (as the original); X-Trans mosaics
+    (6x6 repeat) to multiples of 4 only, their pattern rolled to the crop.
+    """
     try:
         import rawpy
     except ImportError as error:  # pragma: no cover - dependency missing
@@ -49,10 +56,10 @@ def read_bayer(path: str) -> RawImage:
         with rawpy.imread(path) as raw:
             pattern = np.asarray(raw.raw_pattern)
             colors = raw.color_desc.decode("ascii", "replace")
-            if pattern.shape != (2, 2):
-                raise InputError(f"{path}: CFA pattern {pattern.shape} is not a 2x2 Bayer mosaic (X-Trans?)")
+            if pattern.shape not in ((2, 2), (6, 6)):
+                raise InputError(f"{path}: CFA pattern {pattern.shape} is neither a 2x2 Bayer nor a 6x6 X-Trans mosaic")
             sizes = raw.sizes
-            image = np.array(raw.raw_image, dtype=np.float32)
+            image = np.array(raw.raw_image, dtype=np.uint16)
             image = image[sizes.top_margin : sizes.top_margin + sizes.height, sizes.left_margin : sizes.left_margin + sizes.width]
             black = [int(value) for value in raw.black_level_per_channel]
             white = int(raw.white_level)
@@ -71,9 +78,26 @@ def read_bayer(path: str) -> RawImage:
         raise InputError(f"{path}: not a readable raw file ({type(error).__name__}: {error})") from None
     if not np.any(rgb_xyz):
         raise InputError(f"{path}: rgb_xyz_matrix is all zero (camera unknown to LibRaw)")
-    # channel index (into black levels) of each mosaic position, named by colour letter
+    if pattern.shape == (2, 2):
+        image, pattern = _rggb_phase(path, image, pattern, colors)
+    height, width = image.shape
+    image = image[: height - height % 4, : width - width % 4]
+    # scale_img_to_bw_points runs its per-channel loop over the mono image's single channel, so
+    # channel 0's black level applies to every photosite (equal on most cameras)
+    span = float(white - black[0])
+    mono = (image.astype(np.float32) - black[0]) / span
+    overexposure_lb = 1.0
+    if camera_white is not None:
+        overexposure_lb = min(1.0, (camera_white[0] - black[0]) / span)
+    return RawImage(
+        mono=mono[None], rgb_xyz_matrix=rgb_xyz, overexposure_lb=float(overexposure_lb), black_level=black,
+        white_level=white, iso=iso, data=image, pattern=pattern.astype(np.uint8), colors=colors,
+    )
+
+
+def _rggb_phase(path: str, image: np.ndarray, pattern: np.ndarray, colors: str) -> tuple[np.ndarray, np.ndarray]:
+    """Crop a 2x2 mosaic to start on R (like mono_any_to_mono_rggb); the pattern rolled to match."""
     names = [colors[int(index)] for index in pattern.flatten()]
-    # find the offset that puts R at (0,0) and B at (1,1)
     offset = None
     for dy in (0, 1):
         for dx in (0, 1):
@@ -87,23 +111,32 @@ def read_bayer(path: str) -> RawImage:
         image = image[1:-1]
     if offset[1]:
         image = image[:, 1:-1]
-    height, width = image.shape
-    image = image[: height - height % 4, : width - width % 4]
-    # scale_img_to_bw_points runs its per-channel loop over the mono image's single channel, so
-    # channel 0's black level applies to every photosite (equal on most cameras)
-    span = float(white - black[0])
-    mono = (image - black[0]) / span
-    overexposure_lb = 1.0
-    if camera_white is not None:
-        overexposure_lb = min(1.0, (camera_white[0] - black[0]) / span)
-    return RawImage(
-        mono=mono[None],
-        rgb_xyz_matrix=rgb_xyz,
-        overexposure_lb=float(overexposure_lb),
-        black_level=black,
-        white_level=white,
-        iso=iso,
-    )
+    return image, np.roll(pattern, (-offset[0], -offset[1]), axis=(0, 1))
+
+
+def read_bayer(path: str) -> RawImage:
+    """`read_raw` for the Bayer-only paths; an X-Trans file is an InputError naming it."""
+    image = read_raw(path)
+    if not image.is_bayer:
+        raise InputError(f"{path}: CFA pattern {image.pattern.shape} is not a 2x2 Bayer mosaic (X-Trans?)")
+    return image
+
+
+def normalise(data: np.ndarray, pattern: np.ndarray, black: list[int], white: int, origin=(0, 0), legacy: bool = False) -> np.ndarray:
+    """uint16 mosaic window -> float32 `(x - black) / (white - black)`.
+
+    `legacy`: channel 0's black level for every site (the original's loop, see `read_raw`);
+    otherwise each site's own channel black level. `origin`: the window's position in the mosaic.
+    """
+    if legacy or len(set(black[int(index)] for index in pattern.flatten())) == 1:
+        level = black[0] if legacy else black[int(pattern.flat[0])]
+        return (data.astype(np.float32) - level) / float(white - level)
+    period_y, period_x = pattern.shape
+    height, width = data.shape
+    rows = (np.arange(height) + origin[0]) % period_y
+    cols = (np.arange(width) + origin[1]) % period_x
+    levels = np.asarray(black, dtype=np.float32)[pattern[rows[:, None], cols[None, :]]]
+    return (data.astype(np.float32) - levels) / (np.float32(white) - levels)
 
 
 def mono_to_rggb(mono: np.ndarray) -> np.ndarray:
@@ -154,3 +187,48 @@ def cam_to_lin_rec2020(cam_rgb: np.ndarray, rgb_xyz_matrix: np.ndarray) -> np.nd
     matrix = cam_to_lin_rec2020_matrix(rgb_xyz_matrix).astype(np.float32)
     channels, height, width = cam_rgb.shape
     return (matrix @ cam_rgb.reshape(channels, -1)).reshape(3, height, width)
+
+
+# LibRaw's demosaics by name (rawpy.DemosaicAlgorithm). Its Markesteijn X-Trans code (AHD/PPG on
+# a 6x6 mosaic) refuses images under 512x512, so crops use VNG, which handles X-Trans at any size.
+LIBRAW_DEMOSAIC = ("vng", "linear", "markesteijn")
+
+
+def demosaic_libraw(window: np.ndarray, pattern: np.ndarray, colors: str, black: int, white: int,
+                    algorithm: str = "vng") -> np.ndarray:
+    """A uint16 mosaic window (any CFA) demosaiced by LibRaw -> camRGB `[3,h,w]` float32 in [0, 1].
+
+    The window goes to LibRaw as an in-memory DNG (`pattern` = channel indices at the window's
+    origin) with black level 0, so LibRaw (unit white balance, no colour conversion) returns
+    `x * 65535 / white` demosaiced without clipping the noise below black; the result is then
+    mapped to `(x - black) / (white - black)`, as the Bayer path normalises (`adjust_maximum_thr=0`
+    stops LibRaw from rescaling to the brightest pixel).
+    """
+    import io
+
+    import rawpy
+
+    from .dng import dng_bytes
+
+    if algorithm not in LIBRAW_DEMOSAIC:
+        raise ValueError(f"unknown LibRaw demosaic {algorithm!r} (expected one of {', '.join(LIBRAW_DEMOSAIC)})")
+    rgb_index = {"R": 0, "G": 1, "B": 2}
+    cfa = np.vectorize(lambda index: rgb_index[colors[int(index)]])(pattern).astype(np.uint8)
+    payload = dng_bytes(np.ascontiguousarray(window, dtype=np.uint16), black_level=0,
+                        white_level=int(white), iso=100, cfa_pattern=cfa)
+    choice = {"vng": rawpy.DemosaicAlgorithm.VNG, "linear": rawpy.DemosaicAlgorithm.LINEAR,
+              "markesteijn": rawpy.DemosaicAlgorithm.AHD}[algorithm]  # AHD on X-Trans = Markesteijn 3-pass
+    with rawpy.imread(io.BytesIO(payload)) as raw:
+        out = raw.postprocess(demosaic_algorithm=choice, output_color=rawpy.ColorSpace.raw, gamma=(1, 1),
+                              no_auto_bright=True, output_bps=16, use_camera_wb=False, use_auto_wb=False,
+                              user_wb=[1.0, 1.0, 1.0, 1.0], user_flip=0, adjust_maximum_thr=0.0)
+    scaled = np.ascontiguousarray(np.moveaxis(out, -1, 0), dtype=np.float32) * np.float32(white / 65535)
+    return (scaled - np.float32(black)) / np.float32(white - black)
+
+
+def demosaic_image(image: RawImage, algorithm: str = "vng") -> np.ndarray:
+    """camRGB `[3,H,W]` of a whole capture: bilinear for Bayer (the targets' demosaic), LibRaw otherwise."""
+    if image.is_bayer:
+        return demosaic(image.mono)
+    return demosaic_libraw(image.data, image.pattern, image.colors, image.black_level[int(image.pattern.flat[0])],
+                           image.white_level, algorithm)

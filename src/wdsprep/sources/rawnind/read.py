@@ -1,17 +1,24 @@
-"""Reader stages: scene tiles -> the legacy `rawds` Bayer crop-pair samples.
+"""Reader stages: scene tiles -> the legacy `rawds` crop-pair samples.
 
-`pairs(...)` reproduces `CleanProfiledRGBNoisyBayerImageCropsDataset.__getitem__`: for each
-(tile, noisy capture) that passes the construction filters (alignment loss, mask mean), draw
-`num_crops` random crops of `crop_size` starting on even coordinates (Bayer phase), redrawing a
-crop up to 10 times while its valid fraction is under `min_valid`, and yield
+`pairs(...)` reproduces `CleanProfiledRGBNoisyBayerImageCropsDataset.__getitem__` (and, with
+`input="rgb"`, `CleanProfiledRGBNoisyProfiledRGBImageCropsDataset`): for each (tile, noisy capture)
+that passes the construction filters (alignment loss, mask mean), draw `num_crops` random crops of
+`crop_size` starting on even coordinates (Bayer phase), redrawing a crop up to 10 times while its
+valid fraction is under `min_valid`, and yield
   x_crops        float32 [num_crops, 3, crop, crop]       clean, linear Rec.2020
-  y_crops        float32 [num_crops, 4, crop/2, crop/2]   noisy RGGB
+  y_crops        float32 [num_crops, 4, crop/2, crop/2]   noisy RGGB ([num_crops, 3, crop, crop]
+                                                          linear Rec.2020 with input="rgb")
   mask_crops     bool    [num_crops, 3, crop, crop]
   rgb_xyz_matrix float32 [4, 3]
-  gain           float   raw_gain (1.0 with match_gain=True, y_crops then multiplied by it)
-Randomness comes from (seed, epoch, sample key, noisy index) only, so a replay is exact. The
-epoch is `epoch=` when given, else each sample's `__epoch__` (stamped by `wdsprep.dataset`), else
-the stage's own count of iterations (0 for the first pass over a source, 1 for the next, ...).
+  gain           float   raw_gain (rgb_gain for RGB input; 1.0 with match_gain=True, y_crops
+                         then multiplied by it)
+Both shard layouts are read (see `convert`). In the mosaic layout the targets are made here, over
+each crop only: normalise `(x - black) / (white - black)` (each site's black level; channel 0's
+with `legacy_values=True`, as the original and the legacy layout), demosaic the crop plus the
+stored halo (Bayer: the bilinear demosaic of the whole image, exactly; X-Trans: LibRaw VNG), then
+camRGB -> linear Rec.2020. Randomness comes from (seed, epoch, sample key, noisy index) only, so a
+replay is exact. The epoch is `epoch=` when given, else each sample's `__epoch__` (stamped by
+`wdsprep.dataset`), else the stage's own count of iterations (0 for the first pass, 1 for the next).
 """
 from __future__ import annotations
 
@@ -23,6 +30,7 @@ import numpy as np
 
 from ...errors import ConfigError
 from ...shards.codec import decode_sample
+from .raw import cam_to_lin_rec2020, demosaic, demosaic_libraw, mono_to_rggb, normalise
 
 CROP_RETRIES = 10  # MAX_RANDOM_CROP_ATTEMPS: redraws after the first draw
 
@@ -58,20 +66,123 @@ def crop_pair(
     min_valid: float = 0.5,
     match_gain: bool = False,
     to_torch: bool = True,
-    gain_key: str = "raw_gain",
+    gain_key: str | None = None,
+    legacy_values: bool = False,
+    input: str = "bayer",
 ) -> dict | None:
     """The legacy sample of noisy capture `n` of a decoded tile; None if no crop set is valid."""
-    gt, noisy, masks, meta = sample["gt_rgb"], sample["noisy_bayer"], sample["mask"], sample["meta"]
-    height, width = gt.shape[1:]
+    mask = tile_mask(sample, n)
+    height, width = mask.shape
     if height < crop_size or width < crop_size:
         raise ConfigError(f"{sample.get('__key__')}: tile {height}x{width} is smaller than crop_size {crop_size}")
-    origins = _draw_crops(rng, masks[n], crop_size, num_crops, min_valid)
+    origins = _draw_crops(rng, mask, crop_size, num_crops, min_valid)
     if origins is None:
         return None
+    return crops_at(sample, n, origins, crop_size=crop_size, match_gain=match_gain, to_torch=to_torch,
+                    gain_key=gain_key, legacy_values=legacy_values, input=input, mask=mask)
+
+
+def is_mosaic(sample: dict) -> bool:
+    return "clean" in sample
+
+
+def tile_mask(sample: dict, n: int) -> np.ndarray:
+    """bool [h, w] valid mask of noisy capture `n` over the tile (either layout)."""
+    if not is_mosaic(sample):
+        return sample["mask"][n]
+    height, width = sample["meta"]["tile_size"]
+    return np.unpackbits(sample["mask"][n], count=height * width).reshape(height, width).view(bool)
+
+
+def _region(sample: dict, origins, crop_size: int, halo: int):
+    """Per crop: the window rows/cols (with up to `halo` px around the crop) and the crop inside them."""
+    meta = sample["meta"]
+    wy, wx, wh, ww = meta["window"]
+    top, left = meta["tile"]
+    for y, x in origins:
+        cy, cx = top - wy + y, left - wx + x
+        r0, c0 = max(cy - halo, 0), max(cx - halo, 0)
+        r1, c1 = min(cy + crop_size + halo, wh), min(cx + crop_size + halo, ww)
+        yield (r0, r1, c0, c1), (cy - r0, cx - c0)
+
+
+def _mosaic_rgb(sample: dict, n: int | None, origins, crop_size: int, legacy: bool) -> np.ndarray:
+    """camRGB crops [k, 3, c, c] of the clean (n None) or noisy capture n, demosaiced over the crop."""
+    meta = sample["meta"]
+    pattern = np.asarray(meta["cfa_pattern"], dtype=np.uint8)
+    mosaic = sample["clean"] if n is None else sample["noisy"][n]
+    black = meta["black_level"] if n is None else meta["noisy_black_level"][n]
+    white = meta["white_level"] if n is None else meta["noisy_white_level"][n]
+    wy, wx = meta["window"][:2]
+    bayer = pattern.shape == (2, 2)
+    out = np.empty((len(origins), 3, crop_size, crop_size), dtype=np.float32)
+    for k, ((r0, r1, c0, c1), (oy, ox)) in enumerate(_region(sample, origins, crop_size, 2 if bayer else meta["halo"])):
+        origin = (wy + r0, wx + c0)
+        if bayer:
+            mono = normalise(mosaic[r0:r1, c0:c1], pattern, black, white, origin, legacy)
+            if n is not None:
+                _zero_outside(mono, meta["noisy_valid"][n], r0, c0)
+            rgb = demosaic(mono[None])
+        else:
+            rolled = np.roll(pattern, (-origin[0], -origin[1]), axis=(0, 1))
+            rgb = demosaic_libraw(mosaic[r0:r1, c0:c1], rolled, meta["colors"], black[int(rolled.flat[0])], white)
+        out[k] = rgb[:, oy : oy + crop_size, ox : ox + crop_size]
+    return out
+
+
+def _zero_outside(mono: np.ndarray, box, r0: int, c0: int) -> None:
+    """Zero a normalised noisy region outside its capture (the legacy layout stores zeros there)."""
+    y0, y1, x0, x1 = box
+    keep = np.zeros(mono.shape, dtype=bool)
+    keep[max(y0 - r0, 0) : max(y1 - r0, 0), max(x0 - c0, 0) : max(x1 - c0, 0)] = True
+    mono[~keep] = 0
+
+
+def _mosaic_rggb(sample: dict, n: int, origins, crop_size: int, legacy: bool) -> np.ndarray:
+    meta = sample["meta"]
+    pattern = np.asarray(meta["cfa_pattern"], dtype=np.uint8)
+    wy, wx = meta["window"][:2]
+    out = np.empty((len(origins), 4, crop_size // 2, crop_size // 2), dtype=np.float32)
+    for k, ((r0, r1, c0, c1), (oy, ox)) in enumerate(_region(sample, origins, crop_size, 0)):
+        mono = normalise(sample["noisy"][n][r0:r1, c0:c1], pattern, meta["noisy_black_level"][n],
+                         meta["noisy_white_level"][n], (wy + r0, wx + c0), legacy)
+        _zero_outside(mono, meta["noisy_valid"][n], r0, c0)
+        out[k] = mono_to_rggb(mono[None])
+    return out
+
+
+def crops_at(
+    sample: dict,
+    n: int,
+    origins: list[tuple[int, int]],
+    *,
+    crop_size: int = 256,
+    match_gain: bool = False,
+    to_torch: bool = True,
+    gain_key: str | None = None,
+    legacy_values: bool = False,
+    input: str = "bayer",
+    mask: np.ndarray | None = None,
+) -> dict:
+    """The legacy sample of noisy capture `n` at the given even tile-relative crop origins."""
+    meta = sample["meta"]
+    mask = tile_mask(sample, n) if mask is None else mask
+    gain_key = gain_key or ("raw_gain" if input == "bayer" else "rgb_gain")
     half = crop_size // 2
-    x_crops = np.stack([gt[:, y : y + crop_size, x : x + crop_size] for y, x in origins]).astype(np.float32)
-    y_crops = np.stack([noisy[n, :, y // 2 : y // 2 + half, x // 2 : x // 2 + half] for y, x in origins]).astype(np.float32)
-    mask_crops = np.stack([np.broadcast_to(masks[n, y : y + crop_size, x : x + crop_size], (3, crop_size, crop_size))
+    if is_mosaic(sample):
+        matrix = meta["rgb_xyz_matrix"]
+        x_crops = _rec2020(_mosaic_rgb(sample, None, origins, crop_size, legacy_values), matrix)
+        if input == "bayer":
+            y_crops = _mosaic_rggb(sample, n, origins, crop_size, legacy_values)
+        else:
+            y_crops = _rec2020(_mosaic_rgb(sample, n, origins, crop_size, legacy_values), matrix)
+    else:
+        if input != "bayer":
+            raise ConfigError(f"{sample.get('__key__')}: the legacy layout holds RGGB noisy tiles only (input='bayer')")
+        gt, noisy = sample["gt_rgb"], sample["noisy_bayer"]
+        x_crops = np.stack([gt[:, y : y + crop_size, x : x + crop_size] for y, x in origins]).astype(np.float32)
+        y_crops = np.stack([noisy[n, :, y // 2 : y // 2 + half, x // 2 : x // 2 + half] for y, x in origins]).astype(np.float32)
+    mask_crops = np.stack([np.broadcast_to(mask[y : y + crop_size, x : x + crop_size], (3, crop_size, crop_size))
                            for y, x in origins])
     gain = float(meta[gain_key][n])
     if match_gain:
@@ -90,6 +201,10 @@ def crop_pair(
         for name in ("x_crops", "y_crops", "mask_crops", "rgb_xyz_matrix"):
             out[name] = torch.from_numpy(out[name])
     return out
+
+
+def _rec2020(cam_rgb: np.ndarray, matrix) -> np.ndarray:
+    return np.stack([cam_to_lin_rec2020(crop, np.asarray(matrix, dtype=np.float32)) for crop in cam_rgb])
 
 
 def pair_passes(meta: dict, n: int, max_alignment_loss: float | None, min_mask_mean: float | None) -> bool:
@@ -112,36 +227,31 @@ def _sample_epoch(sample: dict, iteration: int) -> int:
     return int(value.decode() if isinstance(value, (bytes, bytearray)) else value)
 
 
-def _pairs(
-    source: Iterable[dict],
-    crop_size: int,
-    num_crops: int,
-    min_valid: float,
-    match_gain: bool,
-    max_alignment_loss: float | None,
-    min_mask_mean: float | None,
-    seed: int,
-    epoch: int | None,
-    to_torch: bool,
-    gain_key: str,
-    iteration: int = 0,
-) -> Iterator[dict]:
-    _check_crop_size(crop_size)
+def noisy_count(sample: dict) -> int:
+    return len(sample["noisy"] if is_mosaic(sample) else sample["noisy_bayer"])
+
+
+def _pairs(source: Iterable[dict], options: dict, filters: dict, seed: int, epoch: int | None, iteration: int) -> Iterator[dict]:
+    _check_crop_size(options["crop_size"])
     for raw in source:
         sample = decode_sample(raw)
         key = sample["__key__"]
+        if options["input"] == "bayer" and not sample["meta"].get("is_bayer", True):
+            continue  # X-Trans scenes have no RGGB input (upstream trains them as RGB -> RGB)
         sample_epoch = epoch if epoch is not None else _sample_epoch(sample, iteration)
-        for n in range(sample["noisy_bayer"].shape[0]):
-            if not pair_passes(sample["meta"], n, max_alignment_loss, min_mask_mean):
+        for n in range(noisy_count(sample)):
+            if not pair_passes(sample["meta"], n, **filters):
                 continue
-            out = crop_pair(sample, n, _rng(seed, sample_epoch, key, n), crop_size=crop_size, num_crops=num_crops,
-                            min_valid=min_valid, match_gain=match_gain, to_torch=to_torch, gain_key=gain_key)
+            out = crop_pair(sample, n, _rng(seed, sample_epoch, key, n), **options)
             if out is None:
                 continue  # the legacy loader drops such a crop and retries another item
             out["__key__"] = f"{key}-{n}"
             if "__url__" in sample:
                 out["__url__"] = sample["__url__"]
             yield out
+
+
+INPUTS = ("bayer", "rgb")
 
 
 def pairs(
@@ -154,12 +264,18 @@ def pairs(
     seed: int = 0,
     epoch: int | None = None,
     to_torch: bool = True,
-    gain_key: str = "raw_gain",
+    gain_key: str | None = None,
+    legacy_values: bool = False,
+    input: str = "bayer",
 ):
     """Curried stage: `wds.WebDataset(urls).compose(wdsprep.rawnind.pairs(crop_size=256))`.
 
     Defaults are the legacy loader's (`crop_size: 256`, `num_crops_per_image: 4`, alignment loss
     <= 0.035, mask mean >= 0.8, 0.5 valid per crop). Pass None to a filter to disable it.
+    `input="bayer"`: RGGB noisy crops of Bayer scenes (CleanProfiledRGBNoisyBayer...); `"rgb"`:
+    linear Rec.2020 noisy crops of every scene, X-Trans included (...NoisyProfiledRGB...).
+    `legacy_values=True`: the values of the earlier float layout (channel 0's black level for
+    every site, as the original code), bit for bit on the mosaic layout's Bayer scenes.
 
     Crops change every epoch: with `epoch=None` (the default) a sample's epoch is its `__epoch__`
     (set by `wdsprep.dataset`), and without one the number of earlier iterations of this stage
@@ -167,17 +283,22 @@ def pairs(
     DataLoader without `persistent_workers` copies the stage afresh each epoch, so there pass
     `epoch=` (or read through `wdsprep.dataset`) to get new crops.
     """
+    if input not in INPUTS:
+        raise ConfigError(f"input={input!r} is not one of {', '.join(INPUTS)}")
     iterations = itertools.count()
+    options = dict(crop_size=crop_size, num_crops=num_crops, min_valid=min_valid, match_gain=match_gain,
+                   to_torch=to_torch, gain_key=gain_key, legacy_values=legacy_values, input=input)
+    filters = dict(max_alignment_loss=max_alignment_loss, min_mask_mean=min_mask_mean)
 
     def stage(source: Iterable[dict]) -> Iterator[dict]:
-        return _pairs(source, crop_size, num_crops, min_valid, match_gain, max_alignment_loss,
-                      min_mask_mean, seed, epoch, to_torch, gain_key, next(iterations))
+        return _pairs(source, options, filters, seed, epoch, next(iterations))
 
     return stage
 
 
 def tiles():
-    """Curried stage: decoded scene tiles (`gt_rgb`, `noisy_bayer`, `mask`, `meta`) as stored."""
+    """Curried stage: decoded scene tiles as stored (`clean`, `noisy`, `mask`, `meta` in the mosaic
+    layout; `gt_rgb`, `noisy_bayer`, `mask`, `meta` in the legacy one)."""
 
     def stage(source: Iterable[dict]) -> Iterator[dict]:
         for raw in source:

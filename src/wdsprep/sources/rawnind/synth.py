@@ -1,10 +1,10 @@
-"""Synthetic RawNIND: Bayer DNG captures of synthetic scenes, the index YAML and a Dataverse listing.
+"""Synthetic RawNIND: Bayer and X-Trans DNG captures of synthetic scenes, the index YAML and a Dataverse listing.
 
 Each scene is a textured linear camRGB canvas. The clean capture (ISO100, low noise) sees the
 canvas at the origin; each noisy capture sees it moved by a known integer shift `(dy, dx)` (so
 `noisy[y, x] = clean[y + dy, x + dx]`, the alignment convention), with the exposure divided by a
-known gain and Poisson-Gaussian noise growing with ISO. The files are 16-bit RGGB DNGs of a
-camera LibRaw knows, so rawpy reads them like camera files.
+known gain and Poisson-Gaussian noise growing with ISO. The files are 16-bit DNGs of cameras
+LibRaw knows (RGGB Sony, 6x6 X-Trans Fujifilm), so rawpy reads them like camera files.
 
 Layout written (a directory the Dataverse server can serve):
   dataverse_dataset.json   the dataset JSON, as `/api/datasets/:persistentId` returns it
@@ -29,13 +29,26 @@ BLACK_LEVEL = 512
 WHITE_LEVEL = 16383
 MARGIN = 16
 SIZES = {
-    # size: (scenes, height, width, noisy captures per scene)
-    "tiny": (2, 256, 384, (2, 2)),
-    "bench": (5, 256, 384, (3, 2, 3, 3, 3)),  # 20 small files: download-concurrency benchmark
-    "small": (4, 512, 768, (2, 3, 2, 2)),
-    "medium": (8, 1024, 1536, (3, 4, 3, 3, 4, 3, 3, 4)),
+    # size: (Bayer scenes, height, width, noisy captures per scene, X-Trans scenes)
+    "tiny": (2, 256, 384, (2, 2), 0),
+    "bench": (5, 256, 384, (3, 2, 3, 3, 3), 0),  # 20 small files: download-concurrency benchmark
+    "small": (4, 512, 768, (2, 3, 2, 2), 1),
+    "medium": (8, 1024, 1536, (3, 4, 3, 3, 4, 3, 3, 4), 2),
+    "xtrans": (1, 256, 384, (2,), 1),  # one scene of each sensor, for the X-Trans tests
 }
 SCENE_NAMES = ["plants", "book_shelf", "MuseeL-toys", "Laura_Lemons_platformer", "kitchen", "chess", "fabrics2", "stairs"]
+XTRANS_NAMES = ["Fuji_flowers", "Fuji_bookcase", "Fuji_toys"]
+# the X-Trans 6x6 colour filter (0 red, 1 green, 2 blue): 20 green, 8 red, 8 blue sites
+XTRANS_PATTERN = np.array([
+    [1, 2, 1, 1, 0, 1],
+    [0, 1, 0, 2, 1, 2],
+    [1, 2, 1, 1, 0, 1],
+    [1, 0, 1, 1, 2, 1],
+    [2, 1, 2, 0, 1, 0],
+    [1, 0, 1, 1, 2, 1],
+], dtype=np.uint8)
+XTRANS_CAMERA = {"make": "FUJIFILM", "model": "X-T2",  # a camera LibRaw knows, so rgb_xyz_matrix is set
+                 "color_matrix": (8058, -3223, -847, -4014, 11882, 2318, -667, 1491, 5763)}
 
 
 def _texture(rng: np.random.Generator, height: int, width: int) -> np.ndarray:
@@ -59,14 +72,14 @@ def _texture(rng: np.random.Generator, height: int, width: int) -> np.ndarray:
     return canvas
 
 
-def _mosaic(rgb: np.ndarray) -> np.ndarray:
-    """RGGB sampling of a `[3,H,W]` image -> `[H,W]`."""
-    out = np.empty(rgb.shape[1:], dtype=rgb.dtype)
-    out[0::2, 0::2] = rgb[0, 0::2, 0::2]
-    out[0::2, 1::2] = rgb[1, 0::2, 1::2]
-    out[1::2, 0::2] = rgb[1, 1::2, 0::2]
-    out[1::2, 1::2] = rgb[2, 1::2, 1::2]
-    return out
+def _mosaic(rgb: np.ndarray, pattern: np.ndarray | None = None) -> np.ndarray:
+    """CFA sampling of a `[3,H,W]` image -> `[H,W]`: RGGB, or the repeat `pattern` of colour indices."""
+    if pattern is None:
+        pattern = np.array([[0, 1], [1, 2]])
+    height, width = rgb.shape[1:]
+    rows, cols = np.arange(height) % pattern.shape[0], np.arange(width) % pattern.shape[1]
+    colour = pattern[rows[:, None], cols[None, :]]
+    return np.take_along_axis(rgb, colour[None].astype(np.intp), axis=0)[0]
 
 
 def _capture(rng: np.random.Generator, linear: np.ndarray, iso: int) -> np.ndarray:
@@ -80,9 +93,9 @@ def _capture(rng: np.random.Generator, linear: np.ndarray, iso: int) -> np.ndarr
     return np.clip(raw, 0, WHITE_LEVEL).astype(np.uint16)
 
 
-def _write_capture(files_dir: str, prefix: str, suffix: str, raw: np.ndarray, iso: int) -> tuple[str, str, int]:
+def _write_capture(files_dir: str, prefix: str, suffix: str, raw: np.ndarray, iso: int, **camera) -> tuple[str, str, int]:
     temporary = os.path.join(files_dir, f".{prefix}.tmp")
-    size = write_dng(temporary, raw, black_level=BLACK_LEVEL, white_level=WHITE_LEVEL, iso=iso)
+    size = write_dng(temporary, raw, black_level=BLACK_LEVEL, white_level=WHITE_LEVEL, iso=iso, **camera)
     with open(temporary, "rb") as handle:
         sha1 = hashlib.sha1(handle.read()).hexdigest()
     name = f"{prefix}_sha1={sha1}.{suffix}"
@@ -125,7 +138,7 @@ def synth(directory: str, seed: int = 0, size: str = "small") -> dict:
     """Write a synthetic RawNIND Dataverse directory; returns the truth table."""
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r} (expected one of {', '.join(SIZES)})")
-    scene_count, height, width, noisy_counts = SIZES[size]
+    scene_count, height, width, noisy_counts, xtrans_count = SIZES[size]
     files_dir = os.path.join(directory, "files")
     os.makedirs(files_dir, exist_ok=True)
     rng = np.random.default_rng(seed)
@@ -139,21 +152,26 @@ def synth(directory: str, seed: int = 0, size: str = "small") -> dict:
         entries.append(_datafile_entry(next_id, name, os.path.join(files_dir, name), content_type))
         next_id += 1
 
-    for scene_number in range(scene_count):
-        scene = SCENE_NAMES[scene_number % len(SCENE_NAMES)] + ("" if scene_number < len(SCENE_NAMES) else f"{scene_number}")
-        test_reserve = scene_number == scene_count - 1
-        tag = "Bayer_TEST_" if test_reserve else "Bayer_"
+    scene_list = [("Bayer", number) for number in range(scene_count)] + [("X-Trans", number) for number in range(xtrans_count)]
+    for cfa, scene_number in scene_list:
+        bayer = cfa == "Bayer"
+        names = SCENE_NAMES if bayer else XTRANS_NAMES
+        scene = names[scene_number % len(names)] + ("" if scene_number < len(names) else f"{scene_number}")
+        test_reserve = bayer and scene_number == scene_count - 1
+        tag = f"{cfa}_TEST_" if test_reserve else f"{cfa}_"
+        pattern = None if bayer else XTRANS_PATTERN
+        camera = {} if bayer else dict(XTRANS_CAMERA, cfa_pattern=XTRANS_PATTERN)
         canvas = _texture(rng, height + 2 * MARGIN, width + 2 * MARGIN)
         # a small overexposed patch in the clean capture (exercises the overexposure mask)
         py, px = MARGIN + height // 3, MARGIN + width // 3
         canvas[:, py : py + 12, px : px + 12] = 1.6
-        clean_count = 2 if scene_number == 1 else 1
+        clean_count = 2 if bayer and scene_number == 1 else 1
         scene_entry: dict = {"clean_images": [], "noisy_images": []}
         scene_truth: dict = {"clean": [], "noisy": {}}
         clean_view = canvas[:, MARGIN : MARGIN + height, MARGIN : MARGIN + width]
         for _ in range(clean_count):
-            raw = _capture(rng, _mosaic(clean_view), 100)
-            name, sha1, _ = _write_capture(files_dir, f"{tag}{scene}_GT_ISO100", "dng", raw, 100)
+            raw = _capture(rng, _mosaic(clean_view, pattern), 100)
+            name, sha1, _ = _write_capture(files_dir, f"{tag}{scene}_GT_ISO100", "dng", raw, 100, **camera)
             scene_entry["clean_images"].append({"filename": name, "sha1": sha1})
             scene_truth["clean"].append(name)
             add_entry(name, "image/x-adobe-dng")
@@ -162,20 +180,20 @@ def synth(directory: str, seed: int = 0, size: str = "small") -> dict:
             dy, dx = (int(value) for value in rng.integers(-12, 13, size=2))
             gain = float(rng.uniform(1.0, 2.5))
             view = canvas[:, MARGIN + dy : MARGIN + dy + height, MARGIN + dx : MARGIN + dx + width] / gain
-            raw = _capture(rng, _mosaic(view), int(iso))
-            name, sha1, _ = _write_capture(files_dir, f"{tag}{scene}_ISO{int(iso)}", "dng", raw, int(iso))
+            raw = _capture(rng, _mosaic(view, pattern), int(iso))
+            name, sha1, _ = _write_capture(files_dir, f"{tag}{scene}_ISO{int(iso)}", "dng", raw, int(iso), **camera)
             scene_entry["noisy_images"].append({"filename": name, "sha1": sha1})
             scene_truth["noisy"][name] = {"shift": [dy, dx], "gain": gain, "iso": int(iso)}
             add_entry(name, "image/x-adobe-dng")
-        if scene_number == 0:
+        if bayer and scene_number == 0:
             # an XMP sidecar listed in the index but not on Dataverse, like the real LucieB scenes
             xmp = f'<x:xmpmeta xmlns:x="adobe:ns:meta/"><!-- {scene} --></x:xmpmeta>\n'.encode()
             sha1 = hashlib.sha1(xmp).hexdigest()
             scene_entry["clean_images"].append({"filename": f"{tag}{scene}_GT_ISO100_sha1={sha1}.xmp", "sha1": sha1})
         scene_entry["test_reserve"] = test_reserve
         scene_entry["unknown_sensor"] = False
-        index["Bayer"][scene] = scene_entry
-        truth[f"Bayer/{scene}"] = scene_truth
+        index.setdefault(cfa, {})[scene] = scene_entry
+        truth[f"{cfa}/{scene}"] = scene_truth
 
     index_text = yaml.safe_dump(index, sort_keys=False, default_flow_style=False)
     for name in (DATAVERSE_INDEX_NAME,):
