@@ -8,13 +8,19 @@
 3. Training samples/s: the legacy-style path from native files (rawpy read, normalise, demosaic,
    Rec.2020, shift by the cached alignment, random even crops: what `rawds` + its preprocessing do
    per pair) vs `wdsprep.rawnind.pairs` on the converted shards, in this same run.
-Run alone: `python benchmarks/bench_rawnind.py [WORKDIR]`.
+4. The two shard layouts on the same fetched scenes (Bayer and X-Trans): shard bytes / raw bytes
+   per sensor type, and crop pairs/s of `pairs()` on the legacy float layout (today's reader) vs
+   the mosaic layout (targets made per crop; also with `legacy_values=True`, and RGB input).
+`WDSPREP_BENCH_SMOKE=1`: tiny sizes, same tables, seconds. Run alone:
+`python benchmarks/bench_rawnind.py [WORKDIR]`.
 """
 from __future__ import annotations
 
+import os
 import pathlib
 import shutil
 import sys
+import tarfile
 import time
 
 import numpy as np
@@ -64,8 +70,6 @@ def legacy_pairs(fetched: pathlib.Path, crop_size: int = 256, num_crops: int = 4
     rng = np.random.default_rng(0)
     count = 0
     for scene_name, scene in index["Bayer"].items():
-        if scene["test_reserve"]:
-            continue
         gt_entry = scene["clean_images"][0]
         for noisy_entry in scene["noisy_images"]:
             gt = read_bayer(str(fetched / "Bayer" / scene_name / "gt" / gt_entry["filename"]))
@@ -88,13 +92,85 @@ def legacy_pairs(fetched: pathlib.Path, crop_size: int = 256, num_crops: int = 4
     return count
 
 
-def shard_pairs(manifest_url: str) -> int:
+def shard_pairs(manifest_url: str, crop_size: int = 256, **options) -> int:
     import webdataset as wds
 
     import wdsprep
 
-    stage = wdsprep.rawnind.pairs(crop_size=256, num_crops=4, max_alignment_loss=None, min_mask_mean=None, to_torch=False)
-    return sum(1 for _ in wds.WebDataset(wdsprep.urls(manifest_url, "train"), shardshuffle=False).compose(stage))
+    stage = wdsprep.rawnind.pairs(crop_size=crop_size, num_crops=4, max_alignment_loss=None, min_mask_mean=None,
+                                  to_torch=False, seed=0, epoch=0, **options)
+    from wdsprep.stream.manifests import load_manifest
+
+    manifest = load_manifest(manifest_url)
+    urls = [url for split in sorted(manifest.splits) for url in manifest.shard_urls(split)]
+    return sum(1 for _ in wds.WebDataset(urls, shardshuffle=False).compose(stage))
+
+
+def bytes_by_cfa(manifest) -> dict[str, int]:
+    """Shard bytes per sensor type, member by member (header + padded data), read with tarfile."""
+    out = {"Bayer": 0, "X-Trans": 0}
+    root = pathlib.Path(manifest.url).parent
+    for rows in manifest.splits.values():
+        for row in rows:
+            with tarfile.open(root / row["name"]) as tar:
+                for member in tar.getmembers():
+                    out["X-Trans" if member.name.startswith("X-Trans-") else "Bayer"] += 512 + -(-member.size // 512) * 512
+    return out
+
+
+def raw_bytes_by_cfa(fetched: pathlib.Path) -> dict[str, int]:
+    """Bytes of the files the shards are made from: each scene's reference clean + noisy captures."""
+    import yaml
+
+    index = yaml.safe_load((fetched / "dataset_index.yaml").read_text())
+    out = {}
+    for cfa, scenes in index.items():
+        out[cfa] = sum((fetched / cfa / name / "gt" / scene["clean_images"][0]["filename"]).stat().st_size
+                       + sum((fetched / cfa / name / entry["filename"]).stat().st_size for entry in scene["noisy_images"])
+                       for name, scene in scenes.items())
+    return out
+
+
+def _rate(function, passes: int) -> tuple[float, int]:
+    function()  # warm-up pass
+    began = time.perf_counter()
+    count = sum(function() for _ in range(passes))
+    return count / (time.perf_counter() - began), count
+
+
+def layout_rows(fetched: pathlib.Path, workdir: pathlib.Path, tile: int, crop: int, passes: int) -> list[str]:
+    from wdsprep.conversion import convert
+
+    shutil.rmtree(workdir / "shards-legacy", ignore_errors=True)
+    shutil.rmtree(workdir / "shards-mosaic", ignore_errors=True)
+    legacy = convert("rawnind", str(fetched), str(workdir / "shards-legacy"), shard_bytes="64MB", tile_size=tile, layout="legacy")
+    mosaic = convert("rawnind", str(fetched), str(workdir / "shards-mosaic"), shard_bytes="64MB", tile_size=tile)
+    raw = raw_bytes_by_cfa(fetched)
+    new, old = bytes_by_cfa(mosaic), bytes_by_cfa(legacy)
+    today, today_n = _rate(lambda: shard_pairs(legacy.url, crop), passes)
+    compact, compact_n = _rate(lambda: shard_pairs(mosaic.url, crop), passes)
+    compat, compat_n = _rate(lambda: shard_pairs(mosaic.url, crop, legacy_values=True), passes)
+    rgb, rgb_n = _rate(lambda: shard_pairs(mosaic.url, crop, input="rgb"), passes)
+    mb = 1e6
+    return [
+        f"Shard layouts on the same fetched scenes (tile {tile}, zstd 3; raw bytes = each scene's reference clean + noisy files):",
+        "",
+        "| layout | Bayer shard bytes / raw bytes | X-Trans shard bytes / raw bytes |",
+        "|---|---|---|",
+        f"| legacy float32 tiles (today) | {old['Bayer'] / raw['Bayer']:.2f} ({old['Bayer'] / mb:.1f} / {raw['Bayer'] / mb:.1f} MB) | not converted |",
+        f"| **mosaic (uint16 + halo, packed masks)** | **{new['Bayer'] / raw['Bayer']:.2f}** ({new['Bayer'] / mb:.1f} MB) "
+        f"| **{new['X-Trans'] / max(raw.get('X-Trans', 0), 1):.2f}** ({new['X-Trans'] / mb:.1f} / {raw.get('X-Trans', 0) / mb:.1f} MB) |",
+        "",
+        f"| reader (crop {crop}, 4 crops per pair, {passes} passes over all splits) | pairs/s | pairs |",
+        "|---|---|---|",
+        f"| `pairs()` on the legacy float layout (today) | {today:.1f} | {today_n} |",
+        f"| **`pairs()` on the mosaic layout** | **{compact:.1f}** ({compact / today:.2f}x) | {compact_n} |",
+        f"| `pairs(legacy_values=True)` on the mosaic layout | {compat:.1f} ({compat / today:.2f}x) | {compat_n} |",
+        f"| `pairs(input=\"rgb\")` on the mosaic layout (Bayer + X-Trans, LibRaw VNG) | {rgb:.1f} | {rgb_n} |",
+        "",
+        "The two layouts tile differently (legacy: overlapping T x T tiles; mosaic: non-overlapping ones of about T),",
+        "so their pair counts differ; pairs/s is per (tile, noisy capture) sample.",
+    ]
 
 
 def run(workdir: pathlib.Path) -> str:
@@ -104,12 +180,14 @@ def run(workdir: pathlib.Path) -> str:
     from wdsprep.sources.rawnind.synth import synth
 
     workdir = pathlib.Path(workdir)
-    many_files = workdir / "dataverse-bench"
+    smoke = os.environ.get("WDSPREP_BENCH_SMOKE") == "1"
+    many_files = workdir / ("dataverse-bench-smoke" if smoke else "dataverse-bench")
     if not (many_files / "dataverse_dataset.json").exists():
-        synth(str(many_files), 0, "bench")
-    server_dir = workdir / "dataverse"
+        synth(str(many_files), 0, "tiny" if smoke else "bench")
+    server_dir = workdir / ("dataverse-smoke" if smoke else "dataverse")
     if not (server_dir / "dataverse_dataset.json").exists():
-        synth(str(server_dir), 0, "small")
+        synth(str(server_dir), 0, "xtrans" if smoke else "small")
+    tile, crop, passes = (256, 64, 1) if smoke else (512, 256, 3)
     one_s, one = _fetch_seconds(many_files, workdir / "fetch-1", 1)
     five_s, five = _fetch_seconds(many_files, workdir / "fetch-5", 5)
     total = five["bytes_downloaded"]
@@ -126,20 +204,21 @@ def run(workdir: pathlib.Path) -> str:
         report = fetch(FetchOptions(dest=str(fetched), dataverse=server.url, doi=server.doi, progress="none"))
         fetch_meta_s = time.perf_counter() - began
     began = time.perf_counter()
-    manifest = convert("rawnind", str(fetched), str(workdir / "shards"), shard_bytes="64MB", tile_size=512)
+    manifest = convert("rawnind", str(fetched), str(workdir / "shards"), shard_bytes="64MB", tile_size=tile)
     convert_s = time.perf_counter() - began
     import webdataset  # noqa: F401  (imports torch: keep it out of the timings)
 
-    shard_pairs(manifest.url)  # warm-up pass
-    legacy_pairs(fetched)
+    shard_pairs(manifest.url, crop)  # warm-up pass
+    legacy_pairs(fetched, crop)
     began = time.perf_counter()
-    legacy_count = legacy_pairs(fetched)
+    legacy_count = legacy_pairs(fetched, crop)
     legacy_s = time.perf_counter() - began
     began = time.perf_counter()
     shard_count = 0
-    for _ in range(3):
-        shard_count += shard_pairs(manifest.url)
+    for _ in range(passes):
+        shard_count += shard_pairs(manifest.url, crop)
     shard_s = time.perf_counter() - began
+    layouts = layout_rows(fetched, workdir, tile, crop, passes)
 
     mb = 1e6
     ratio = (one_s / five_s) if five_s else float("nan")
@@ -157,16 +236,18 @@ def run(workdir: pathlib.Path) -> str:
         f"| SHA-1 verifier rate during the fetch | {verifier_rate / mb:.0f} MB/s |",
         f"| SHA-1 of a 128 MB file (page cache) | {big_rate / mb:.0f} MB/s |",
         f"| SHA-1 headroom over the 5-way download rate | {verifier_rate / (total / five_s):.0f}x |",
-        f"| fetch + metadata (4 scenes, {report['metadata']['pairs_computed']} pairs, unlimited rate) | {fetch_meta_s:.2f} s |",
-        f"| convert to shards (tile 512, metadata cached) | {convert_s:.2f} s |",
-        f"| crop pairs/s, legacy-style from native DNGs | {legacy_count / legacy_s:.1f} ({legacy_count} pairs) |",
-        f"| crop pairs/s, `pairs()` on shards | {shard_count / shard_s:.1f} ({shard_count} pairs, 3 passes) |",
+        f"| fetch + metadata ({report['scenes']['complete']} scenes, {report['metadata']['pairs_computed']} pairs, unlimited rate) | {fetch_meta_s:.2f} s |",
+        f"| convert to shards (mosaic layout, tile {tile}, metadata cached) | {convert_s:.2f} s |",
+        f"| crop pairs/s, legacy-style from native DNGs (Bayer) | {legacy_count / legacy_s:.1f} ({legacy_count} pairs) |",
+        f"| crop pairs/s, `pairs()` on mosaic shards (Bayer) | {shard_count / shard_s:.1f} ({shard_count} pairs, {passes} passes) |",
         f"| **reading speed-up** | **{(shard_count / shard_s) / (legacy_count / legacy_s):.1f}x** |",
         "",
-        "Both reading paths give 4 crops of 256 px per (tile or image, noisy capture); the shard path reads",
+        f"Both reading paths give 4 crops of {crop} px per (tile or image, noisy capture); the shard path reads",
         "2 tiles per image, so it yields twice as many samples per pass as the legacy path yields pairs.",
-    "The synthetic captures are 0.4 MP; a real 24 MP capture makes the legacy path ~60x slower per pair",
-    "while a shard tile costs the same, so the real speed-up is larger than measured here.",
+        "The synthetic captures are 0.4 MP; a real 24 MP capture makes the legacy path ~60x slower per pair",
+        "while a shard tile costs the same, so the real speed-up is larger than measured here.",
+        "",
+        *layouts,
     ]
     return "\n".join(lines)
 

@@ -246,3 +246,28 @@ def test_map_style_reads_the_mosaic_layout(both_layouts):
     rgb = Dataset(mosaic.url, crop_size=128, alignment_max_loss=None, mask_mean_min=None, to_torch=False, input="rgb")
     assert len(bayer) == 7 and len(rgb) == 7 + 2  # the X-Trans scene's 2 pairs only as RGB
     assert bayer[0]["y_crops"].shape == (4, 4, 64, 64) and rgb[8]["y_crops"].shape == (4, 3, 128, 128)
+
+
+def _convolve_demosaic(mono):
+    """The per-plane form `raw.demosaic` had (bilinear kernels, ndimage mirror edges): the reference."""
+    from scipy.ndimage import convolve
+
+    plane = mono[0].astype(np.float32)
+    planes = [np.zeros_like(plane) for _ in range(3)]
+    planes[0][0::2, 0::2] = plane[0::2, 0::2]
+    planes[1][0::2, 1::2] = plane[0::2, 1::2]
+    planes[1][1::2, 0::2] = plane[1::2, 0::2]
+    planes[2][1::2, 1::2] = plane[1::2, 1::2]
+    k_rb = np.array([[0.25, 0.5, 0.25], [0.5, 1.0, 0.5], [0.25, 0.5, 0.25]], dtype=np.float32)
+    k_g = np.array([[0.0, 0.25, 0.0], [0.25, 1.0, 0.25], [0.0, 0.25, 0.0]], dtype=np.float32)
+    return np.stack([convolve(planes[0], k_rb, mode="mirror"), convolve(planes[1], k_g, mode="mirror"),
+                     convolve(planes[2], k_rb, mode="mirror")])
+
+
+@pytest.mark.parametrize("shape", [(2, 2), (4, 6), (10, 4), (66, 130)])
+def test_demosaic_equals_the_convolution_form(shape):
+    from wdsprep.sources.rawnind.raw import demosaic
+
+    rng = np.random.default_rng(sum(shape))
+    mono = (rng.integers(0, 16384, size=(1, *shape)).astype(np.float32) - 512) / np.float32(16383 - 512)
+    assert np.array_equal(demosaic(mono), _convolve_demosaic(mono))

@@ -153,27 +153,49 @@ def rggb_to_mono(rggb: np.ndarray) -> np.ndarray:
 
 
 def demosaic(mono: np.ndarray) -> np.ndarray:
-    """Bilinear demosaic of an RGGB mosaic `[1,H,W]` -> camRGB `[3,H,W]` float32.
+    """Bilinear demosaic of an RGGB mosaic `[1,H,W]` (H, W even) -> camRGB `[3,H,W]` float32.
 
-    (The original uses OpenCV's edge-aware Bayer conversion; bilinear keeps the dependency out.)
+    The 3x3 bilinear kernels with mirrored edges, written as neighbour means per site class. The
+    sums are exact in float64 (at most four float32 terms scaled by powers of two), so the result
+    is the same float32 whatever the summation order: equal to the per-plane `ndimage.convolve`
+    form this replaced (a test keeps that form as the reference). The original uses OpenCV's
+    edge-aware Bayer conversion; bilinear keeps that dependency out.
     """
-    from scipy.ndimage import convolve
+    return demosaic_padded(np.pad(mono[0].astype(np.float64), 1, mode="reflect"))  # numpy reflect = ndimage mirror
 
-    plane = mono[0].astype(np.float32)
-    height, width = plane.shape
-    red = np.zeros_like(plane)
-    green = np.zeros_like(plane)
-    blue = np.zeros_like(plane)
-    red[0::2, 0::2] = plane[0::2, 0::2]
-    green[0::2, 1::2] = plane[0::2, 1::2]
-    green[1::2, 0::2] = plane[1::2, 0::2]
-    blue[1::2, 1::2] = plane[1::2, 1::2]
-    kernel_rb = np.array([[0.25, 0.5, 0.25], [0.5, 1.0, 0.5], [0.25, 0.5, 0.25]], dtype=np.float32)
-    kernel_g = np.array([[0.0, 0.25, 0.0], [0.25, 1.0, 0.25], [0.0, 0.25, 0.0]], dtype=np.float32)
+
+def demosaic_padded(plane: np.ndarray) -> np.ndarray:
+    """`demosaic` of the interior of a float64 RGGB plane `[h+2, w+2]` that carries its 1 px border
+    (real neighbours, or the mirror at an image edge) -> `[3, h, w]`; (1, 1) is an R site."""
+    height, width = plane.shape[0] - 2, plane.shape[1] - 2
+
+    def at(py: int, px: int, dy: int, dx: int) -> np.ndarray:  # neighbour (dy, dx) of sites (py, px)
+        return plane[1 + py + dy : 1 + py + dy + height : 2, 1 + px + dx : 1 + px + dx + width : 2]
+
+    def centre(py, px):
+        return at(py, px, 0, 0)
+
+    def horizontal(py, px):
+        return (at(py, px, 0, -1) + at(py, px, 0, 1)) * 0.5
+
+    def vertical(py, px):
+        return (at(py, px, -1, 0) + at(py, px, 1, 0)) * 0.5
+
+    def cross(py, px):
+        return (at(py, px, -1, 0) + at(py, px, 1, 0) + at(py, px, 0, -1) + at(py, px, 0, 1)) * 0.25
+
+    def diagonal(py, px):
+        return (at(py, px, -1, -1) + at(py, px, -1, 1) + at(py, px, 1, -1) + at(py, px, 1, 1)) * 0.25
+
     out = np.empty((3, height, width), dtype=np.float32)
-    out[0] = convolve(red, kernel_rb, mode="mirror")
-    out[1] = convolve(green, kernel_g, mode="mirror")
-    out[2] = convolve(blue, kernel_rb, mode="mirror")
+    rules = (  # per channel, its value at R (0,0), G on R rows (0,1), G on B rows (1,0), B (1,1)
+        (centre, horizontal, vertical, diagonal),
+        (cross, centre, centre, cross),
+        (diagonal, vertical, horizontal, centre),
+    )
+    for channel, rule in enumerate(rules):
+        for (py, px), value in zip(((0, 0), (0, 1), (1, 0), (1, 1)), rule):
+            out[channel, py::2, px::2] = value(py, px)
     return out
 
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from ...errors import ConfigError
 from ...shards.codec import decode_sample
-from .raw import cam_to_lin_rec2020, demosaic, demosaic_libraw, mono_to_rggb, normalise
+from .raw import cam_to_lin_rec2020_matrix, demosaic_libraw, demosaic_padded, mono_to_rggb, normalise
 
 CROP_RETRIES = 10  # MAX_RANDOM_CROP_ATTEMPS: redraws after the first draw
 
@@ -106,27 +106,33 @@ def _region(sample: dict, origins, crop_size: int, halo: int):
         yield (r0, r1, c0, c1), (cy - r0, cx - c0)
 
 
-def _mosaic_rgb(sample: dict, n: int | None, origins, crop_size: int, legacy: bool) -> np.ndarray:
-    """camRGB crops [k, 3, c, c] of the clean (n None) or noisy capture n, demosaiced over the crop."""
+def _mosaic_rec2020(sample: dict, n: int | None, origins, crop_size: int, legacy: bool) -> np.ndarray:
+    """Linear Rec.2020 crops [k, 3, c, c] of the clean (n None) or noisy capture n, made over each
+    crop only: normalise and demosaic the crop plus its border, then camRGB -> Rec.2020."""
     meta = sample["meta"]
     pattern = np.asarray(meta["cfa_pattern"], dtype=np.uint8)
     mosaic = sample["clean"] if n is None else sample["noisy"][n]
     black = meta["black_level"] if n is None else meta["noisy_black_level"][n]
     white = meta["white_level"] if n is None else meta["noisy_white_level"][n]
-    wy, wx = meta["window"][:2]
+    matrix = cam_to_lin_rec2020_matrix(np.asarray(meta["rgb_xyz_matrix"], dtype=np.float32)).astype(np.float32)
+    wy, wx, wh, ww = meta["window"]
     bayer = pattern.shape == (2, 2)
     out = np.empty((len(origins), 3, crop_size, crop_size), dtype=np.float32)
-    for k, ((r0, r1, c0, c1), (oy, ox)) in enumerate(_region(sample, origins, crop_size, 2 if bayer else meta["halo"])):
+    for k, ((r0, r1, c0, c1), (oy, ox)) in enumerate(_region(sample, origins, crop_size, 1 if bayer else meta["halo"])):
         origin = (wy + r0, wx + c0)
         if bayer:
             mono = normalise(mosaic[r0:r1, c0:c1], pattern, black, white, origin, legacy)
             if n is not None:
                 _zero_outside(mono, meta["noisy_valid"][n], r0, c0)
-            rgb = demosaic(mono[None])
+            # the 1 px border: the stored neighbours, or the image edge's mirror where the window ends
+            border = [(int(oy == 0), int(r1 - r0 - oy == crop_size)), (int(ox == 0), int(c1 - c0 - ox == crop_size))]
+            plane = mono.astype(np.float64)
+            rgb = demosaic_padded(np.pad(plane, border, mode="reflect") if any(map(any, border)) else plane)
         else:
             rolled = np.roll(pattern, (-origin[0], -origin[1]), axis=(0, 1))
             rgb = demosaic_libraw(mosaic[r0:r1, c0:c1], rolled, meta["colors"], black[int(rolled.flat[0])], white)
-        out[k] = rgb[:, oy : oy + crop_size, ox : ox + crop_size]
+            rgb = np.ascontiguousarray(rgb[:, oy : oy + crop_size, ox : ox + crop_size])
+        np.matmul(matrix, rgb.reshape(3, -1), out=out[k].reshape(3, -1))
     return out
 
 
@@ -170,12 +176,11 @@ def crops_at(
     gain_key = gain_key or ("raw_gain" if input == "bayer" else "rgb_gain")
     half = crop_size // 2
     if is_mosaic(sample):
-        matrix = meta["rgb_xyz_matrix"]
-        x_crops = _rec2020(_mosaic_rgb(sample, None, origins, crop_size, legacy_values), matrix)
+        x_crops = _mosaic_rec2020(sample, None, origins, crop_size, legacy_values)
         if input == "bayer":
             y_crops = _mosaic_rggb(sample, n, origins, crop_size, legacy_values)
         else:
-            y_crops = _rec2020(_mosaic_rgb(sample, n, origins, crop_size, legacy_values), matrix)
+            y_crops = _mosaic_rec2020(sample, n, origins, crop_size, legacy_values)
     else:
         if input != "bayer":
             raise ConfigError(f"{sample.get('__key__')}: the legacy layout holds RGGB noisy tiles only (input='bayer')")
@@ -201,10 +206,6 @@ def crops_at(
         for name in ("x_crops", "y_crops", "mask_crops", "rgb_xyz_matrix"):
             out[name] = torch.from_numpy(out[name])
     return out
-
-
-def _rec2020(cam_rgb: np.ndarray, matrix) -> np.ndarray:
-    return np.stack([cam_to_lin_rec2020(crop, np.asarray(matrix, dtype=np.float32)) for crop in cam_rgb])
 
 
 def pair_passes(meta: dict, n: int, max_alignment_loss: float | None, min_mask_mean: float | None) -> bool:
