@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 
+from ...conversion import parse_size
 from ...errors import WdsprepError
 from .fetch import FetchOptions, fetch
 from .index import DEFAULT_DOI
@@ -44,6 +45,19 @@ def add_fetch_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report", default=None, metavar="PATH", help="JSON report (default DEST/fetch_report.json)")
     parser.add_argument("--rehash", action="store_true", help="re-verify the SHA-1 of files already present")
     parser.add_argument("--json", action="store_true", help="with --dry-run: also print the plan as one JSON line")
+    convert = parser.add_argument_group("fetch straight into shards")
+    convert.add_argument("--convert", default=None, metavar="OUTPUT",
+                         help="convert each scene as soon as it is verified into shards at OUTPUT (a directory or "
+                              "s3://bucket/prefix), then remove its raw files")
+    convert.add_argument("--keep-raw", action="store_true", help="with --convert: keep the raw files")
+    convert.add_argument("--max-raw-bytes", default=None, metavar="SIZE",
+                         help="with --convert: raw bytes of scenes in flight on local disk, e.g. 2GB "
+                              "(at least one scene; default: no bound)")
+    convert.add_argument("--tile-size", type=int, default=1024, help="with --convert: tile edge (default 1024)")
+    convert.add_argument("--layout", choices=["mosaic", "legacy"], default="mosaic", help="with --convert: shard layout")
+    convert.add_argument("--shard-bytes", default="256MB", help="with --convert: target shard size (default 256MB)")
+    convert.add_argument("--on-error", choices=["raise", "skip"], default="raise",
+                         help="with --convert: skip (and report) an unreadable scene instead of failing it")
 
 
 def options_from_args(args: argparse.Namespace) -> FetchOptions:
@@ -53,6 +67,10 @@ def options_from_args(args: argparse.Namespace) -> FetchOptions:
         dry_run=args.dry_run, metadata=args.metadata, metadata_workers=args.metadata_workers,
         attempts=args.attempts, backoff=args.backoff, timeout=args.timeout, progress=args.progress,
         log_interval=args.log_interval, report=args.report, rehash=args.rehash,
+        convert=args.convert, keep_raw=args.keep_raw,
+        max_raw_bytes=parse_size(args.max_raw_bytes) if args.max_raw_bytes else None,
+        convert_options={"tile_size": args.tile_size, "layout": args.layout, "shard_bytes": args.shard_bytes,
+                         "on_error": args.on_error},
     )
 
 
@@ -91,6 +109,14 @@ def fetch_main(args: argparse.Namespace) -> int:
           f"scenes complete {report['scenes']['complete']}/{report['scenes']['total']}")
     for entry in failed:
         print(f"  failed: {entry['file']}: {entry['reason']}", file=sys.stderr)
+    converted = report.get("convert")
+    if converted is not None:
+        print(f"converted {converted['scenes_converted']} scenes now, {len(converted['scenes_converted_before'])} before; "
+              f"raw bytes on disk peaked at {converted['raw_bytes_peak']}; manifest: {converted['manifest'] or 'not written'}")
+        for entry in converted["problems"]:
+            print(f"  not converted: {entry['scene']}: {entry['reason']}", file=sys.stderr)
+        if converted["manifest"] is None:
+            return 1
     return 1 if failed else 0
 
 

@@ -103,16 +103,8 @@ def plan(input: str, options: dict) -> Plan:
         if not scene.noisy:
             problems.append({"item": scene.key, "message": "no noisy capture"})
             continue
-        reference = scene.clean[0]
-        item = {
-            "root": root,
-            "cfa": scene.cfa,
-            "scene": scene.name,
-            "test_reserve": scene.test_reserve,
-            "gt": [os.path.relpath(paths[reference.filename], root), reference.sha1],
-            "noisy": [[os.path.relpath(paths[image.filename], root), image.sha1] for image in scene.noisy],
-        }
-        size = sum(os.path.getsize(paths[image.filename]) for image in [reference, *scene.noisy])
+        item = scene_item(root, scene, {name: os.path.relpath(path, root) for name, path in paths.items()})
+        size = sum(os.path.getsize(paths[image.filename]) for image in [scene.clean[0], *scene.noisy])
         by_split["test" if scene.test_reserve else "train"].append((item, size))
     if not any(by_split.values()):
         raise InputError(f"{input}: no complete scene to convert ({len(problems)} skipped: "
@@ -126,24 +118,42 @@ def plan(input: str, options: dict) -> Plan:
         for number, group in enumerate(groups):
             sizes = {id(entry): size for entry, size in entries}
             units.append(Unit(split, number, group, sum(sizes[id(entry)] for entry in group)))
-    if layout == "mosaic":
-        config = {
+    config = conversion_config(options)
+    return Plan(units=units, config=config,
+                input_bytes=sum(unit.input_bytes for unit in units), problems=problems)
+
+
+def scene_item(root: str, scene, relpaths: dict[str, str]) -> dict:
+    """A unit item: one scene's reference clean capture and noisy captures (paths below `root`)."""
+    reference = scene.clean[0]
+    return {
+        "root": root,
+        "cfa": scene.cfa,
+        "scene": scene.name,
+        "test_reserve": scene.test_reserve,
+        "gt": [relpaths[reference.filename], reference.sha1],
+        "noisy": [[relpaths[image.filename], image.sha1] for image in scene.noisy],
+    }
+
+
+def conversion_config(options: dict) -> dict:
+    """The source part of the manifest's config (what the shards' bytes depend on)."""
+    tile = int(options.get("tile_size") or DEFAULT_TILE)
+    if (options.get("layout") or "mosaic") == "mosaic":
+        return {
             "tile_size": tile,
             "layout": "mosaic",
             "reference": "first clean capture",
             "fields": "scene tile: clean uint16 [h+2a,w+2a], noisy uint16 [N,h+2a,w+2a], mask packed bits [N,h*w], meta",
             "target": "made at read time: lin_rec2020 (Bayer bilinear demosaic, X-Trans LibRaw VNG)",
         }
-    else:
-        config = {
-            "tile_size": tile,
-            "store_dtype": options.get("store_dtype", "float32"),
-            "reference": "first clean capture",
-            "layout": "scene tile: gt_rgb [3,T,T], noisy_bayer [N,4,T/2,T/2], mask [N,T,T], meta",
-            "target": "lin_rec2020 (bilinear demosaic)",
-        }
-    return Plan(units=units, config=config,
-                input_bytes=sum(unit.input_bytes for unit in units), problems=problems)
+    return {
+        "tile_size": tile,
+        "store_dtype": options.get("store_dtype", "float32"),
+        "reference": "first clean capture",
+        "layout": "scene tile: gt_rgb [3,T,T], noisy_bayer [N,4,T/2,T/2], mask [N,T,T], meta",
+        "target": "lin_rec2020 (bilinear demosaic)",
+    }
 
 
 def _window(array: np.ndarray, top: int, left: int, height: int, width: int) -> tuple[np.ndarray, np.ndarray]:

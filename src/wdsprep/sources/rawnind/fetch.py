@@ -19,6 +19,15 @@ Robustness rules:
 - a bad index, an unreachable server at start (probed once even when `--listing`/`--index` are
   local files) or an unwritable destination stop everything at once with one
   `FetchError`/`InputError` message.
+
+With `convert` (an output directory or `s3://` URL) complete scenes go to conversion workers
+instead of the metadata stage (`streamconvert`): each becomes its own unit of shards, and its raw
+files are removed once those shards are checked in the store (`keep_raw` keeps them). The
+ingestor admits a scene only while the bytes of the admitted, not yet removed scenes stay within
+`max_raw_bytes` (one scene is always admitted, so the bound is at least the largest scene), so
+local disk never holds more raws than that; `raw_bytes` counts what is on disk (downloads add,
+removals subtract) and the report gives its peak. Scenes converted by an earlier run are not
+fetched again.
 """
 from __future__ import annotations
 
@@ -80,6 +89,10 @@ class FetchOptions:
     channel_size: int = 16
     rehash: bool = False
     stream: TextIO | None = None
+    convert: str | None = None  # output dir or s3:// URL: convert each scene as soon as it is complete
+    convert_options: dict = field(default_factory=dict)  # tile_size, layout, shard_bytes, codec, on_error
+    keep_raw: bool = False  # with convert: keep the raw files of converted scenes
+    max_raw_bytes: int | None = None  # with convert: bound on the raw bytes of scenes in flight
 
 
 @dataclass
@@ -106,6 +119,7 @@ class Stats:
     scenes_incomplete: int = 0
     metadata_done: int = 0
     pairs_computed: int = 0
+    scenes_converted: int = 0
     active: dict[str, list[int]] = field(default_factory=dict)  # name -> [done, total]
 
 
@@ -151,6 +165,58 @@ class Fetcher:
         self.base = (options.dataverse or "").rstrip("/")
         self.started = time.monotonic()
         self.metadata_cache = None
+        self.converter = None
+        self.convert_problems: list[dict] = []
+        self.converted_before: list[str] = []
+        self.raw_bytes = 0  # raw bytes on local disk (finished and partial downloads of selected scenes)
+        self.raw_peak = 0
+        self.reserved = 0  # bytes of the admitted scenes whose raws are not removed yet
+        self.scene_bytes: dict[str, int] = {}
+        self._released: trio.Event | None = None
+
+    # ----------------------------------------------------------------------------- raw bytes
+    def _grow(self, count: int) -> None:
+        self.raw_bytes += count
+        self.raw_peak = max(self.raw_peak, self.raw_bytes)
+
+    def _remove(self, path: str) -> None:
+        """Delete a raw file (final or partial) and take it off the count."""
+        try:
+            size = os.path.getsize(path)
+            os.remove(path)
+        except FileNotFoundError:
+            return
+        self.raw_bytes -= size
+
+    async def _admit(self, scene: SceneInfo) -> None:
+        bound = self.options.max_raw_bytes
+        size = self.scene_bytes[scene.key]
+        while bound is not None and self.reserved and self.reserved + size > bound:
+            await self._released.wait()
+        self.reserved += size
+
+    def _release(self, scene: SceneInfo) -> None:
+        self.reserved -= self.scene_bytes[scene.key]
+        self._released.set()
+        self._released = trio.Event()
+
+    def _remove_scene_raws(self, scene: SceneInfo) -> None:
+        """A converted scene's files, its masks in the metadata cache, and its emptied folders."""
+        from .metadata import mask_path, pair_key
+
+        for image in scene.files:
+            self._remove(self._final_path(image))
+            self._remove(self._final_path(image) + ".part")
+        for image in scene.noisy:
+            try:
+                os.remove(mask_path(self.options.dest, pair_key(scene.clean[0].sha1, image.sha1)))
+            except FileNotFoundError:
+                pass
+        for folder in (os.path.join(self.options.dest, scene.cfa, scene.name, "gt"), os.path.join(self.options.dest, scene.cfa, scene.name)):
+            try:
+                os.rmdir(folder)
+            except OSError:
+                pass  # not empty (a file of another run) or already gone
 
     # ----------------------------------------------------------------------------------- setup
     def _check_destination(self) -> None:
@@ -229,6 +295,8 @@ class Fetcher:
     async def _ingest(self, scenes: list[SceneInfo], send: trio.MemorySendChannel) -> None:
         async with send:
             for scene in scenes:
+                if self.converter is not None:
+                    await self._admit(scene)
                 await send.send(scene)
 
     def _final_path(self, image: ImageInfo) -> str:
@@ -248,7 +316,7 @@ class Fetcher:
                             await done_send.send((scene, image, FileResult("present")))
                             continue
                     if os.path.exists(final):  # wrong size or hash: not ours to trust
-                        os.remove(final)
+                        self._remove(final)
                     await download_send.send((scene, image))
 
     async def _download_worker(self, jobs, verify_send, done_send) -> None:
@@ -285,7 +353,7 @@ class Fetcher:
                     os.replace(part, final)
                     return FileResult("verified", None, attempt)
                 reason = f"SHA-1 mismatch (got {digest}, expected {image.sha1})"
-                os.remove(part)
+                self._remove(part)
         except OSError as error:
             # disk full, unwritable folder, a directory in the way: this file fails, the others go on
             where = error.filename or part
@@ -296,7 +364,7 @@ class Fetcher:
         assert self.client is not None
         offset = os.path.getsize(part) if os.path.exists(part) else 0
         if image.size is not None and offset > image.size:
-            os.remove(part)
+            self._remove(part)
             offset = 0
         if image.size is not None and offset == image.size:
             return  # a complete .part from an interrupted run: verify it
@@ -310,22 +378,24 @@ class Fetcher:
                 if status in PERMANENT_STATUSES:
                     raise _Permanent(f"HTTP {status} from {url}")
                 if status == 416:
-                    os.remove(part)
+                    self._remove(part)
                     raise _Transient(f"HTTP 416 for Range bytes={offset}- (restarting from zero)")
                 if status != 200 and status != 206:
                     raise _Transient(f"HTTP {status} from {url}")
                 mode = "ab"
                 if status == 200:
+                    self._grow(-offset)  # the part is truncated below
                     mode, offset = "wb", 0  # the server ignored the Range: start over
                 else:
                     content_range = response.headers.get("Content-Range", "")
                     if not content_range.startswith(f"bytes {offset}-"):
-                        os.remove(part)
+                        self._remove(part)
                         raise _Transient(f"unexpected Content-Range {content_range!r} for offset {offset}")
                 progress[0] = offset
                 with open(part, mode) as handle:
                     async for chunk in response.aiter_raw():
                         handle.write(chunk)
+                        self._grow(len(chunk))
                         progress[0] += len(chunk)
                         self.stats.bytes_downloaded += len(chunk)
         except httpx.HTTPError as error:
@@ -364,6 +434,8 @@ class Fetcher:
                         await scene_send.send(scene)
                     else:
                         self.stats.scenes_incomplete += 1
+                        if self.converter is not None:
+                            self._release(scene)  # its files stay for a re-run, outside the bound
                         missing = [
                             image.filename
                             for image in scene.images
@@ -407,6 +479,21 @@ class Fetcher:
                 self.stats.metadata_done += 1
                 self.stats.pairs_computed += computed
 
+    async def _convert_worker(self, receive, limiter: trio.CapacityLimiter) -> None:
+        async with receive:
+            async for scene in receive:
+                try:
+                    if self.converter.converts(scene):
+                        await trio.to_thread.run_sync(self.converter.convert, scene, limiter=limiter)
+                        self.stats.scenes_converted += 1
+                    if not self.options.keep_raw:
+                        self._remove_scene_raws(scene)
+                except Exception as error:  # noqa: BLE001 - one bad scene must not stop the others
+                    reason = str(error) if isinstance(error, WdsprepError) else f"{type(error).__name__}: {error}"
+                    self.convert_problems.append({"scene": scene.key, "reason": reason})  # raws kept for a re-run
+                finally:
+                    self._release(scene)
+
     # -------------------------------------------------------------------------------- progress
     def _progress_line(self) -> str:
         stats = self.stats
@@ -417,6 +504,7 @@ class Fetcher:
             f"failed {stats.failed}) | {_human_bytes(stats.bytes_downloaded)}/{_human_bytes(stats.bytes_to_download)} "
             f"| {_human_bytes(stats.bytes_downloaded / elapsed)}/s | active {len(stats.active)} | retries {stats.retries} "
             f"| scenes {stats.scenes_complete}/{stats.scenes_total} | metadata {stats.metadata_done}"
+            + (f" | converted {stats.scenes_converted} | raw on disk {_human_bytes(self.raw_bytes)}" if self.converter else "")
         )
 
     async def _progress_loop(self) -> None:
@@ -470,7 +558,9 @@ class Fetcher:
             if listing_raw is not None:
                 with open(os.path.join(options.dest, LISTING_FILENAME), "wb") as handle:
                     handle.write(listing_raw)
-            if options.metadata:
+            if options.convert:
+                scenes = await self._start_conversion(scenes)
+            elif options.metadata:
                 from .metadata import MetadataCache
 
                 self.metadata_cache = MetadataCache(options.dest)
@@ -484,12 +574,51 @@ class Fetcher:
                 outer.start_soon(self._progress_loop)
                 await self._pipeline(scenes)
                 outer.cancel_scope.cancel()
+            manifest = None
+            if self.converter is not None:
+                manifest = await trio.to_thread.run_sync(self.converter.finish, self.all_scenes, time.time() - (time.monotonic() - self.started))
         report = self._report(summary)
+        if self.converter is not None:
+            report["convert"] = {
+                "output": self.converter.store.url,
+                "manifest": manifest.url if manifest is not None else None,
+                "scenes_converted": self.stats.scenes_converted,
+                "scenes_converted_before": self.converted_before,
+                "problems": self.convert_problems,
+                "keep_raw": options.keep_raw,
+                "max_raw_bytes": options.max_raw_bytes,
+                "raw_bytes_peak": self.raw_peak,
+            }
+            self._write_report(report)
         if self.options.progress != "none":
             end = "\n" if getattr(self.stream, "isatty", lambda: False)() else ""
             self.stream.write(f"{end}[rawnind fetch] done: {self._progress_line()}\n")
             self.stream.flush()
         return report
+
+    async def _start_conversion(self, scenes: list[SceneInfo]) -> list[SceneInfo]:
+        """Open the output, drop scenes an earlier run converted (and their leftover raws), count the
+        raws already on disk; returns the scenes still to fetch and convert."""
+        from .streamconvert import SceneConverter
+
+        options = self.options
+        self.all_scenes = scenes
+        self.converter = await trio.to_thread.run_sync(
+            lambda: SceneConverter(options.convert, options.dest, scenes, options.convert_options))
+        self._released = trio.Event()
+        todo = []
+        for scene in scenes:
+            files = [path for image in scene.files for path in (self._final_path(image), self._final_path(image) + ".part")]
+            self._grow(sum(os.path.getsize(path) for path in files if os.path.isfile(path)))
+            if self.converter.converts(scene) and await trio.to_thread.run_sync(self.converter.record, scene) is not None:
+                self.converted_before.append(scene.key)
+                if not options.keep_raw:
+                    self._remove_scene_raws(scene)  # a run killed after the record, before the removal
+                continue
+            self.scene_bytes[scene.key] = sum(image.size or 0 for image in scene.files if image.downloadable)
+            todo.append(scene)
+        self.raw_peak = self.raw_bytes
+        return todo
 
     async def _pipeline(self, scenes: list[SceneInfo]) -> None:
         size = self.options.channel_size
@@ -506,8 +635,9 @@ class Fetcher:
                 nursery.start_soon(self._download_worker, download_receive.clone(), verify_send.clone(), done_send.clone())
             nursery.start_soon(self._verifier, verify_receive)
             nursery.start_soon(self._indexer, done_receive, scene_send)
+            worker = self._convert_worker if self.converter is not None else self._metadata_worker
             for _ in range(self.options.metadata_workers):
-                nursery.start_soon(self._metadata_worker, scene_receive.clone(), limiter)
+                nursery.start_soon(worker, scene_receive.clone(), limiter)
             # the stages hold clones; closing the originals lets each channel close with its users
             for channel in (download_receive, verify_send, done_send, scene_receive):
                 await channel.aclose()
@@ -539,10 +669,13 @@ class Fetcher:
             "sha1_rate_bps": round(stats.bytes_hashed / stats.hash_seconds) if stats.hash_seconds else None,
             "plan": {key: value for key, value in summary.items() if key not in ("unmatched", "listing_not_in_index")},
         }
+        self._write_report(report)
+        return report
+
+    def _write_report(self, report: dict) -> None:
         path = self.options.report or os.path.join(self.options.dest, "fetch_report.json")
         with open(path, "w", encoding="utf-8") as handle:
             json.dump(report, handle, indent=1)
-        return report
 
 
 def fetch(options: FetchOptions) -> dict[str, Any]:

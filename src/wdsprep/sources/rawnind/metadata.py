@@ -158,6 +158,11 @@ def pair_key(gt_sha1: str, noisy_sha1: str) -> str:
     return f"{gt_sha1}:{noisy_sha1}"
 
 
+def mask_path(root: str, key: str) -> str:
+    """Where the cache below `root` keeps the packed mask of pair `key`."""
+    return os.path.join(root, "masks", key.replace(":", "_") + ".npy")
+
+
 class MetadataCache:
     """`metadata_cache.jsonl` (`{"key", "value"}` lines, as the fork) plus one mask file per pair.
 
@@ -181,7 +186,7 @@ class MetadataCache:
                         continue  # a torn last line from an interrupted run
 
     def mask_path(self, key: str) -> str:
-        return os.path.join(self.mask_dir, key.replace(":", "_") + ".npy")
+        return mask_path(self.root, key)
 
     def get(self, key: str) -> PairMetadata | None:
         value = self._entries.get(key)
