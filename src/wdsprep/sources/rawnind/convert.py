@@ -282,6 +282,8 @@ def _mosaic_tiles(item, gt: RawImage, noisy: list[RawImage], pairs: list[PairMet
         "noisy_shift": shifts,
         "bayer_alignment": shifts if gt.is_bayer else None,
         "halo": halo,
+        "tile_rows": [top for top, _ in tile_spans(height, tile)],  # the scene's tile grid
+        "tile_cols": [left for left, _ in tile_spans(width, tile)],
     })
     for top, tile_h in tile_spans(height, tile):
         for left, tile_w in tile_spans(width, tile):

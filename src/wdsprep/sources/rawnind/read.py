@@ -69,9 +69,12 @@ def crop_pair(
     gain_key: str | None = None,
     legacy_values: bool = False,
     input: str = "bayer",
+    pairing: str = "x_y",
 ) -> dict | None:
     """The legacy sample of noisy capture `n` of a decoded tile; None if no crop set is valid."""
     mask = tile_mask(sample, n)
+    if pairing != "x_y":
+        mask = np.ones_like(mask)  # the legacy x_x / y_y pairings use an all-valid mask
     height, width = mask.shape
     if height < crop_size or width < crop_size:
         raise ConfigError(f"{sample.get('__key__')}: tile {height}x{width} is smaller than crop_size {crop_size}")
@@ -79,7 +82,7 @@ def crop_pair(
     if origins is None:
         return None
     return crops_at(sample, n, origins, crop_size=crop_size, match_gain=match_gain, to_torch=to_torch,
-                    gain_key=gain_key, legacy_values=legacy_values, input=input, mask=mask)
+                    gain_key=gain_key, legacy_values=legacy_values, input=input, pairing=pairing, mask=mask)
 
 
 def is_mosaic(sample: dict) -> bool:
@@ -94,7 +97,7 @@ def tile_mask(sample: dict, n: int) -> np.ndarray:
     return np.unpackbits(sample["mask"][n], count=height * width).reshape(height, width).view(bool)
 
 
-def _region(sample: dict, origins, crop_size: int, halo: int):
+def _region(sample: dict, origins, shape: tuple[int, int], halo: int):
     """Per crop: the window rows/cols (with up to `halo` px around the crop) and the crop inside them."""
     meta = sample["meta"]
     wy, wx, wh, ww = meta["window"]
@@ -102,36 +105,43 @@ def _region(sample: dict, origins, crop_size: int, halo: int):
     for y, x in origins:
         cy, cx = top - wy + y, left - wx + x
         r0, c0 = max(cy - halo, 0), max(cx - halo, 0)
-        r1, c1 = min(cy + crop_size + halo, wh), min(cx + crop_size + halo, ww)
+        r1, c1 = min(cy + shape[0] + halo, wh), min(cx + shape[1] + halo, ww)
         yield (r0, r1, c0, c1), (cy - r0, cx - c0)
 
 
-def _mosaic_rec2020(sample: dict, n: int | None, origins, crop_size: int, legacy: bool) -> np.ndarray:
-    """Linear Rec.2020 crops [k, 3, c, c] of the clean (n None) or noisy capture n, made over each
+def _capture(sample: dict, n: int | None):
+    """(mosaic window, black levels, white level, valid box or None) of the clean (None) or noisy n."""
+    meta = sample["meta"]
+    if n is None:
+        return sample["clean"], meta["black_level"], meta["white_level"], None
+    return sample["noisy"][n], meta["noisy_black_level"][n], meta["noisy_white_level"][n], meta["noisy_valid"][n]
+
+
+def _mosaic_rec2020(sample: dict, n: int | None, origins, shape: tuple[int, int], legacy: bool) -> np.ndarray:
+    """Linear Rec.2020 crops [k, 3, h, w] of the clean (n None) or noisy capture n, made over each
     crop only: normalise and demosaic the crop plus its border, then camRGB -> Rec.2020."""
     meta = sample["meta"]
     pattern = np.asarray(meta["cfa_pattern"], dtype=np.uint8)
-    mosaic = sample["clean"] if n is None else sample["noisy"][n]
-    black = meta["black_level"] if n is None else meta["noisy_black_level"][n]
-    white = meta["white_level"] if n is None else meta["noisy_white_level"][n]
+    mosaic, black, white, valid = _capture(sample, n)
     matrix = cam_to_lin_rec2020_matrix(np.asarray(meta["rgb_xyz_matrix"], dtype=np.float32)).astype(np.float32)
-    wy, wx, wh, ww = meta["window"]
+    wy, wx = meta["window"][:2]
     bayer = pattern.shape == (2, 2)
-    out = np.empty((len(origins), 3, crop_size, crop_size), dtype=np.float32)
-    for k, ((r0, r1, c0, c1), (oy, ox)) in enumerate(_region(sample, origins, crop_size, 1 if bayer else meta["halo"])):
+    height, width = shape
+    out = np.empty((len(origins), 3, height, width), dtype=np.float32)
+    for k, ((r0, r1, c0, c1), (oy, ox)) in enumerate(_region(sample, origins, shape, 1 if bayer else meta["halo"])):
         origin = (wy + r0, wx + c0)
         if bayer:
             mono = normalise(mosaic[r0:r1, c0:c1], pattern, black, white, origin, legacy)
-            if n is not None:
-                _zero_outside(mono, meta["noisy_valid"][n], r0, c0)
+            if valid is not None:
+                _zero_outside(mono, valid, r0, c0)
             # the 1 px border: the stored neighbours, or the image edge's mirror where the window ends
-            border = [(int(oy == 0), int(r1 - r0 - oy == crop_size)), (int(ox == 0), int(c1 - c0 - ox == crop_size))]
+            border = [(int(oy == 0), int(r1 - r0 - oy == height)), (int(ox == 0), int(c1 - c0 - ox == width))]
             plane = mono.astype(np.float64)
             rgb = demosaic_padded(np.pad(plane, border, mode="reflect") if any(map(any, border)) else plane)
         else:
             rolled = np.roll(pattern, (-origin[0], -origin[1]), axis=(0, 1))
             rgb = demosaic_libraw(mosaic[r0:r1, c0:c1], rolled, meta["colors"], black[int(rolled.flat[0])], white)
-            rgb = np.ascontiguousarray(rgb[:, oy : oy + crop_size, ox : ox + crop_size])
+            rgb = np.ascontiguousarray(rgb[:, oy : oy + height, ox : ox + width])
         np.matmul(matrix, rgb.reshape(3, -1), out=out[k].reshape(3, -1))
     return out
 
@@ -144,17 +154,24 @@ def _zero_outside(mono: np.ndarray, box, r0: int, c0: int) -> None:
     mono[~keep] = 0
 
 
-def _mosaic_rggb(sample: dict, n: int, origins, crop_size: int, legacy: bool) -> np.ndarray:
+def _mosaic_rggb(sample: dict, n: int | None, origins, shape: tuple[int, int], legacy: bool) -> np.ndarray:
+    """RGGB crops [k, 4, h/2, w/2] of the clean (n None) or noisy capture n."""
     meta = sample["meta"]
+    if len(meta["cfa_pattern"]) != 2:
+        raise ConfigError(f"{sample.get('__key__')}: an X-Trans mosaic has no RGGB form (use input='rgb')")
     pattern = np.asarray(meta["cfa_pattern"], dtype=np.uint8)
+    mosaic, black, white, valid = _capture(sample, n)
     wy, wx = meta["window"][:2]
-    out = np.empty((len(origins), 4, crop_size // 2, crop_size // 2), dtype=np.float32)
-    for k, ((r0, r1, c0, c1), (oy, ox)) in enumerate(_region(sample, origins, crop_size, 0)):
-        mono = normalise(sample["noisy"][n][r0:r1, c0:c1], pattern, meta["noisy_black_level"][n],
-                         meta["noisy_white_level"][n], (wy + r0, wx + c0), legacy)
-        _zero_outside(mono, meta["noisy_valid"][n], r0, c0)
+    out = np.empty((len(origins), 4, shape[0] // 2, shape[1] // 2), dtype=np.float32)
+    for k, ((r0, r1, c0, c1), _) in enumerate(_region(sample, origins, shape, 0)):
+        mono = normalise(mosaic[r0:r1, c0:c1], pattern, black, white, (wy + r0, wx + c0), legacy)
+        if valid is not None:
+            _zero_outside(mono, valid, r0, c0)
         out[k] = mono_to_rggb(mono[None])
     return out
+
+
+PAIRINGS = ("x_y", "x_x", "y_y")  # the legacy `data_pairing`: clean/noisy, clean/clean, noisy/noisy
 
 
 def crops_at(
@@ -162,33 +179,45 @@ def crops_at(
     n: int,
     origins: list[tuple[int, int]],
     *,
-    crop_size: int = 256,
+    crop_size: int | tuple[int, int] = 256,
     match_gain: bool = False,
     to_torch: bool = True,
     gain_key: str | None = None,
     legacy_values: bool = False,
     input: str = "bayer",
+    pairing: str = "x_y",
     mask: np.ndarray | None = None,
 ) -> dict:
-    """The legacy sample of noisy capture `n` at the given even tile-relative crop origins."""
+    """The legacy sample of noisy capture `n` at the given even tile-relative crop origins.
+
+    `crop_size` is an int or (height, width). `pairing` as the legacy `data_pairing`: "x_y" clean
+    target / noisy input; "x_x" the clean capture as both (the clean-clean variants); "y_y" the
+    noisy capture as both; the last two have an all-valid mask, as the legacy loaders.
+    """
     meta = sample["meta"]
-    mask = tile_mask(sample, n) if mask is None else mask
+    height, width = (crop_size, crop_size) if isinstance(crop_size, int) else tuple(crop_size)
+    if pairing not in PAIRINGS:
+        raise ConfigError(f"pairing={pairing!r} is not one of {', '.join(PAIRINGS)}")
     gain_key = gain_key or ("raw_gain" if input == "bayer" else "rgb_gain")
-    half = crop_size // 2
     if is_mosaic(sample):
-        x_crops = _mosaic_rec2020(sample, None, origins, crop_size, legacy_values)
+        x_source, y_source = {"x_y": (None, n), "x_x": (None, None), "y_y": (n, n)}[pairing]
+        x_crops = _mosaic_rec2020(sample, x_source, origins, (height, width), legacy_values)
         if input == "bayer":
-            y_crops = _mosaic_rggb(sample, n, origins, crop_size, legacy_values)
+            y_crops = _mosaic_rggb(sample, y_source, origins, (height, width), legacy_values)
         else:
-            y_crops = _mosaic_rec2020(sample, n, origins, crop_size, legacy_values)
+            y_crops = _mosaic_rec2020(sample, y_source, origins, (height, width), legacy_values)
     else:
-        if input != "bayer":
-            raise ConfigError(f"{sample.get('__key__')}: the legacy layout holds RGGB noisy tiles only (input='bayer')")
+        if input != "bayer" or pairing != "x_y":
+            raise ConfigError(f"{sample.get('__key__')}: the legacy layout holds clean RGB and noisy RGGB tiles only "
+                              "(input='bayer', pairing='x_y')")
         gt, noisy = sample["gt_rgb"], sample["noisy_bayer"]
-        x_crops = np.stack([gt[:, y : y + crop_size, x : x + crop_size] for y, x in origins]).astype(np.float32)
-        y_crops = np.stack([noisy[n, :, y // 2 : y // 2 + half, x // 2 : x // 2 + half] for y, x in origins]).astype(np.float32)
-    mask_crops = np.stack([np.broadcast_to(mask[y : y + crop_size, x : x + crop_size], (3, crop_size, crop_size))
-                           for y, x in origins])
+        x_crops = np.stack([gt[:, y : y + height, x : x + width] for y, x in origins]).astype(np.float32)
+        y_crops = np.stack([noisy[n, :, y // 2 : (y + height) // 2, x // 2 : (x + width) // 2] for y, x in origins]).astype(np.float32)
+    if pairing == "x_y":
+        mask = tile_mask(sample, n) if mask is None else mask
+        mask_crops = np.stack([np.broadcast_to(mask[y : y + height, x : x + width], (3, height, width)) for y, x in origins])
+    else:
+        mask_crops = np.ones((len(origins), 3, height, width), dtype=bool)
     gain = float(meta[gain_key][n])
     if match_gain:
         y_crops *= np.float32(gain)
@@ -268,6 +297,7 @@ def pairs(
     gain_key: str | None = None,
     legacy_values: bool = False,
     input: str = "bayer",
+    pairing: str = "x_y",
 ):
     """Curried stage: `wds.WebDataset(urls).compose(wdsprep.rawnind.pairs(crop_size=256))`.
 
@@ -275,6 +305,8 @@ def pairs(
     <= 0.035, mask mean >= 0.8, 0.5 valid per crop). Pass None to a filter to disable it.
     `input="bayer"`: RGGB noisy crops of Bayer scenes (CleanProfiledRGBNoisyBayer...); `"rgb"`:
     linear Rec.2020 noisy crops of every scene, X-Trans included (...NoisyProfiledRGB...).
+    `pairing` is the legacy `data_pairing` ("x_y", or "x_x" / "y_y": the clean or the noisy capture
+    as both x and y, with an all-valid mask; mosaic layout only).
     `legacy_values=True`: the values of the earlier float layout (channel 0's black level for
     every site, as the original code), bit for bit on the mosaic layout's Bayer scenes.
 
@@ -286,13 +318,112 @@ def pairs(
     """
     if input not in INPUTS:
         raise ConfigError(f"input={input!r} is not one of {', '.join(INPUTS)}")
+    if pairing not in PAIRINGS:
+        raise ConfigError(f"pairing={pairing!r} is not one of {', '.join(PAIRINGS)}")
     iterations = itertools.count()
     options = dict(crop_size=crop_size, num_crops=num_crops, min_valid=min_valid, match_gain=match_gain,
-                   to_torch=to_torch, gain_key=gain_key, legacy_values=legacy_values, input=input)
+                   to_torch=to_torch, gain_key=gain_key, legacy_values=legacy_values, input=input, pairing=pairing)
     filters = dict(max_alignment_loss=max_alignment_loss, min_mask_mean=min_mask_mean)
 
     def stage(source: Iterable[dict]) -> Iterator[dict]:
         return _pairs(source, options, filters, seed, epoch, next(iterations))
+
+    return stage
+
+
+def _evaluation_items(source: Iterable[dict], filters: dict, input: str, middle_only: bool):
+    """(decoded tile, noisy index) of the pairs an evaluation loader reads, in stream order."""
+    for raw in source:
+        sample = decode_sample(raw)
+        meta = sample["meta"]
+        if not is_mosaic(sample):
+            raise ConfigError(f"{sample.get('__key__')}: validation/test readers need the mosaic layout")
+        if input == "bayer" and not meta["is_bayer"]:
+            continue
+        if middle_only:
+            # the legacy validation loader takes the middle of the pre-crops sorted by (x, y)
+            grid = sorted((left, top) for top in meta["tile_rows"] for left in meta["tile_cols"])
+            if grid[len(grid) // 2] != (meta["tile"][1], meta["tile"][0]):
+                continue
+        for n in range(noisy_count(sample)):
+            if pair_passes(meta, n, **filters):
+                yield sample, n
+
+
+def _evaluation_sample(sample, n, origin, shape, options, batch: bool) -> dict:
+    out = crops_at(sample, n, [origin], crop_size=shape, **options)
+    to_torch = options["to_torch"]
+    for name in ("x_crops", "y_crops", "mask_crops"):
+        out[name] = out[name] if batch else out[name][0]
+    if batch:
+        out["rgb_xyz_matrix"] = out["rgb_xyz_matrix"][None]
+    if to_torch:
+        import torch
+
+        out["gain"] = torch.tensor(out["gain"])
+    meta = sample["meta"]
+    top, left = meta["tile"]
+    out.update(__key__=f"{sample['__key__']}-{n}-{origin[0]:05d}-{origin[1]:05d}", gt_file=meta["gt_file"],
+               y_file=meta["noisy_files"][n], position=[top + origin[0], left + origin[1]])
+    return out
+
+
+def _whole_tile(meta: dict) -> tuple[int, int]:
+    """The legacy `crop_size=0`: the whole pre-crop, trimmed to multiples of 256."""
+    height, width = meta["tile_size"]
+    return height - height % 256, width - width % 256
+
+
+def validation(crop_size: int = 256, match_gain: bool = False, max_alignment_loss: float | None = 0.035,
+               min_mask_mean: float | None = 0.8, input: str = "bayer", pairing: str = "x_y",
+               legacy_values: bool = False, to_torch: bool = True):
+    """Curried stage: the legacy `...ImageCropsValidationDataset` items (mosaic layout).
+
+    Per pair passing the filters, the middle tile of its scene (tiles sorted by (left, top), as the
+    legacy pre-crops by coordinates) and in it the centre crop (`h//2 - crop//2`, rounded down to
+    even); `crop_size=0`: the whole tile trimmed to multiples of 256. No batch dimension.
+    """
+    options = dict(match_gain=match_gain, to_torch=to_torch, legacy_values=legacy_values, input=input, pairing=pairing)
+    filters = dict(max_alignment_loss=max_alignment_loss, min_mask_mean=min_mask_mean)
+
+    def stage(source: Iterable[dict]) -> Iterator[dict]:
+        for sample, n in _evaluation_items(source, filters, input, middle_only=True):
+            height, width = sample["meta"]["tile_size"]
+            if crop_size == 0:
+                shape, origin = _whole_tile(sample["meta"]), (0, 0)
+            else:
+                shape = (crop_size, crop_size)
+                origin = tuple(value - value % 2 for value in (height // 2 - crop_size // 2, width // 2 - crop_size // 2))
+            if min(shape) == 0 or min(origin) < 0 or origin[0] + shape[0] > height or origin[1] + shape[1] > width:
+                continue  # the legacy loader drops a pre-crop too small for the crop
+            yield _evaluation_sample(sample, n, origin, shape, options, batch=False)
+
+    return stage
+
+
+def evaluation(crop_size: int = 256, match_gain: bool = False, max_alignment_loss: float | None = 0.035,
+               min_mask_mean: float | None = 0.8, input: str = "bayer", pairing: str = "x_y",
+               legacy_values: bool = False, to_torch: bool = True):
+    """Curried stage: the legacy `...ImageCropsTestDataloader.get_images()` items (mosaic layout).
+
+    For every tile of every pair passing the filters: the crops of a grid stepping by `crop_size`
+    from (0, 0) that fit in the tile, or with `crop_size=0` the whole tile trimmed to multiples of
+    256; each with a batch dimension of 1.
+    """
+    options = dict(match_gain=match_gain, to_torch=to_torch, legacy_values=legacy_values, input=input, pairing=pairing)
+    filters = dict(max_alignment_loss=max_alignment_loss, min_mask_mean=min_mask_mean)
+
+    def stage(source: Iterable[dict]) -> Iterator[dict]:
+        for sample, n in _evaluation_items(source, filters, input, middle_only=False):
+            height, width = sample["meta"]["tile_size"]
+            if crop_size == 0:
+                shape = _whole_tile(sample["meta"])
+                if min(shape):
+                    yield _evaluation_sample(sample, n, (0, 0), shape, options, batch=True)
+                continue
+            for y in range(0, height - crop_size + 1, crop_size):
+                for x in range(0, width - crop_size + 1, crop_size):
+                    yield _evaluation_sample(sample, n, (y, x), (crop_size, crop_size), options, batch=True)
 
     return stage
 

@@ -1,0 +1,135 @@
+"""The legacy loader modes beyond random Bayer crops: data pairings (clean-clean, noisy-noisy), the
+validation loader (middle pre-crop, centre crop or whole) and the test loader (grid of crops or
+whole pre-crops), each against a small reference of the legacy rule written here (research notes
+A.6 and `rawds.py`'s rules)."""
+import shutil
+
+import numpy as np
+import pytest
+import rawpy
+import webdataset as wds
+
+import wdsprep
+from wdsprep.conversion import convert
+from wdsprep.errors import ConfigError
+from wdsprep.sources.rawnind.read import crops_at
+
+from rawnind_testdata import truth
+
+
+@pytest.fixture(scope="module")
+def mosaic(synth_small, tmp_path_factory):
+    work = tmp_path_factory.mktemp("rawnind_modes")
+    shutil.copytree(synth_small, work / "native")
+    manifest = convert("rawnind", str(work / "native"), str(work / "shards"), shard_bytes="4MB", tile_size=256)
+    return work / "native", manifest
+
+
+def raw_samples(manifest, split):
+    return list(wds.WebDataset(wdsprep.urls(manifest.url, split), shardshuffle=False))
+
+
+def decoded(manifest, split):
+    return {s["__key__"]: s for s in wds.WebDataset(wdsprep.urls(manifest.url, split), shardshuffle=False)
+            .compose(wdsprep.rawnind.tiles())}
+
+
+# --- the legacy rules, written from their description ------------------------------------------------
+def legacy_middle_precrop(coordinates):
+    """`crop_n = len(crops) // 2` over the pre-crops sorted by their [x, y] coordinates."""
+    return sorted(coordinates)[len(coordinates) // 2]
+
+
+def legacy_center_crop(height, width, crop):
+    ystart, xstart = height // 2 - crop // 2, width // 2 - crop // 2
+    return ystart - ystart % 2, xstart - xstart % 2
+
+
+def legacy_grid(height, width, crop):
+    out, y = [], 0
+    while y < height:
+        x = 0
+        while x < width:
+            if y + crop <= height and x + crop <= width:
+                out.append((y, x))
+            x += crop
+        y += crop
+    return out
+
+
+def test_validation_takes_the_centre_of_the_middle_precrop(mosaic):
+    native, manifest = mosaic
+    tiles = decoded(manifest, "test")
+    outputs = list(wdsprep.rawnind.validation(crop_size=64, max_alignment_loss=None, min_mask_mean=None, to_torch=False)(
+        raw_samples(manifest, "test")))
+    [scene_meta] = list({s["meta"]["scene"]: s["meta"] for s in tiles.values()}.values())
+    coordinates = [[s["meta"]["tile"][1], s["meta"]["tile"][0]] for s in tiles.values()]
+    assert len(coordinates) == 6  # 512x768 in tiles of 256
+    left, top = legacy_middle_precrop(coordinates)
+    [middle] = [s for s in tiles.values() if s["meta"]["tile"] == [top, left]]
+    assert len(outputs) == len(scene_meta["noisy_files"])
+    for n, out in enumerate(outputs):
+        origin = legacy_center_crop(*middle["meta"]["tile_size"], 64)
+        want = crops_at(middle, n, [origin], crop_size=64, to_torch=False)
+        assert out["x_crops"].shape == (3, 64, 64) and out["y_crops"].shape == (4, 32, 32) and out["mask_crops"].shape == (3, 64, 64)
+        assert np.array_equal(out["x_crops"], want["x_crops"][0]) and np.array_equal(out["y_crops"], want["y_crops"][0])
+        assert out["position"] == [top + origin[0], left + origin[1]]
+        assert out["y_file"] == scene_meta["noisy_files"][n] and out["gain"] == scene_meta["raw_gain"][n]
+    # crop_size=0: the whole middle pre-crop, trimmed to multiples of 256
+    whole = list(wdsprep.rawnind.validation(crop_size=0, input="rgb", max_alignment_loss=None, min_mask_mean=None,
+                                            to_torch=False)(raw_samples(manifest, "test")))
+    assert [out["x_crops"].shape for out in whole] == [(3, 256, 256)] * len(outputs)
+    assert whole[0]["gain"] == scene_meta["rgb_gain"][0]
+
+
+def test_evaluation_walks_a_grid_of_every_precrop(mosaic):
+    native, manifest = mosaic
+    tiles = decoded(manifest, "train")
+    outputs = list(wdsprep.rawnind.evaluation(crop_size=96, input="rgb", max_alignment_loss=None, min_mask_mean=None,
+                                              to_torch=False)(raw_samples(manifest, "train")))
+    expected = []
+    for key, sample in tiles.items():  # stream order: tile, then its pairs, then the grid
+        for n in range(len(sample["meta"]["noisy_files"])):
+            expected += [(key, n, origin) for origin in legacy_grid(*sample["meta"]["tile_size"], 96)]
+    assert len(outputs) == len(expected) == sum(len(s["meta"]["noisy_files"]) for s in tiles.values()) * 4
+    for out, (key, n, origin) in zip(outputs, expected):
+        assert out["__key__"] == f"{key}-{n}-{origin[0]:05d}-{origin[1]:05d}"
+        assert out["x_crops"].shape == (1, 3, 96, 96) and out["y_crops"].shape == (1, 3, 96, 96)
+        assert out["rgb_xyz_matrix"].shape == (1, 4, 3)
+    # Bayer input leaves the X-Trans scene out; crop_size=0 gives each whole pre-crop once per pair
+    whole = list(wdsprep.rawnind.evaluation(crop_size=0, max_alignment_loss=None, min_mask_mean=None)(raw_samples(manifest, "train")))
+    bayer_pairs = sum(len(s["meta"]["noisy_files"]) for s in tiles.values() if s["meta"]["is_bayer"])
+    assert len(whole) == bayer_pairs and tuple(whole[0]["y_crops"].shape) == (1, 4, 128, 128)
+    assert str(whole[0]["gain"].dtype) == "torch.float32" or str(whole[0]["gain"].dtype) == "torch.float64"
+
+
+def test_clean_clean_and_noisy_noisy_pairings(mosaic):
+    native, manifest = mosaic
+    scenes = truth(native)["scenes"]
+    sample = next(s for s in decoded(manifest, "train").values() if s["meta"]["is_bayer"])
+    meta = sample["meta"]
+    origin, crop = (20, 40), 32
+    same = crops_at(sample, 0, [origin], crop_size=crop, pairing="x_x", to_torch=False)
+    # x_x: y is the clean capture's own RGGB crop; the mask is all valid
+    with rawpy.imread(str(native / "files" / scenes[f"Bayer/{meta['scene']}"]["clean"][0])) as raw:
+        black = np.asarray(raw.black_level_per_channel, dtype=np.float32)
+        mono = (raw.raw_image.astype(np.float32) - black[0]) / np.float32(raw.white_level - black[0])
+    top, left = meta["tile"]
+    window = mono[top + origin[0] : top + origin[0] + crop, left + origin[1] : left + origin[1] + crop]
+    reference = np.stack([window[0::2, 0::2], window[0::2, 1::2], window[1::2, 0::2], window[1::2, 1::2]])
+    assert np.array_equal(same["y_crops"][0], reference)
+    assert same["mask_crops"].all()
+    plain = crops_at(sample, 0, [origin], crop_size=crop, to_torch=False)
+    assert np.array_equal(same["x_crops"], plain["x_crops"]) and same["gain"] == plain["gain"]
+    # y_y: x is the noisy capture profiled to Rec.2020 (what input="rgb" gives as y)
+    noisy = crops_at(sample, 0, [origin], crop_size=crop, pairing="y_y", to_torch=False)
+    rgb = crops_at(sample, 0, [origin], crop_size=crop, input="rgb", to_torch=False)
+    assert np.array_equal(noisy["x_crops"], rgb["y_crops"]) and np.array_equal(noisy["y_crops"], plain["y_crops"])
+    assert noisy["mask_crops"].all()
+    # through the stage: the all-valid mask lets every pair through, even with min_valid=1
+    stage = wdsprep.rawnind.pairs(crop_size=64, pairing="x_x", min_valid=1.0, max_alignment_loss=None,
+                                  min_mask_mean=None, to_torch=False)
+    outputs = list(stage(raw_samples(manifest, "train")))
+    assert outputs and all(out["mask_crops"].all() for out in outputs)
+    with pytest.raises(ConfigError, match="pairing"):
+        wdsprep.rawnind.pairs(pairing="y_x")
