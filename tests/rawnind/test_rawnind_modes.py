@@ -133,3 +133,70 @@ def test_clean_clean_and_noisy_noisy_pairings(mosaic):
     assert outputs and all(out["mask_crops"].all() for out in outputs)
     with pytest.raises(ConfigError, match="pairing"):
         wdsprep.rawnind.pairs(pairing="y_x")
+
+
+def legacy_msssim_keeps(score, min_msssim_score, max_msssim_score):
+    """The legacy constructor's MS-SSIM rule, as written in `rawds`."""
+    if min_msssim_score and min_msssim_score > score:
+        return False
+    if max_msssim_score and max_msssim_score != 1.0 and max_msssim_score < score:
+        return False
+    return True
+
+
+def reference_ms_ssim(x, y):
+    """MS-SSIM written out directly: a 2-D 11x11 Gaussian (sigma 1.5) 'valid' convolution per channel,
+    standard constants and weights, 2x2 mean pooling of the edge-padded image between scales."""
+    from scipy.signal import convolve2d
+
+    g = np.exp(-((np.arange(11) - 5) ** 2) / 4.5)
+    window = np.outer(g, g) / np.outer(g, g).sum()
+    weights = [0.0448, 0.2856, 0.3001, 0.2363, 0.1333]
+    per_channel = []
+    for a, b in zip(x.astype(np.float64), y.astype(np.float64)):
+        value = 1.0
+        for scale, weight in enumerate(weights):
+            f = lambda img: convolve2d(img, window, mode="valid")  # noqa: E731
+            ma, mb = f(a), f(b)
+            va, vb, cov = f(a * a) - ma**2, f(b * b) - mb**2, f(a * b) - ma * mb
+            cs = ((2 * cov + 0.03**2) / (va + vb + 0.03**2)).mean()
+            if scale == 4:
+                value *= max(((2 * ma * mb + 0.01**2) / (ma**2 + mb**2 + 0.01**2) * (2 * cov + 0.03**2) / (va + vb + 0.03**2)).mean(), 0) ** weight
+                break
+            value *= max(cs, 0) ** weight
+            a = np.pad(a, ((0, a.shape[0] % 2), (0, a.shape[1] % 2)), mode="edge")
+            b = np.pad(b, ((0, b.shape[0] % 2), (0, b.shape[1] % 2)), mode="edge")
+            a = a.reshape(a.shape[0] // 2, 2, a.shape[1] // 2, 2).mean(axis=(1, 3))
+            b = b.reshape(b.shape[0] // 2, 2, b.shape[1] // 2, 2).mean(axis=(1, 3))
+        per_channel.append(value)
+    return float(np.mean(per_channel))
+
+
+def test_ms_ssim_matches_a_direct_reference():
+    from wdsprep.sources.rawnind.metadata import ms_ssim
+
+    rng = np.random.default_rng(5)
+    clean = rng.random((3, 171, 203))
+    for noise in (0.0, 0.02, 0.1, 0.4):
+        noisy = clean + noise * rng.normal(size=clean.shape)
+        assert ms_ssim(noisy, clean) == pytest.approx(reference_ms_ssim(noisy, clean), abs=1e-9)
+    assert ms_ssim(clean, clean) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="160"):
+        ms_ssim(clean[:, :160], clean[:, :160])
+
+
+def test_msssim_filter_follows_the_legacy_rule(mosaic):
+    native, manifest = mosaic
+    rows = [row for row in manifest.tables["pairs"] if row["split"] == "train"]
+    scores = sorted(row["rgb_msssim_score"] for row in rows)
+    assert 0 < scores[0] < scores[-1] < 1
+    by_noisy = {row["noisy_file"]: row["rgb_msssim_score"] for row in rows}
+    tiles = decoded(manifest, "train")
+    for low, high in ((0.0, 1.0), (scores[len(scores) // 2], 1.0), (0.0, scores[len(scores) // 2]), (scores[2], scores[-3])):
+        stage = wdsprep.rawnind.pairs(crop_size=64, input="rgb", min_msssim_score=low, max_msssim_score=high,
+                                      max_alignment_loss=None, min_mask_mean=None, to_torch=False)
+        kept = {out["__key__"] for out in stage(raw_samples(manifest, "train"))}
+        expected = {f"{key}-{n}" for key, sample in tiles.items() for n, name in enumerate(sample["meta"]["noisy_files"])
+                    if legacy_msssim_keeps(by_noisy[name], low, high)}
+        assert kept == expected
+    assert 0 < len(expected) < sum(len(s["meta"]["noisy_files"]) for s in tiles.values())

@@ -253,6 +253,7 @@ def _pair_meta(item, records: list[dict], gt: RawImage) -> dict:
         "raw_gain": [r["raw_gain"] for r in records],
         "rgb_gain": [r["rgb_gain"] for r in records],
         "mask_mean": [r["mask_mean"] for r in records],
+        "rgb_msssim_score": [r.get("rgb_msssim_score") for r in records],
         "overexposure_lb": records[0]["overexposure_lb"],
         "rgb_xyz_matrix": np.asarray(gt.rgb_xyz_matrix, dtype=float).tolist(),
         "is_bayer": bool(gt.is_bayer),

@@ -47,6 +47,8 @@ class CleanProfiledRGBNoisyBayerImageCropsDataset(_Base):
         to_torch: bool = True,
         legacy_values: bool = False,
         input: str = "bayer",
+        min_msssim_score: float | None = 0.0,
+        max_msssim_score: float | None = 1.0,
     ):
         _check_crop_size(crop_size)
         self.split = split or ("test" if test else "train")
@@ -66,7 +68,7 @@ class CleanProfiledRGBNoisyBayerImageCropsDataset(_Base):
                     if input == "bayer" and not meta.get("is_bayer", True):
                         continue  # X-Trans scenes have no RGGB input
                     for n, noisy_file in enumerate(meta["noisy_files"]):
-                        if pair_passes(meta, n, alignment_max_loss, mask_mean_min):
+                        if pair_passes(meta, n, alignment_max_loss, mask_mean_min, min_msssim_score, max_msssim_score):
                             tiles_of_pair[(meta["scene"], noisy_file)].append((shard_index, key, n))
         self.pairs = sorted(tiles_of_pair)
         self._tiles = [sorted(tiles_of_pair[pair]) for pair in self.pairs]

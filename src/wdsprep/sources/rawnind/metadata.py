@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from .raw import RawImage, demosaic_image, read_raw
+from .raw import RawImage, cam_to_lin_rec2020, demosaic_image, read_raw
 
 MAX_SHIFT = 128  # MAX_SHIFT_SEARCH of the original
 LOSS_THRESHOLD = 0.4
-METADATA_VERSION = 1
+METADATA_VERSION = 2  # 2: rgb_msssim_score
 
 
 def match_gain(anchor: np.ndarray, other: np.ndarray) -> np.ndarray:
@@ -93,6 +93,48 @@ def refine_alignment(anchor: np.ndarray, target: np.ndarray, start: tuple[int, i
     return best, best_loss
 
 
+MSSSIM_WEIGHTS = (0.0448, 0.2856, 0.3001, 0.2363, 0.1333)
+
+
+def ms_ssim(image: np.ndarray, reference: np.ndarray, data_range: float = 1.0) -> float:
+    """Multi-scale SSIM (Wang, Simoncelli, Bovik 2003) of two `[C,H,W]` images, mean over channels.
+
+    The usual parameters: an 11-tap Gaussian (sigma 1.5) applied without padding, K1 0.01, K2 0.03,
+    five scales with the standard weights, 2x2 average pooling between scales (an odd side padded
+    by one), negative contrast-structure terms clipped to 0. Images must be over 160 px a side.
+    """
+    from scipy.ndimage import correlate1d
+
+    taps = np.exp(-((np.arange(11) - 5) ** 2) / (2 * 1.5**2))
+    taps /= taps.sum()
+
+    def blur(x):  # separable Gaussian, 'valid' part only
+        return correlate1d(correlate1d(x, taps, axis=-1, mode="constant")[..., 5:-5], taps, axis=-2, mode="constant")[..., 5:-5, :]
+
+    c1, c2 = (0.01 * data_range) ** 2, (0.03 * data_range) ** 2
+    x, y = np.asarray(image, dtype=np.float64), np.asarray(reference, dtype=np.float64)
+    if min(x.shape[-2:]) <= 160:
+        raise ValueError(f"MS-SSIM needs images over 160 px a side, got {x.shape[-2:]}")
+    terms = []
+    for scale in range(len(MSSSIM_WEIGHTS)):
+        mu_x, mu_y = blur(x), blur(y)
+        sigma_x, sigma_y = blur(x * x) - mu_x**2, blur(y * y) - mu_y**2
+        sigma_xy = blur(x * y) - mu_x * mu_y
+        cs = (2 * sigma_xy + c2) / (sigma_x + sigma_y + c2)
+        luminance = (2 * mu_x * mu_y + c1) / (mu_x**2 + mu_y**2 + c1)
+        if scale == len(MSSSIM_WEIGHTS) - 1:
+            terms.append((luminance * cs).mean(axis=(-2, -1)))
+            break
+        terms.append(np.maximum(cs.mean(axis=(-2, -1)), 0))
+        pad = [(0, 0)] * (x.ndim - 2) + [(0, x.shape[-2] % 2), (0, x.shape[-1] % 2)]
+        x, y = (np.pad(v, pad, mode="edge") for v in (x, y))
+        x = (x[..., 0::2, 0::2] + x[..., 1::2, 0::2] + x[..., 0::2, 1::2] + x[..., 1::2, 1::2]) / 4
+        y = (y[..., 0::2, 0::2] + y[..., 1::2, 0::2] + y[..., 0::2, 1::2] + y[..., 1::2, 1::2]) / 4
+    terms[-1] = np.maximum(terms[-1], 0)
+    per_channel = np.prod([term ** weight for term, weight in zip(terms, MSSSIM_WEIGHTS)], axis=0)
+    return float(np.mean(per_channel))
+
+
 def _gamma(image: np.ndarray) -> np.ndarray:
     out = image.copy()
     positive = out > 0
@@ -134,6 +176,12 @@ def compute_pair(gt: RawImage, noisy: RawImage, gt_rgb: np.ndarray | None = None
     (dy, dx), alignment_loss = refine_alignment(anchor_grey, target_grey, estimate)
     rgb_gain = float(gt_rgb.mean() / noisy_rgb.mean())
     anchor_rgb, target_rgb = shift_images(gt_rgb, noisy_rgb, (dy, dx))
+    # add_msssim_score_to_dataset_yaml_descriptor: aligned, gain-matched, linear Rec.2020
+    try:
+        msssim = ms_ssim(cam_to_lin_rec2020(target_rgb * np.float32(rgb_gain), gt.rgb_xyz_matrix),
+                         cam_to_lin_rec2020(anchor_rgb, gt.rgb_xyz_matrix))
+    except ValueError:
+        msssim = None  # too small an overlap (upstream records None on its errors too)
     mask_overlap = loss_mask(anchor_rgb, target_rgb)
     over_shifted, _ = shift_images(overexposure, overexposure, (dy, dx))
     mask_overlap &= over_shifted
@@ -150,6 +198,7 @@ def compute_pair(gt: RawImage, noisy: RawImage, gt_rgb: np.ndarray | None = None
         "is_bayer": bool(gt.is_bayer),
         "rgb_xyz_matrix": np.asarray(gt.rgb_xyz_matrix, dtype=float).round(6).tolist(),
         "alignment_method": "fft+l1",
+        "rgb_msssim_score": msssim,
     }
     return PairMetadata(record=record, mask=mask)
 

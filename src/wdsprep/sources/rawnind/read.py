@@ -237,11 +237,24 @@ def crops_at(
     return out
 
 
-def pair_passes(meta: dict, n: int, max_alignment_loss: float | None, min_mask_mean: float | None) -> bool:
-    """The legacy constructor's filters (`alignment_max_loss`, `mask_mean_min`)."""
+def pair_passes(meta: dict, n: int, max_alignment_loss: float | None, min_mask_mean: float | None,
+                min_msssim_score: float | None = None, max_msssim_score: float | None = None) -> bool:
+    """The legacy constructor's filters (`alignment_max_loss`, `mask_mean_min`, and its MS-SSIM
+    bounds: a pair goes when `min > score`, or when `max` is set, not 1.0 and `max < score`)."""
     if max_alignment_loss is not None and meta["best_alignment_loss"][n] > max_alignment_loss:
         return False
-    return min_mask_mean is None or meta["mask_mean"][n] >= min_mask_mean
+    if min_mask_mean is not None and meta["mask_mean"][n] < min_mask_mean:
+        return False
+    if min_msssim_score or (max_msssim_score and max_msssim_score != 1.0):
+        scores = meta.get("rgb_msssim_score")
+        if scores is None or scores[n] is None:
+            raise ConfigError(f"{meta.get('scene')}: pair {n} has no rgb_msssim_score (needed by the MS-SSIM filter; "
+                              "convert with this version's mosaic layout)")
+        if min_msssim_score and min_msssim_score > scores[n]:
+            return False
+        if max_msssim_score and max_msssim_score != 1.0 and max_msssim_score < scores[n]:
+            return False
+    return True
 
 
 def _check_crop_size(crop_size: int) -> None:
@@ -291,6 +304,8 @@ def pairs(
     match_gain: bool = False,
     max_alignment_loss: float | None = 0.035,
     min_mask_mean: float | None = 0.8,
+    min_msssim_score: float | None = 0.0,
+    max_msssim_score: float | None = 1.0,
     seed: int = 0,
     epoch: int | None = None,
     to_torch: bool = True,
@@ -302,7 +317,8 @@ def pairs(
     """Curried stage: `wds.WebDataset(urls).compose(wdsprep.rawnind.pairs(crop_size=256))`.
 
     Defaults are the legacy loader's (`crop_size: 256`, `num_crops_per_image: 4`, alignment loss
-    <= 0.035, mask mean >= 0.8, 0.5 valid per crop). Pass None to a filter to disable it.
+    <= 0.035, mask mean >= 0.8, 0.5 valid per crop, MS-SSIM bounds 0 and 1 i.e. off). Pass None to
+    a filter to disable it.
     `input="bayer"`: RGGB noisy crops of Bayer scenes (CleanProfiledRGBNoisyBayer...); `"rgb"`:
     linear Rec.2020 noisy crops of every scene, X-Trans included (...NoisyProfiledRGB...).
     `pairing` is the legacy `data_pairing` ("x_y", or "x_x" / "y_y": the clean or the noisy capture
@@ -323,7 +339,8 @@ def pairs(
     iterations = itertools.count()
     options = dict(crop_size=crop_size, num_crops=num_crops, min_valid=min_valid, match_gain=match_gain,
                    to_torch=to_torch, gain_key=gain_key, legacy_values=legacy_values, input=input, pairing=pairing)
-    filters = dict(max_alignment_loss=max_alignment_loss, min_mask_mean=min_mask_mean)
+    filters = dict(max_alignment_loss=max_alignment_loss, min_mask_mean=min_mask_mean,
+                   min_msssim_score=min_msssim_score, max_msssim_score=max_msssim_score)
 
     def stage(source: Iterable[dict]) -> Iterator[dict]:
         return _pairs(source, options, filters, seed, epoch, next(iterations))
@@ -376,7 +393,8 @@ def _whole_tile(meta: dict) -> tuple[int, int]:
 
 def validation(crop_size: int = 256, match_gain: bool = False, max_alignment_loss: float | None = 0.035,
                min_mask_mean: float | None = 0.8, input: str = "bayer", pairing: str = "x_y",
-               legacy_values: bool = False, to_torch: bool = True):
+               legacy_values: bool = False, to_torch: bool = True, min_msssim_score: float | None = 0.0,
+               max_msssim_score: float | None = 1.0):
     """Curried stage: the legacy `...ImageCropsValidationDataset` items (mosaic layout).
 
     Per pair passing the filters, the middle tile of its scene (tiles sorted by (left, top), as the
@@ -384,7 +402,8 @@ def validation(crop_size: int = 256, match_gain: bool = False, max_alignment_los
     even); `crop_size=0`: the whole tile trimmed to multiples of 256. No batch dimension.
     """
     options = dict(match_gain=match_gain, to_torch=to_torch, legacy_values=legacy_values, input=input, pairing=pairing)
-    filters = dict(max_alignment_loss=max_alignment_loss, min_mask_mean=min_mask_mean)
+    filters = dict(max_alignment_loss=max_alignment_loss, min_mask_mean=min_mask_mean,
+                   min_msssim_score=min_msssim_score, max_msssim_score=max_msssim_score)
 
     def stage(source: Iterable[dict]) -> Iterator[dict]:
         for sample, n in _evaluation_items(source, filters, input, middle_only=True):
@@ -403,7 +422,8 @@ def validation(crop_size: int = 256, match_gain: bool = False, max_alignment_los
 
 def evaluation(crop_size: int = 256, match_gain: bool = False, max_alignment_loss: float | None = 0.035,
                min_mask_mean: float | None = 0.8, input: str = "bayer", pairing: str = "x_y",
-               legacy_values: bool = False, to_torch: bool = True):
+               legacy_values: bool = False, to_torch: bool = True, min_msssim_score: float | None = 0.0,
+               max_msssim_score: float | None = 1.0):
     """Curried stage: the legacy `...ImageCropsTestDataloader.get_images()` items (mosaic layout).
 
     For every tile of every pair passing the filters: the crops of a grid stepping by `crop_size`
@@ -411,7 +431,8 @@ def evaluation(crop_size: int = 256, match_gain: bool = False, max_alignment_los
     256; each with a batch dimension of 1.
     """
     options = dict(match_gain=match_gain, to_torch=to_torch, legacy_values=legacy_values, input=input, pairing=pairing)
-    filters = dict(max_alignment_loss=max_alignment_loss, min_mask_mean=min_mask_mean)
+    filters = dict(max_alignment_loss=max_alignment_loss, min_mask_mean=min_mask_mean,
+                   min_msssim_score=min_msssim_score, max_msssim_score=max_msssim_score)
 
     def stage(source: Iterable[dict]) -> Iterator[dict]:
         for sample, n in _evaluation_items(source, filters, input, middle_only=False):
