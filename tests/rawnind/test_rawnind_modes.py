@@ -200,3 +200,58 @@ def test_msssim_filter_follows_the_legacy_rule(mosaic):
                     if legacy_msssim_keeps(by_noisy[name], low, high)}
         assert kept == expected
     assert 0 < len(expected) < sum(len(s["meta"]["noisy_files"]) for s in tiles.values())
+
+
+def legacy_clean_bayer_mask(rggb, overexposure_lb):
+    """`CleanCleanImageDataset.get_mask` for a Bayer image: nearest x2 upsampling, max over channels."""
+    upsampled = np.repeat(np.repeat(rggb, 2, axis=1), 2, axis=2)
+    return np.repeat((upsampled.max(axis=0) < overexposure_lb)[None], 3, axis=0)
+
+
+def test_clean_pairs_use_the_overexposure_mask(mosaic):
+    native, manifest = mosaic
+    scenes = truth(native)["scenes"]
+    tiles = decoded(manifest, "train")
+    bayer_tiles = {key: s for key, s in tiles.items() if s["meta"]["is_bayer"]}
+    monos = {}
+
+    def check(out, crop_size):
+        sample = bayer_tiles[out["__key__"]]
+        meta = sample["meta"]
+        top, left = meta["tile"]
+        if meta["scene"] not in monos:
+            with rawpy.imread(str(native / "files" / scenes[f"Bayer/{meta['scene']}"]["clean"][0])) as raw:
+                black = np.float32(raw.black_level_per_channel[0])
+                monos[meta["scene"]] = (raw.raw_image.astype(np.float32) - black) / (np.float32(raw.white_level) - black)
+        mono = monos[meta["scene"]]
+        assert out["gain"] == 1.0 and out["y_crops"].shape[1:] == (4, crop_size // 2, crop_size // 2)
+        overexposed = False
+        for crop, (y, x) in enumerate(out["origins"]):
+            window = mono[top + y : top + y + crop_size, left + x : left + x + crop_size]
+            rggb = np.stack([window[0::2, 0::2], window[0::2, 1::2], window[1::2, 0::2], window[1::2, 1::2]])
+            assert np.array_equal(out["y_crops"][crop], rggb)
+            expected = legacy_clean_bayer_mask(rggb, meta["overexposure_lb"])
+            assert np.array_equal(out["mask_crops"][crop], expected)
+            overexposed |= not expected.all()
+        return overexposed
+
+    outputs = list(wdsprep.rawnind.clean_pairs(crop_size=64, num_crops=3, min_valid=0.5, seed=2, epoch=0,
+                                               to_torch=False)(raw_samples(manifest, "train")))
+    assert [out["__key__"] for out in outputs] == list(bayer_tiles)
+    for out in outputs:
+        check(out, 64)
+        assert out["x_crops"].shape == (3, 3, 64, 64) and all(m.mean() >= 0.5 for m in out["mask_crops"])
+        sample = bayer_tiles[out["__key__"]]
+        plain = crops_at(sample, 0, out["origins"], crop_size=64, to_torch=False)
+        assert np.array_equal(out["x_crops"], plain["x_crops"])
+    # with many crops some see the synthetic overexposed patch: the mask there follows the rule too
+    many = list(wdsprep.rawnind.clean_pairs(crop_size=128, num_crops=40, min_valid=0.0, seed=1, epoch=0,
+                                            to_torch=False)(raw_samples(manifest, "train")))
+    assert any([check(out, 128) for out in many])
+    # RGB: x only, per-channel mask x < overexposure_lb; X-Trans tiles included
+    rgb = list(wdsprep.rawnind.clean_pairs(crop_size=64, input="rgb", min_valid=0.0, seed=2, epoch=0,
+                                           to_torch=False)(raw_samples(manifest, "train")))
+    assert len(rgb) == len(tiles) and "y_crops" not in rgb[0]
+    for out in rgb:
+        bound = tiles[out["__key__"]]["meta"]["overexposure_lb"]
+        assert np.array_equal(out["mask_crops"], out["x_crops"] < bound)

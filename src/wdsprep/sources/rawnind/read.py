@@ -449,6 +449,75 @@ def evaluation(crop_size: int = 256, match_gain: bool = False, max_alignment_los
     return stage
 
 
+def _overexposure_mask(sample: dict, input: str, legacy: bool, x_tile: np.ndarray | None) -> np.ndarray:
+    """`CleanCleanImageDataset.get_mask` over the tile: bool [3, h, w] of the clean capture."""
+    meta = sample["meta"]
+    bound = meta["overexposure_lb"]
+    if input == "rgb":
+        return x_tile < bound  # after the colour transform, per channel
+    height, width = meta["tile_size"]
+    rggb = _mosaic_rggb_clean(sample, (height, width), legacy)
+    # nearest x2 upsampling of the RGGB channels, then their max: per 2x2 block of sites
+    block = rggb.max(axis=0) < bound
+    return np.broadcast_to(np.repeat(np.repeat(block, 2, axis=0), 2, axis=1), (3, height, width))
+
+
+def _mosaic_rggb_clean(sample, shape, legacy):
+    return _mosaic_rggb(sample, None, [(0, 0)], shape, legacy)[0]
+
+
+def clean_pairs(crop_size: int = 256, num_crops: int = 4, min_valid: float = 0.5, input: str = "bayer",
+                seed: int = 0, epoch: int | None = None, legacy_values: bool = False, to_torch: bool = True):
+    """Curried stage: `CleanProfiledRGBCleanBayerImageCropsDataset` (input="bayer": x clean Rec.2020,
+    y the clean capture's RGGB) or `CleanProfiledRGBCleanProfiledRGBImageCropsDataset` (input="rgb":
+    x only), one output per tile of the reference clean captures (mosaic layout).
+
+    The mask is the legacy overexposure mask (`get_mask`): for Bayer, a 2x2 block of sites is valid
+    when its largest value is under `overexposure_lb`; for RGB, each channel of x under it. Crops
+    start on even coordinates and are redrawn up to 10 times while under `min_valid` valid values;
+    gain is 1.0. Draws depend on (seed, epoch, key) only.
+    """
+    _check_crop_size(crop_size)
+    if input not in INPUTS:
+        raise ConfigError(f"input={input!r} is not one of {', '.join(INPUTS)}")
+    iterations = itertools.count()
+
+    def stage(source: Iterable[dict]) -> Iterator[dict]:
+        iteration = next(iterations)
+        for raw in source:
+            sample = decode_sample(raw)
+            meta = sample["meta"]
+            if not is_mosaic(sample):
+                raise ConfigError(f"{sample.get('__key__')}: clean_pairs needs the mosaic layout")
+            if input == "bayer" and not meta["is_bayer"]:
+                continue
+            height, width = meta["tile_size"]
+            if height < crop_size or width < crop_size:
+                raise ConfigError(f"{sample['__key__']}: tile {height}x{width} is smaller than crop_size {crop_size}")
+            x_tile = _mosaic_rec2020(sample, None, [(0, 0)], (height, width), legacy_values)[0] if input == "rgb" else None
+            mask = _overexposure_mask(sample, input, legacy_values, x_tile)
+            sample_epoch = epoch if epoch is not None else _sample_epoch(sample, iteration)
+            origins = _draw_crops(_rng(seed, sample_epoch, sample["__key__"], -1), mask.mean(axis=0), crop_size, num_crops, min_valid)
+            if origins is None:
+                continue
+            mask_crops = np.stack([mask[:, y : y + crop_size, x : x + crop_size] for y, x in origins])
+            if input == "rgb":
+                out = {"x_crops": np.stack([x_tile[:, y : y + crop_size, x : x + crop_size] for y, x in origins])}
+            else:
+                out = {"x_crops": _mosaic_rec2020(sample, None, origins, (crop_size, crop_size), legacy_values),
+                       "y_crops": _mosaic_rggb(sample, None, origins, (crop_size, crop_size), legacy_values),
+                       "rgb_xyz_matrix": np.asarray(meta["rgb_xyz_matrix"], dtype=np.float32)}
+            out["mask_crops"] = np.ascontiguousarray(mask_crops)
+            if to_torch:
+                import torch
+
+                out = {name: torch.from_numpy(value) for name, value in out.items()}
+            out.update(gain=1.0, __key__=sample["__key__"], origins=origins)
+            yield out
+
+    return stage
+
+
 def tiles():
     """Curried stage: decoded scene tiles as stored (`clean`, `noisy`, `mask`, `meta` in the mosaic
     layout; `gt_rgb`, `noisy_bayer`, `mask`, `meta` in the legacy one)."""
