@@ -1,7 +1,6 @@
 """The mosaic layout (`layout="mosaic"`, the default): what the cameras recorded, targets made at
 read time. Checked against rawpy (the stored mosaics), the legacy float layout (today's values),
 LibRaw's own whole-image demosaic (X-Trans) and small references written here."""
-import io
 import shutil
 import tarfile
 

@@ -165,7 +165,8 @@ class Fetcher:
         self.base = (options.dataverse or "").rstrip("/")
         self.started = time.monotonic()
         self.metadata_cache = None
-        self.converter = None
+        self.converter = None  # a streamconvert.SceneConverter with `convert`
+        self.all_scenes: list[SceneInfo] = []  # with `convert`: every selected scene, done or not
         self.convert_problems: list[dict] = []
         self.converted_before: list[str] = []
         self.raw_bytes = 0  # raw bytes on local disk (finished and partial downloads of selected scenes)
@@ -576,7 +577,8 @@ class Fetcher:
                 outer.cancel_scope.cancel()
             manifest = None
             if self.converter is not None:
-                manifest = await trio.to_thread.run_sync(self.converter.finish, self.all_scenes, time.time() - (time.monotonic() - self.started))
+                began = time.time() - (time.monotonic() - self.started)
+                manifest = await trio.to_thread.run_sync(self.converter.finish, self.all_scenes, began)
         report = self._report(summary)
         if self.converter is not None:
             report["convert"] = {
