@@ -23,7 +23,8 @@ import os
 import time
 from dataclasses import asdict
 
-from ...conversion import ConversionError, UnitResult, build_unit, parse_size, unit_digest
+from ...conversion import UnitResult, build_unit, parse_size, unit_digest
+from ...errors import ConversionError
 from ...shards.codec import Encoder
 from ...shards.manifest import MANIFEST_NAME, Manifest
 from ...shards.storage import open_store
@@ -61,7 +62,8 @@ class SceneConverter:
             fingerprint.update(json.dumps([item["gt"], item["noisy"], size]).encode())
         fingerprint.update(json.dumps(conversion_config(options), sort_keys=True).encode())
         self.fingerprint = fingerprint.hexdigest()
-        self.digests = {key: unit_digest(_portable(unit), self.config) for key, unit in self.units.items()}
+        # the captures are identified by the SHA-1s the fetch verified: they are the inputs' fingerprint
+        self.digests = {key: unit_digest(_portable(unit), self.config, _sha1s(unit)) for key, unit in self.units.items()}
 
     def converts(self, scene: SceneInfo) -> bool:
         return scene.key in self.units
@@ -122,6 +124,10 @@ class SceneConverter:
         self.store.write_bytes(MANIFEST_NAME, manifest.dumps())
         manifest.url = f"{self.store.url.rstrip('/')}/{MANIFEST_NAME}"
         return manifest
+
+
+def _sha1s(unit: Unit) -> str:
+    return json.dumps([[item["gt"][1], [sha1 for _, sha1 in item["noisy"]]] for item in unit.items])
 
 
 def _portable(unit: Unit) -> Unit:
