@@ -1,9 +1,12 @@
-"""Bayer raw files to the arrays RawNIND works on (after `raw.raw_fpath_to_mono_img_and_metadata`).
+"""Raw files (Bayer and X-Trans) to the arrays RawNIND works on (after
+`raw.raw_fpath_to_mono_img_and_metadata`).
 
-mono `[1,H,W]` float32 normalised as `(x - black[0]) / (white - black[0])`, margins cropped,
-one row/column trimmed at both ends when needed so the mosaic starts on R (RGGB), H and W cropped
-to multiples of 4.
-`rggb` is the 4-channel half-resolution form, `demosaic` gives camRGB `[3,H,W]` and
+`read_raw` keeps the recorded uint16 mosaic (`data`, margins cropped; Bayer trimmed by one
+row/column at both ends when needed so it starts on R, H and W cropped to multiples of 4) with its
+CFA pattern, black/white levels and matrix, and `mono` `[1,H,W]` float32 normalised as
+`(x - black[0]) / (white - black[0])`; `normalise` does this for any window (each site's own black
+level unless `legacy`). `rggb` is the 4-channel half-resolution form, `demosaic` the bilinear Bayer
+demosaic (camRGB `[3,H,W]`), `demosaic_libraw` LibRaw's for any CFA (X-Trans), and
 `cam_to_lin_rec2020` the profiled target the legacy loaders train on.
 """
 from __future__ import annotations
