@@ -3,6 +3,7 @@ import pathlib
 
 import pytest
 
+# hang guards (subprocess and event limits) live in tests/timeouts.py: `from timeouts import SUBPROCESS, EVENT`
 REPO = pathlib.Path(__file__).resolve().parent.parent
 SHARED_DATA = pathlib.Path(os.environ.get("WDSPREP_SHARED_DATA", REPO.parent / "shared" / "data"))
 

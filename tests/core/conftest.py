@@ -1,27 +1,20 @@
-import os
-
-import numpy as np
 import pytest
-
-from wdsprep.shards.codec import Encoder
-from wdsprep.shards.manifest import Manifest
-from wdsprep.shards.writer import ShardWriter
+from shardsets import write_counted_shards  # noqa: F401 (used by the fixtures below; tests may import it too)
 
 
-def write_counted_shards(directory, counts, *, split="train", codec="zstd"):
-    """Shards holding exactly `counts[i]` samples each, plus their manifest; keys `s<shard>x<i>`."""
-    os.makedirs(directory, exist_ok=True)
-    rows = []
-    rng = np.random.default_rng(0)
-    for shard, count in enumerate(counts):
-        writer = ShardWriter(str(directory), f"{split}-{shard:05d}", shard_bytes=1 << 40, encoder=Encoder(codec))
-        with writer:
-            for i in range(count):
-                writer.write(f"s{shard:02d}x{i:02d}", {"value": rng.standard_normal(8).astype(np.float32), "meta": {"shard": shard, "i": i}})
-        rows.extend(dict(row.as_dict(), unit=shard) for row in writer.rows)
-    manifest = Manifest("test", {}, "fp", {split: rows})
-    (directory / "manifest.json").write_bytes(manifest.dumps())
-    return str(directory / "manifest.json")
+@pytest.fixture(scope="session")
+def counted_shards(tmp_path_factory):
+    """`counted_shards(counts, codec=..., tag=...)` -> manifest path, written once per distinct argument set
+    (session-scoped so that hypothesis examples can share it)."""
+    made: dict = {}
+
+    def make(counts, *, codec="none", tag=""):
+        wanted = (tuple(counts), codec, tag)
+        if wanted not in made:
+            made[wanted] = write_counted_shards(tmp_path_factory.mktemp("counted"), list(counts), codec=codec, tag=tag)
+        return made[wanted]
+
+    return make
 
 
 @pytest.fixture

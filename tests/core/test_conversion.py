@@ -5,9 +5,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
-
 import pytest
+from timeouts import EVENT, SUBPROCESS, wait_for
 
 import wdsprep.stream.verify
 
@@ -57,39 +56,47 @@ def test_changed_config_rebuilds_and_manifest_never_lies(tmp_path, generic_input
     assert set(_shards(out)) == listed
 
 
-SLOW_SOURCE = '''
+STALLING_SOURCE = '''
+import os
 import time
 from wdsprep.sources.generic import GenericSource
 
-class Slow(GenericSource):
+class Stalling(GenericSource):
+    """Unit train/2 stops half-way through its shard (announced by a marker file) until killed;
+    once the marker exists (the re-run), every unit builds normally."""
+
     def build(self, unit, ctx):
-        for sample in super().build(unit, ctx):
-            time.sleep(0.02)
+        marker = os.environ["STALL_MARKER"]
+        stall = unit.split == "train" and unit.index == 2 and not os.path.exists(marker)
+        for position, sample in enumerate(super().build(unit, ctx)):
+            if stall and position == len(unit.items) // 2:
+                open(marker, "w").close()
+                time.sleep(3600)
             yield sample
 
-SOURCE = Slow()
+SOURCE = Stalling()
 '''
 
 
 def test_kill_9_mid_shard_leaves_no_partial_shard_and_resumes(tmp_path, generic_input):
-    (tmp_path / "slowsource.py").write_text(SLOW_SOURCE)
-    out = tmp_path / "out"
-    env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    command = CLI + ["convert", "slowsource:SOURCE", generic_input, str(out), "--shard-bytes", "300KB", "--quiet"]
-    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if out.exists() and any(p.endswith(".tar.tmp") for p in os.listdir(out)) and len(_shards(out)) >= 2:
-            break
-        time.sleep(0.01)
-    process.send_signal(signal.SIGKILL)
-    process.wait(timeout=30)
+    (tmp_path / "stallingsource.py").write_text(STALLING_SOURCE)
+    out, marker = tmp_path / "out", tmp_path / "stalled"
+    env = dict(os.environ, STALL_MARKER=str(marker), PYTHONPATH=f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    command = CLI + ["convert", "stallingsource:SOURCE", generic_input, str(out), "--shard-bytes", "300KB", "--quiet"]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:  # no race: the kill comes while unit train/2 is provably inside its shard
+        wait_for(lambda: marker.exists() and len(_shards(out)) >= 2 or process.poll() is not None,
+                 "the conversion to stall mid-shard after two finished shards")
+        assert process.poll() is None, process.stderr.read().decode()
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)  # the CLI and its pool workers (a session of their own)
+        process.wait(timeout=EVENT)
     assert any(p.endswith(".tmp") for p in os.listdir(out)), "killed while writing a shard"
     assert not (out / "manifest.json").exists()
     for name in _shards(out):  # whatever has a final name is a complete tar
         assert (out / name).read_bytes().endswith(b"\0" * 1024)
         subprocess.run(["tar", "tf", str(out / name)], check=True, capture_output=True)
-    finished = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    finished = subprocess.run(command, env=env, capture_output=True, text=True, timeout=SUBPROCESS)
     assert finished.returncode == 0, finished.stderr
     manifest = wdsprep.stream.load_manifest(str(out))
     assert manifest.timing["units_reused"] >= 1

@@ -72,6 +72,7 @@ def test_round_trip_through_webdataset_and_wdsprep(tmp_path_factory, items):
                 _assert_equal(sample[name], value)
         if codec == "none":  # plain webdataset decodes .mp and .npy members itself
             plain = list(wds.WebDataset(wdsprep.urls(manifest_url, "train"), shardshuffle=False).decode())
+            assert len(plain) == len(expected)
             for sample, (key, fields) in zip(plain, expected):
                 assert sample["__key__"] == key
                 for name, value in fields.items():

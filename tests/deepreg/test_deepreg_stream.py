@@ -65,6 +65,7 @@ def test_stage_accepts_in_memory_samples_from_build(synthetic):
     assert len(outputs) == 2  # 5 images -> floor(5/2)
     decoded = [wdsprep.decode_sample(s) for s in raw]
     again = list(pairs("unpaired", image_shape=(4, 4, 4), seed=0)(iter(decoded[::-1])))
+    assert len(again) == len(outputs)
     for a, b in zip(outputs, again):  # arrival order inside a block does not matter
         np.testing.assert_array_equal(a["indices"], b["indices"])
         np.testing.assert_array_equal(a["moving_image"], b["moving_image"])

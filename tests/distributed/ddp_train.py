@@ -94,7 +94,7 @@ def main() -> None:
     tempfile.gettempdir()  # the same probe, done once before the hook; nothing after may write
     sys.addaudithook(_audit)  # from here on: no local file written (data loading, workers, training)
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", timeout=timedelta(seconds=60))
+    dist.init_process_group("gloo", timeout=timedelta(seconds=600))  # a hang guard, generous for a loaded machine
     rank, world = dist.get_rank(), dist.get_world_size()
 
     def collate(samples):
@@ -137,7 +137,7 @@ def main() -> None:
         dataset = wdsprep.dataset(args.manifest, split, seed=args.seed, equalize="pad")
         dataset.set_epoch(args.epoch)
         loader = wdsprep.Loader(dataset, batch_size=args.batch_size, num_workers=args.workers, collate_fn=collate,
-                                timeout=60)  # a worker that dies fails the step instead of hanging it
+                                timeout=600)  # a worker that dies fails the step instead of hanging it
         loader.set_epoch(args.epoch)
         return dataset, loader
 

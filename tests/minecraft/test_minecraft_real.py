@@ -46,7 +46,7 @@ def test_real_pairs_equal_upstream_loader(real_converted, real_flat_dir, history
         assert np.array_equal(vocab.decode(pair["target"]), item["z_raw"])
         assert pair["action"].dtype == torch.int64 and pair["action"].tolist() == item["y_raw"].tolist()
         if history_length > 1:
-            assert len(pair["history_voxels"]) == history_length - 1
+            assert len(pair["history_voxels"]) == len(item["history_raw"]) == history_length - 1
             for ours_frame, raw in zip(pair["history_voxels"], item["history_raw"]):
                 assert np.array_equal(vocab.decode(ours_frame), raw)
             assert pair["history_actions"].tolist() == [a.tolist() for a in item["history_actions_raw"]]

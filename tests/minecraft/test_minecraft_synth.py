@@ -64,6 +64,7 @@ def test_synth_is_deterministic_and_layouts_give_identical_shards(tmp_path):
     again = synth(str(tmp_path / "again"), seed=1, layout="flat", side=9)
     assert [os.path.basename(f) for f in flat] == [os.path.basename(f) for f in buckets]
     assert any(os.path.basename(os.path.dirname(f)) != "seq0-49" for f in buckets)  # several buckets
+    assert len(flat) == len(again) > 0
     for a, b in zip(flat, again):
         for name in sorted(os.listdir(a)):
             assert open(os.path.join(a, name), "rb").read() == open(os.path.join(b, name), "rb").read()

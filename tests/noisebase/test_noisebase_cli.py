@@ -8,13 +8,14 @@ import subprocess
 import sys
 
 import pytest
+from timeouts import SUBPROCESS
 
 pytest.importorskip("zarr")
 
 
 def _wdsprep(*args, cwd=None):
     command = [sys.executable, "-m", "wdsprep", *map(str, args)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=cwd)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=SUBPROCESS, cwd=cwd)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     return result.stdout
 

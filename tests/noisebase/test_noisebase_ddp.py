@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+from timeouts import SUBPROCESS
+
 from noisebase_testdata import native, require_noisebase, shards
 
 from wdsprep.sources.noisebase import TrainingSampleLoader
@@ -35,7 +37,7 @@ def test_two_ranks_match_noisebase_ddp_split(tmp_path_factory, tmp_path):
     command = [torchrun, "--nproc_per_node=2", "--nnodes=1", "--master_addr=127.0.0.1",
                f"--master_port={_free_port()}", str(HERE / "noisebase_ddp_worker.py"),
                native_root, shard_root, str(tmp_path)]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=SUBPROCESS)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert [r["batch_size"] for r in ranks] == [1, 1]

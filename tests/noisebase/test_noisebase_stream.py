@@ -6,6 +6,7 @@ import http.server
 import threading
 
 import pytest
+from timeouts import EVENT
 
 from noisebase_testdata import ALL_BUFFERS, assert_same_batches, shards
 
@@ -37,7 +38,7 @@ def http_url(tmp_path_factory):
     finally:
         server.shutdown()
         server.server_close()
-        thread.join(timeout=10)
+        thread.join(timeout=EVENT)
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])

@@ -11,6 +11,8 @@ from wdsprep.shards.tarformat import iter_samples
 from wdsprep.stream import iter_shard, remote
 from wdsprep.upload import upload
 
+from timeouts import SUBPROCESS
+
 
 def _rows(shard_dir, split="train"):
     return json.loads((shard_dir / "manifest.json").read_bytes())["splits"][split]["shards"]
@@ -122,10 +124,10 @@ def test_import_wdsprep_registers_s3_with_webdataset():
     # `import wdsprep` does not import webdataset (torch) itself: it registers when webdataset loads
     for imports in ("import wdsprep, webdataset", "import webdataset, wdsprep"):
         code = f"import sys; {imports}; print('s3' in sys.modules['webdataset.gopen'].gopen_schemes)"
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=SUBPROCESS)
         assert out.stdout.strip() == "True", (imports, out.stderr)
     light = "import sys, wdsprep; print('torch' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", light], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", light], capture_output=True, text=True, timeout=SUBPROCESS)
     assert out.stdout.strip() == "False", out.stderr
 
 
@@ -161,16 +163,13 @@ def test_skipping_large_members_inside_a_remote_shard_uses_range(tmp_path, s3, b
     assert len(gets) >= 5 and all(r["range"] for r in gets[1:])
 
 
-def test_a_server_that_never_answers_times_out_within_bounds(monkeypatch):
+def test_a_server_that_never_answers_is_given_up_after_its_retries(monkeypatch):
     import socket
-    import time
 
     monkeypatch.setattr(remote, "TIMEOUT", 0.3)
     with socket.socket() as silent:  # accepts connections (backlog) and never says a word
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
         url = f"http://127.0.0.1:{silent.getsockname()[1]}/x.tar"
-        started = time.monotonic()
         with pytest.raises(ShardError, match=f"{url}: giving up after 2 attempts"):
             remote.ResumingStream(url, remote._http_open_at(url), retries=1)
-        assert time.monotonic() - started < 5

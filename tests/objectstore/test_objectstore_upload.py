@@ -20,7 +20,7 @@ from wdsprep.stream.opener import read_url
 from wdsprep.stream.s3 import S3Store
 from wdsprep.upload import UploadError, upload
 
-DEADLINE = 60.0
+from timeouts import EVENT as DEADLINE
 
 
 def _manifest_rows(shard_dir):
@@ -59,7 +59,9 @@ class ManifestWatcher(threading.Thread):
         try:
             assert json.loads(manifest.dumps()) == self.expected
             for split in manifest.splits:
-                for url, row in zip(manifest.shard_urls(split), manifest.shards(split)):
+                urls, rows = manifest.shard_urls(split), manifest.shards(split)
+                assert len(urls) == len(rows) == len(self.expected["splits"][split]["shards"]), split
+                for url, row in zip(urls, rows):
                     data = read_url(url)
                     assert hashlib.sha256(data).hexdigest() == row["sha256"], url
             self.seen["complete"] += 1

@@ -2,11 +2,11 @@
 import json
 import subprocess
 import sys
-import time
 import tomllib
 import urllib.request
 
 import webdataset as wds
+from timeouts import EVENT, SUBPROCESS, wait_for
 
 import wdsprep
 from wdsprep.conversion import convert
@@ -49,23 +49,20 @@ def test_serve_cli_subprocess_with_range(synth_tiny, tmp_path):
             assert response.read() == (synth_tiny / "files" / first["filename"]).read_bytes()[10:20]
         by_pid = urllib.request.urlopen(f"{url}/api/access/datafile/:persistentId?persistentId={first['persistentId']}", timeout=5)
         assert by_pid.read() == (synth_tiny / "files" / first["filename"]).read_bytes()
-        for _ in range(50):
-            if log.exists() and len(log.read_text().splitlines()) >= 3:
-                break
-            time.sleep(0.05)
+        wait_for(lambda: log.exists() and len(log.read_text().splitlines()) >= 3, "three requests in the server log")
         entries = [json.loads(line) for line in log.read_text().splitlines()]
         ranged = [entry for entry in entries if entry["range"]]
         assert [(entry["range"], entry["status"], entry["bytes"]) for entry in ranged] == [("bytes=10-19", 206, 10)]
     finally:
         process.terminate()
-        process.wait(timeout=10)
+        process.wait(timeout=EVENT)
 
 
 def test_wdsprep_cli_delegates(synth_tiny, tmp_path):
     result = subprocess.run([sys.executable, "-m", "wdsprep", "fetch", "rawnind", str(tmp_path / "d"), "--dry-run",
                              "--index", str(synth_tiny / "dataset_index.yaml"),
                              "--listing", str(synth_tiny / "dataverse_dataset.json")],
-                            capture_output=True, text=True, timeout=60)
+                            capture_output=True, text=True, timeout=SUBPROCESS)
     assert result.returncode == 0, result.stderr
     assert "scenes: 2" in result.stdout and "files to fetch: 7" in result.stdout
     assert "index entries with no Dataverse id: 1" in result.stdout

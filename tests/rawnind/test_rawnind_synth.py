@@ -135,6 +135,7 @@ def test_metadata_is_cached(synth_small, tmp_path):
     assert computed == 3
     again, computed = scene_metadata(str(synth_small / "files" / gt), sha[gt], noisy, MetadataCache(str(tmp_path)))
     assert computed == 0
+    assert len(first) == len(again) == 3
     for a, b in zip(first, again):
         assert a.record == b.record and np.array_equal(a.mask, b.mask)
     lines = (tmp_path / "metadata_cache.jsonl").read_text().splitlines()

@@ -133,14 +133,14 @@ def test_without_ray_says_how_to_install(monkeypatch):
 
 
 @requires_ray
-def test_cli_unreachable_address_fails_fast(native, tmp_path):
+def test_cli_unreachable_address_fails_with_one_clear_error(native, tmp_path):
     import socket
 
     with socket.socket() as probe:  # a port nobody listens on once closed
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     result = run_cli("convert", "generic", native, tmp_path / "out", "--executor", "ray",
-                     "--ray-address", f"127.0.0.1:{port}", "--quiet", timeout=60)
+                     "--ray-address", f"127.0.0.1:{port}", "--quiet")
     assert result.returncode == 1
     assert f"cannot reach the Ray cluster at '127.0.0.1:{port}'" in result.stderr
     assert not (tmp_path / "out" / "manifest.json").exists()

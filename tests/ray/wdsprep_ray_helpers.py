@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+from timeouts import SUBPROCESS
 
 HERE = pathlib.Path(__file__).resolve().parent
 SRC = HERE.parent.parent / "src"
@@ -63,7 +64,7 @@ def assert_same_output(a, b) -> None:
     assert manifest_without_timing(a) == manifest_without_timing(b)
 
 
-def run_cli(*args, env_extra=None, cwd=None, timeout=180) -> subprocess.CompletedProcess:
+def run_cli(*args, env_extra=None, cwd=None, timeout=SUBPROCESS) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(SRC), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
