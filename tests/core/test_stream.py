@@ -23,26 +23,22 @@ def _rank_keys(manifest_url, rank, epoch, equalize="pad", seed=0, workers=2):
 def test_webdataset_would_be_uneven_but_we_are_equal(uneven_manifest):
     for epoch in range(4):
         per_rank = [_rank_keys(uneven_manifest, rank, epoch) for rank in range(3)]
-        counts = [len(keys) for keys in per_rank]
-        assert counts == [max(counts)] * 3, counts
-        assert counts[0] >= 50 / 3
-        # every sample appears at least once across ranks; repeats only as padding
+        # from the input: 50 samples over 3 ranks, padded up to ceil(50 / 3) = 17 each
+        assert [len(keys) for keys in per_rank] == [17, 17, 17]
+        # every sample appears at least once across ranks; 51 - 50 = 1 repeat, the padding
         union = collections.Counter(k for keys in per_rank for k in keys)
-        assert len(union) == 50
-        padding = sum(union.values()) - 50
-        assert padding == 3 * counts[0] - 50
-        for keys in per_rank:  # within a rank, a repeat is padding: it re-plays the rank's first samples
-            seen = set()
-            first_repeat = next((i for i, k in enumerate(keys) if k in seen or seen.add(k)), len(keys))
-            assert len(set(keys[:first_repeat])) == first_repeat
+        assert len(union) == 50 and sum(union.values()) - 50 == 1
+        for keys in per_rank:  # a rank's repeat (if any) is its own first sample, replayed at its end
+            repeated = [k for k, count in collections.Counter(keys).items() if count > 1]
+            assert repeated in ([], [keys[0]]) and (not repeated or keys[-1] == keys[0]), keys
 
 
 def test_drop_equalizes_down_without_repeats(uneven_manifest):
     per_rank = [_rank_keys(uneven_manifest, rank, 0, equalize="drop") for rank in range(3)]
-    counts = {len(keys) for keys in per_rank}
-    assert len(counts) == 1
+    # from the input: 50 samples over 3 ranks, cut down to floor(50 / 3) = 16 each
+    assert [len(keys) for keys in per_rank] == [16, 16, 16]
     flat = [k for keys in per_rank for k in keys]
-    assert len(flat) == len(set(flat))
+    assert len(flat) == len(set(flat)) == 48
 
 
 def test_order_changes_across_epochs_and_is_reproducible(uneven_manifest):
