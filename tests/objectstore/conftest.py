@@ -27,6 +27,7 @@ def s3(s3_server, monkeypatch):
         monkeypatch.setenv(name, value)
     s3_server.faults.gate = None
     s3_server.faults.drops.clear()
+    s3_server.faults.put_faults.clear()
     yield s3_server
     s3_server.faults.gate = None
 

@@ -35,6 +35,7 @@ class FaultPlan:
         self.lock = threading.Lock()
         self.drops: dict[str, Drop] = {}
         self.gate: Gate | None = None
+        self.put_faults: dict[str, list] = {}  # name -> [kind ("refuse" | "corrupt"), times left]
 
     def drop_once(self, name: str, at_byte: int, times: int = 1) -> None:
         with self.lock:
@@ -48,6 +49,19 @@ class FaultPlan:
                 return None
             drop.times -= 1
             return drop.at_byte
+
+    def on_next_puts(self, name: str, kind: str, times: int) -> None:
+        with self.lock:
+            self.put_faults[name] = [kind, times]
+
+    def take_put_fault(self, name: str) -> str | None:
+        """The fault for this PUT ("refuse" or "corrupt"), consuming one planned use (None: none)."""
+        with self.lock:
+            fault = self.put_faults.get(name)
+            if fault is None or fault[1] <= 0:
+                return None
+            fault[1] -= 1
+            return fault[0]
 
     def hold_after(self, after: int, timeout: float = 60.0) -> Gate:
         with self.lock:

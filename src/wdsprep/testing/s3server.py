@@ -2,7 +2,7 @@
 
 moto's `ThreadedMotoServer` serves the backend as-is; this wraps the same WSGI app to record every
 request (method, bucket, key, query, status), so tests can count completed uploads per key, and to
-inject faults (a GET body cut mid-stream, PUTs held at a gate).
+inject faults (a GET body cut mid-stream, PUTs held at a gate, PUTs refused or stored corrupted).
 """
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ class S3Server:
         self.host = host
         self.port = port
         self.faults = FaultPlan()
+        self._corrupting: set[tuple[str, str]] = set()
         self.requests: list[dict] = []
         self._lock = threading.Lock()
         self._server = None
@@ -132,6 +133,26 @@ class S3Server:
         """Cut the next GET body(ies) of the object after `at_byte` bytes and close the connection."""
         self.faults.drop_once(f"{bucket}/{key}", at_byte, times)
 
+    def refuse_puts(self, bucket: str, key: str, times: int = 1) -> None:
+        """Answer the next PUT(s) of the object 400 InvalidArgument (an error botocore does not retry itself)."""
+        self.faults.on_next_puts(f"{bucket}/{key}", "refuse", times)
+
+    def corrupt_puts(self, bucket: str, key: str, times: int = 1) -> None:
+        """Accept the next PUT(s) of the object, then flip one byte of what is stored (metadata kept): a
+        storage fault that only re-reading the object can see."""
+        self.faults.on_next_puts(f"{bucket}/{key}", "corrupt", times)
+
+    def _corrupt_stored(self, bucket: str, key: str) -> None:
+        client = self.client()
+        self._corrupting.add((bucket, key))  # our own rewrite below is not one of the planned PUTs
+        try:
+            stored = client.get_object(Bucket=bucket, Key=key)
+            data = bytearray(stored["Body"].read())
+            data[len(data) // 2] ^= 0x01
+            client.put_object(Bucket=bucket, Key=key, Body=bytes(data), Metadata=stored.get("Metadata") or {})
+        finally:
+            self._corrupting.discard((bucket, key))
+
     def hold_puts_after(self, after: int, match: Callable[[str], bool] = lambda key: key.endswith(".tar"), timeout: float = 60.0):
         """PUTs (objects and parts) of matching keys beyond the first `after` wait for `gate.release()`."""
         self._gate_match = match
@@ -154,11 +175,22 @@ class S3Server:
                 start_response("503 Service Unavailable", [("Content-Type", "application/xml")])
                 return [b"<Error><Code>SlowDown</Code><Message>held by the test gate</Message></Error>"]
 
+        planned = method == "PUT" and key and "uploadId" not in query and (bucket, key) not in self._corrupting
+        put_fault = self.faults.take_put_fault(f"{bucket}/{key}") if planned else None
+        if put_fault == "refuse":
+            environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))  # drain the body before answering
+            record["status"] = 400
+            start_response("400 Bad Request", [("Content-Type", "application/xml")])
+            return [b"<Error><Code>InvalidArgument</Code><Message>refused by the test fault plan</Message></Error>"]
+
         def recording_start_response(status, headers, exc_info=None):
             record["status"] = int(status.split()[0])
             return start_response(status, headers, exc_info)
 
         body = self._backend(environ, recording_start_response)
+        if put_fault == "corrupt" and record["status"] == 200:
+            body = list(body)  # the backend has stored the object once its answer is read
+            self._corrupt_stored(bucket, key)
         cut = self.faults.take_drop(f"{bucket}/{key}") if method == "GET" and key else None
         if cut is None:
             return body
