@@ -18,6 +18,7 @@ import wdsprep
 from wdsprep.shards.codec import Encoder
 from wdsprep.shards.manifest import Manifest
 from wdsprep.shards.writer import ShardWriter
+from wdsprep.stream import iter_shard
 
 BLOCK = 512
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -196,6 +197,30 @@ def test_a_shard_cut_inside_its_end_blocks_is_an_error_naming_it(tmp_path):
     manifest, path, _ = one_shard(tmp_path, [5, 600])
     whole = path.read_bytes()
     _cut_and_read(manifest, path, whole, range(len(whole) - 2 * BLOCK, len(whole)))
+
+
+def test_a_shard_cut_inside_a_member_is_an_error_also_where_reading_seeks_over_it(tmp_path):
+    """A resumed reader (or a worker starting mid-shard) passes over the first samples without reading
+    their data; a cut inside any member, skipped or read, is still an error naming the shard.
+    (A cut exactly between members reads like a shorter archive: the manifest count catches that.)"""
+    _, path, _ = one_shard(tmp_path, [600, 30])
+    whole = path.read_bytes()
+    offsets = header_offsets(whole)
+    boundaries = set(offsets) | {len(whole) - 2 * BLOCK}
+    for cut in range(offsets[0] + 1, len(whole) - 2 * BLOCK):
+        if cut in boundaries:
+            continue
+        path.write_bytes(whole[:cut])
+        with pytest.raises(wdsprep.ShardError, match=path.name):
+            list(iter_shard(str(path), skip=1))
+
+
+def test_a_complete_shard_with_fewer_samples_than_its_row_is_an_error_naming_it(tmp_path):
+    manifest, path, row = one_shard(tmp_path, [5, 6, 7])
+    rows = [dict(row.as_dict(), samples=4)]  # the manifest promises one sample more than the shard holds
+    (tmp_path / "manifest.json").write_bytes(Manifest("test", {}, "fp", {"train": rows}).dumps())
+    with pytest.raises(wdsprep.ShardError, match=path.name):
+        list(wdsprep.dataset(manifest, "train", shuffle_shards=False, equalize=None))
 
 
 # ------------------------------------------------------------------------------ the size bound
