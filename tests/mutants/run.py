@@ -4,12 +4,15 @@
     .venv/bin/python tests/mutants/run.py --list          # ids and bugs
     .venv/bin/python tests/mutants/run.py deal-by-shard-count fortran-read-as-c
     .venv/bin/python tests/mutants/run.py --check         # only: does every snippet still apply?
+    WDSPREP_MUTANT_REPO=/other/tree .venv/bin/python tests/mutants/run.py   # mutate another checkout
 
 For each mutation: copy the working tree (tracked and untracked files, not .git/.venv/shards) to a
 temporary directory, apply the edits (each `old` snippet must occur exactly once, or the entry is
 reported "snippet not found" / "snippet ambiguous" and counts as a failure of this script), check
 that `import wdsprep` in the copy resolves to the copy's own sources, then run pytest -x on the
-mutation's test paths there. killed = the tests failed; survived = they passed. Exit status 0 only
+mutation's test paths there. Tests that already fail on the clean tree (a baseline run per set of
+test paths) are deselected, so a kill always comes from a test that passes without the bug.
+killed = the tests failed; survived = they passed. Exit status 0 only
 when every mutation was killed. Not collected by pytest (no test_*.py name).
 """
 from __future__ import annotations
@@ -25,7 +28,7 @@ import tempfile
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from mutations import MUTATIONS, Mutation  # noqa: E402
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
+REPO = pathlib.Path(os.environ.get("WDSPREP_MUTANT_REPO") or pathlib.Path(__file__).resolve().parents[2])
 SKIP = {".git", ".venv", "shards", "bench-work", ".hypothesis", ".pytest_cache", "__pycache__", "build", "dist"}
 LIMIT = float(os.environ.get("WDSPREP_MUTANT_TIMEOUT", "1800"))  # a hang guard per mutant run
 
@@ -34,18 +37,32 @@ class SnippetError(Exception):
     pass
 
 
-def apply(mutation: Mutation, root: pathlib.Path) -> None:
-    path = root / mutation.file
-    if not path.is_file():
-        raise SnippetError(f"{mutation.file}: file not found")
+def choose(mutation: Mutation, root: pathlib.Path):
+    """The first variant whose snippets all occur exactly once in `root` (SnippetError if none)."""
+    problems = []
+    for variant in mutation.variants:
+        path = root / variant.file
+        if not path.is_file():
+            problems.append(f"[{variant.label}] {variant.file}: file not found")
+            continue
+        text = path.read_text()
+        counts = [text.count(old) for old, _ in variant.edits]
+        if counts == [1] * len(counts):
+            return variant
+        old = variant.edits[next(i for i, c in enumerate(counts) if c != 1)][0]
+        what = "snippet not found" if 0 in counts else "snippet ambiguous"
+        problems.append(f"[{variant.label}] {variant.file}: {what}: {old.splitlines()[0].strip()!r}")
+    raise SnippetError("; ".join(problems))
+
+
+def apply(mutation: Mutation, root: pathlib.Path):
+    variant = choose(mutation, root)
+    path = root / variant.file
     text = path.read_text()
-    for old, new in mutation.edits:
-        count = text.count(old)
-        if count != 1:
-            what = "snippet not found" if count == 0 else f"snippet ambiguous ({count} matches)"
-            raise SnippetError(f"{mutation.file}: {what}: {old.splitlines()[0].strip()!r}")
+    for old, new in variant.edits:
         text = text.replace(old, new)
     path.write_text(text)
+    return variant
 
 
 def copy_tree(destination: pathlib.Path) -> pathlib.Path:
@@ -68,29 +85,46 @@ def imports_the_copy(root: pathlib.Path) -> bool:
     return out.stdout.strip().startswith(str(root / "src"))
 
 
-def run_one(mutation: Mutation, keep: bool = False) -> tuple[str, str]:
-    """(result, detail): killed / survived / stale / broken."""
+def pytest(root: pathlib.Path, paths, extra=()) -> tuple[int, list[str], str]:
+    command = [sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider", "--no-header", *extra, *paths]
+    try:
+        out = subprocess.run(command, cwd=root, env=environment(root), capture_output=True, text=True, timeout=LIMIT)
+    except subprocess.TimeoutExpired:
+        return -1, [], f"hung past {LIMIT:.0f} s"
+    lines = [line for line in out.stdout.splitlines() if line.strip()]
+    failed = [line.split(" ", 1)[1].split(" - ")[0] for line in lines if line.startswith("FAILED ")]
+    return out.returncode, failed, (lines[-1] if lines else out.stderr.strip()[-300:])
+
+
+def baseline(paths) -> list[str]:
+    """Tests failing on the clean tree: they prove nothing about a mutant, so they are deselected."""
+    with tempfile.TemporaryDirectory(prefix="mutant-baseline-") as scratch:
+        root = copy_tree(pathlib.Path(scratch))
+        code, failed, summary = pytest(root, paths)
+        if code not in (0, 1):
+            raise SystemExit(f"baseline run of {' '.join(paths)} did not complete: {summary}")
+        return failed
+
+
+def run_one(mutation: Mutation, deselect=()) -> tuple[str, str, str]:
+    """(result, variant, detail); result is killed / survived / stale / broken."""
     with tempfile.TemporaryDirectory(prefix=f"mutant-{mutation.id}-") as scratch:
         root = copy_tree(pathlib.Path(scratch))
         try:
-            apply(mutation, root)
+            variant = apply(mutation, root)
         except SnippetError as error:
-            return "stale", str(error)
+            return "stale", "-", str(error)
         if not imports_the_copy(root):
-            return "broken", "the copy's tests would not import the copy's sources"
-        command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header", *mutation.tests]
-        try:
-            out = subprocess.run(command, cwd=root, env=environment(root), capture_output=True, text=True, timeout=LIMIT)
-        except subprocess.TimeoutExpired:
-            return "killed", f"hung past {LIMIT:.0f} s"
-        lines = [line for line in out.stdout.splitlines() if line.strip()]
-        summary = lines[-1] if lines else out.stderr.strip()[-200:]
-        if out.returncode == 0:
-            return "survived", summary
-        if out.returncode in (1,):
-            failed = next((line.split(" ", 1)[1].split(" - ")[0] for line in lines if line.startswith("FAILED ")), summary)
-            return "killed", failed
-        return "broken", f"pytest exit {out.returncode}: {summary}"
+            return "broken", variant.label, "the copy's tests would not import the copy's sources"
+        extra = ["-x", *(f"--deselect={node}" for node in deselect)]
+        code, failed, summary = pytest(root, mutation.tests, extra)
+        if code == -1:
+            return "killed", variant.label, summary
+        if code == 0:
+            return "survived", variant.label, summary
+        if code == 1:
+            return "killed", variant.label, failed[0] if failed else summary
+        return "broken", variant.label, f"pytest exit {code}: {summary}"
 
 
 def main(argv=None) -> int:
@@ -110,24 +144,25 @@ def main(argv=None) -> int:
     if args.check:
         bad = 0
         for m in chosen:
-            text_root = REPO
             try:
-                source = (text_root / m.file).read_text()
-                for old, _ in m.edits:
-                    if source.count(old) != 1:
-                        raise SnippetError(f"{m.file}: snippet {'not found' if not source.count(old) else 'ambiguous'}: {old.splitlines()[0].strip()!r}")
-                print(f"ok     {m.id}")
-            except (SnippetError, FileNotFoundError) as error:
+                print(f"ok     {m.id} [{choose(m, REPO).label}]")
+            except SnippetError as error:
                 bad += 1
                 print(f"STALE  {m.id}: {error}")
         return 1 if bad else 0
-    print("| mutation | planted bug | tests run | result | caught by |")
-    print("|---|---|---|---|---|")
+    known_failures = {}
+    for paths in dict.fromkeys(m.tests for m in chosen):
+        known_failures[paths] = baseline(paths)
+        if known_failures[paths]:
+            print(f"baseline: {len(known_failures[paths])} test(s) of {', '.join(paths)} fail on the clean tree "
+                  f"and are deselected: {', '.join(known_failures[paths])}\n", flush=True)
+    print("| mutation | planted bug | code | tests run | result | caught by |")
+    print("|---|---|---|---|---|---|")
     outcomes = []
     for m in chosen:
-        result, detail = run_one(m)
+        result, label, detail = run_one(m, known_failures[m.tests])
         outcomes.append(result)
-        print(f"| `{m.id}` | {m.bug} | {', '.join(m.tests)} | **{result}** | {detail.replace('|', '/')} |", flush=True)
+        print(f"| `{m.id}` | {m.bug} | {label} | {', '.join(m.tests)} | **{result}** | {detail.replace('|', '/')} |", flush=True)
     killed = outcomes.count("killed")
     print(f"\n{killed} of {len(outcomes)} killed")
     return 0 if killed == len(outcomes) else 1
