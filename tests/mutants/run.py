@@ -29,7 +29,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from mutations import MUTATIONS, Mutation  # noqa: E402
 
 REPO = pathlib.Path(os.environ.get("WDSPREP_MUTANT_REPO") or pathlib.Path(__file__).resolve().parents[2])
-SKIP = {".git", ".venv", "shards", "bench-work", ".hypothesis", ".pytest_cache", "__pycache__", "build", "dist"}
+SKIP_TOP = {".git", ".venv", "shards", "bench-work", "build", "dist"}  # at the top of the repo only
+SKIP = {".hypothesis", ".pytest_cache", "__pycache__"}  # anywhere
 LIMIT = float(os.environ.get("WDSPREP_MUTANT_TIMEOUT", "1800"))  # a hang guard per mutant run
 
 
@@ -67,8 +68,11 @@ def apply(mutation: Mutation, root: pathlib.Path):
 
 def copy_tree(destination: pathlib.Path) -> pathlib.Path:
     root = destination / "repo"
-    shutil.copytree(REPO, root, ignore=lambda d, names: [n for n in names if n in SKIP or n.endswith(".egg-info")],
-                    symlinks=True)
+    def ignore(directory, names):
+        top = pathlib.Path(directory) == REPO
+        return [n for n in names if n in SKIP or (top and n in SKIP_TOP) or n.endswith(".egg-info")]
+
+    shutil.copytree(REPO, root, ignore=ignore, symlinks=True)
     return root
 
 
