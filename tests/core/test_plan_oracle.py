@@ -193,17 +193,37 @@ def test_resume_and_resume_of_a_resumed_run_give_exactly_the_rest(counted_shards
     plan = dict(world=world, rank=rank, equalize=equalize, buffer=buffer, seed=seed, epoch=epoch)
     expected = model_worker_stream(model_global(counts, seed, epoch, True), workers=1, worker=0, **plan)
     first = data.draw(st.integers(0, len(expected)), label="first stop")
-    second = data.draw(st.integers(0, len(expected) - first), label="second stop")
-
     run = open_rank(manifest, **plan)
     head = take(iter(run), first)
     resumed = open_rank(manifest, **plan)
     resumed.load_state_dict(run.state_dict())
+    if first == len(expected):
+        assert (head, [s["__key__"] for s in resumed]) == (expected, [])
+        return
+    # the resumed run delivers at least one sample before its own state is saved (saving before
+    # that is test_a_state_saved_before_a_resumed_run_delivers_is_the_loaded_one)
+    second = data.draw(st.integers(1, len(expected) - first), label="second stop")
     middle = take(iter(resumed), second)
     again = open_rank(manifest, **plan)
     again.load_state_dict(resumed.state_dict())
     tail = [sample["__key__"] for sample in again]
     assert (head, middle, tail) == (expected[:first], expected[first : first + second], expected[first + second :])
+
+
+@pytest.mark.parametrize("first", [0, 2, 5])
+def test_a_state_saved_before_a_resumed_run_delivers_is_the_loaded_one(counted_shards, first):
+    """A checkpoint taken right after resuming (before the next step) must resume to the same place."""
+    counts = [3, 2]
+    manifest = counted_shards(counts)
+    plan = dict(world=1, rank=0, equalize=None, buffer=0, seed=1, epoch=0)
+    expected = model_worker_stream(model_global(counts, 1, 0, True), workers=1, worker=0, **plan)
+    run = open_rank(manifest, **plan)
+    assert take(iter(run), first) == expected[:first]
+    resumed = open_rank(manifest, **plan)
+    resumed.load_state_dict(run.state_dict())
+    again = open_rank(manifest, **plan)
+    again.load_state_dict(resumed.state_dict())
+    assert [sample["__key__"] for sample in again] == expected[first:]
 
 
 def model_remainder(items, world, delivered_per_rank, *, equalize, buffer, seed, epoch):
