@@ -80,7 +80,7 @@ def test_upload_killed_halfway_then_rerun_uploads_nothing_twice(s3, bucket, gene
     # shards above 200 KB go up as multipart uploads (one part each), the small ones as single PUTs
     options = ("--workers", "1", "--multipart-bytes", "200KB")
 
-    gate = s3.hold_puts_after(5)
+    gate = s3.hold_puts_after(5, timeout=DEADLINE)
     watcher = ManifestWatcher(url, manifest_bytes)
     watcher.start()
     process = subprocess.Popen(_upload_command(generic_shards, url, *options), env=os.environ.copy(),
@@ -134,7 +134,7 @@ def test_upload_replacing_a_dataset_hides_the_old_manifest_first(s3, bucket, gen
 
     SOURCE.synth(str(tmp_path / "in"), seed=99, size="small", samples=100, splits={"train": 100, "valid": 20})
     convert("generic", str(tmp_path / "in"), str(tmp_path / "out"), shard_bytes="400KB")
-    gate = s3.hold_puts_after(2)
+    gate = s3.hold_puts_after(2, timeout=DEADLINE)
     outcome = {}
     worker = threading.Thread(target=lambda: outcome.setdefault("report", upload(str(tmp_path / "out"), url, workers=1)))
     worker.start()
@@ -247,7 +247,7 @@ def test_upload_hides_an_identical_manifest_while_a_missing_shard_goes_back_up(s
     upload(str(generic_shards), url)
     lost = _manifest_rows(generic_shards)[1]["name"]
     s3.client().delete_object(Bucket=bucket, Key=f"same/{lost}")  # the manifest stays, identical to ours
-    gate = s3.hold_puts_after(0)
+    gate = s3.hold_puts_after(0, timeout=DEADLINE)
     outcome = {}
     worker = threading.Thread(target=lambda: outcome.setdefault("report", upload(str(generic_shards), url, workers=1)))
     worker.start()
