@@ -94,15 +94,31 @@ def test_every_codec_writes_members_the_libraries_read_back(tmp_path, codec):
     assert msgpack.unpackb(members["k0.meta.mp"]) == {"a": [1, 2]}
 
 
-@pytest.mark.parametrize("extension", ["npy", "npy.zst"])
-def test_a_truncated_array_member_is_an_error_at_every_length(extension):
-    array = np.arange(300, dtype=np.int16).reshape(10, 30)
-    whole = npy_bytes(array)
-    if extension == "npy.zst":
-        whole = zstandard.ZstdCompressor().compress(whole)
-    for length in range(len(whole)):
+TRUNCATIONS = {  # member name -> member bytes for the first `length` bytes of a .npy
+    "cut .npy": lambda npy, length: ("a.npy", npy[:length]),
+    "cut zstd frame": lambda npy, length: ("a.npy.zst", zstandard.ZstdCompressor().compress(npy)[:length]),
+    "whole zstd frame of a cut .npy": lambda npy, length: ("a.npy.zst", zstandard.ZstdCompressor().compress(npy[:length])),
+}
+ARRAY_NPY = npy_bytes(np.arange(300, dtype=np.int16).reshape(10, 30))
+HEADER_END = ARRAY_NPY.index(b"\n") + 1  # the .npy header ends with a newline (numpy pads it to 64 bytes)
+
+
+@pytest.mark.parametrize("how", sorted(TRUNCATIONS))
+def test_an_array_member_cut_in_its_data_is_an_error_at_every_length(how):
+    ends = range(HEADER_END, len(ARRAY_NPY)) if how != "cut zstd frame" else range(len(zstandard.ZstdCompressor().compress(ARRAY_NPY)))
+    for length in ends:
+        name, data = TRUNCATIONS[how](ARRAY_NPY, length)
         with pytest.raises(wdsprep.FormatError):
-            wdsprep.decode_sample({f"a.{extension}": whole[:length]})
+            wdsprep.decode_sample({name: data})
+
+
+@pytest.mark.parametrize("how", ["cut .npy", "whole zstd frame of a cut .npy"])
+def test_an_array_member_cut_in_its_header_is_a_format_error(how):
+    """Not an IndexError or a SyntaxError from deep inside the parser: a FormatError naming the member."""
+    for length in range(HEADER_END):
+        name, data = TRUNCATIONS[how](ARRAY_NPY, length)
+        with pytest.raises(wdsprep.FormatError, match=name):
+            wdsprep.decode_sample({name: data})
 
 
 # ------------------------------------------------------------------------------ tar layout
