@@ -18,6 +18,7 @@ when every mutation was killed. Not collected by pytest (no test_*.py name).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import pathlib
 import shutil
@@ -136,8 +137,11 @@ def main(argv=None) -> int:
     parser.add_argument("ids", nargs="*", help="mutation ids (default: all)")
     parser.add_argument("--list", action="store_true")
     parser.add_argument("--check", action="store_true", help="only check that every snippet applies")
+    parser.add_argument("--tests", nargs="+", help="run these test paths instead of each entry's own (e.g. one oracle file)")
     args = parser.parse_args(argv)
     chosen = [m for m in MUTATIONS if not args.ids or m.id in args.ids]
+    if args.tests:
+        chosen = [dataclasses.replace(m, tests=tuple(args.tests)) for m in chosen]
     unknown = set(args.ids) - {m.id for m in MUTATIONS}
     if unknown:
         parser.error(f"unknown mutation ids: {', '.join(sorted(unknown))}")
