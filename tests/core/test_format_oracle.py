@@ -83,7 +83,7 @@ def test_every_codec_writes_members_the_libraries_read_back(tmp_path, codec):
     with writer:
         writer.write("k0", {**arrays_in, "meta": {"a": [1, 2]}})
     with tarfile.open(tmp_path / writer.rows[0].name) as archive:
-        members = {m.name: archive.extractfile(m).read() for m in archive.getmembers()}
+        members = {m.name: archive.extractfile(m).read() for m in archive.getmembers() if not m.name.startswith("__")}
     suffix = ".npy.zst" if codec == "zstd" else ".npy"
     assert sorted(members) == sorted(["k0.c" + suffix, "k0.f" + suffix, "k0.meta.mp"])
     for name, expected in arrays_in.items():
@@ -157,9 +157,9 @@ def test_layout_padding_and_checksums_follow_ustar(tmp_path_factory, sizes):
     manifest, path, row = one_shard(tmp_path_factory.mktemp("layout"), sizes)
     data = path.read_bytes()
     with tarfile.open(path) as archive:
-        members = archive.getmembers()
-        payloads = [archive.extractfile(m).read() for m in members]
-    assert [m.name for m in members] == [f"k{i:03d}.x.npy" for i in range(len(sizes))]
+        members = archive.getmembers()  # with any members of the format's own ("__" names), checked too
+        payloads = [archive.extractfile(m).read() for m in members if not m.name.startswith("__")]
+    assert [m.name for m in members if not m.name.startswith("__")] == [f"k{i:03d}.x.npy" for i in range(len(sizes))]
     offsets = header_offsets(data)
     assert [m.offset for m in members] == offsets
     expected_offset = 0
@@ -173,7 +173,7 @@ def test_layout_padding_and_checksums_follow_ustar(tmp_path_factory, sizes):
     assert len(data) == expected_offset + 2 * BLOCK and data[expected_offset:] == bytes(2 * BLOCK)
     assert row.bytes == len(data)
     got = list(wdsprep.dataset(manifest, "train", shuffle_shards=False, equalize=None))
-    assert len(got) == len(members) == len(sizes)
+    assert len(got) == len(payloads) == len(sizes)
     for i, (sample, payload, size) in enumerate(zip(got, payloads, sizes)):
         assert sample["x.npy"] == payload
         same_array(numpy_reads(payload), np.full(size, i % 251, dtype=np.uint8))
@@ -250,11 +250,12 @@ def _shard_sizes(directory, sample_sizes, shard_bytes):
 
 
 def test_the_size_bound_counts_the_end_blocks(tmp_path):
-    """With the target exactly two samples plus the end blocks, two fit; one byte less and they do not."""
-    (single_samples, single, _), = _shard_sizes(tmp_path / "one", [1000], 1 << 30)
-    sample = single - 2 * BLOCK  # one sample's headers, data and padding, measured on the file
-    assert [(n, size) for n, size, _ in _shard_sizes(tmp_path / "fits", [1000] * 4, 2 * sample + 2 * BLOCK)] == [(2, 2 * sample + 2 * BLOCK)] * 2
-    assert [n for n, _, _ in _shard_sizes(tmp_path / "tight", [1000] * 4, 2 * sample + 2 * BLOCK - 1)] == [1, 1, 1, 1]
+    """The bound is on the whole file, end blocks included: a target of exactly a two-sample shard's
+    size (measured on the file) holds two samples per shard; one byte less, one."""
+    ((samples, two, _),) = _shard_sizes(tmp_path / "two", [1000, 1000], 1 << 30)
+    assert samples == 2 and tarfile.open(tmp_path / "two" / "train-00000-00.tar").getmembers()  # a readable tar
+    assert [(n, size) for n, size, _ in _shard_sizes(tmp_path / "fits", [1000] * 4, two)] == [(2, two)] * 2
+    assert [n for n, _, _ in _shard_sizes(tmp_path / "tight", [1000] * 4, two - 1)] == [1, 1, 1, 1]
 
 
 @SETTINGS
