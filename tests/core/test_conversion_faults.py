@@ -7,12 +7,12 @@ import stat
 import subprocess
 import sys
 import tarfile
-import time
 
 import pytest
 
 import wdsprep.stream
-from test_conversion import SLOW_SOURCE
+from test_conversion import STALLING_SOURCE
+from timeouts import EVENT, SUBPROCESS, wait_for
 from wdsprep.conversion import convert
 from wdsprep.errors import OutputError
 from wdsprep.shards import writer as writer_module
@@ -117,7 +117,7 @@ def small_tmpfs(tmp_path):
 def test_a_real_full_disk_is_one_line_exit_1_and_no_temporaries(small_tmpfs, generic_input):
     out = small_tmpfs / "out"
     result = subprocess.run(CLI + ["convert", "generic", generic_input, str(out), "--shard-bytes", "300KB",
-                                   "--quiet"], capture_output=True, text=True, timeout=120)
+                                   "--quiet"], capture_output=True, text=True, timeout=SUBPROCESS)
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("wdsprep: error: ") and "no space left" in lines[0]
@@ -130,17 +130,15 @@ def test_a_real_full_disk_is_one_line_exit_1_and_no_temporaries(small_tmpfs, gen
 
 # ------------------------------------------------------------------------------------ one convert at a time
 def test_a_second_convert_refuses_while_one_runs_and_proceeds_after_kill_9(tmp_path, generic_input):
-    (tmp_path / "slowsource.py").write_text(SLOW_SOURCE.replace("0.02", "0.2"))  # runs ~40 s unless killed
-    out = tmp_path / "out"
-    env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    command = CLI + ["convert", "slowsource:SOURCE", generic_input, str(out), "--shard-bytes", "300KB", "--quiet"]
-    holder = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    (tmp_path / "stallingsource.py").write_text(STALLING_SOURCE)  # stalls mid-shard until killed
+    out, marker = tmp_path / "out", tmp_path / "stalled"
+    env = dict(os.environ, STALL_MARKER=str(marker), PYTHONPATH=f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    command = CLI + ["convert", "stallingsource:SOURCE", generic_input, str(out), "--shard-bytes", "300KB", "--quiet"]
+    holder = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not (out.exists() and any(n.endswith(".tar") for n in os.listdir(out))):
-            time.sleep(0.01)
+        wait_for(lambda: marker.exists() or holder.poll() is not None, "the first convert to stall mid-shard")
         assert holder.poll() is None, "the first convert should still be running"
-        second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+        second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=SUBPROCESS)
         assert holder.poll() is None, "the first convert should still be running"
         assert second.returncode == 1
         assert second.stderr.strip().splitlines() == [
@@ -148,9 +146,9 @@ def test_a_second_convert_refuses_while_one_runs_and_proceeds_after_kill_9(tmp_p
             "wait for it to finish or choose another output"
         ]
     finally:
-        holder.send_signal(signal.SIGKILL)
-        holder.wait(timeout=30)
-    after = subprocess.run([*command[:4], "generic", *command[5:]], capture_output=True, text=True, timeout=120)
+        os.killpg(holder.pid, signal.SIGKILL)  # the CLI and its workers (a session of their own)
+        holder.wait(timeout=EVENT)
+    after = subprocess.run([*command[:4], "generic", *command[5:]], capture_output=True, text=True, timeout=SUBPROCESS)
     assert after.returncode == 0, after.stderr
     assert _temporaries(out) == []
     reference = convert("generic", generic_input, str(tmp_path / "reference"), shard_bytes="300KB")

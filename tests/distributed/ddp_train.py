@@ -131,7 +131,7 @@ def main() -> None:
             dataset = dataset.compose(wdsprep.minecraft.pairs(history_length=args.pairs))
             dataset.set_epoch(args.epoch)
             loader = wdsprep.Loader(dataset, batch_size=args.batch_size, num_workers=args.workers,
-                                    collate_fn=collate_pairs, timeout=60)
+                                    collate_fn=collate_pairs, timeout=600)
             loader.set_epoch(args.epoch)
             return dataset, loader
         dataset = wdsprep.dataset(args.manifest, split, seed=args.seed, equalize="pad")

@@ -88,9 +88,9 @@ def test_upload_killed_halfway_then_rerun_uploads_nothing_twice(s3, bucket, gene
     deadline = time.monotonic() + DEADLINE
     while gate.waiting == 0 and time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.02)
-    assert gate.waiting >= 1, process.communicate(timeout=10)
+    assert gate.waiting >= 1, process.communicate(timeout=DEADLINE)
     process.send_signal(signal.SIGKILL)  # killed halfway, a shard in flight
-    process.wait(timeout=10)
+    process.wait(timeout=DEADLINE)
     gate.release(fail=True)
     s3.faults.gate = None
 
