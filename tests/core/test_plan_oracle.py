@@ -210,10 +210,7 @@ def test_resume_and_resume_of_a_resumed_run_give_exactly_the_rest(counted_shards
     assert (head, middle, tail) == (expected[:first], expected[first : first + second], expected[first + second :])
 
 
-@pytest.mark.parametrize("first", [0, pytest.param(2, marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "open bug found by this test: state_dict() of a dataset loaded with load_state_dict but not yet iterated points "
-    "at the start of the epoch (remove this marker when it passes)"))), pytest.param(5, marks=pytest.mark.xfail(
-    strict=True, raises=AssertionError, reason="the same open bug as first=2"))])
+@pytest.mark.parametrize("first", [0, 2, 5])
 def test_a_state_saved_before_a_resumed_run_delivers_is_the_loaded_one(counted_shards, first):
     """A checkpoint taken right after resuming (before the next step) must resume to the same place."""
     counts = [3, 2]

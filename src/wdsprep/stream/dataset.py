@@ -232,7 +232,10 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
         """This process's position: inside a DataLoader worker (torchdata's StatefulDataLoader) that
         worker's, otherwise a single-process iteration's (see `wdsprep.Loader` for workers)."""
         worker, num_workers = self._worker_override or worker_info()
-        position = self._counter.position if self._counter else Position()
+        if self._counter is not None:
+            position = self._counter.position
+        else:  # not iterated since a load_state_dict: the loaded position, not the epoch's start
+            position = self._resume.get(worker, Position())
         return self.make_state(num_workers, {worker: position.as_dict()})
 
     def load_state_dict(self, state: dict | list) -> None:
@@ -240,6 +243,7 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
         old rank's state (any world and workers: the epoch's remainder is dealt afresh)."""
         _, num_workers = self._worker_override or worker_info()
         self._resume = {w: Position(**p) for w, p in self.parse_state(state, num_workers).items()}
+        self._counter = None  # the position is now the loaded one until the next iteration
 
     # -- what this worker reads
     def sequence(self, epoch: int | None = None) -> Sequence:
