@@ -12,13 +12,14 @@ import numpy as np
 import webdataset as wds
 
 import wdsprep
+from _smoke import sized
 from wdsprep.shards.codec import Encoder
 from wdsprep.shards.index import ROW_FIELDS, digest_of, member_span
 from wdsprep.shards.manifest import Manifest
 from wdsprep.stream.read import load_index
 from wdsprep.shards.writer import ShardWriter
 
-SAMPLES = 300 if os.environ.get("WDSPREP_BENCH_SMOKE") == "1" else 20_000
+SAMPLES = sized(20_000, 300)
 SHARD_BYTES = 64 * 1000 * 1000
 
 

@@ -27,15 +27,16 @@ import time
 
 import numpy as np
 
-SMOKE = os.environ.get("WDSPREP_BENCH_SMOKE") == "1"
+from _smoke import sized
+
 WORKLOADS = {  # name -> (float32 elements, samples)
-    "W1": (4096, 300 if SMOKE else 10_000),
-    "W2": (262_144, 12 if SMOKE else 250),
-    "W3": (64, 300 if SMOKE else 20_000),
+    "W1": (4096, sized(10_000, 300)),
+    "W2": (262_144, sized(250, 12)),
+    "W3": (64, sized(20_000, 300)),
 }
 SYSTEMS = ("floor", "wdsprep", "litdata", "mds", "webdataset")
 MODES = ("single", "2 workers")
-REPEATS = 1 if SMOKE else 2
+REPEATS = sized(2, 1)
 SHARD_BYTES = 64_000_000
 BATCH = 64
 
