@@ -105,6 +105,8 @@ class SequenceReader:
             if member is None:
                 break
             name = member.name
+            if name.startswith("__"):  # the shard's sample index (its last member): no frame
+                continue
             member_key, _, field_ext = name.partition(".")
             if member_key != key:
                 if meta is None and not arrays:
