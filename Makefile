@@ -30,7 +30,16 @@ shards: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-bench: $(STAMP)
+BENCH_STAMP := $(VENV)/.bench-stamp
+
+# the peers of benchmarks/bench_peers.py: without their declared deps (torchvision would replace
+# the pinned torch), then the modules they really import
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install -q -c constraints.txt --no-deps litdata==0.2.76 mosaicml-streaming==0.13.0
+	$(PY) -m pip install -q -c constraints.txt -e ".[bench-imports]"
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
 	$(PY) benchmarks/run.py
 
 # every benchmark at tiny sizes: proves `make bench` still runs (no speed is asserted)

@@ -103,7 +103,9 @@ def test_shards_are_plain_deterministic_ustar(tmp_path):
     assert data == (b / "train-00000-00.tar").read_bytes()
     with tarfile.open(a / "train-00000-00.tar") as archive:
         members = archive.getmembers()
-        assert [m.name for m in members] == sorted(m.name for m in members)
+        names = [m.name for m in members]
+        assert names[-1] == "__wdsprep_index__"  # the sample index (shards/index.py) comes last
+        assert names[:-1] == sorted(names[:-1])
         for member in members:
             assert member.mtime == 0 and member.uid == 0 and member.gid == 0
             assert member.uname == "" and member.gname == "" and member.pax_headers == {}
@@ -157,7 +159,7 @@ def test_long_member_names_use_the_ustar_prefix(tmp_path):
     with writer:
         writer.write(key, {"x": 1})
     with tarfile.open(tmp_path / writer.rows[0].name) as archive:
-        assert archive.getnames() == [key + ".x.mp"]
+        assert archive.getnames() == [key + ".x.mp", "__wdsprep_index__"]
     with open(tmp_path / writer.rows[0].name, "rb") as handle:
         assert [s["__key__"] for s in tarformat.iter_samples(handle)] == [key]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import io
 import json
+import math
 import re
 import threading
 from typing import Any, Callable
@@ -17,7 +18,7 @@ import msgpack
 import numpy as np
 import zstandard
 
-from ..errors import FormatError
+from ..errors import FormatError, ShardError
 
 NPY_MAGIC = b"\x93NUMPY"
 EXTENSIONS = ("npy.zst", "npy", "mp", "json")
@@ -27,14 +28,29 @@ _FIELD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]*(\.(npy\.zst|npy|mp|json))?$")
 
 
 # ----------------------------------------------------------------------------------------- encode
+_npy_headers: dict[tuple, bytes] = {}  # (dtype, shape, fortran) -> the header numpy writes for them
+
+
 def encode_npy(array: np.ndarray) -> bytes:
-    """Standard .npy bytes (format 1.0/2.0 as numpy picks); refuses object arrays."""
+    """Standard .npy bytes (format 1.0/2.0 as numpy picks); refuses object arrays.
+
+    numpy's own writer makes the header once per (dtype, shape, order); the data is then the
+    array's bytes in that order, exactly what `np.lib.format.write_array` would write.
+    """
     array = np.asarray(array)
     if array.dtype.hasobject:
         raise TypeError(f"object arrays cannot be stored without pickle (dtype {array.dtype})")
-    buffer = io.BytesIO()
-    np.lib.format.write_array(buffer, array, allow_pickle=False)
-    return buffer.getvalue()
+    fortran = array.flags.f_contiguous and not array.flags.c_contiguous
+    signature = (array.dtype, array.shape, fortran)
+    head = _npy_headers.get(signature)
+    if head is None:
+        buffer = io.BytesIO()
+        np.lib.format.write_array(buffer, array, allow_pickle=False)
+        encoded = buffer.getvalue()
+        if len(_npy_headers) < 4096:
+            _npy_headers[signature] = encoded[: len(encoded) - array.nbytes]
+        return encoded
+    return head + array.tobytes(order="F" if fortran else "C")
 
 
 def _msgpack_default(value: Any) -> Any:
@@ -97,46 +113,107 @@ class Encoder:
 
 
 # ----------------------------------------------------------------------------------------- decode
-def _parse_npy_header(data: bytes | memoryview) -> tuple[np.dtype, tuple, bool, int]:
-    """(dtype, shape, fortran_order, offset of the array bytes) of .npy bytes."""
-    if bytes(data[:6]) != NPY_MAGIC:
+def npy_header_span(prefix: bytes | bytearray | memoryview) -> tuple[int, int]:
+    """(offset, length) of the header dict in .npy bytes, from their first 10 (v1) or 12 bytes."""
+    if bytes(prefix[:6]) != NPY_MAGIC:
         raise FormatError("not .npy data (bad magic)")
-    major = data[6]
+    major = prefix[6]
     if major == 1:
-        header_len = int.from_bytes(data[8:10], "little")
-        start = 10
-    else:
-        header_len = int.from_bytes(data[8:12], "little")
-        start = 12
-    header = bytes(data[start : start + header_len])
+        return 10, int.from_bytes(prefix[8:10], "little")
+    if major in (2, 3):
+        return 12, int.from_bytes(prefix[8:12], "little")
+    raise FormatError(f"unknown .npy format version {major}")
+
+
+def npy_meta(header: bytes) -> tuple[np.dtype, tuple, bool, int]:
+    """(dtype, shape, fortran_order, element count) of a .npy header dict; cached (headers repeat)."""
     parsed = _header_cache.get(header)
     if parsed is None:
-        with _header_lock:  # ast.literal_eval is not safe from several threads on CPython 3.11
-            meta = ast.literal_eval(header.decode("latin1"))
-        dtype = np.dtype(meta["descr"])
+        try:
+            with _header_lock:  # ast.literal_eval is not safe from several threads on CPython 3.11
+                meta = ast.literal_eval(header.decode("latin1"))
+            dtype = np.dtype(meta["descr"])
+            shape = tuple(int(n) for n in meta["shape"])
+            fortran = bool(meta["fortran_order"])
+        except (ValueError, SyntaxError, KeyError, TypeError, MemoryError, RecursionError) as error:
+            raise FormatError(f"unreadable .npy header ({type(error).__name__}: {error})") from None
         if dtype.hasobject:
             raise FormatError("object arrays are refused (they would need pickle)")
-        parsed = (dtype, tuple(meta["shape"]), bool(meta["fortran_order"]))
+        if any(n < 0 for n in shape):
+            raise FormatError(f"negative .npy shape {shape}")
+        parsed = (dtype, shape, fortran, math.prod(shape))
         if len(_header_cache) < 4096:
             _header_cache[header] = parsed
-    return (*parsed, start + header_len)
+    return parsed
+
+
+_recent_prefixes: list[tuple[bytes, tuple]] = []  # (.npy bytes up to the array data, parsed): a shard repeats a few
+
+
+def _npy_prefix(data: bytearray) -> tuple[np.dtype, tuple, bool, int, int]:
+    """(dtype, shape, fortran, count, data offset) of .npy bytes; equal prefixes mean equal headers."""
+    for prefix, parsed in _recent_prefixes:
+        if data.startswith(prefix):
+            return parsed
+    start, length = npy_header_span(data[:12])
+    offset = start + length
+    parsed = (*npy_meta(bytes(data[start:offset])), offset)
+    if len(data) >= offset:
+        _recent_prefixes.insert(0, (bytes(data[:offset]), parsed))
+        del _recent_prefixes[8:]
+    return parsed
 
 
 def decode_npy(data: bytes | bytearray | memoryview) -> np.ndarray:
-    dtype, shape, fortran, offset = _parse_npy_header(data)
-    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-    if not isinstance(data, bytearray):
+    """A writable array over `data` itself when it is a bytearray (else over one copy of it)."""
+    if data.__class__ is not bytearray:
         data = bytearray(data)  # writable arrays; one copy
+    dtype, shape, fortran, count, offset = _npy_prefix(data)
     if len(data) - offset < count * dtype.itemsize:
         raise FormatError(f"truncated .npy data ({len(data) - offset} bytes for {shape} {dtype})")
     array = np.frombuffer(data, dtype=dtype, count=count, offset=offset)
+    if len(shape) == 1:
+        return array
     return array.reshape(shape, order="F" if fortran else "C")
+
+
+def _read_exact(readinto: Callable, view: memoryview, what: str) -> None:
+    filled = 0
+    while filled < len(view):
+        n = readinto(view[filled:])
+        if not n:
+            raise FormatError(f"truncated {what} ({filled} of {len(view)} bytes)")
+        filled += n
+
+
+def read_npy(readinto: Callable, leading: int | None = None) -> np.ndarray:
+    """An array read from a stream of .npy bytes (`readinto(view) -> count`), straight into its buffer.
+
+    With `leading`, only the first `leading` rows along axis 0 are read (C order only); the rest of
+    the stream is left unread.
+    """
+    prefix = bytearray(12)
+    _read_exact(readinto, memoryview(prefix)[:10], ".npy header")
+    if prefix[6:7] != b"\x01" and prefix[:6] == NPY_MAGIC:
+        _read_exact(readinto, memoryview(prefix)[10:], ".npy header")
+    start, length = npy_header_span(prefix)
+    header = bytearray(length)
+    _read_exact(readinto, memoryview(header), ".npy header")
+    dtype, shape, fortran, _ = npy_meta(bytes(header))
+    if leading is not None and shape:
+        if fortran:
+            raise FormatError("a partial read of a Fortran-ordered array")
+        shape = (min(leading, shape[0]), *shape[1:])
+    array = np.empty(shape, dtype=dtype, order="F" if fortran else "C")
+    if array.size:
+        _read_exact(readinto, memoryview(array.reshape(-1, order="A")).cast("B"), ".npy data")
+    return array
 
 
 _local = threading.local()
 
 
-def _decompressor() -> zstandard.ZstdDecompressor:
+def decompressor() -> zstandard.ZstdDecompressor:
     """One decompressor per thread: zstandard's objects must not be shared across threads."""
     dctx = getattr(_local, "dctx", None)
     if dctx is None:
@@ -146,29 +223,8 @@ def _decompressor() -> zstandard.ZstdDecompressor:
 
 def decode_npy_zst(data: bytes | memoryview) -> np.ndarray:
     """Decompress straight into the array's own buffer (no intermediate copy of the payload)."""
-    reader = _decompressor().stream_reader(data)
     try:
-        prefix = reader.read(12)
-        if prefix[:6] != NPY_MAGIC:
-            raise FormatError("not zstd-compressed .npy data (bad magic)")
-        header_len = int.from_bytes(prefix[8:10], "little") if prefix[6] == 1 else int.from_bytes(prefix[8:12], "little")
-        start = 10 if prefix[6] == 1 else 12
-        need = start + header_len - len(prefix)
-        head = prefix + (reader.read(need) if need > 0 else b"")
-        dtype, shape, fortran, offset = _parse_npy_header(head)
-        extra = head[offset:]
-        array = np.empty(shape, dtype=dtype, order="F" if fortran else "C")
-        if not array.size:
-            return array
-        view = memoryview(array.reshape(-1, order="A")).cast("B")
-        view[: len(extra)] = extra
-        filled = len(extra)
-        while filled < len(view):
-            n = reader.readinto(view[filled:])
-            if not n:
-                raise FormatError(f"truncated .npy.zst data ({filled} of {len(view)} bytes)")
-            filled += n
-        return array
+        return read_npy(decompressor().stream_reader(data).readinto)
     except zstandard.ZstdError as error:
         raise FormatError(f"corrupt zstd data: {error}") from None
 
@@ -186,33 +242,50 @@ DECODERS: dict[str, Callable[[Any], Any]] = {
     "npy": decode_npy,
     "mp": decode_msgpack,
     "json": decode_json,
-    "zst": lambda data: _decompressor().decompress(data),
+    "zst": lambda data: decompressor().decompress(data),
 }
+
+
+_FIELDS: dict[str, tuple[str, str, Callable | None]] = {}  # member field -> (stripped, ext, decoder)
+
+
+def _field(name: str) -> tuple[str, str, Callable | None]:
+    """`voxels.npy.zst` -> ("voxels", "npy.zst", decoder); names repeat in every sample: cached."""
+    found = _FIELDS.get(name)
+    if found is None:
+        stripped, ext = name, ""
+        for known in EXTENSIONS:
+            if name.endswith("." + known):
+                stripped, ext = name[: -len(known) - 1], known
+                break
+            if name == known:
+                stripped, ext = "", known
+                break
+        found = (name, "", _META) if name.startswith("__") else (stripped, ext, DECODERS.get(ext))
+        if len(_FIELDS) < 4096:
+            _FIELDS[name] = found
+    return found
 
 
 def split_field(name: str) -> tuple[str, str]:
     """`voxels.npy.zst` -> ("voxels", "npy.zst"); a name without a known extension -> (name, "")."""
-    for ext in EXTENSIONS:
-        if name.endswith("." + ext):
-            return name[: -len(ext) - 1], ext
-        if name == ext:
-            return "", ext
-    return name, ""
+    stripped, ext, _ = _field(name)
+    return stripped, ext
+
+
+_DECODE_ERRORS = (FormatError, ValueError, msgpack.ExtraData, msgpack.FormatError, json.JSONDecodeError)
 
 
 def decode_value(name: str, value: Any) -> Any:
     """Decode one member's bytes by its extension; values that are not bytes pass unchanged."""
     if not isinstance(value, (bytes, bytearray, memoryview)):
         return value
-    _, ext = split_field(name)
-    decoder = DECODERS.get(ext)
-    if decoder is None:
+    decoder = _field(name)[2]
+    if decoder is None or decoder is _META:
         return value
     try:
         return decoder(value)
-    except FormatError as error:
-        raise FormatError(f"member {name!r}: {error}") from None
-    except (ValueError, msgpack.ExtraData, msgpack.FormatError, json.JSONDecodeError) as error:
+    except _DECODE_ERRORS as error:
         raise FormatError(f"member {name!r}: {error}") from None
 
 
@@ -224,33 +297,54 @@ def _to_torch(value: Any) -> Any:
     return value
 
 
+_BYTES_TYPES = (bytes, bytearray, memoryview)
+
+
+_META = object()  # the "decoder" of `__key__`, `__url__`, ... entries
+
+
 def decode_sample(sample: dict, *, strip: bool = True, torch: bool = False) -> dict:
     """Decode every member of a raw (or partly decoded) shard sample.
 
     With `strip`, field names lose their extension (`voxels.npy.zst` -> `voxels`), which is what
     reader stages use; `__key__`, `__url__` and other `__meta__` entries are kept as they are.
+    A member that does not decode raises `ShardError` naming the shard (`__url__`) and the member.
     """
     out = {}
     for name, value in sample.items():
-        if name.startswith("__"):
+        stripped, _, decoder = _FIELDS.get(name) or _field(name)
+        if decoder is _META:
             out[name] = value.decode() if isinstance(value, (bytes, bytearray)) else value
             continue
-        decoded = decode_value(name, value)
+        if decoder is not None and isinstance(value, _BYTES_TYPES):
+            try:
+                value = decoder(value)
+            except _DECODE_ERRORS as error:
+                raise ShardError(str(sample.get("__url__", "<sample>")), f"member {sample.get('__key__')}.{name}: {error}") from None
         if torch:
-            decoded = _to_torch(decoded)
-        out[split_field(name)[0] if strip else name] = decoded
+            value = _to_torch(value)
+        out[stripped if strip else name] = value
     return out
 
 
-def decode(*, strip: bool = False, torch: bool = False):
+def decode(*, strip: bool = False, torch: bool = False, handler: Callable | None = None):
     """A pipeline stage for `.compose(wdsprep.decode())`: decodes `.mp`, `.npy`, `.npy.zst`, `.json`.
 
     Keys keep their extensions like webdataset's `.decode()` unless `strip=True`; `torch=True`
-    turns arrays into tensors.
+    turns arrays into tensors. `handler` (e.g. `wds.warn_and_continue`) gets a sample's
+    `ShardError`: true skips the sample, false ends the stream; without one the error propagates.
     """
 
     def stage(source):
         for sample in source:
-            yield decode_sample(sample, strip=strip, torch=torch)
+            try:
+                decoded = decode_sample(sample, strip=strip, torch=torch)
+            except ShardError as error:
+                if handler is None:
+                    raise
+                if handler(error):
+                    continue
+                return
+            yield decoded
 
     return stage

@@ -2,15 +2,25 @@
 
 Writing: one 512-byte ustar header per member (mode 0644, uid/gid 0, empty user/group, mtime 0,
 no PAX or GNU extensions), data padded to 512 bytes, and two zero blocks at the end (no record
-padding, so a shard's size is exactly what its samples need). Reading: a sequential stream parser
-that checks header checksums, names the shard on truncation or corruption, and reads member data
-into bytearrays so decoders can build writable arrays without another copy.
+padding, so a shard's size is exactly what its samples need).
+
+Reading: ONE header parser (`parse_header`) and ONE cursor (`TarCursor`) that every reader of
+shards uses (`iter_members`, `iter_samples`, `index_samples`, noisebase's sequence reader). The
+cursor walks members in order over any binary stream; a member's data is read whole, read in part
+(`readinto`, the rest skipped later) or skipped (seeked over when the stream can seek). It accepts
+what other writers produce: GNU long names (`L`), PAX `path`/`size` records (`x`; global `g`
+records are ignored), base-256 numbers, typeflag `7` (contiguous file) as a regular file. Every
+defect -- a checksum mismatch, a bad number, a stream cut short -- is a `ShardError` naming the
+shard, the byte offset and the member it follows. Member data lands in bytearrays, so decoders
+build writable arrays without another copy.
 """
 from __future__ import annotations
 
+import io
 import os
 import re
-from typing import BinaryIO, Callable, Iterator
+import zlib
+from typing import BinaryIO, Callable, Iterator, NamedTuple
 
 from ..errors import FormatError, ShardError
 
@@ -37,15 +47,16 @@ def _split_name(name: str) -> tuple[bytes, bytes]:
     raise FormatError(f"member name too long for ustar ({len(raw)} bytes): {name!r}")
 
 
-def header(name: str, size: int) -> bytes:
-    """A deterministic ustar header for a regular file."""
-    base, prefix = _split_name(name)
+def _byte_sum(block: bytes) -> int:
+    # adler32's low half is 1 + the byte sum mod 65521; a 256-byte half sums to at most 65280: exact
+    return (zlib.adler32(block[:256]) & 0xFFFF) + (zlib.adler32(block[256:]) & 0xFFFF) - 2
+
+
+def _template() -> bytearray:
     block = bytearray(BLOCK)
-    block[0 : len(base)] = base
     block[100:108] = b"0000644\0"
     block[108:116] = b"0000000\0"
     block[116:124] = b"0000000\0"
-    block[124:136] = _octal(size, 12)
     block[136:148] = _octal(0, 12)
     block[148:156] = b" " * 8
     block[156:157] = b"0"
@@ -53,8 +64,20 @@ def header(name: str, size: int) -> bytes:
     block[263:265] = b"00"
     block[329:337] = b"0000000\0"
     block[337:345] = b"0000000\0"
+    return block
+
+
+_TEMPLATE = bytes(_template())  # the fields every header shares (mode, ids, mtime 0, ustar magic)
+
+
+def header(name: str, size: int) -> bytes:
+    """A deterministic ustar header for a regular file."""
+    base, prefix = _split_name(name)
+    block = bytearray(_TEMPLATE)
+    block[0 : len(base)] = base
+    block[124:136] = _octal(size, 12)
     block[345 : 345 + len(prefix)] = prefix
-    block[148:156] = b"%06o\0 " % sum(block)
+    block[148:156] = b"%06o\0 " % _byte_sum(block)
     return bytes(block)
 
 
@@ -76,24 +99,63 @@ def split_key(name: str) -> tuple[str, str] | None:
 
 
 # ------------------------------------------------------------------------------------------ read
-def _read_exact_into(stream: BinaryIO, buffer: bytearray | memoryview, url: str, what: str) -> None:
-    view = memoryview(buffer)
-    filled = 0
-    while filled < len(view):
-        n = stream.readinto(view[filled:])
-        if not n:
-            raise ShardError(url, f"truncated shard: {what} ends after {filled} of {len(view)} bytes")
-        filled += n
+REGULAR = (b"0", b"\0", b"7")  # typeflag 7 (contiguous file) is a regular file to every reader
 
 
-def _parse_number(field: bytes, url: str) -> int:
-    if field[:1] == b"\x80":  # GNU base-256
+class Member(NamedTuple):
+    name: str
+    size: int
+    offset: int  # archive offset of the member's data
+    start: int  # archive offset of its first header block (GNU/PAX records included)
+
+
+def _number(field: bytes, url: str, where: int) -> int:
+    if field[:1] == b"\x80":  # GNU base-256 (positive)
         return int.from_bytes(field[1:], "big")
     text = field.split(b"\0", 1)[0].strip()
     try:
         return int(text, 8) if text else 0
     except ValueError:
-        raise ShardError(url, f"corrupt tar header (number field {field!r})") from None
+        raise ShardError(url, f"corrupt tar header at byte {where} (number field {bytes(field)!r})") from None
+
+
+def parse_header(block: bytes, url: str, where: int) -> tuple[bytes, int, bytes]:
+    """(name, data size, typeflag) of one 512-byte ustar/GNU header; checks its checksum."""
+    stored = _number(block[148:156], url, where)
+    if stored != _byte_sum(block) - sum(block[148:156]) + 256:
+        raise ShardError(url, f"corrupt tar header at byte {where} (checksum mismatch)")
+    size = _number(block[124:136], url, where)
+    name = block[0:100].split(b"\0", 1)[0]
+    if block[257:262] == b"ustar":
+        prefix = block[345:500].split(b"\0", 1)[0]
+        if prefix:
+            name = prefix + b"/" + name
+    return name, size, block[156:157]
+
+
+def _pax_records(data: bytes, url: str, where: int) -> dict[bytes, bytes]:
+    records, pos = {}, 0
+    while pos < len(data) and data[pos:pos + 1] != b"\0":
+        space = data.find(b" ", pos)
+        try:
+            length = int(data[pos:space])
+        except ValueError:
+            raise ShardError(url, f"corrupt PAX header at byte {where}") from None
+        key, _, value = data[space + 1 : pos + length - 1].partition(b"=")
+        records[key] = value
+        pos += length
+    return records
+
+
+SEEK_OVER = 1 << 20  # skips longer than this seek (when the stream can); shorter ones read through
+
+
+def _is_file(stream: BinaryIO) -> bool:
+    try:
+        stream.fileno()
+        return True
+    except (AttributeError, OSError, io.UnsupportedOperation):
+        return False
 
 
 def _seekable(stream: BinaryIO) -> bool:
@@ -103,95 +165,170 @@ def _seekable(stream: BinaryIO) -> bool:
         return False
 
 
+class TarCursor:
+    """Regular members of a tar stream, in order, with their data read whole, in part or skipped.
+
+    `next()` moves to the next regular member (skipping what is left of the current one) and returns
+    it, or None at the end of the archive. `read()` / `readinto()` consume the current member's
+    data from where the last read stopped; `skip()` passes over the rest. `offset` is the archive
+    offset of the stream's current position (`start`: where the stream stands when handed over).
+    """
+
+    def __init__(self, stream: BinaryIO, url: str = "<stream>", *, start: int = 0):
+        self.stream = stream
+        self.url = url
+        self.offset = start
+        self.member: Member | None = None
+        self.left = 0  # data bytes of the current member not consumed yet
+        self._pad = 0
+        self._seekable = _seekable(stream)
+        self._local = _is_file(stream)
+        self._length: int | None = None
+        self._block = bytearray(BLOCK)
+
+    def _what(self) -> str:
+        return f"after member {self.member.name!r}" if self.member else "at the start"
+
+    def _fill(self, view: memoryview | bytearray, what: str) -> None:
+        view = memoryview(view)
+        filled = 0
+        while filled < len(view):
+            n = self.stream.readinto(view[filled:])
+            if not n:
+                raise ShardError(self.url, f"truncated shard: {what} ends after {filled} of {len(view)} bytes")
+            filled += n
+        self.offset += len(view)
+
+    def _stream_length(self) -> int:
+        if self._length is None:  # once: seeking to the end on every skip would drop read-ahead
+            try:
+                self._length = os.fstat(self.stream.fileno()).st_size
+            except (AttributeError, OSError, io.UnsupportedOperation):
+                here = self.stream.tell()
+                self._length = self.stream.seek(0, io.SEEK_END)
+                self.stream.seek(here)
+        return self._length
+
+    def _pass(self, count: int, what: str) -> None:
+        if not count:
+            return
+        # short skips of a remote stream read through: a seek there may cost a new request
+        if self._seekable and (count > SEEK_OVER or self._length is not None or self._local):
+            if self.offset + count > self._stream_length():
+                raise ShardError(self.url, f"truncated shard: {what} runs past the end of the file")
+            self.offset += count
+            self.stream.seek(self.offset)
+            return
+        scratch = bytearray(min(count, 1 << 20))
+        while count:
+            step = min(count, len(scratch))
+            self._fill(memoryview(scratch)[:step], what)
+            count -= step
+
+    def skip(self) -> None:
+        """Pass over what is left of the current member's data and padding."""
+        what = f"member {self.member.name!r}" if self.member else "a member"
+        self._pass(self.left + self._pad, what)
+        self.left = self._pad = 0
+
+    def readinto(self, view) -> int:
+        """Up to len(view) more bytes of the current member's data; 0 at its end."""
+        count = min(len(view), self.left)
+        if count:
+            self._fill(memoryview(view)[:count], f"member {self.member.name!r}")
+            self.left -= count
+        return count
+
+    def read(self, count: int | None = None) -> bytearray:
+        """The member's next `count` data bytes (all that is left by default), in a new bytearray."""
+        data = bytearray(self.left if count is None else min(count, self.left))
+        self.readinto(data)
+        return data
+
+    def _header(self) -> tuple[bytes, int, bytes, int] | None:
+        where = self.offset
+        n = self.stream.readinto(self._block)
+        if n == 0:
+            return None  # no end-of-archive blocks: tolerated like tar does, but only at a boundary
+        if n < BLOCK:
+            self._fill(memoryview(self._block)[n:], f"the tar header {self._what()}")
+            self.offset += n
+        else:
+            self.offset += BLOCK
+        block = bytes(self._block)
+        if not any(block):
+            return None
+        return (*parse_header(block, self.url, where), where)
+
+    def next(self) -> Member | None:
+        if self.left or self._pad:
+            self.skip()
+        long_name: bytes | None = None
+        pax: dict[bytes, bytes] = {}
+        start = self.offset
+        while True:
+            parsed = self._header()
+            if parsed is None:
+                self.member = None
+                return None
+            name, size, typeflag, where = parsed
+            if b"size" in pax:
+                size = int(pax[b"size"])
+            pad = -size % BLOCK
+            if typeflag in (b"L", b"x", b"g", b"K"):  # records about the next member
+                self.member, self.left, self._pad = Member(name.decode("utf-8", "replace"), size, self.offset, where), size, pad
+                data = bytes(self.read())
+                self.skip()
+                if typeflag == b"L":
+                    long_name = data.split(b"\0", 1)[0]
+                elif typeflag == b"x":
+                    pax = _pax_records(data, self.url, where)
+                continue
+            if b"path" in pax:
+                name = pax[b"path"]
+            elif long_name is not None:
+                name = long_name
+            try:
+                text = name.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ShardError(self.url, f"corrupt tar header at byte {where} (member name is not UTF-8)") from None
+            self.member = Member(text, size, self.offset, start)
+            self.left, self._pad = size, pad
+            if typeflag in REGULAR:
+                return self.member
+            self.skip()  # directories, links, devices: not data
+            long_name, pax, start = None, {}, self.offset
+
+
 def iter_members(
     stream: BinaryIO, url: str = "<stream>", skip_data: Callable[[str], bool] | None = None
 ) -> Iterator[tuple[str, bytearray | None]]:
     """Yield (name, data) for every regular file, in archive order.
 
-    `skip_data(name)` true means the member's data is not needed: it is seeked over when the stream
-    allows (local files) and yielded as None.
+    `skip_data(name)` true means the member's data is not needed: it is passed over (seeked when the
+    stream allows) and yielded as None.
     """
-    block = bytearray(BLOCK)
-    can_seek = skip_data is not None and _seekable(stream)
-    if can_seek:  # the stream's length, once: seeking to the end on every skip drops read-ahead
-        here = stream.tell()
-        length = stream.seek(0, 2)
-        stream.seek(here)
-    long_name: str | None = None
-    pax_path: str | None = None
-    while True:
-        n = stream.readinto(block)
-        if n == 0:
-            return  # no end-of-archive blocks: tolerated like tar does, but only at a boundary
-        if n < BLOCK:
-            rest = memoryview(block)[n:]
-            _read_exact_into(stream, rest, url, "a tar header")
-        if not any(block):
-            return
-        checksum = _parse_number(bytes(block[148:156]), url)
-        computed = sum(block[:148]) + 8 * 32 + sum(block[156:])
-        if checksum != computed:
-            raise ShardError(url, "corrupt tar header (checksum mismatch)")
-        size = _parse_number(bytes(block[124:136]), url)
-        typeflag = block[156:157]
-        name = block[0:100].split(b"\0", 1)[0]
-        if block[257:262] == b"ustar":
-            prefix = block[345:500].split(b"\0", 1)[0]
-            if prefix:
-                name = prefix + b"/" + name
-        pad = -size % BLOCK
-        if can_seek and typeflag in (b"0", b"\0", b"7") and skip_data(name.decode("utf-8")):
-            end = stream.tell() + size + pad
-            if end > length:
-                raise ShardError(url, "truncated shard: a member's data is missing")
-            stream.seek(end)
-            yield name.decode("utf-8"), None
-            continue
-        data = bytearray(size)
-        _read_exact_into(stream, data, url, f"member {name.decode('utf-8', 'replace')!r}")
-        if pad:
-            skipped = stream.read(pad)
-            if len(skipped) != pad:
-                raise ShardError(url, "truncated shard: padding after the last member is missing")
-        if typeflag == b"L":  # GNU long name for the next member
-            long_name = bytes(data).rstrip(b"\0").decode("utf-8")
-            continue
-        if typeflag == b"x":  # PAX extended header for the next member
-            for record in re.finditer(rb"\d+ ([^=]+)=(.*?)\n", bytes(data), re.S):
-                if record.group(1) == b"path":
-                    pax_path = record.group(2).decode("utf-8")
-            continue
-        if typeflag == b"g":
-            continue
-        text = name.decode("utf-8")
-        if long_name is not None:
-            text, long_name = long_name, None
-        if pax_path is not None:
-            text, pax_path = pax_path, None
-        if typeflag in (b"0", b"\0", b"7"):
-            yield text, data
+    cursor = TarCursor(stream, url, start=stream.tell() if _seekable(stream) else 0)
+    while (member := cursor.next()) is not None:
+        if skip_data is not None and skip_data(member.name):
+            cursor.skip()
+            yield member.name, None
+        else:
+            data = cursor.read()
+            yield member.name, data
 
 
 def iter_samples(stream: BinaryIO, url: str = "<stream>", skip: int = 0) -> Iterator[dict]:
     """Group consecutive members by key into samples (`__key__`, `__url__`, field -> bytearray).
 
     The first `skip` samples are passed over without reading their data where the stream can seek.
+    Members whose name has no key/extension split (e.g. the `__wdsprep_index__` member) are ignored.
     """
+    cursor = TarCursor(stream, url, start=stream.tell() if _seekable(stream) else 0)
     current: dict | None = None
-    state = {"seen": 0, "key": None}
-
-    def skipping(name: str) -> bool:
-        parts = split_key(name)
-        if parts is None:
-            return True
-        if parts[0] != state["key"]:
-            state["key"] = parts[0]
-            state["seen"] += 1
-        return state["seen"] <= skip
-
     index = -1
-    for name, data in iter_members(stream, url, skipping if skip else None):
-        parts = split_key(name)
+    while (member := cursor.next()) is not None:
+        parts = split_key(member.name)
         if parts is None:
             continue
         key, field = parts
@@ -200,10 +337,13 @@ def iter_samples(stream: BinaryIO, url: str = "<stream>", skip: int = 0) -> Iter
                 yield current
             index += 1
             current = {"__key__": key, "__url__": url}
+        if index < skip:
+            cursor.skip()
+            continue
         field = field.lower()
         if field in current:
-            raise ShardError(url, f"duplicate member {name!r} in sample {key!r}")
-        current[field] = data
+            raise ShardError(url, f"duplicate member {member.name!r} in sample {key!r}")
+        current[field] = cursor.read()
     if current is not None and index >= skip:
         yield current
 
@@ -215,39 +355,13 @@ def index_samples(path: str) -> list[tuple[str, dict[str, tuple[int, int]]]]:
     """
     samples: list[tuple[str, dict[str, tuple[int, int]]]] = []
     with open(path, "rb") as handle:
-        size = os.fstat(handle.fileno()).st_size
-        offset = 0
-        long_name: str | None = None
-        while offset + BLOCK <= size:
-            handle.seek(offset)
-            block = handle.read(BLOCK)
-            if not any(block):
-                break
-            if _parse_number(block[148:156], path) != sum(block[:148]) + 8 * 32 + sum(block[156:]):
-                raise ShardError(path, f"corrupt tar header at byte {offset} (checksum mismatch)")
-            length = _parse_number(block[124:136], path)
-            typeflag = block[156:157]
-            data = offset + BLOCK
-            offset = data + length + (-length % BLOCK)
-            if typeflag == b"L":
-                handle.seek(data)
-                long_name = handle.read(length).split(b"\0", 1)[0].decode("utf-8")
-                continue
-            if typeflag not in (b"0", b"\0", b"7"):
-                continue
-            name = block[0:100].split(b"\0", 1)[0]
-            if block[257:262] == b"ustar" and block[345:500].strip(b"\0"):
-                name = block[345:500].split(b"\0", 1)[0] + b"/" + name
-            text = name.decode("utf-8")
-            if long_name is not None:
-                text, long_name = long_name, None
-            parts = split_key(text)
+        cursor = TarCursor(handle, path)
+        while (member := cursor.next()) is not None:
+            parts = split_key(member.name)
             if parts is None:
                 continue
             key, field = parts
             if not samples or samples[-1][0] != key:
                 samples.append((key, {}))
-            samples[-1][1][field.lower()] = (data, length)
-        if offset > size:
-            raise ShardError(path, "truncated shard: a member runs past the end of the file")
+            samples[-1][1][field.lower()] = (member.offset, member.size)
     return samples

@@ -1,4 +1,8 @@
-"""The shard writer: whole samples, deterministic bytes, bounded size, atomic completion."""
+"""The shard writer: whole samples, deterministic bytes, bounded size, atomic completion.
+
+Every shard ends with its sample index (`shards/index.py`: member `__wdsprep_index__`, then the
+end-of-archive blocks); the index's position, size and digest go in the shard's manifest row.
+"""
 from __future__ import annotations
 
 import hashlib
@@ -9,6 +13,7 @@ from typing import Any, Callable
 from ..errors import FormatError
 from . import tarformat
 from .codec import Encoder
+from .index import INDEX_MEMBER, IndexBuilder, digest_text
 from .storage import output_error, remove_quietly
 
 
@@ -18,9 +23,15 @@ class ShardRow:
     samples: int
     bytes: int
     sha256: str
+    index_offset: int | None = None  # the index member (see shards/index.py); absent in older manifests
+    index_bytes: int | None = None
+    index_digest: str | None = None
 
     def as_dict(self) -> dict:
-        return {"name": self.name, "samples": self.samples, "bytes": self.bytes, "sha256": self.sha256}
+        row = {"name": self.name, "samples": self.samples, "bytes": self.bytes, "sha256": self.sha256}
+        if self.index_offset is not None:
+            row.update(index_offset=self.index_offset, index_bytes=self.index_bytes, index_digest=self.index_digest)
+        return row
 
 
 def check_key(key: str) -> None:
@@ -60,6 +71,7 @@ class ShardWriter:
         self._size = 0
         self._samples = 0
         self._keys: set[str] = set()
+        self._index = IndexBuilder()
         self._part = 0
 
     # -- internal
@@ -76,6 +88,7 @@ class ShardWriter:
         self._size = 0
         self._samples = 0
         self._keys = set()
+        self._index = IndexBuilder()
 
     def _write(self, data: bytes) -> None:
         try:
@@ -86,6 +99,10 @@ class ShardWriter:
         self._size += len(data)
 
     def _close_shard(self) -> None:
+        index = self._index.encode()
+        index_offset = self._size
+        member = tarformat.header(INDEX_MEMBER, len(index)) + index + tarformat.padding(len(index))
+        self._write(member)
         self._write(tarformat.END_OF_ARCHIVE)
         name = self._name()
         final = os.path.join(self.directory, name)
@@ -97,7 +114,7 @@ class ShardWriter:
         except OSError as error:
             raise output_error(final + ".tmp", error) from None
         self._file = None
-        row = ShardRow(name, self._samples, self._size, self._hash.hexdigest())
+        row = ShardRow(name, self._samples, self._size, self._hash.hexdigest(), index_offset, len(member), digest_text(member))
         self.rows.append(row)
         if self.on_complete:
             self.on_complete(final, row)
@@ -109,22 +126,25 @@ class ShardWriter:
         members = self.encoder.encode_fields(key, fields)
         if not members:
             raise FormatError(f"sample {key!r} has no fields")
-        blobs = []
+        blob = bytearray()  # the sample's bytes, written (and hashed) in one call
+        spans = []
         for member, data in members:
-            name = f"{key}.{member}"
-            blobs.append(tarformat.header(name, len(data)))
-            blobs.append(data)
-            blobs.append(tarformat.padding(len(data)))
-        sample_size = sum(len(b) for b in blobs)
-        if self._file is not None and self._samples and self._size + sample_size + len(tarformat.END_OF_ARCHIVE) > self.shard_bytes:
+            start = len(blob)
+            blob += tarformat.header(f"{key}.{member}", len(data))
+            blob += data
+            blob += tarformat.padding(len(data))
+            spans.append((member, len(data), start, len(blob)))
+        entry_bound = len(key) + 16 + sum(len(member) + 24 for member, _ in members)  # msgpack bytes of its index entry
+        tail = self._index.bound + entry_bound + len(tarformat.END_OF_ARCHIVE)
+        if self._file is not None and self._samples and self._size + len(blob) + tail > self.shard_bytes:
             self._close_shard()
         if self._file is None:
             self._open()
         if key in self._keys:
             raise FormatError(f"duplicate sample key {key!r} in shard {self._name()}")
         self._keys.add(key)
-        for blob in blobs:
-            self._write(blob)
+        self._index.add(key, self._size, blob, spans)
+        self._write(blob)
         self._samples += 1
 
     def close(self) -> list[ShardRow]:

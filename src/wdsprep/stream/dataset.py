@@ -33,7 +33,6 @@ from webdataset.compat import FluidInterface
 
 from ..errors import ConfigError, ShardError
 from ..shards.manifest import Manifest
-from ..shards.tarformat import iter_samples
 from .manifests import load_manifest
 from .opener import open_url
 from .plan import (
@@ -49,6 +48,7 @@ from .plan import (
     stream_positions,
     worker_run,
 )
+from .read import read_samples
 
 
 def distributed_info(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
@@ -314,24 +314,17 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
                 skip -= piece.samples
                 continue
             url = self.urls[piece.shard]
-            expected = piece.samples - skip
-            got = 0
+            first = piece.start + skip
             try:
-                row = self.rows[piece.shard]
+                row = self.rows[piece.shard] if self.check_counts else {"name": self.rows[piece.shard]["name"]}
                 stream = self.cache.open(url, row.get("sha256"), row.get("bytes")) if self.cache else open_url(url)
                 with stream:
-                    first = piece.start + skip
-                    for sample in iter_samples(stream, url, skip=first):
-                        if got == expected:
-                            break
-                        # where the sample sits, for stages that work on blocks of a shard
-                        sample["__index__"] = first + got
+                    # every sample is checked against the row before it is yielded (stream/read.py)
+                    for index, sample in enumerate(read_samples(url, row, first, piece.stop, stream), first):
+                        sample["__index__"] = index  # where the sample sits, for stages that work on blocks of a shard
                         sample["__piece_start__"] = piece.start  # this worker's run of the shard starts here
                         sample["__epoch__"] = self.epoch
-                        got += 1
                         yield sample
-                if self.check_counts and got < expected:
-                    raise ShardError(url, f"shard ended after {piece.start + skip + got} samples, manifest says {self.counts[piece.shard]}")
             except ShardError as error:
                 if self.handler(error):
                     continue

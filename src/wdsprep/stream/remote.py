@@ -45,17 +45,17 @@ class ResumingStream(io.RawIOBase):
     shard, a worker starting mid-shard) does not transfer them. Seeking costs nothing until the next read.
     """
 
-    def __init__(self, url: str, open_at: Callable[[int], tuple], retries: int = RETRIES):
+    def __init__(self, url: str, open_at: Callable[[int], tuple], retries: int = RETRIES, start: int = 0):
         self.url = url
         self._open_at = open_at
         self.retries = retries
-        self.offset = 0  # the logical position (what tell() says)
+        self.offset = start  # the logical position (what tell() says)
         self._body_pos = 0  # where the open body's next byte lies
         self.resumes = 0  # how many times the stream re-requested after a failure (for tests and logs)
         self.seeks = 0  # how many times a seek was served by a new Range request
         self.etag: str | None = None
         self.size: int | None = None
-        self._body, self.size, self.etag = self._request(0)
+        self._body, self.size, self.etag = self._request(start)
 
     def _request(self, offset: int):
         delay = 0.2
@@ -212,6 +212,12 @@ def _discard(response, count: int, url: str) -> None:
 
 def open_http(url: str):
     return io.BufferedReader(ResumingStream(url, _http_open_at(url)), REMOTE_BUFFER)
+
+
+def open_from(url: str, offset: int):
+    """An http(s):// or s3:// object from byte `offset` on: the first request already asks for that range."""
+    open_at = _s3_open_at(url) if url.startswith("s3://") else _http_open_at(url)
+    return io.BufferedReader(ResumingStream(url, open_at, start=offset), REMOTE_BUFFER)
 
 
 # -------------------------------------------------------------------------------------------- s3

@@ -1,4 +1,8 @@
-"""Checking shards against their manifest: sha256, sample counts, and that every member decodes."""
+"""Checking shards against their manifest: sha256, sample counts, and that every member decodes.
+
+Shards with a sample index (`shards/index.py`) are read through the index-checked read path
+(`stream/read.py`: index digest, end blocks, every member's digest) in the same single pass that
+computes the sha256."""
 from __future__ import annotations
 
 import hashlib
@@ -8,9 +12,11 @@ from dataclasses import dataclass, field
 from ..errors import ShardError, WdsprepError
 from ..shards.codec import decode_value
 from ..shards.manifest import Manifest
+from ..shards.index import has_index
 from ..shards.tarformat import iter_samples
 from .manifests import load_manifest
 from .opener import open_url
+from .read import read_samples
 
 
 class _HashingReader(io.RawIOBase):
@@ -44,7 +50,8 @@ def verify_shard(url: str, row: dict) -> str | None:
             hashing = _HashingReader(stream)
             reader = io.BufferedReader(hashing, 1 << 20)
             count = 0
-            for sample in iter_samples(reader, url):
+            samples = read_samples(url, row, 0, row["samples"], reader) if has_index(row) else iter_samples(reader, url)
+            for sample in samples:
                 for name, value in sample.items():
                     if not name.startswith("__"):
                         try:

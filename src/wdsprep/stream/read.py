@@ -1,0 +1,192 @@
+"""Reading samples [start, stop) of one shard, checked against its manifest row before each yield.
+
+Two paths, one contract: a sample is yielded only after every byte it occupies in the shard
+(headers, data, padding of each member) was checked, and a shard whose sample count or tail bytes
+differ from its manifest row raises `ShardError` before its first sample.
+
+- Indexed shards (rows with `index_offset`/`index_bytes`/`index_digest`, see `shards/index.py`):
+  the index and the end-of-archive blocks are read first (one read locally, one Range request
+  remotely) and checked against the row. Local and cached shards are then memory-mapped; remote
+  ones are read sample by sample into one reused buffer. Each member's bytes (header, data,
+  padding) are digested where they lie and its data copied once into its own bytearray (the one
+  copy; decoders build writable arrays on it without another); a mismatch names the shard and the
+  member. No tar header is parsed. A shard must not be truncated in place while mapped (shards are
+  immutable; cache entries are replaced by rename, never rewritten).
+- Shards without an index (older manifests): the tar is walked by `tarformat.TarCursor` while its
+  bytes are hashed with sha256; the piece's last sample is held back until the whole shard was
+  read and its size, sha256 and sample count match the row. Corruption inside a sample is then
+  reported before the shard's last sample, not before the sample itself; every piece of such a
+  shard reads the whole shard.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import mmap
+import os
+from typing import BinaryIO, Iterator
+
+from ..errors import ShardError
+from ..shards.index import ShardIndex, digest_of, has_index
+from ..shards.tarformat import BLOCK, TarCursor, split_key
+from .opener import open_url, scheme_of
+
+
+def _read_from(url: str, offset: int, length: int) -> bytes:
+    """Up to `length` bytes of `url` from `offset` (one Range request remotely)."""
+    if scheme_of(url) in ("http", "https", "s3"):
+        from .remote import open_from
+
+        stream = open_from(url, offset)
+    else:
+        stream = open_url(url)
+    with stream:
+        if scheme_of(url) == "pipe":  # a pipe cannot seek: read up to the index
+            while offset and (skipped := len(stream.read(min(offset, 1 << 20)))):
+                offset -= skipped
+        else:
+            stream.seek(offset)
+        return stream.read(length)
+
+
+def load_index(url: str, row: dict, fd: int | None = None) -> ShardIndex:
+    """The shard's index, read from the open file `fd` (local or cached shards) or by its own request.
+
+    One byte more than the row's size is asked for, so a longer shard is caught as well as a shorter.
+    """
+    offset, length = row["index_offset"], row["bytes"] - row["index_offset"] + 1
+    tail = os.pread(fd, length, offset) if fd is not None else _read_from(url, offset, length)
+    return ShardIndex.from_tail(url, row, tail)
+
+
+def _fileno(stream: BinaryIO) -> int | None:
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, io.UnsupportedOperation):
+        return None
+
+
+def read_samples(url: str, row: dict, start: int, stop: int, stream: BinaryIO) -> Iterator[dict]:
+    """Raw samples `start` to `stop` (exclusive) of the shard `row` describes, read from `stream`."""
+    if has_index(row):
+        return _indexed(url, row, start, stop, stream)
+    return _hashed(url, row, start, stop, stream)
+
+
+def _indexed(url: str, row: dict, start: int, stop: int, stream: BinaryIO) -> Iterator[dict]:
+    fd = _fileno(stream)
+    index = load_index(url, row, fd)
+    entries = index.entries
+    stop = min(stop, len(entries))
+    if start >= stop:
+        return
+    if start == 0 and entries[0][1] != 0:
+        raise ShardError(url, f"index: the first sample starts at byte {entries[0][1]}, not 0")
+    if fd is not None:  # local or cached: map the shard, check and copy members straight out of it
+        with mmap.mmap(fd, 0, prot=mmap.PROT_READ) as mapped:
+            view = memoryview(mapped)
+            try:
+                for i in range(start, stop):
+                    yield _sample(url, entries[i], view, entries[i][1], index.sample_end(i))
+            finally:
+                view.release()
+        return
+    if entries[start][1]:
+        stream.seek(entries[start][1])
+    buffer = bytearray(1 << 16)
+    for i in range(start, stop):
+        length = index.sample_end(i) - entries[i][1]
+        if len(buffer) < length:
+            buffer = bytearray(length)
+        view = memoryview(buffer)[:length]
+        got = _fill(stream, view)
+        if got != length:
+            raise ShardError(url, f"truncated shard: sample {entries[i][0]!r} ends after {got} of {length} bytes")
+        yield _sample(url, entries[i], view, 0, length)
+
+
+def _sample(url: str, entry: list, view: memoryview, at: int, end: int) -> dict:
+    """The sample whose bytes are `view[at:end]`, each member checked against its digest first."""
+    key, _, members = entry
+    sample = {"__key__": key, "__url__": url}
+    for j in range(0, len(members), 3):
+        size = members[j + 1]
+        member_end = at + BLOCK + size + (-size % BLOCK)
+        if digest_of(view[at:member_end]) != members[j + 2]:
+            raise ShardError(url, f"member {key}.{members[j]}: corrupt (its header, data or padding differ from the shard's index)")
+        sample[members[j]] = bytearray(view[at + BLOCK : at + BLOCK + size])  # the caller's own, writable copy
+        at = member_end
+    if at != end:
+        raise ShardError(url, f"index: sample {key!r} ends at byte {at}, the next one starts at {end}")
+    return sample
+
+
+def _fill(stream: BinaryIO, buffer) -> int:
+    view = memoryview(buffer)
+    filled = 0
+    while filled < len(view):
+        n = stream.readinto(view[filled:])
+        if not n:
+            break
+        filled += n
+    return filled
+
+
+class _Sha256Reader(io.RawIOBase):
+    """Hashes what is read through it (the fallback check of shards without an index)."""
+
+    def __init__(self, raw: BinaryIO):
+        self.raw = raw
+        self.digest = hashlib.sha256()
+        self.count = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        n = self.raw.readinto(buffer)
+        if n:
+            self.digest.update(memoryview(buffer)[:n])
+            self.count += n
+        return n
+
+
+def _hashed(url: str, row: dict, start: int, stop: int, stream: BinaryIO) -> Iterator[dict]:
+    hashing = _Sha256Reader(stream)
+    cursor = TarCursor(io.BufferedReader(hashing, 1 << 20), url)
+    held: dict | None = None
+    count = 0
+    current: dict | None = None
+    while (member := cursor.next()) is not None:
+        parts = split_key(member.name)
+        if parts is None:
+            continue
+        key, field = parts
+        if current is None or current["__key__"] != key:
+            count += 1
+            if current is not None and start <= count - 2 < stop:
+                if held is not None:
+                    yield held
+                held = current
+            current = {"__key__": key, "__url__": url}
+        if not start <= count - 1 < stop:
+            continue
+        field = field.lower()
+        if field in current:
+            raise ShardError(url, f"duplicate member {member.name!r} in sample {key!r}")
+        current[field] = cursor.read()
+    if current is not None and start <= count - 1 < stop:
+        if held is not None:
+            yield held
+        held = current
+    cursor.skip()
+    while hashing.readinto(bytearray(1 << 20)):
+        pass
+    if "samples" in row and count != row["samples"]:
+        raise ShardError(url, f"shard holds {count} samples, manifest says {row['samples']}")
+    if "bytes" in row and hashing.count != row["bytes"]:
+        raise ShardError(url, f"shard is {hashing.count} bytes, manifest says {row['bytes']}")
+    if row.get("sha256") and hashing.digest.hexdigest() != row["sha256"]:
+        raise ShardError(url, "sha256 differs from the manifest row (corrupt or changed shard)")
+    if held is not None:
+        yield held

@@ -1,0 +1,300 @@
+"""Integrity while streaming: a corrupted byte anywhere in a shard is a ShardError naming the shard
+(and the member), raised before any sample holding it is yielded, locally, over HTTP and over S3.
+
+Byte positions are found with Python's `tarfile` (independent of wdsprep's reader), and every
+sample that does get yielded is compared with the original shard as `tarfile` reads it.
+"""
+import io
+import os
+import pathlib
+import tarfile
+
+import numpy as np
+import pytest
+import webdataset as wds
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import wdsprep
+from wdsprep.errors import ShardError
+from wdsprep.shards.codec import Encoder
+from wdsprep.shards.index import INDEX_MEMBER, ROW_FIELDS
+from wdsprep.shards.manifest import Manifest
+from wdsprep.shards.writer import ShardWriter
+from wdsprep.testing import RangeHTTPServer, S3Server
+
+SHARD = "train-00000-00.tar"
+
+
+def _write(directory: pathlib.Path, codec: str) -> pathlib.Path:
+    directory.mkdir(parents=True)
+    rng = np.random.default_rng(1)
+    writer = ShardWriter(str(directory), "train-00000", shard_bytes=1 << 30, encoder=Encoder(codec))
+    with writer:
+        for i in range(3):  # 300 floats: the .npy data ends mid-block, so members have padding
+            writer.write(f"k{i}", {"array": rng.standard_normal(300).astype(np.float32), "meta": {"i": i}})
+    (directory / "manifest.json").write_bytes(Manifest("t", {}, "fp", {"train": [r.as_dict() for r in writer.rows]}).dumps())
+    return directory / SHARD
+
+
+def _reference(path) -> list[dict]:
+    """The shard's samples as tarfile and webdataset's key rule see them: [{key, field: bytes}]."""
+    samples: list[dict] = []
+    with tarfile.open(path) as tar:
+        for info in tar.getmembers():
+            if info.name.startswith("__"):
+                continue
+            key, field = info.name.split(".", 1)
+            if not samples or samples[-1]["__key__"] != key:
+                samples.append({"__key__": key})
+            samples[-1][field] = tar.extractfile(info).read()
+    return samples
+
+
+def _byte_classes(path) -> dict[str, tuple[int, str]]:
+    """name -> (byte offset, text the error must contain), one position per byte class."""
+    with tarfile.open(path) as tar:
+        members = {info.name: info for info in tar.getmembers()}
+    size = os.path.getsize(path)
+    classes = {}
+    for name in ("k1.array.npy" if "k1.array.npy" in members else "k1.array.npy.zst", "k1.meta.mp", "k2.meta.mp"):
+        info = members[name]
+        head, data, pad_end = info.offset, info.offset_data, info.offset_data + info.size + (-info.size % 512)
+        for what, at in [("name", head + 1), ("size", head + 124 + 8), ("mtime", head + 136 + 5), ("checksum", head + 150),
+                         ("magic", head + 258), ("tail", head + 500), ("data0", data), ("data-mid", data + info.size // 2),
+                         ("data-last", data + info.size - 1), ("padding", pad_end - 1)]:
+            if at < pad_end and not (what == "padding" and info.size % 512 == 0):
+                classes[f"{name}:{what}"] = (at, name)
+    if "k1.array.npy" in members:  # a .npy header byte of a raw array (used to be a bare SyntaxError)
+        classes["k1.array.npy:npy-header"] = (members["k1.array.npy"].offset_data + 30, "k1.array.npy")
+    index = members[INDEX_MEMBER]
+    classes["index:header"] = (index.offset + 3, INDEX_MEMBER)
+    classes["index:data"] = (index.offset_data + 7, INDEX_MEMBER)
+    classes["index:padding"] = (index.offset_data + index.size, INDEX_MEMBER)
+    classes["end-of-archive:first"] = (size - 1024, "end-of-archive")
+    classes["end-of-archive:last"] = (size - 1, "end-of-archive")
+    return classes
+
+
+def _corrupt(original: pathlib.Path, target: pathlib.Path, at: int) -> None:
+    target.mkdir(parents=True)
+    data = bytearray(original.read_bytes())
+    data[at] ^= 0x01
+    (target / SHARD).write_bytes(bytes(data))
+    (target / "manifest.json").write_bytes((original.parent / "manifest.json").read_bytes())
+
+
+def _read_until_error(manifest) -> tuple[list[dict], ShardError | None]:
+    got: list[dict] = []
+    try:
+        for sample in wdsprep.dataset(manifest, "train", shuffle_shards=False).compose(wdsprep.decode()):
+            got.append(sample)
+    except ShardError as error:
+        return got, error
+    return got, None
+
+
+def _same_as_original(yielded: list[dict], original: list[dict]) -> None:
+    assert len(yielded) <= len(original)
+    for sample, reference in zip(yielded, original):
+        assert sample["__key__"] == reference["__key__"]
+        decoded = wdsprep.decode_sample({**reference, "__url__": "x"}, strip=False)
+        fields = sorted(k for k in reference if not k.startswith("__"))
+        assert sorted(k for k in sample if not k.startswith("__")) == fields
+        for field in fields:
+            if isinstance(decoded[field], np.ndarray):
+                np.testing.assert_array_equal(sample[field], decoded[field])
+            else:
+                assert sample[field] == decoded[field]
+
+
+@pytest.fixture(scope="module")
+def corrupted(tmp_path_factory):
+    """For codec zstd and none: the original shard and one corrupted copy per byte class."""
+    root = tmp_path_factory.mktemp("integrity")
+    cases = []
+    for codec in ("zstd", "none"):
+        original = _write(root / f"orig-{codec}", codec)
+        for name, (at, member) in sorted(_byte_classes(original).items()):
+            variant = f"{codec}-{name.replace(':', '-').replace('.', '_')}"
+            _corrupt(original, root / variant, at)
+            cases.append((codec, name, variant, member, _reference(original)))
+    return root, cases
+
+
+def _check(cases, manifest_of):
+    assert len(cases) >= 30
+    for codec, name, variant, member, original in cases:
+        yielded, error = _read_until_error(manifest_of(variant))
+        assert error is not None, f"{codec} {name}: no error"
+        assert SHARD in str(error), (name, str(error))
+        assert member in str(error), (name, str(error))
+        _same_as_original(yielded, original)
+        if member.startswith("k"):  # inside a sample: nothing from that sample on was yielded
+            assert len(yielded) <= int(member[1]), (name, len(yielded))
+
+
+def test_every_corrupted_byte_class_is_a_shard_error_locally(corrupted):
+    root, cases = corrupted
+    _check(cases, lambda variant: str(root / variant / "manifest.json"))
+
+
+def test_every_corrupted_byte_class_is_a_shard_error_over_http(corrupted):
+    root, cases = corrupted
+    with RangeHTTPServer(root) as server:
+        _check(cases, lambda variant: server.url_of(f"{variant}/manifest.json"))
+
+
+def test_every_corrupted_byte_class_is_a_shard_error_over_s3(corrupted, monkeypatch):
+    root, cases = corrupted
+    with S3Server() as server:
+        for name, value in server.env.items():
+            monkeypatch.setenv(name, value)
+        client = server.client()
+        server.create_bucket("integrity")
+        for _, _, variant, _, _ in cases:
+            for name in ("manifest.json", SHARD):
+                client.put_object(Bucket="integrity", Key=f"{variant}/{name}", Body=(root / variant / name).read_bytes())
+        _check(cases, lambda variant: f"s3://integrity/{variant}/manifest.json")
+
+
+def test_intact_shards_read_like_tarfile_and_plain_webdataset(tmp_path):
+    for codec in ("zstd", "none"):
+        path = _write(tmp_path / codec, codec)
+        original = _reference(path)
+        yielded = list(wdsprep.dataset(str(path.parent / "manifest.json"), "train", shuffle_shards=False).compose(wdsprep.decode()))
+        assert len(yielded) == len(original) == 3
+        _same_as_original(yielded, original)
+        plain = list(wds.WebDataset(str(path), shardshuffle=False))  # the index member is skipped as metadata
+        assert [s["__key__"] for s in plain] == ["k0", "k1", "k2"]
+        with tarfile.open(path) as tar:  # and plain tar lists it as one more regular file
+            assert tar.getnames()[-1] == INDEX_MEMBER
+
+
+def _without_index(manifest_path: pathlib.Path) -> None:
+    manifest = Manifest.loads(manifest_path.read_bytes())
+    for row in manifest.splits["train"]:
+        for name in ROW_FIELDS:
+            row.pop(name)
+    manifest_path.write_bytes(manifest.dumps())
+
+
+def test_shards_without_an_index_are_checked_by_sha256_before_their_last_sample(tmp_path):
+    path = _write(tmp_path / "orig", "none")
+    original = _reference(path)
+    _without_index(path.parent / "manifest.json")
+    intact = list(wdsprep.dataset(str(path.parent / "manifest.json"), "train", shuffle_shards=False).compose(wdsprep.decode()))
+    assert len(intact) == 3
+    _same_as_original(intact, original)
+    for at in (100, os.path.getsize(path) - 1):  # a header byte of the first sample; the last end block
+        _corrupt(path, tmp_path / f"bad{at}", at)
+        yielded, error = _read_until_error(str(tmp_path / f"bad{at}" / "manifest.json"))
+        assert error is not None and SHARD in str(error)
+        assert len(yielded) < 3  # the shard's last sample is never yielded
+
+
+@pytest.mark.parametrize("with_index", [True, False])
+@pytest.mark.parametrize("delta", [-1, 1])
+def test_a_row_with_the_wrong_sample_count_is_a_shard_error(tmp_path, with_index, delta):
+    path = _write(tmp_path / "s", "zstd")
+    manifest_path = path.parent / "manifest.json"
+    if not with_index:
+        _without_index(manifest_path)
+    manifest = Manifest.loads(manifest_path.read_bytes())
+    manifest.splits["train"][0]["samples"] += delta
+    manifest_path.write_bytes(manifest.dumps())
+    yielded, error = _read_until_error(str(manifest_path))
+    assert error is not None and "manifest says" in str(error) and SHARD in str(error)
+    assert len(yielded) < 3
+
+
+def test_a_corrupt_npy_header_is_a_shard_error_that_handlers_catch(tmp_path):
+    path = _write(tmp_path / "s", "none")
+    with tarfile.open(path) as tar:
+        at = tar.getmember("k1.array.npy").offset_data + 30
+    data = bytearray(path.read_bytes())
+    data[at] = ord("(")  # inside the header dict: Python's literal parser fails on it
+    path.write_bytes(bytes(data))
+    # read without the integrity check (plain webdataset), the decoder names the shard and member
+    with pytest.raises(ShardError, match=rf"{SHARD}: member k1\.array\.npy: unreadable \.npy header"):
+        list(wds.WebDataset(str(path), shardshuffle=False).compose(wdsprep.decode()))
+    kept = list(wds.WebDataset(str(path), shardshuffle=False).compose(wdsprep.decode(handler=wds.ignore_and_continue)))
+    assert [s["__key__"] for s in kept] == ["k0", "k2"]
+    # through wdsprep.dataset the digest catches it first, and the dataset's handler applies
+    kept = list(wdsprep.dataset(str(path.parent / "manifest.json"), "train", shuffle_shards=False, handler=wds.ignore_and_continue))
+    assert [s["__key__"] for s in kept] == ["k0"]
+
+
+def test_the_index_matches_the_archive_as_tarfile_sees_it(tmp_path):
+    """Offsets, sizes and digests in `__wdsprep_index__`, recomputed from tarfile's view of the shard."""
+    import msgpack
+    import xxhash
+
+    path = _write(tmp_path / "s", "zstd")
+    data = path.read_bytes()
+    row = Manifest.loads((path.parent / "manifest.json").read_bytes()).splits["train"][0]
+    with tarfile.open(path) as tar:
+        infos = tar.getmembers()
+        index = msgpack.unpackb(tar.extractfile(INDEX_MEMBER).read())
+    assert infos[-1].name == INDEX_MEMBER and row["index_offset"] == infos[-1].offset
+    assert row["index_bytes"] == infos[-1].offset_data + infos[-1].size + (-infos[-1].size % 512) - infos[-1].offset
+    assert row["bytes"] == len(data) == row["index_offset"] + row["index_bytes"] + 1024
+    expected = []
+    for info in infos[:-1]:
+        key, member = info.name.split(".", 1)
+        end = info.offset_data + info.size + (-info.size % 512)
+        if not expected or expected[-1][0] != key:
+            expected.append([key, info.offset, []])
+        expected[-1][2] += [member, info.size, xxhash.xxh3_64_intdigest(data[info.offset : end])]
+    assert index == {"format": "wdsprep-index/1", "digest": "xxh3_64", "samples": expected}
+
+
+def _reads(url, row, start, stop, stream):
+    from wdsprep.stream.read import read_samples
+
+    return [{k: (bytes(v) if isinstance(v, bytearray) else v) for k, v in s.items() if k != "__url__"}
+            for s in read_samples(url, row, start, stop, stream)]
+
+
+class _NoFileno(io.RawIOBase):
+    """A seekable stream without a file descriptor (the remote/teed-stream path)."""
+
+    def __init__(self, path):
+        self.inner = open(path, "rb")
+
+    def readable(self):
+        return True
+
+    def seekable(self):
+        return True
+
+    def seek(self, offset, whence=0):
+        return self.inner.seek(offset, whence)
+
+    def readinto(self, buffer):
+        return self.inner.readinto(buffer)
+
+    def close(self):
+        self.inner.close()
+        super().close()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sizes=st.lists(st.integers(0, 1500), min_size=1, max_size=8), data=st.data())
+def test_any_run_of_samples_reads_like_tarfile_on_every_path(tmp_path_factory, sizes, data):
+    directory = tmp_path_factory.mktemp("runs")
+    writer = ShardWriter(str(directory), "t", shard_bytes=1 << 30, encoder=Encoder("none"))
+    with writer:
+        for i, size in enumerate(sizes):
+            writer.write(f"k{i}", {"x": np.full(size, i, dtype=np.uint8), "m": {"i": i}})
+    path = str(directory / writer.rows[0].name)
+    row = writer.rows[0].as_dict()
+    reference = [{"__key__": s["__key__"], **{k: v for k, v in s.items() if k != "__key__"}} for s in _reference(path)]
+    start = data.draw(st.integers(0, len(sizes) - 1))
+    stop = data.draw(st.integers(start, len(sizes)))
+    plain = {k: v for k, v in row.items() if k not in ROW_FIELDS}  # the sha256 fallback
+    with open(path, "rb") as local, _NoFileno(path) as remote, open(path, "rb") as fallback:
+        for got in (_reads(path, row, start, stop, local), _reads(path, row, start, stop, remote),
+                    _reads(path, plain, start, stop, fallback)):
+            assert len(got) == stop - start
+            assert got == reference[start:stop]
