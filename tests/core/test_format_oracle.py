@@ -113,9 +113,6 @@ def test_an_array_member_cut_in_its_data_is_an_error_at_every_length(how):
 
 
 @pytest.mark.parametrize("how", ["cut .npy", "whole zstd frame of a cut .npy"])
-@pytest.mark.xfail(strict=True, raises=(IndexError, SyntaxError, ValueError),
-                   reason="open bug found by this test: codec.py parses a cut .npy header with IndexError/SyntaxError "
-                          "instead of FormatError (remove this marker when it passes)")
 def test_an_array_member_cut_in_its_header_is_a_format_error(how):
     """Not an IndexError or a SyntaxError from deep inside the parser: a FormatError naming the member."""
     for length in range(HEADER_END):
@@ -211,9 +208,6 @@ def test_a_shard_cut_anywhere_before_its_end_blocks_is_an_error_naming_it(tmp_pa
     _cut_and_read(manifest, path, whole, range(len(whole) - 2 * BLOCK))
 
 
-@pytest.mark.xfail(strict=True, raises=pytest.fail.Exception,
-                   reason="open bug found by this test: a shard missing (part of) its end blocks reads without error; "
-                          "branch h1-readpath checks the shard's size against its row (remove this marker when it passes)")
 def test_a_shard_cut_inside_its_end_blocks_is_an_error_naming_it(tmp_path):
     """Every sample is intact but the archive is shorter than its manifest row says."""
     manifest, path, _ = one_shard(tmp_path, [5, 600])

@@ -117,12 +117,13 @@ def npy_header_span(prefix: bytes | bytearray | memoryview) -> tuple[int, int]:
     """(offset, length) of the header dict in .npy bytes, from their first 10 (v1) or 12 bytes."""
     if bytes(prefix[:6]) != NPY_MAGIC:
         raise FormatError("not .npy data (bad magic)")
-    major = prefix[6]
-    if major == 1:
-        return 10, int.from_bytes(prefix[8:10], "little")
-    if major in (2, 3):
-        return 12, int.from_bytes(prefix[8:12], "little")
-    raise FormatError(f"unknown .npy format version {major}")
+    major = prefix[6] if len(prefix) > 6 else None
+    start = {1: 10, 2: 12, 3: 12}.get(major)
+    if start is None:
+        raise FormatError(f"unknown .npy format version {major}" if major is not None else "truncated .npy header")
+    if len(prefix) < start:
+        raise FormatError(f"truncated .npy header ({len(prefix)} bytes)")
+    return start, int.from_bytes(prefix[8:start], "little")
 
 
 def npy_meta(header: bytes) -> tuple[np.dtype, tuple, bool, int]:
@@ -157,6 +158,8 @@ def _npy_prefix(data: bytearray) -> tuple[np.dtype, tuple, bool, int, int]:
             return parsed
     start, length = npy_header_span(data[:12])
     offset = start + length
+    if len(data) < offset:
+        raise FormatError(f"truncated .npy header ({len(data)} of {offset} bytes)")
     parsed = (*npy_meta(bytes(data[start:offset])), offset)
     if len(data) >= offset:
         _recent_prefixes.insert(0, (bytes(data[:offset]), parsed))
