@@ -132,8 +132,8 @@ def _fill(stream: BinaryIO, buffer) -> int:
     return filled
 
 
-class _Sha256Reader(io.RawIOBase):
-    """Hashes what is read through it (the fallback check of shards without an index)."""
+class Sha256Reader(io.RawIOBase):
+    """Hashes what is read through it (`verify`, and the fallback check of shards without an index)."""
 
     def __init__(self, raw: BinaryIO):
         self.raw = raw
@@ -152,7 +152,7 @@ class _Sha256Reader(io.RawIOBase):
 
 
 def _hashed(url: str, row: dict, start: int, stop: int, stream: BinaryIO) -> Iterator[dict]:
-    hashing = _Sha256Reader(stream)
+    hashing = Sha256Reader(stream)
     cursor = TarCursor(io.BufferedReader(hashing, 1 << 20), url)
     held: dict | None = None
     count = 0

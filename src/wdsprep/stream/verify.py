@@ -5,7 +5,6 @@ Shards with a sample index (`shards/index.py`) are read through the index-checke
 computes the sha256."""
 from __future__ import annotations
 
-import hashlib
 import io
 from dataclasses import dataclass, field
 
@@ -16,24 +15,7 @@ from ..shards.index import has_index
 from ..shards.tarformat import iter_samples
 from .manifests import load_manifest
 from .opener import open_url
-from .read import read_samples
-
-
-class _HashingReader(io.RawIOBase):
-    def __init__(self, raw):
-        self.raw = raw
-        self.digest = hashlib.sha256()
-        self.count = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        n = self.raw.readinto(buffer)
-        if n:
-            self.digest.update(memoryview(buffer)[:n])
-            self.count += n
-        return n
+from .read import Sha256Reader, read_samples
 
 
 @dataclass
@@ -47,7 +29,7 @@ def verify_shard(url: str, row: dict) -> str | None:
     """None if the shard matches its manifest row, else a one-line problem."""
     try:
         with open_url(url) as stream:
-            hashing = _HashingReader(stream)
+            hashing = Sha256Reader(stream)
             reader = io.BufferedReader(hashing, 1 << 20)
             count = 0
             samples = read_samples(url, row, 0, row["samples"], reader) if has_index(row) else iter_samples(reader, url)
