@@ -41,11 +41,13 @@ class FaultPlan:
         with self.lock:
             self.drops[name] = Drop(at_byte, times)
 
-    def take_drop(self, name: str) -> int | None:
-        """The byte at which to cut this response, consuming one planned drop (None: serve fully)."""
+    def take_drop(self, name: str, length: int | None = None) -> int | None:
+        """The byte at which to cut this response, consuming one planned drop (None: serve fully).
+        A response of known `length` that ends before the cut point is served whole and leaves the
+        drop planned (a short ranged read, e.g. of a shard's index, is not the stream to cut)."""
         with self.lock:
             drop = self.drops.get(name)
-            if drop is None or drop.times <= 0:
+            if drop is None or drop.times <= 0 or (length is not None and length <= drop.at_byte):
                 return None
             drop.times -= 1
             return drop.at_byte

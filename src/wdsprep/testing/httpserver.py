@@ -81,7 +81,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if head:
             return
-        cut = owner.faults.take_drop(name)
+        cut = owner.faults.take_drop(name, stop - start)
         limit = stop - start if cut is None else min(cut, stop - start)
         with open(path, "rb") as handle:
             handle.seek(start)
