@@ -1,8 +1,8 @@
 """wdsprep: research datasets to deterministic WebDataset shards, streamed into PyTorch.
 
-Public API: `urls`, `dataset`, `decode`, `Loader`, and one namespace per source
-(`wdsprep.voxels`, `wdsprep.minecraft`, `wdsprep.deepreg`, `wdsprep.rawnind`, `wdsprep.noisebase`),
-imported on first use.
+Public API: `urls`, `dataset`, `decode`, `Loader`, every exception of `wdsprep.errors`, and one
+namespace per source (`wdsprep.voxels`, `wdsprep.minecraft`, `wdsprep.deepreg`, `wdsprep.rawnind`,
+`wdsprep.noisebase`), imported on first use.
 """
 from __future__ import annotations
 
@@ -11,7 +11,21 @@ import importlib.abc
 import importlib.util
 import sys
 
-from .errors import ConfigError, FormatError, InputError, ManifestError, ShardError, WdsprepError
+from .errors import (
+    ConfigError,
+    ConversionError,
+    DeepRegSamplingError,
+    DownloadError,
+    FetchError,
+    FormatError,
+    InputError,
+    ManifestError,
+    OutputError,
+    ShardError,
+    UnitFailedError,
+    UploadError,
+    WdsprepError,
+)
 from .shards.codec import decode, decode_sample
 from .stream.remote import register_webdataset_schemes
 
@@ -29,10 +43,17 @@ __all__ = [
     "Loader",
     "WdsprepError",
     "InputError",
+    "OutputError",
+    "ConversionError",
+    "UnitFailedError",
     "FormatError",
     "ShardError",
     "ManifestError",
     "ConfigError",
+    "UploadError",
+    "FetchError",
+    "DownloadError",
+    "DeepRegSamplingError",
     *SOURCE_IDS,
 ]
 

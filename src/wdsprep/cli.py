@@ -19,13 +19,15 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_convert_options(parser: argparse.ArgumentParser) -> None:
+    from .shards.codec import ARRAY_CODECS
+
     parser.add_argument("--split", action="append", dest="splits", help="convert only this split (repeatable)")
     parser.add_argument("--shard-bytes", default="256MB", help="target shard size, headers included (default 256MB)")
     parser.add_argument("--workers", type=int, default=1, help="parallel unit builders (bytes do not depend on it)")
     parser.add_argument("--executor", default="local", choices=("local", "ray"))
     parser.add_argument("--ray-address", default=None, help="existing Ray cluster (ray.init(address=...))")
     parser.add_argument("--ray-retries", type=int, default=None, help="attempts after a failed unit on Ray (default 2)")
-    parser.add_argument("--codec", default="zstd", choices=("zstd", "none"), help="array member codec")
+    parser.add_argument("--codec", default="zstd", choices=tuple(ARRAY_CODECS), help="array member codec")
     parser.add_argument("--zstd-level", type=int, default=3)
     parser.add_argument("--fingerprint", default=None, choices=("content", "stat"),
                         help="how changed inputs are found: content hashes, or size+mtime+ctime+inode (default: the source's)")

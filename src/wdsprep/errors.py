@@ -1,13 +1,22 @@
 """One exception hierarchy: every message names the input (file, URL, key) and the rule broken.
 
+Every exception class wdsprep defines lives here and is exported from `wdsprep` (a test scans the
+package for classes defined elsewhere). A class that is also a builtin error keeps that base, so
+`except ValueError` around it still works.
+
     WdsprepError
-    ├── InputError        native input missing or malformed
-    ├── OutputError       output not writable: full disk, permissions, directory in use
-    ├── ConversionError   units failed (each failure named), no manifest written
-    ├── FormatError       a shard, member or manifest breaks wdsprep/1
+    ├── InputError            native input missing or malformed
+    ├── OutputError           output not writable: full disk, permissions, directory in use
+    ├── ConversionError       units failed (each failure named), no manifest written
+    ├── UnitFailedError       a unit failed on every attempt on Ray (`cause`, `attempts`)
+    ├── FormatError           a shard, member or manifest breaks wdsprep/1
     │   ├── ShardError
     │   └── ManifestError
-    └── ConfigError       invalid conversion or reader configuration
+    ├── ConfigError           invalid conversion or reader configuration
+    ├── UploadError           a shard could not be uploaded and verified
+    ├── FetchError            a RawNIND fetch cannot go on at all (server, destination, index)
+    ├── DownloadError         one file of a fetch failed this attempt (`transient`: a retry may help)
+    └── DeepRegSamplingError  (also a ValueError) DeepReg's sampling rules refuse the configuration
 """
 from __future__ import annotations
 
@@ -28,6 +37,17 @@ class ConversionError(WdsprepError):
     """Some units of a conversion failed; the message names each failure and no manifest was written."""
 
 
+class UnitFailedError(WdsprepError):
+    """A unit that failed on every attempt; `cause` is the last exception raised by the task."""
+
+    def __init__(self, cause: BaseException, attempts: int, traceback_text: str = ""):
+        self.cause = cause
+        self.attempts = attempts
+        self.traceback_text = traceback_text
+        times = "once" if attempts == 1 else f"{attempts} times"
+        super().__init__(f"{type(cause).__name__}: {cause} (failed {times} on Ray)")
+
+
 class FormatError(WdsprepError):
     """A shard, member or manifest breaks the wdsprep/1 format."""
 
@@ -46,3 +66,23 @@ class ManifestError(FormatError):
 
 class ConfigError(WdsprepError):
     """A conversion or reader configuration is invalid."""
+
+
+class UploadError(WdsprepError):
+    """A shard could not be uploaded and verified (names the shard and the destination)."""
+
+
+class FetchError(WdsprepError):
+    """A configuration problem that stops the fetch at once (server, destination, index)."""
+
+
+class DownloadError(WdsprepError):
+    """One file's download attempt failed (names the URL); `transient` says whether a retry may help."""
+
+    def __init__(self, message: str, *, transient: bool):
+        self.transient = transient
+        super().__init__(message)
+
+
+class DeepRegSamplingError(WdsprepError, ValueError):
+    """DeepReg's ValueError for a sampling configuration that cannot work (same message)."""

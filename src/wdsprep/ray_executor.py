@@ -27,7 +27,7 @@ import socket
 import sys
 from typing import Any, Callable, Iterator, Sequence
 
-from .errors import ConfigError, WdsprepError
+from .errors import ConfigError, UnitFailedError  # `wdsprep.ray_executor.UnitFailedError`: deprecated path
 from .executors import EXECUTORS
 
 try:
@@ -37,17 +37,6 @@ except ImportError as error:  # `get_executor` turns this into the install hint
 
 DEFAULT_RETRIES = 2
 LOCAL_OBJECT_STORE_BYTES = 128 * 1024 * 1024  # results are a few manifest rows: keep Ray's store small
-
-
-class UnitFailedError(WdsprepError):
-    """A unit that failed on every attempt; `cause` is the last exception raised by the task."""
-
-    def __init__(self, cause: BaseException, attempts: int, traceback_text: str = ""):
-        self.cause = cause
-        self.attempts = attempts
-        self.traceback_text = traceback_text
-        times = "once" if attempts == 1 else f"{attempts} times"
-        super().__init__(f"{type(cause).__name__}: {cause} (failed {times} on Ray)")
 
 
 def _run_unit(fn: Callable, args: tuple, extra_paths: Sequence[str], driver_cwd: str):

@@ -21,14 +21,10 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from .errors import ConfigError, ManifestError, WdsprepError
+from .errors import ConfigError, ManifestError, UploadError, WdsprepError  # `wdsprep.upload.UploadError`: deprecated path
 from .progress import Progress
 from .shards.manifest import MANIFEST_NAME, Manifest
 from .shards.storage import LocalStore, file_sha256, open_store
-
-
-class UploadError(WdsprepError):
-    """A shard could not be uploaded and verified (names the shard and the destination)."""
 
 
 @dataclass

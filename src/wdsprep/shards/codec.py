@@ -3,6 +3,10 @@
 A member name is `<key>.<field>.<ext>`; the field's extension says how its bytes decode, so the
 format describes itself. Decoding returns writable numpy arrays (reading straight into them where
 possible) because training code may modify a sample in place.
+
+`CODECS` (extension -> `MemberCodec`) is the one table of member extensions: the writer's field
+names, the reader's extension split, the decoders and the `--codec` choices (`ARRAY_CODECS`) all
+derive from it. A new member codec is one encode function, one decode function and one entry.
 """
 from __future__ import annotations
 
@@ -12,19 +16,18 @@ import json
 import math
 import re
 import threading
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import msgpack
 import numpy as np
 import zstandard
 
-from ..errors import FormatError, ShardError
+from ..errors import ConfigError, FormatError, ShardError
 
 NPY_MAGIC = b"\x93NUMPY"
-EXTENSIONS = ("npy.zst", "npy", "mp", "json")
 _header_cache: dict[bytes, tuple] = {}
 _header_lock = threading.Lock()
-_FIELD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]*(\.(npy\.zst|npy|mp|json))?$")
 
 
 # ----------------------------------------------------------------------------------------- encode
@@ -65,15 +68,26 @@ def encode_msgpack(value: Any) -> bytes:
     return msgpack.packb(value, default=_msgpack_default, use_bin_type=True, strict_types=False)
 
 
+def encode_json(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
 class Encoder:
     """Turns a source's fields into (member suffix, bytes) pairs."""
 
     def __init__(self, codec: str = "zstd", zstd_level: int = 3):
-        if codec not in ("zstd", "none"):
-            raise ValueError(f"unknown codec {codec!r} (expected 'zstd' or 'none')")
+        if codec not in ARRAY_CODECS:
+            raise ConfigError(f"unknown codec {codec!r} (expected one of: {', '.join(ARRAY_CODECS)})")
         self.codec = codec
         self.zstd_level = zstd_level
-        self._compressor = zstandard.ZstdCompressor(level=zstd_level) if codec == "zstd" else None
+        self._array_extension = ARRAY_CODECS[codec]
+        self._compressor: zstandard.ZstdCompressor | None = None
+
+    def compress(self, data: bytes) -> bytes:
+        """zstd at this encoder's level; the compressor is made on first use and kept."""
+        if self._compressor is None:
+            self._compressor = zstandard.ZstdCompressor(level=self.zstd_level)
+        return self._compressor.compress(data)
 
     def field_name(self, name: str, value: Any) -> str:
         if not _FIELD.match(name):
@@ -81,22 +95,17 @@ class Encoder:
         if "." in name:
             return name
         if isinstance(value, np.ndarray):
-            return f"{name}.npy.zst" if self.codec == "zstd" else f"{name}.npy"
+            return f"{name}.{self._array_extension}"
         return f"{name}.mp"
 
     def encode_value(self, member: str, value: Any) -> bytes:
-        if isinstance(value, (bytes, bytearray, memoryview)) and not member.endswith(".mp"):
+        codec = CODECS.get(_field(member)[1])
+        if codec is None:
+            raise TypeError(f"unknown member extension in {member!r} (known: {', '.join(EXTENSIONS)})")
+        if isinstance(value, (bytes, bytearray, memoryview)) and codec.bytes_are_encoded:
             return bytes(value)
-        if member.endswith(".npy.zst"):
-            compressor = self._compressor or zstandard.ZstdCompressor(level=self.zstd_level)
-            return compressor.compress(encode_npy(value))
-        if member.endswith(".npy"):
-            return encode_npy(value)
-        if member.endswith(".mp"):
-            return encode_msgpack(value)
-        if member.endswith(".json"):
-            return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
-        raise TypeError(f"unknown member extension in {member!r} (known: {', '.join(EXTENSIONS)})")
+        data = codec.encode(value)
+        return self.compress(data) if codec.zstd else data
 
     def encode_fields(self, key: str, fields: dict) -> list[tuple[str, bytes]]:
         """Encoded members of one sample, in sorted member-name order; errors name key and field."""
@@ -240,13 +249,30 @@ def decode_json(data: bytes) -> Any:
     return json.loads(data)
 
 
-DECODERS: dict[str, Callable[[Any], Any]] = {
-    "npy.zst": decode_npy_zst,
-    "npy": decode_npy,
-    "mp": decode_msgpack,
-    "json": decode_json,
-    "zst": lambda data: decompressor().decompress(data),
+# ------------------------------------------------------------------------------------- the table
+@dataclass(frozen=True)
+class MemberCodec:
+    """How the members of one extension are written and read."""
+
+    extension: str  # what follows the field name: `voxels.npy.zst` -> "npy.zst"
+    encode: Callable[[Any], bytes]
+    decode: Callable[[Any], Any]  # bytes -> value, undoing `zstd` too
+    zstd: bool = False  # `encode`'s bytes are then zstd-compressed at the Encoder's level
+    codec: str | None = None  # the `--codec` name that writes arrays with this extension
+    bytes_are_encoded: bool = True  # a bytes value is already member data (else it is encoded as a value)
+
+
+CODECS: dict[str, MemberCodec] = {  # extension -> codec: every member extension wdsprep/1 knows
+    "npy.zst": MemberCodec("npy.zst", encode_npy, decode_npy_zst, zstd=True, codec="zstd"),
+    "npy": MemberCodec("npy", encode_npy, decode_npy, codec="none"),
+    "mp": MemberCodec("mp", encode_msgpack, decode_msgpack, bytes_are_encoded=False),
+    "json": MemberCodec("json", encode_json, decode_json),
 }
+EXTENSIONS = tuple(CODECS)
+ARRAY_CODECS = {codec.codec: extension for extension, codec in CODECS.items() if codec.codec}  # --codec name -> extension
+DECODERS: dict[str, Callable[[Any], Any]] = {extension: codec.decode for extension, codec in CODECS.items()}
+_LONGEST_FIRST = sorted(EXTENSIONS, key=len, reverse=True)  # `npy.zst` before any `zst` that may come
+_FIELD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]*(\.(" + "|".join(map(re.escape, _LONGEST_FIRST)) + "))?$")
 
 
 _FIELDS: dict[str, tuple[str, str, Callable | None]] = {}  # member field -> (stripped, ext, decoder)
@@ -257,7 +283,7 @@ def _field(name: str) -> tuple[str, str, Callable | None]:
     found = _FIELDS.get(name)
     if found is None:
         stripped, ext = name, ""
-        for known in EXTENSIONS:
+        for known in _LONGEST_FIRST:
             if name.endswith("." + known):
                 stripped, ext = name[: -len(known) - 1], known
                 break
@@ -331,7 +357,7 @@ def decode_sample(sample: dict, *, strip: bool = True, torch: bool = False) -> d
 
 
 def decode(*, strip: bool = False, torch: bool = False, handler: Callable | None = None):
-    """A pipeline stage for `.compose(wdsprep.decode())`: decodes `.mp`, `.npy`, `.npy.zst`, `.json`.
+    """A pipeline stage for `.compose(wdsprep.decode())`: decodes every extension in `CODECS`.
 
     Keys keep their extensions like webdataset's `.decode()` unless `strip=True`; `torch=True`
     turns arrays into tensors. `handler` (e.g. `wds.warn_and_continue`) gets a sample's

@@ -9,11 +9,9 @@ from __future__ import annotations
 import random
 from typing import Iterator, Sequence
 
+from ...errors import DeepRegSamplingError  # defined in wdsprep.errors; this import path is deprecated
+
 INTRA_OPTIONS = ("forward", "backward", "unconstrained")
-
-
-class DeepRegSamplingError(ValueError):
-    """DeepReg's ValueError for a sampling configuration that cannot work (same message)."""
 
 
 def check_grouped_options(num_groups: int | None, intra_group_prob: float, intra_group_option: str,

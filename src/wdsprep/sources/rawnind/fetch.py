@@ -42,7 +42,7 @@ from typing import Any, TextIO
 import httpx
 import trio
 
-from ...errors import InputError, WdsprepError
+from ...errors import DownloadError, FetchError, InputError, WdsprepError  # `fetch.FetchError`: deprecated path
 from .index import (
     DATAVERSE_INDEX_NAME,
     DEFAULT_DOI,
@@ -59,10 +59,6 @@ from .index import (
 
 HASH_BLOCK = 4 * 1024 * 1024
 PERMANENT_STATUSES = (401, 403, 404, 410)
-
-
-class FetchError(WdsprepError):
-    """A configuration problem that stops the fetch at once (server, destination, index)."""
 
 
 @dataclass
@@ -131,14 +127,6 @@ def sha1_file(path: str) -> str:
             if not block:
                 return digest.hexdigest()
             digest.update(block)
-
-
-class _Transient(Exception):
-    pass
-
-
-class _Permanent(Exception):
-    pass
 
 
 def _is_url(value: str) -> bool:
@@ -340,9 +328,9 @@ class Fetcher:
                     await trio.sleep(options.backoff * 2 ** (attempt - 2))
                 try:
                     await self._download(image, part)
-                except _Permanent as error:
-                    return FileResult("failed", str(error), attempt)
-                except _Transient as error:
+                except DownloadError as error:
+                    if not error.transient:
+                        return FileResult("failed", str(error), attempt)
                     reason = str(error)
                     continue
                 reply_send, reply_receive = trio.open_memory_channel(1)
@@ -377,12 +365,12 @@ class Fetcher:
             async with self.client.stream("GET", url, headers=headers) as response:
                 status = response.status_code
                 if status in PERMANENT_STATUSES:
-                    raise _Permanent(f"HTTP {status} from {url}")
+                    raise DownloadError(f"HTTP {status} from {url}", transient=False)
                 if status == 416:
                     self._remove(part)
-                    raise _Transient(f"HTTP 416 for Range bytes={offset}- (restarting from zero)")
+                    raise DownloadError(f"HTTP 416 for Range bytes={offset}- (restarting from zero)", transient=True)
                 if status != 200 and status != 206:
-                    raise _Transient(f"HTTP {status} from {url}")
+                    raise DownloadError(f"HTTP {status} from {url}", transient=True)
                 mode = "ab"
                 if status == 200:
                     self._grow(-offset)  # the part is truncated below
@@ -391,7 +379,7 @@ class Fetcher:
                     content_range = response.headers.get("Content-Range", "")
                     if not content_range.startswith(f"bytes {offset}-"):
                         self._remove(part)
-                        raise _Transient(f"unexpected Content-Range {content_range!r} for offset {offset}")
+                        raise DownloadError(f"unexpected Content-Range {content_range!r} for offset {offset}", transient=True)
                 progress[0] = offset
                 with open(part, mode) as handle:
                     async for chunk in response.aiter_raw():
@@ -400,12 +388,12 @@ class Fetcher:
                         progress[0] += len(chunk)
                         self.stats.bytes_downloaded += len(chunk)
         except httpx.HTTPError as error:
-            raise _Transient(f"{type(error).__name__}: {error}") from None
+            raise DownloadError(f"{type(error).__name__}: {error}", transient=True) from None
         finally:
             self.stats.active.pop(image.filename, None)
         size = os.path.getsize(part)
         if image.size is not None and size != image.size:
-            raise _Transient(f"short body ({size} of {image.size} bytes)")
+            raise DownloadError(f"short body ({size} of {image.size} bytes)", transient=True)
 
     async def _verifier(self, requests) -> None:
         async with requests:
