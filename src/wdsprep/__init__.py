@@ -27,7 +27,7 @@ from .errors import (
     WdsprepError,
 )
 from .shards.codec import decode, decode_sample
-from .stream.remote import register_webdataset_schemes
+from .storage.gopen import register_webdataset_schemes
 
 register_webdataset_schemes()  # plain `wds.WebDataset("s3://...")` works after `import wdsprep`
 

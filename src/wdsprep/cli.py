@@ -9,6 +9,8 @@ import tomllib
 from typing import Sequence
 
 from .errors import WdsprepError
+from .executors import EXECUTORS
+from .storage import describe as describe_schemes
 
 SOURCE_IDS = ("voxels", "minecraft", "deepreg", "rawnind", "noisebase", "generic")
 
@@ -24,7 +26,7 @@ def _add_convert_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split", action="append", dest="splits", help="convert only this split (repeatable)")
     parser.add_argument("--shard-bytes", default="256MB", help="target shard size, headers included (default 256MB)")
     parser.add_argument("--workers", type=int, default=1, help="parallel unit builders (bytes do not depend on it)")
-    parser.add_argument("--executor", default="local", choices=("local", "ray"))
+    parser.add_argument("--executor", default="local", choices=tuple(EXECUTORS))
     parser.add_argument("--ray-address", default=None, help="existing Ray cluster (ray.init(address=...))")
     parser.add_argument("--ray-retries", type=int, default=None, help="attempts after a failed unit on Ray (default 2)")
     parser.add_argument("--codec", default="zstd", choices=tuple(ARRAY_CODECS), help="array member codec")
@@ -121,7 +123,7 @@ def cmd_inspect(argv: Sequence[str]) -> int:
     from .stream import iter_shard, load_manifest
 
     parser = argparse.ArgumentParser(prog="wdsprep inspect")
-    parser.add_argument("location", help="shard directory, manifest.json, or its http(s)/s3 URL")
+    parser.add_argument("location", help=f"shard directory or manifest.json, as {describe_schemes()}")
     parser.add_argument("--samples", type=int, default=2, help="how many sample keys to show")
     _add_common(parser)
     args = parser.parse_args(argv)
@@ -272,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               "  inspect DIR_OR_URL            splits, counts, sizes, sample fields\n"
               "  verify DIR_OR_URL             sha256, counts, every member decodes\n"
               "  pipeline pipelines/X.toml     synth/fetch + convert as one declared step\n"
-              "  upload SHARD_DIR URL          copy shards to s3:// or file://, verified, manifest last\n"
+              f"  upload SHARD_DIR URL          copy shards to {describe_schemes(writable=True)}; verified, manifest last\n"
               "  fetch rawnind DEST ...        download RawNIND from a Dataverse server\n"
               "  serve dataverse DIR           a local Dataverse-compatible server", file=sys.stderr)
         return 0 if argv and argv[0] in ("-h", "--help") else 2

@@ -9,7 +9,8 @@ The manifest is removed at the start of a run that would change it and written o
 is done, so a manifest never lists a shard that was not written and verified.
 
 One conversion at a time per local output directory (an `flock` the kernel releases when the process
-dies; `s3://` outputs have no lock). A failed write of the output (a full disk) stops the
+dies; stores without `supports_lock`, such as `s3://` outputs, have no lock). The driver talks to the
+output only through `wdsprep.storage.Store`'s methods and capability flags, never by probing it. A failed write of the output (a full disk) stops the
 conversion at the first failure, with one line, and leaves no temporary file behind.
 """
 from __future__ import annotations
@@ -28,11 +29,11 @@ from .inputs import unit_input_fingerprints
 from .progress import Progress
 from .shards.codec import Encoder
 from .shards.manifest import MANIFEST_NAME, Manifest, shard_name_pattern
-from .shards.storage import file_sha256, open_store
 from .shards.tarformat import BLOCK, END_OF_ARCHIVE, index_samples
 from .shards.writer import ShardRow, ShardWriter
 from .sources.base import Unit, UnitContext
 from .sources.registry import load_source
+from .storage import Store, file_sha256, open_store
 
 UNITS_NAME = "_units.json"
 CORE_CONFIG = ("shard_bytes", "codec", "zstd_level", "on_error")
@@ -189,14 +190,10 @@ def convert(
     )
     Encoder(codec, int(zstd_level))  # validates the codec before any work
     store = open_store(output)
-    lock = store.lock() if hasattr(store, "lock") else None
-    try:
+    with store.lock():
         return _convert(source_id, source, input, store, options, splits=splits, fingerprint=fingerprint,
                         executor=executor, workers=workers, executor_options=executor_options, quiet=quiet,
                         started=started)
-    finally:
-        if lock is not None:
-            lock.release()
 
 
 def _convert(source_id, source, input, store, options, *, splits, fingerprint, executor, workers,
@@ -209,8 +206,7 @@ def _convert(source_id, source, input, store, options, *, splits, fingerprint, e
         plan.units = [unit for unit in plan.units if unit.split in splits]
     config = dict(plan.config)
     config.update({name: options[name] for name in CORE_CONFIG})
-    if hasattr(store, "clean_temporaries"):
-        store.clean_temporaries()  # ours only: the lock excludes another run
+    store.clean_temporaries()  # ours only: the lock excludes another run
 
     mode = fingerprint or getattr(source, "fingerprint", "stat")
     inputs = unit_input_fingerprints(source, plan.units, mode)
@@ -254,9 +250,8 @@ def _convert(source_id, source, input, store, options, *, splits, fingerprint, e
         if journal is not None:
             journal.close()
     except OutputError:
-        getattr(results_stream, "close", lambda: None)()  # stops the pool before cleaning up
-        if hasattr(store, "clean_temporaries"):
-            store.clean_temporaries()
+        results_stream.close()  # stops the pool before cleaning up
+        store.clean_temporaries()
         raise
     finally:
         progress.close()
@@ -334,24 +329,24 @@ class _UnitJournal:
     file rewritten at most once a second, and at the end). Nothing is written before the first unit
     of this run is done, so a run that fails at once leaves the output as it was."""
 
-    def __init__(self, store, config: dict, done: dict[str, UnitResult]):
+    def __init__(self, store: Store, config: dict, done: dict[str, UnitResult]):
         self.store = store
         self.lines = [json.dumps({"config": config}, sort_keys=True, default=str)]
         self.lines += [json.dumps(asdict(r), sort_keys=True, default=str) for r in done.values()]
-        self.append = getattr(store, "append_bytes", None)
+        self.append = store.supports_append
         self.written = False
         self.last_flush = time.monotonic()
 
     def record(self, result: UnitResult) -> None:
         line = json.dumps(asdict(result), sort_keys=True, default=str)
         self.lines.append(line)
-        if not self.written or (self.append is None and time.monotonic() - self.last_flush > 1.0):
+        if not self.written or (not self.append and time.monotonic() - self.last_flush > 1.0):
             self._rewrite()  # the first record replaces a journal of an earlier config
-        elif self.append is not None:
-            self.append(UNITS_NAME, (line + "\n").encode())
+        elif self.append:
+            self.store.append_bytes(UNITS_NAME, (line + "\n").encode())
 
     def close(self) -> None:
-        if self.written and self.append is None:
+        if self.written and not self.append:
             self._rewrite()
 
     def _rewrite(self) -> None:
@@ -360,13 +355,13 @@ class _UnitJournal:
         self.last_flush = time.monotonic()
 
 
-def _remove_stale_shards(store, splits: dict[str, list[dict]]) -> None:
-    """Delete shards of the converted splits left by an earlier, different conversion."""
-    listed = {row["name"] for rows in splits.values() for row in rows}
-    lister = getattr(store, "list_names", None)
-    if lister is None:
+def _remove_stale_shards(store: Store, splits: dict[str, list[dict]]) -> None:
+    """Delete shards of the converted splits left by an earlier, different conversion (in stores
+    that can list their objects; elsewhere they stay, unlisted by the manifest)."""
+    if not store.supports_listing:
         return
+    listed = {row["name"] for rows in splits.values() for row in rows}
     rules = [shard_name_pattern(split) for split in splits]
-    for name in lister():
+    for name in store.list_names():
         if name not in listed and any(rule.fullmatch(name) for rule in rules):
             store.delete(name)

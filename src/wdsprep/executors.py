@@ -1,8 +1,11 @@
 """Where conversion units run: in-process, on a local process pool, or as Ray tasks.
 
-An executor takes a list of independent unit tasks and yields (task index, result or exception) as
-they complete. Output bytes never depend on the executor or the worker count: each unit writes its
-own shard from its own inputs, and the driver orders results by unit before writing the manifest.
+`EXECUTORS` is the one table of `--executor` names (the CLI's choices come from it): name -> factory
+`(workers, **options) -> executor`; `ray_executor` is imported only by its factory, so Ray is loaded
+only when chosen and nothing here is imported back by it. An executor's `map_unordered(fn, tasks)` is
+a generator of (task index, result or exception) in completion order; closing it stops the work.
+Output bytes never depend on the executor or the worker count: each unit writes its own shard from
+its own inputs, and the driver orders results by unit before writing the manifest.
 """
 from __future__ import annotations
 
@@ -52,17 +55,22 @@ class LocalExecutor:
                 raise
 
 
-EXECUTORS: dict[str, Callable[..., Any]] = {"local": lambda workers, **_: LocalExecutor(workers)}
+def _ray(workers: int = 1, **options: Any):
+    try:
+        from .ray_executor import RayExecutor  # imports ray (seconds): only when asked for
+    except ImportError as error:
+        raise ConfigError(f"--executor ray needs Ray: pip install 'wdsprep[ray]' ({error})") from None
+    return RayExecutor(workers=workers, **options)
+
+
+def _local(workers: int = 1, **options: Any) -> LocalExecutor:
+    return LocalExecutor(workers)  # no options: a local pool has nothing to tune but its size
+
+
+EXECUTORS: dict[str, Callable[..., Any]] = {"local": _local, "ray": _ray}  # --executor NAME -> factory
 
 
 def get_executor(name: str, workers: int = 1, **options: Any):
-    if name == "ray" and "ray" not in EXECUTORS:
-        try:
-            from . import ray_executor  # noqa: F401  (registers "ray")
-        except ImportError as error:
-            raise ConfigError(
-                f"--executor ray needs Ray: pip install 'wdsprep[ray]' ({error})"
-            ) from None
     if name not in EXECUTORS:
         raise ConfigError(f"unknown executor {name!r} (known: {', '.join(sorted(EXECUTORS))})")
     return EXECUTORS[name](workers=workers, **options)

@@ -31,7 +31,7 @@ import zlib
 from typing import Any, Iterable
 
 from .errors import ConfigError, InputError
-from .shards.storage import file_sha256
+from .storage import file_sha256
 
 MODES = ("content", "stat")
 

@@ -28,11 +28,10 @@ import sys
 from typing import Any, Callable, Iterator, Sequence
 
 from .errors import ConfigError, UnitFailedError  # `wdsprep.ray_executor.UnitFailedError`: deprecated path
-from .executors import EXECUTORS
 
 try:
     import ray
-except ImportError as error:  # `get_executor` turns this into the install hint
+except ImportError as error:  # `executors._ray` turns this into the install hint
     raise ImportError(f"ray is not installed ({error})") from None
 
 DEFAULT_RETRIES = 2
@@ -208,5 +207,3 @@ class RayExecutor:
             if started:
                 ray.shutdown()
 
-
-EXECUTORS["ray"] = lambda workers=1, **options: RayExecutor(workers=workers, **options)

@@ -1,4 +1,8 @@
-"""`wdsprep upload SHARD_DIR URL`: copy a converted shard directory to `s3://` or `file://`, verified.
+"""`wdsprep upload SHARD_DIR URL`: copy a converted shard directory to a store, verified.
+
+The destination is any writable scheme of `wdsprep.storage` (`s3://`, `file://`, a path), used only
+through the `Store` methods: `upload_file` (atomic), `stat`, `sha256` (may trust what the store
+recorded at upload), `content_sha256` (re-reads), `delete`, `clean_temporaries`, `write_bytes`.
 
 Order of events, so that a reader never sees a half-uploaded dataset:
 1. every shard is checked at the destination first; if any must be uploaded (missing, corrupt, or a
@@ -15,16 +19,14 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as futures
 import os
-import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 
 from .errors import ConfigError, ManifestError, UploadError, WdsprepError  # `wdsprep.upload.UploadError`: deprecated path
 from .progress import Progress
 from .shards.manifest import MANIFEST_NAME, Manifest
-from .shards.storage import LocalStore, file_sha256, open_store
+from .storage import Store, describe, file_sha256, local_path, open_store
 
 
 @dataclass
@@ -47,7 +49,7 @@ class UploadReport:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("shard_dir", help="a local directory written by `wdsprep convert` (holds manifest.json)")
-    parser.add_argument("url", help="destination: s3://BUCKET/PREFIX (endpoint from AWS_ENDPOINT_URL) or file://DIR")
+    parser.add_argument("url", help=f"destination: {describe(writable=True)} (s3: endpoint from AWS_ENDPOINT_URL)")
     parser.add_argument("--workers", type=int, default=4, help="shards uploaded at the same time (default 4)")
     parser.add_argument("--verify", choices=("content", "metadata"), default="content",
                         help="after upload, re-read and hash each shard (content, default) or trust size + stored sha256")
@@ -77,56 +79,20 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _local_dir(shard_dir: str) -> str:
-    path = shard_dir[len("file://") :] if shard_dir.startswith("file://") else shard_dir
-    if "://" in path:
+    path = local_path(shard_dir)
+    if path is None:
         raise ConfigError(f"{shard_dir}: upload reads a local shard directory (got a URL)")
     return os.path.abspath(path)
 
 
-def _open_destination(url: str, multipart_bytes: int | None, part_bytes: int | None):
-    store = open_store(url)
-    if isinstance(store, LocalStore):
-        return store
-    for name, value in (("multipart_bytes", multipart_bytes), ("part_bytes", part_bytes)):
-        if value is not None and hasattr(store, name):
-            setattr(store, name, int(value))
-    return store
-
-
-def _put(store, local_path: str, name: str, sha256: str) -> None:
-    """Upload a local file under `name`, atomically (the source file is kept)."""
-    if hasattr(store, "upload_file"):
-        store.upload_file(local_path, name, sha256)
-        return
-    directory = getattr(store, "directory", None)
-    if directory is None:
-        raise ConfigError(f"{store.url}: this destination cannot take uploads")
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as out, open(local_path, "rb") as source:
-            shutil.copyfileobj(source, out, 1 << 20)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, os.path.join(directory, name))
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _content_sha256(store, name: str) -> str | None:
-    reader = getattr(store, "content_sha256", None)
-    return reader(name) if reader is not None else store.sha256(name)  # LocalStore.sha256 hashes the file
-
-
-def _already_there(store, row: dict, recheck: bool) -> bool:
+def _already_there(store: Store, row: dict, recheck: bool) -> bool:
     if store.stat(row["name"]) != row["bytes"]:
         return False
-    digest = _content_sha256(store, row["name"]) if recheck else store.sha256(row["name"])
+    digest = store.content_sha256(row["name"]) if recheck else store.sha256(row["name"])
     return digest == row["sha256"]
 
 
-def _upload_shard(store, directory: str, row: dict, *, verify: str, retries: int) -> bool:
+def _upload_shard(store: Store, directory: str, row: dict, *, verify: str, retries: int) -> bool:
     """Upload one shard (known not to be at the destination) and verify it; True when done."""
     name = row["name"]
     local = os.path.join(directory, name)
@@ -140,9 +106,9 @@ def _upload_shard(store, directory: str, row: dict, *, verify: str, retries: int
     last: BaseException | None = None
     for attempt in range(retries + 1):
         try:
-            _put(store, local, name, row["sha256"])
+            store.upload_file(local, name, row["sha256"])
             if verify == "content":
-                got = _content_sha256(store, name)
+                got = store.content_sha256(name)
             else:
                 got = store.sha256(name) if store.stat(name) == row["bytes"] else None
             if got == row["sha256"]:
@@ -187,8 +153,9 @@ def upload(
     manifest = Manifest.loads(manifest_bytes, manifest_path)
     rows = [row for split in sorted(manifest.splits) for row in manifest.splits[split]]
 
-    store = _open_destination(url, multipart_bytes, part_bytes)
-    if isinstance(store, LocalStore) and os.path.samefile(store.directory, directory):
+    store = open_store(url, multipart_bytes=multipart_bytes, part_bytes=part_bytes)
+    destination = local_path(store.url)
+    if destination is not None and os.path.samefile(destination, directory):
         raise ConfigError(f"{url}: destination is the shard directory itself")
     report = UploadReport(url=store.url)
 
@@ -201,10 +168,7 @@ def upload(
         # reader sees either no manifest or the complete dataset
         store.delete(MANIFEST_NAME)
         existing = None
-    if hasattr(store, "abort_incomplete_uploads"):
-        store.abort_incomplete_uploads({row["name"] for row in rows})
-    elif hasattr(store, "clean_temporaries"):
-        store.clean_temporaries()
+    store.clean_temporaries({row["name"] for row in rows})  # what an interrupted upload left
 
     progress = Progress(f"upload to {store.url}", len(rows), sum(r["bytes"] for r in rows), quiet=quiet)
     for row, there in zip(rows, present):

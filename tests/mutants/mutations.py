@@ -108,7 +108,13 @@ MUTATIONS = [
              (('    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")',
                "    tmp = os.path.join(directory, name)\n    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)"),
               ("        if os.path.exists(tmp):\n            os.unlink(tmp)", "        if False:\n            os.unlink(tmp)")),
-             UPLOAD),
+             UPLOAD,
+             also=(Variant("storage", "src/wdsprep/storage/base.py", (
+                 ('        temporary = os.path.join(self.staging_dir(), f".{name}.{secrets.token_hex(4)}.tmp")',
+                  "        temporary = os.path.join(self.staging_dir(), name)"),
+                 ("os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)\n            with os.fdopen(fd, \"wb\") as out",
+                  "os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)\n            with os.fdopen(fd, \"wb\") as out"),
+                 ("        except OSError as error:\n            remove_quietly(temporary)\n", "        except OSError as error:\n"))),)),
     # -- the timing-free concurrency test (not in #13's list: checks the rewritten test bites)
     Mutation("fetch-one-at-a-time", "rawnind fetch ignores --concurrency (one download at a time)",
              "src/wdsprep/sources/rawnind/fetch.py",

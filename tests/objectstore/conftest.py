@@ -8,7 +8,7 @@ import pytest
 
 from wdsprep.conversion import convert
 from wdsprep.sources.generic import SOURCE as GENERIC
-from wdsprep.stream import remote
+from wdsprep.storage import resuming
 from wdsprep.testing import RangeHTTPServer, S3Server
 
 _buckets = itertools.count()
@@ -54,4 +54,4 @@ def http_server(generic_shards):
 
 @pytest.fixture(autouse=True)
 def _fast_retries(monkeypatch):
-    monkeypatch.setattr(remote, "MAX_DELAY", 0.2)
+    monkeypatch.setattr(resuming, "MAX_DELAY", 0.2)

@@ -100,7 +100,7 @@ def test_a_shard_split_between_two_workers_is_downloaded_once(tmp_path, monkeypa
 
     from wdsprep.shards.tarformat import iter_samples
     from wdsprep.stream import cache as cache_module
-    from wdsprep.stream import remote
+    from wdsprep.storage import resuming
     from wdsprep.testing import RangeHTTPServer
 
     monkeypatch.setattr(cache_module, "DRAIN_BYTES", 4096)
@@ -117,15 +117,15 @@ def test_a_shard_split_between_two_workers_is_downloaded_once(tmp_path, monkeypa
     digest = hashlib.sha256(blob).hexdigest()
 
     received = [0]
-    original = remote.ResumingStream.readinto
+    original = resuming.ResumingStream.readinto
 
     def counting(self, target):
         n = original(self, target)
         received[0] += n or 0
         return n
 
-    monkeypatch.setattr(remote.ResumingStream, "readinto", counting)
-    from wdsprep.stream.opener import open_url
+    monkeypatch.setattr(resuming.ResumingStream, "readinto", counting)
+    from wdsprep.storage import open_url
 
     cache = ShardCache(tmp_path / "c", 1e9)
 

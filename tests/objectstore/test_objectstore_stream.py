@@ -8,7 +8,9 @@ import webdataset as wds
 import wdsprep
 from wdsprep.errors import ShardError
 from wdsprep.shards.tarformat import iter_samples
-from wdsprep.stream import iter_shard, remote
+from wdsprep.storage import gopen, resuming
+from wdsprep.storage.http import http_open_at
+from wdsprep.stream import iter_shard
 from wdsprep.upload import upload
 
 from timeouts import SUBPROCESS
@@ -98,16 +100,16 @@ def test_unreachable_server_gives_up_with_bounded_retries(monkeypatch):
     with socket.socket() as probe:  # a free port nobody listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    monkeypatch.setattr(remote, "RETRIES", 2)
+    monkeypatch.setattr(resuming, "RETRIES", 2)
     url = f"http://127.0.0.1:{port}/x.tar"
     stream = None
     with pytest.raises(ShardError, match=f"{url}: giving up after 3 attempts"):
-        stream = remote.ResumingStream(url, remote._http_open_at(url), retries=2)
+        stream = resuming.ResumingStream(url, http_open_at(url), retries=2)
     assert stream is None
 
 
 def test_plain_webdataset_reads_s3_and_http(s3, bucket, generic_shards, http_server):
-    remote.register_webdataset_schemes()
+    gopen.register_webdataset_schemes()
     url = f"s3://{bucket}/plain"
     upload(str(generic_shards), url)
     expected = sorted(f"sample{i:06d}" for i in range(100))
@@ -168,10 +170,10 @@ def test_skipping_large_members_inside_a_remote_shard_uses_range(tmp_path, s3, b
 def test_a_server_that_never_answers_is_given_up_after_its_retries(monkeypatch):
     import socket
 
-    monkeypatch.setattr(remote, "TIMEOUT", 0.3)
+    monkeypatch.setattr(resuming, "TIMEOUT", 0.3)
     with socket.socket() as silent:  # accepts connections (backlog) and never says a word
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
         url = f"http://127.0.0.1:{silent.getsockname()[1]}/x.tar"
         with pytest.raises(ShardError, match=f"{url}: giving up after 2 attempts"):
-            remote.ResumingStream(url, remote._http_open_at(url), retries=1)
+            resuming.ResumingStream(url, http_open_at(url), retries=1)

@@ -14,7 +14,7 @@ from ..errors import FormatError
 from . import tarformat
 from .codec import Encoder
 from .index import INDEX_MEMBER, IndexBuilder, digest_text
-from .storage import output_error, remove_quietly
+from ..storage.files import output_error, remove_quietly
 
 
 @dataclass

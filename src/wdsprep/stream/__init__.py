@@ -7,7 +7,7 @@ import importlib
 
 from ..shards.tarformat import iter_samples
 from .manifests import load_manifest, manifest_location, urls
-from .opener import open_url, read_url, register_opener
+from ..storage import open_url, read_url, register_opener
 
 # the pipeline classes import webdataset and torch: loaded on first use, so that `import wdsprep`
 # (and every conversion worker) stays light

@@ -25,7 +25,7 @@ import tempfile
 from typing import BinaryIO
 
 from ..errors import ConfigError
-from .opener import BUFFER, local_path, open_url
+from ..storage import BUFFER, local_path, open_url
 
 SUFFIX = ".tar"
 DRAIN_BYTES = 1 << 20  # on close, read at most this much more to complete an entry (the tar end blocks)

@@ -34,7 +34,7 @@ from webdataset.compat import FluidInterface
 from ..errors import ConfigError, ShardError
 from ..shards.manifest import Manifest
 from .manifests import load_manifest
-from .opener import open_url
+from ..storage import open_url
 from .plan import (
     Level,
     Piece,

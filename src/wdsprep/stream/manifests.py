@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..errors import ConfigError, ManifestError, ShardError
 from ..shards.manifest import MANIFEST_NAME, Manifest
-from .opener import read_url, scheme_of
+from ..storage import local_path, read_url, scheme_of
 
 
 def manifest_location(url: str) -> str:
@@ -35,8 +35,6 @@ def local_shard_paths(location, split: str = "train") -> list[str]:
     `location` is a local manifest (file or directory), a single `.tar`, or a list of tar paths.
     """
     import os
-
-    from .opener import local_path
 
     if not isinstance(location, (str, os.PathLike)):
         paths = [str(path) for path in location]

@@ -29,23 +29,12 @@ from typing import BinaryIO, Iterator
 from ..errors import ShardError
 from ..shards.index import ShardIndex, digest_of, has_index
 from ..shards.tarformat import BLOCK, TarCursor, split_key
-from .opener import open_url, scheme_of
+from ..storage import open_from
 
 
 def _read_from(url: str, offset: int, length: int) -> bytes:
     """Up to `length` bytes of `url` from `offset` (one Range request remotely)."""
-    if scheme_of(url) in ("http", "https", "s3"):
-        from .remote import open_from
-
-        stream = open_from(url, offset)
-    else:
-        stream = open_url(url)
-    with stream:
-        if scheme_of(url) == "pipe":  # a pipe cannot seek: read up to the index
-            while offset and (skipped := len(stream.read(min(offset, 1 << 20)))):
-                offset -= skipped
-        else:
-            stream.seek(offset)
+    with open_from(url, offset) as stream:
         return stream.read(length)
 
 

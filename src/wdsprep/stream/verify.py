@@ -14,7 +14,7 @@ from ..shards.manifest import Manifest
 from ..shards.index import has_index
 from ..shards.tarformat import iter_samples
 from .manifests import load_manifest
-from .opener import open_url
+from ..storage import open_url
 from .read import Sha256Reader, read_samples
 
 

@@ -16,7 +16,7 @@ from ...shards.tarformat import Member, TarCursor
 
 
 def _open_cursor(url: str) -> TarCursor:
-    from ...stream.opener import open_url
+    from ...storage import open_url
 
     return TarCursor(open_url(url), url)
 

@@ -27,7 +27,7 @@ from ...conversion import UnitResult, build_unit, parse_size, unit_digest
 from ...errors import ConversionError
 from ...shards.codec import Encoder
 from ...shards.manifest import MANIFEST_NAME, Manifest
-from ...shards.storage import open_store
+from ...storage import open_store
 from ..base import Unit
 from .convert import DEFAULT_TILE, conversion_config, finalize, scene_item
 from .index import SceneInfo

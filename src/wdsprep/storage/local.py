@@ -1,51 +1,42 @@
-"""Where a conversion's output lives: a local directory, or (with the s3 extra) an object store.
+"""Local paths (`/data/shards`, `shards/train-00000-00.tar`): read with `open`, written by `LocalStore`.
 
-A store writes each shard through a local temporary file (the shard being written is the only local
-staging) and publishes it atomically: `os.replace` locally, a completed (multipart) upload remotely.
-
-A local store is used by one conversion at a time: `lock()` takes an exclusive `flock` on
-`.wdsprep.lock` in the directory, which the kernel releases when the process exits, even on kill -9.
-Files are created with mode 0666 less the umask (0644 by default), like any ordinary file; a write
-that fails (a full disk) removes its temporary file and raises `OutputError` naming the file.
+A local store writes shards in place (the shard writer's `.tmp` + rename is already atomic there) and
+is used by one conversion at a time: `lock()` takes an exclusive `flock` on `.wdsprep.lock` in the
+directory, which the kernel releases when the process exits, even on kill -9. Files are created with
+mode 0666 less the umask (0644 by default), like any ordinary file; a write that fails (a full disk)
+removes its temporary file and raises `OutputError` naming the file.
 """
 from __future__ import annotations
 
-import errno
 import fcntl
-import hashlib
 import os
 import secrets
-from typing import Protocol
+from typing import BinaryIO
 
-from ..errors import ConfigError, OutputError
+from ..errors import ConfigError, OutputError, ShardError
+from .base import Scheme, Store
+from .files import BUFFER, file_sha256, output_error, remove_quietly
 
 LOCK_NAME = ".wdsprep.lock"
 
 
-class Store(Protocol):
-    url: str
-
-    def staging_dir(self) -> str: ...
-    def publish(self, local_path: str, name: str) -> None: ...
-    def stat(self, name: str) -> int | None: ...
-    def sha256(self, name: str) -> str | None: ...
-    def read_bytes(self, name: str) -> bytes | None: ...
-    def write_bytes(self, name: str, data: bytes) -> None: ...
-    def delete(self, name: str) -> None: ...
+def open_local(path: str) -> BinaryIO:
+    try:
+        return open(path, "rb", buffering=BUFFER)
+    except FileNotFoundError:
+        raise ShardError(path, "no such file") from None
+    except OSError as error:
+        raise ShardError(path, f"cannot open ({error.strerror})") from None
 
 
-def file_sha256(path: str, chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
+class LocalStore(Store):
+    supports_lock = True
+    supports_append = True
+    supports_listing = True
 
-
-class LocalStore:
-    def __init__(self, directory: str):
+    def __init__(self, directory: str, **options):  # transfer options (part sizes) mean nothing here
         self.directory = os.path.abspath(directory)
-        self.url = self.directory
+        super().__init__(self.directory)
         try:
             os.makedirs(self.directory, exist_ok=True)
         except OSError as error:
@@ -55,6 +46,9 @@ class LocalStore:
 
     def path(self, name: str) -> str:
         return os.path.join(self.directory, name)
+
+    def name_url(self, name: str) -> str:
+        return self.path(name)
 
     def staging_dir(self) -> str:
         return self.directory  # writer's `.tmp` + rename is already atomic here
@@ -69,7 +63,7 @@ class LocalStore:
         except FileNotFoundError:
             return None
 
-    def sha256(self, name: str) -> str | None:
+    def content_sha256(self, name: str) -> str | None:
         return file_sha256(self.path(name)) if self.stat(name) is not None else None
 
     def read_bytes(self, name: str) -> bytes | None:
@@ -106,18 +100,23 @@ class LocalStore:
         return DirectoryLock(self.path(LOCK_NAME))
 
     def delete(self, name: str) -> None:
-        try:
-            os.unlink(self.path(name))
-        except FileNotFoundError:
-            pass
+        remove_quietly(self.path(name))
 
     def list_names(self) -> list[str]:
         return sorted(os.listdir(self.directory))
 
-    def clean_temporaries(self) -> None:
+    def clean_temporaries(self, names: set[str] | None = None) -> None:
+        """Temporary files end in `.tmp`: `NAME.tmp` (shard writer), `.NAME.XXXX.tmp` (writes, uploads)."""
         for entry in os.listdir(self.directory):
-            if entry.endswith(".tmp"):
+            if entry.endswith(".tmp") and (names is None or _temporary_of(entry) in names):
                 remove_quietly(self.path(entry))
+
+
+def _temporary_of(entry: str) -> str:
+    """The object name a temporary file was written for."""
+    if entry.startswith("."):
+        return entry[1:].rsplit(".", 2)[0]
+    return entry[: -len(".tmp")]
 
 
 class DirectoryLock:
@@ -153,29 +152,23 @@ class DirectoryLock:
         self.release()
 
 
-def remove_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
+class LocalScheme(Scheme):
+    """A plain path (no scheme)."""
+
+    writable = True
+    example = "DIR"
+
+    def open(self, url: str) -> BinaryIO:
+        return open_local(url)
+
+    def local_path(self, url: str) -> str | None:
+        return url
+
+    def exists(self, url: str) -> bool:
+        return os.path.exists(url)
+
+    def store(self, url: str, **options) -> LocalStore:
+        return LocalStore(url, **options)
 
 
-def output_error(path: str, error: OSError) -> OutputError:
-    """One line for a failed write; a full disk says so plainly."""
-    if error.errno in (errno.ENOSPC, errno.EDQUOT):
-        return OutputError(f"{path}: no space left on the output device ({error.strerror})")
-    return OutputError(f"{path}: cannot write ({error.strerror or error})")
-
-
-STORES: dict[str, type] = {}  # scheme -> store class, e.g. "s3" registered by wdsprep.stream.s3
-
-
-def open_store(url: str) -> Store:
-    scheme = url.split("://", 1)[0] if "://" in url else ""
-    if scheme in ("", "file"):
-        return LocalStore(url[len("file://") :] if scheme == "file" else url)
-    if scheme not in STORES and scheme == "s3":
-        from ..stream import s3  # noqa: F401  (registers the s3 store)
-    if scheme not in STORES:
-        raise ConfigError(f"{url}: cannot write to {scheme}:// (supported: local paths, file://, s3://)")
-    return STORES[scheme](url)
+SCHEME = LocalScheme()

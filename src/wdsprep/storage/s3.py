@@ -1,4 +1,6 @@
-"""`S3Store`: conversion output and upload destination on S3 (or any S3-compatible store).
+"""`s3://BUCKET/KEY` URLs (boto3; endpoint from `AWS_ENDPOINT_URL(_S3)` like the AWS CLI): read
+through a `ResumingStream` (Range requests, `If-Match` on the first ETag), written by `S3Store`
+(conversion output and upload destination on S3 or any S3-compatible store).
 
 The only local staging is the shard being written: the writer fills a temporary file in a
 per-process staging directory, and `publish` uploads it (one PUT, or a multipart upload for large
@@ -19,17 +21,16 @@ from __future__ import annotations
 
 import hashlib
 import io
-import multiprocessing.util
 import os
-import shutil
 import sys
-import tempfile
 import threading
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
 from ..errors import ConfigError, ShardError
-from ..shards.storage import STORES, file_sha256
-from .remote import open_s3, s3_client, s3_error_code, split_s3
+from . import resuming
+from .base import Scheme, Store
+from .files import file_sha256
+from .resuming import open_resuming
 
 MIB = 1 << 20
 MIN_PART_BYTES = 5 * MIB  # S3's minimum for every part but the last
@@ -37,40 +38,126 @@ MULTIPART_BYTES = int(os.environ.get("WDSPREP_S3_MULTIPART_BYTES", 64 * MIB))
 PART_BYTES = int(os.environ.get("WDSPREP_S3_PART_BYTES", 16 * MIB))
 SHA256_METADATA = "sha256"
 
-_staging: dict[int, str] = {}
-_staging_lock = threading.Lock()
+_clients: dict = {}
+_clients_lock = threading.Lock()
 
 
-def _staging_dir() -> str:
-    """One temporary directory per process, removed at exit (it holds at most the shards being written)."""
-    pid = os.getpid()
-    with _staging_lock:
-        path = _staging.get(pid)
-        if path is None or not os.path.isdir(path):
-            path = tempfile.mkdtemp(prefix="wdsprep-s3-staging-")
-            _staging[pid] = path
-            # a multiprocessing finalizer runs at exit in the main process and in pool workers alike
-            # (pool workers leave without running atexit handlers)
-            multiprocessing.util.Finalize(None, shutil.rmtree, args=(path, True), exitpriority=0)
-    return path
+def _client_key() -> tuple:
+    env = os.environ
+    return (
+        os.getpid(),
+        env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL"),
+        env.get("AWS_ACCESS_KEY_ID"),
+        env.get("AWS_PROFILE"),
+        env.get("AWS_DEFAULT_REGION") or env.get("AWS_REGION"),
+    )
+
+
+def s3_client():
+    """A boto3 S3 client per process and environment; endpoint from AWS_ENDPOINT_URL(_S3) like the
+    AWS CLI. Custom endpoints (MinIO, Ceph, moto) get path-style addressing unless
+    `AWS_S3_ADDRESSING_STYLE` says otherwise."""
+    key = _client_key()
+    client = _clients.get(key)
+    if client is not None:
+        return client
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError:
+        raise ShardError("s3://", "s3:// URLs need boto3: pip install 'wdsprep[s3]'") from None
+    endpoint = key[1]
+    style = os.environ.get("AWS_S3_ADDRESSING_STYLE") or ("path" if endpoint else "auto")
+    config = Config(
+        connect_timeout=resuming.TIMEOUT,
+        read_timeout=resuming.TIMEOUT,
+        retries={"max_attempts": 3, "mode": "standard"},
+        s3={"addressing_style": style},
+        max_pool_connections=32,
+    )
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            # a Session per client: boto3's default session is not thread-safe to create clients from
+            client = boto3.session.Session().client("s3", endpoint_url=endpoint, config=config)
+            _clients[key] = client
+    return client
+
+
+def split_s3(url: str) -> tuple[str, str]:
+    rest = url[len("s3://") :]
+    bucket, _, key = rest.partition("/")
+    if not bucket:
+        raise ShardError(url, "an s3:// URL needs a bucket: s3://BUCKET/KEY")
+    return bucket, key
+
+
+def s3_error_code(error: Exception) -> str | None:
+    response = getattr(error, "response", None)
+    if isinstance(response, dict):
+        return response.get("Error", {}).get("Code")
+    return None
+
+
+PERMANENT_S3 = {"NoSuchKey", "404", "NoSuchBucket", "AccessDenied", "403", "InvalidRange", "InvalidAccessKeyId",
+                "SignatureDoesNotMatch", "PreconditionFailed", "412"}
+
+
+def _s3_open_at(url: str):
+    bucket, key = split_s3(url)
+    state: dict = {}
+
+    def open_at(offset: int):
+        client = s3_client()
+        kwargs = {"Bucket": bucket, "Key": key}
+        if offset:
+            kwargs["Range"] = f"bytes={offset}-"
+            if state.get("etag"):
+                kwargs["IfMatch"] = state["etag"]  # the same object, or a clear error
+        try:
+            response = client.get_object(**kwargs)
+        except Exception as error:
+            code = s3_error_code(error)
+            if code in ("NoSuchKey", "404"):
+                raise ShardError(url, "no such object") from None
+            if code == "NoSuchBucket":
+                raise ShardError(url, "no such bucket") from None
+            if code in ("PreconditionFailed", "412"):
+                raise ShardError(url, "object changed while reading (ETag no longer matches)") from None
+            if code in PERMANENT_S3:
+                raise ShardError(url, f"S3 error {code}") from None
+            raise
+        etag = response.get("ETag")
+        state.setdefault("etag", etag)
+        total = offset + int(response["ContentLength"])
+        content_range = response.get("ContentRange")
+        if content_range and "/" in content_range:
+            total = int(content_range.rsplit("/", 1)[1])
+        body = response["Body"]
+        return getattr(body, "_raw_stream", body), total, etag
+
+    return open_at
 
 
 def _not_found(error: Exception) -> bool:
     return s3_error_code(error) in ("NoSuchKey", "404", "NotFound")
 
 
-class S3Store:
-    """A "directory" `s3://bucket/prefix` holding shards and a manifest."""
+class S3Store(Store):
+    """A "directory" `s3://bucket/prefix` holding shards and a manifest. No lock (S3 has none: one
+    conversion per prefix is the caller's rule); `sha256` answers from the upload's metadata."""
 
-    def __init__(self, url: str, *, multipart_bytes: int = MULTIPART_BYTES, part_bytes: int = PART_BYTES):
+    supports_listing = True
+
+    def __init__(self, url: str, *, multipart_bytes: int | None = None, part_bytes: int | None = None, **options):
         bucket, prefix = split_s3(url.rstrip("/"))
         if not bucket:
             raise ConfigError(f"{url}: expected s3://BUCKET/PREFIX")
         self.bucket = bucket
         self.prefix = prefix.strip("/")
-        self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
-        self.multipart_bytes = int(multipart_bytes)
-        self.part_bytes = max(int(part_bytes), 1)
+        super().__init__(f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}")
+        self.multipart_bytes = int(MULTIPART_BYTES if multipart_bytes is None else multipart_bytes)
+        self.part_bytes = max(int(PART_BYTES if part_bytes is None else part_bytes), 1)
         try:
             s3_client().head_bucket(Bucket=bucket)
         except ShardError as error:  # boto3 missing
@@ -94,10 +181,7 @@ class S3Store:
     def client(self):
         return s3_client()
 
-    # -- Store protocol
-    def staging_dir(self) -> str:
-        return _staging_dir()
-
+    # -- Store
     def publish(self, local_path: str, name: str) -> None:
         """Upload a finished local shard under `name`, then remove the local file."""
         try:
@@ -108,8 +192,8 @@ class S3Store:
             except FileNotFoundError:
                 pass
 
-    def upload_file(self, local_path: str, name: str, sha256: str | None = None) -> str:
-        """Upload a local file (kept) as `name`, with its sha256 in the object metadata; returns it.
+    def upload_file(self, local_path: str, name: str, sha256: str | None = None) -> None:
+        """Upload a local file (kept) as `name`, with its sha256 in the object metadata.
 
         Files above `multipart_bytes` go up as a multipart upload of `part_bytes` parts (aborted on
         any error, so no incomplete upload lingers)."""
@@ -121,7 +205,7 @@ class S3Store:
             with open(local_path, "rb") as handle:
                 self.client.put_object(Bucket=self.bucket, Key=key, Body=handle, ContentLength=size,
                                        Metadata=metadata, ContentType="application/x-tar")
-            return digest
+            return
         part_bytes = max(self.part_bytes, MIN_PART_BYTES)
         upload = self.client.create_multipart_upload(Bucket=self.bucket, Key=key, Metadata=metadata,
                                                      ContentType="application/x-tar")
@@ -143,7 +227,6 @@ class S3Store:
             except Exception:
                 pass
             raise
-        return digest
 
     def head(self, name: str) -> dict | None:
         try:
@@ -170,7 +253,7 @@ class S3Store:
         if self.stat(name) is None:
             return None
         digest = hashlib.sha256()
-        with open_s3(self.name_url(name)) as stream:
+        with SCHEME.open(self.name_url(name)) as stream:
             while block := stream.read(MIB):
                 digest.update(block)
         return digest.hexdigest()
@@ -222,11 +305,8 @@ class S3Store:
                     pass
         return aborted
 
-    def clean_temporaries(self) -> None:
-        self.abort_incomplete_uploads()
-
-
-STORES["s3"] = S3Store
+    def clean_temporaries(self, names: set[str] | None = None) -> None:
+        self.abort_incomplete_uploads(names)
 
 
 class S3StreamWriter(io.RawIOBase):
@@ -313,3 +393,24 @@ class S3StreamWriter(io.RawIOBase):
             self.abort()
             raise
         super().close()
+
+
+class S3Scheme(Scheme):
+    writable = True
+    webdataset = True
+    example = "s3://BUCKET/PREFIX"
+
+    def open(self, url: str) -> BinaryIO:
+        return open_resuming(url, _s3_open_at(url))
+
+    def open_from(self, url: str, offset: int) -> BinaryIO:
+        return open_resuming(url, _s3_open_at(url), start=offset)
+
+    def store(self, url: str, **options) -> S3Store:
+        return S3Store(url, **options)
+
+    def open_write(self, url: str) -> S3StreamWriter:
+        return S3StreamWriter(url)
+
+
+SCHEME = S3Scheme()

@@ -1,0 +1,167 @@
+"""Remote streams that survive dropped connections by resuming at the byte offset (`http`, `s3`).
+
+A `ResumingStream` reads a remote object sequentially. When the connection drops or a transient
+error occurs mid-body, it re-requests the object with `Range: bytes=<offset>-` and carries on, up to
+`retries` times in a row with exponential backoff; every request has connect/read timeouts. A resumed
+request must describe the same object (same total size, and same ETag where the server gives one),
+so a shard replaced mid-read is an error rather than a silent splice. Nothing is written to disk. A
+missing object (404 / NoSuchKey) fails at once with an error naming the URL.
+"""
+from __future__ import annotations
+
+import io
+import os
+import time
+from typing import Callable
+
+from ..errors import ShardError
+
+RETRIES = int(os.environ.get("WDSPREP_RETRIES", "5"))
+TIMEOUT = float(os.environ.get("WDSPREP_TIMEOUT", "30"))
+MAX_DELAY = 5.0
+SKIP_BY_READING = int(os.environ.get("WDSPREP_SKIP_BY_READING", 1 << 20))  # shorter forward seeks read through
+REMOTE_BUFFER = 256 << 10  # read-ahead of remote streams: small enough that skipping a large member skips its bytes
+
+
+class ResumingStream(io.RawIOBase):
+    """`open_at(offset)` returns (a readable body, total size or None, etag or None) — or the legacy
+    pair (body, total size); it raises `ShardError` on permanent errors, anything else is transient.
+
+    When the total size is known the stream is seekable: a forward seek of at most `SKIP_BY_READING`
+    bytes reads and discards from the open body; a longer one (or a backward one) closes it and asks
+    for the object again from the new offset with `Range`, so skipping large members (resume inside a
+    shard, a worker starting mid-shard) does not transfer them. Seeking costs nothing until the next read.
+    """
+
+    def __init__(self, url: str, open_at: Callable[[int], tuple], retries: int = RETRIES, start: int = 0):
+        self.url = url
+        self._open_at = open_at
+        self.retries = retries
+        self.offset = start  # the logical position (what tell() says)
+        self._body_pos = 0  # where the open body's next byte lies
+        self.resumes = 0  # how many times the stream re-requested after a failure (for tests and logs)
+        self.seeks = 0  # how many times a seek was served by a new Range request
+        self.etag: str | None = None
+        self.size: int | None = None
+        self._body, self.size, self.etag = self._request(start)
+
+    def _request(self, offset: int):
+        delay = 0.2
+        for attempt in range(self.retries + 1):
+            try:
+                result = self._open_at(offset)
+                body, total = result[0], result[1]
+                etag = result[2] if len(result) > 2 else None
+                if offset:
+                    self._check_same_object(body, total, etag)
+                self._body_pos = offset
+                return body, total, etag
+            except ShardError:
+                raise
+            except Exception as error:  # transient: connection refused/reset, timeouts, 5xx
+                if attempt == self.retries:
+                    raise ShardError(self.url, f"giving up after {self.retries + 1} attempts: {error}") from None
+                time.sleep(delay)
+                delay = min(delay * 2, MAX_DELAY)
+        raise AssertionError("unreachable")
+
+    def _check_same_object(self, body, total, etag) -> None:
+        if (self.size is not None and total is not None and total != self.size) or (
+            self.etag and etag and etag != self.etag
+        ):
+            close_quietly(body)
+            raise ShardError(self.url, f"object changed while reading (size {self.size} -> {total}, etag {self.etag} -> {etag})")
+
+    def readable(self) -> bool:
+        return True
+
+    # -- seeking (lazy: positions only move; the next read catches the body up)
+    def seekable(self) -> bool:
+        return self.size is not None
+
+    def tell(self) -> int:
+        return self.offset
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_SET:
+            target = offset
+        elif whence == io.SEEK_CUR:
+            target = self.offset + offset
+        elif whence == io.SEEK_END:
+            if self.size is None:
+                raise io.UnsupportedOperation(f"{self.url}: size unknown, cannot seek from the end")
+            target = self.size + offset
+        else:
+            raise ValueError(f"invalid whence {whence}")
+        if target < 0:
+            raise ValueError(f"{self.url}: negative seek position {target}")
+        self.offset = target
+        return target
+
+    def _catch_up(self) -> None:
+        gap = self.offset - self._body_pos
+        if gap == 0:
+            return
+        if 0 < gap <= SKIP_BY_READING:
+            target, self.offset = self.offset, self._body_pos
+            scratch = bytearray(min(gap, 1 << 16))
+            while self.offset < target:
+                view = memoryview(scratch)[: min(len(scratch), target - self.offset)]
+                if self._readinto_body(view) == 0:
+                    break
+            self.offset = target
+            return
+        close_quietly(self._body)
+        self.seeks += 1
+        self._body, _, _ = self._request(self.offset)
+
+    def readinto(self, buffer) -> int:
+        if self.size is not None and self.offset >= self.size:
+            return 0
+        self._catch_up()
+        return self._readinto_body(buffer)
+
+    def _readinto_body(self, buffer) -> int:
+        failures = 0
+        while True:
+            try:
+                n = self._body.readinto(buffer) if hasattr(self._body, "readinto") else self._read_fallback(buffer)
+            except ShardError:
+                raise
+            except Exception as error:
+                n, last_error = -1, error
+            else:
+                if n or self.size is None or self.offset >= self.size:
+                    self.offset += n
+                    self._body_pos += n
+                    return n
+                last_error = EOFError(f"connection closed at byte {self.offset} of {self.size}")
+            failures += 1
+            if failures > self.retries:
+                raise ShardError(self.url, f"stream failed at byte {self.offset}: {last_error}")
+            close_quietly(self._body)
+            self.resumes += 1
+            time.sleep(min(0.05 * 2**failures, MAX_DELAY))
+            self._body, _, _ = self._request(self.offset)
+
+    def _read_fallback(self, buffer) -> int:
+        data = self._body.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            close_quietly(self._body)
+        super().close()
+
+
+def close_quietly(body) -> None:
+    try:
+        body.close()
+    except Exception:
+        pass
+
+
+def open_resuming(url: str, open_at: Callable[[int], tuple], start: int = 0) -> io.BufferedReader:
+    """A buffered `ResumingStream` over `open_at`, from byte `start` (the first request asks for it)."""
+    return io.BufferedReader(ResumingStream(url, open_at, start=start), REMOTE_BUFFER)

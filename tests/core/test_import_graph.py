@@ -1,0 +1,113 @@
+"""The package's modules import each other without a cycle, counting imports inside functions too.
+
+The graph is built from the source files' syntax trees, not by importing them: a cycle held open by a
+lazy (function-level) import is a cycle all the same. An edge goes from a module to every `wdsprep`
+module it names in an `import` or `from ... import` anywhere in its body; `from PKG import NAME` goes
+to `PKG.NAME` when that is a module, else to `PKG`. A package's `__init__` running before its
+submodules is Python's doing, not an import the code asks for, so it is not an edge.
+"""
+from __future__ import annotations
+
+import ast
+import pathlib
+
+SRC = pathlib.Path(__file__).resolve().parents[2] / "src"
+
+
+def module_files(root: pathlib.Path = SRC / "wdsprep") -> dict[str, pathlib.Path]:
+    """Module name -> file, for every module of the package (packages by their `__init__.py`)."""
+    modules = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+def _resolve(module: str, is_package: bool, level: int, target: str | None) -> str:
+    if level == 0:
+        return target or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[: len(base) - (level - 1)]
+    return ".".join(base + ([target] if target else []))
+
+
+def imports_of(module: str, path: pathlib.Path, known: set[str]) -> set[str]:
+    """The package modules that `module` imports, wherever in the file the import statement is."""
+    found = set()
+    is_package = path.name == "__init__.py"
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in known:
+                    found.add(alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            origin = _resolve(module, is_package, node.level, node.module)
+            for alias in node.names:
+                submodule = f"{origin}.{alias.name}"
+                if submodule in known:
+                    found.add(submodule)
+                elif origin in known:
+                    found.add(origin)
+    found.discard(module)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = module_files()
+    known = set(files)
+    return {module: imports_of(module, path, known) for module, path in files.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle as [a, b, ..., a], or None (iterative depth-first search, colours white/grey/black)."""
+    colour = dict.fromkeys(graph, 0)
+    for start in sorted(graph):
+        if colour[start]:
+            continue
+        stack = [(start, iter(sorted(graph[start])))]
+        path = [start]
+        colour[start] = 1
+        while stack:
+            node, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                colour[node] = 2
+                stack.pop()
+                path.pop()
+            elif colour.get(child) == 1:
+                return path[path.index(child):] + [child]
+            elif colour.get(child) == 0:
+                colour[child] = 1
+                path.append(child)
+                stack.append((child, iter(sorted(graph[child]))))
+    return None
+
+
+def test_the_package_has_no_import_cycle():
+    graph = import_graph()
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+# -- the checker itself, on graphs and files small enough to check by eye
+
+
+def test_find_cycle_finds_a_lazy_two_module_cycle(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("from . import a\n")
+    (package / "sub" / "a.py").write_text("from ..b import thing\n")
+    (package / "b.py").write_text("def thing():\n    from .sub import a\n    return a\n")
+    files = module_files(package)
+    graph = {module: imports_of(module, path, set(files)) for module, path in files.items()}
+    assert graph == {"pkg": set(), "pkg.sub": {"pkg.sub.a"}, "pkg.sub.a": {"pkg.b"}, "pkg.b": {"pkg.sub.a"}}
+    assert find_cycle(graph) == ["pkg.b", "pkg.sub.a", "pkg.b"]
+
+
+def test_find_cycle_accepts_a_diamond():
+    graph = {"a": {"b", "c"}, "b": {"d"}, "c": {"d"}, "d": set()}
+    assert find_cycle(graph) is None
+    assert find_cycle(dict(graph, d={"a"})) in (["a", "b", "d", "a"], ["a", "c", "d", "a"])
