@@ -88,7 +88,7 @@ class _SourceAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 if not any(isinstance(finder, _SourceAlias) for finder in sys.meta_path):
     sys.meta_path.append(_SourceAlias())
 
-_SUBMODULES = ("stream", "shards", "sources", "conversion", "executors", "cli", "upload", "progress")
+_SUBMODULES = ("stream", "shards", "sources", "storage", "conversion", "executors", "cli", "upload", "progress")
 
 
 def __getattr__(name: str):

@@ -9,9 +9,10 @@ The manifest is removed at the start of a run that would change it and written o
 is done, so a manifest never lists a shard that was not written and verified.
 
 One conversion at a time per local output directory (an `flock` the kernel releases when the process
-dies; stores without `supports_lock`, such as `s3://` outputs, have no lock). The driver talks to the
-output only through `wdsprep.storage.Store`'s methods and capability flags, never by probing it. A failed write of the output (a full disk) stops the
-conversion at the first failure, with one line, and leaves no temporary file behind.
+dies; stores without `supports_lock`, such as `s3://` outputs, have no lock). The driver uses the
+output only through `wdsprep.storage.Store`'s methods and capability flags, never by probing it.
+A failed write of the output (a full disk) stops the conversion at the first failure, with one
+line, and leaves no temporary file behind.
 """
 from __future__ import annotations
 
@@ -333,20 +334,20 @@ class _UnitJournal:
         self.store = store
         self.lines = [json.dumps({"config": config}, sort_keys=True, default=str)]
         self.lines += [json.dumps(asdict(r), sort_keys=True, default=str) for r in done.values()]
-        self.append = store.supports_append
+        self.can_append = store.supports_append
         self.written = False
         self.last_flush = time.monotonic()
 
     def record(self, result: UnitResult) -> None:
         line = json.dumps(asdict(result), sort_keys=True, default=str)
         self.lines.append(line)
-        if not self.written or (not self.append and time.monotonic() - self.last_flush > 1.0):
+        if not self.written or (not self.can_append and time.monotonic() - self.last_flush > 1.0):
             self._rewrite()  # the first record replaces a journal of an earlier config
-        elif self.append:
+        elif self.can_append:
             self.store.append_bytes(UNITS_NAME, (line + "\n").encode())
 
     def close(self) -> None:
-        if self.written and not self.append:
+        if self.written and not self.can_append:
             self._rewrite()
 
     def _rewrite(self) -> None:

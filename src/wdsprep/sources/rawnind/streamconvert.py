@@ -45,8 +45,7 @@ class SceneConverter:
         Encoder(options["codec"], options["zstd_level"])  # a bad codec fails before any download
         self.options = options
         self.store = open_store(output)
-        if hasattr(self.store, "clean_temporaries"):
-            self.store.clean_temporaries()  # a shard a killed run was writing
+        self.store.clean_temporaries()  # a shard a killed run was writing
         self.config = dict(conversion_config(options), **{name: options[name] for name in CORE_DEFAULTS})
         self.units: dict[str, Unit] = {}
         counts = {"train": 0, "test": 0}
