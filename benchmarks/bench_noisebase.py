@@ -54,7 +54,7 @@ class _ZipFrames:
     def __getitem__(self, index):
         import zarr
 
-        from wdsprep.sources.noisebase._format import decode_rgbe, zip_store
+        from wdsprep.sources.noisebase.native import decode_rgbe, zip_store
         from wdsprep.sources.noisebase.projective import Orientation, log_depth, motion_vectors, screen_space_normal
 
         frame, sequence = index["idx"] % FRAMES, index["idx"] // FRAMES

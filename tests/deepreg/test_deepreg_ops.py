@@ -106,7 +106,7 @@ def test_option_errors_have_deepreg_messages():
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.integers(1, 100), min_size=1, max_size=30), st.integers(1, 300))
 def test_unit_grouping_keeps_order_and_constraints(sizes, target):
-    from wdsprep.sources.deepreg._convert import _at_least_two, _even_groups, group_by_size
+    from wdsprep.sources.deepreg.convert import _at_least_two, _even_groups, group_by_size
 
     items = list(range(len(sizes)))
     even = _even_groups(items, sizes, target)

@@ -14,7 +14,7 @@ import pathlib
 
 import numpy as np
 
-from wdsprep.sources.minecraft._synth import write_frame
+from wdsprep.sources.minecraft.synth import write_frame
 
 
 def upstream_pairs(data_dir, history_length: int = 1, max_creative_scenes: int | None = None) -> list[dict]:

@@ -4,7 +4,7 @@ import shutil
 import zipfile
 
 from wdsprep.conversion import convert
-from wdsprep.sources.minecraft._synth import synth
+from wdsprep.sources.minecraft.synth import synth
 from wdsprep.testing.edits import failing_convert
 
 MEMBER = "data/creative:3/000003.npy"  # synth seed 5 makes creative:3, :99 and :119

@@ -13,7 +13,7 @@ import wdsprep
 from wdsprep.conversion import convert
 from wdsprep.errors import InputError
 from wdsprep.sources.minecraft import SOURCE
-from wdsprep.sources.minecraft._synth import write_frame
+from wdsprep.sources.minecraft.synth import write_frame
 
 from minecraft_testdata import make_episode_dir
 

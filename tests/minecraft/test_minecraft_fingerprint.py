@@ -12,7 +12,7 @@ import pytest
 
 import wdsprep
 from wdsprep.conversion import convert
-from wdsprep.sources.minecraft._synth import synth
+from wdsprep.sources.minecraft.synth import synth
 from wdsprep.stream import iter_shard, load_manifest
 from wdsprep.testing.edits import (overwrite_keeping_size, rewritten_shards, shard_identities,
                                    zip_with_member_replaced)

@@ -16,7 +16,7 @@ from wdsprep.shards.codec import Encoder
 from wdsprep.sources.minecraft import (
     Vocabulary, action_to_text, collate, collate_fn, pairs, vocabulary, voxel_to_text,
 )
-from wdsprep.sources.minecraft._convert import windows
+from wdsprep.sources.minecraft.convert import windows
 
 from minecraft_testdata import make_episode_dir, upstream_pairs
 

@@ -9,7 +9,7 @@ import numpy as np
 import wdsprep
 from wdsprep.cli import main as cli
 from wdsprep.conversion import convert
-from wdsprep.sources.minecraft._synth import synth
+from wdsprep.sources.minecraft.synth import synth
 
 REAL_BLOCKS = {"air", "stone", "dirt", "grass block", "leaves", "sand", "water", "sandstone", "grass", "wood",
                "gravel", "coal ore", "vines", "iron ore", "plant", "mushroom", "flower", "clay", "cactus",

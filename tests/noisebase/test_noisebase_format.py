@@ -15,7 +15,7 @@ zarr = pytest.importorskip("zarr")
 
 from wdsprep.errors import InputError  # noqa: E402
 from wdsprep.sources.noisebase import SOURCE, backproject_pixel_centers  # noqa: E402
-from wdsprep.sources.noisebase._format import decode_rgbe, encode_rgbe, zip_store  # noqa: E402
+from wdsprep.sources.noisebase.native import decode_rgbe, encode_rgbe, zip_store  # noqa: E402
 from wdsprep.sources.noisebase.projective import Orientation, screen_space_position  # noqa: E402
 
 EXPECTED = {

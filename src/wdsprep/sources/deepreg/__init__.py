@@ -5,8 +5,8 @@ Convert:  `wdsprep convert deepreg CONFIG.yaml OUT` (DeepReg's `dataset:` sectio
 Read:     `wds.WebDataset(urls).compose(wdsprep.deepreg.pairs("paired", moving_image_shape=...,
           fixed_image_shape=...)).batched(4, collation_fn=wdsprep.deepreg.collate)`.
 """
-from ._convert import DeepRegSource, load_datasets
-from ._read import collate, normalize, pairs, resize, to_float32
+from .convert import DeepRegSource, load_datasets
+from .read import collate, normalize, pairs, resize, to_float32
 from ._sampling import (
     DeepRegSamplingError,
     grouped_enumerated,

@@ -7,9 +7,9 @@ Reader API (`wdsprep.minecraft.<name>`):
     vocab = wdsprep.minecraft.vocabulary("shards/minecraft/manifest.json")
     print(wdsprep.minecraft.voxel_to_text(next(iter(pipeline))["voxel"], vocab))
 """
-from ._convert import SOURCE, MinecraftSource, episode_key
-from ._native import ACTION_FIELDS, ACTION_NAMES
-from ._read import (
+from .convert import SOURCE, MinecraftSource, episode_key
+from .native import ACTION_FIELDS, ACTION_NAMES
+from .read import (
     TASKS,
     MinecraftPairs,
     Vocabulary,

@@ -21,7 +21,7 @@ _LAZY = {
     "backproject_pixel_centers": ".projective",
     "TrainingSampleDataModule": ".lightning",
     "MidepochCheckpoint": ".lightning",
-    "frames": ".stage",
+    "frames": ".read",
 }
 
 

@@ -22,8 +22,8 @@ import numpy as np
 
 from ...errors import InputError
 from ..base import Plan, Unit, UnitContext, group_by_size
-from . import _format
-from ._format import CAMERA_ARRAYS, RENDERING_HEIGHT, RENDERING_WIDTH, SAMPLE_ARRAYS
+from . import native
+from .native import CAMERA_ARRAYS, RENDERING_HEIGHT, RENDERING_WIDTH, SAMPLE_ARRAYS
 
 FORMAT_VERSION = 1
 PREV_CAMERA = ("camera_position", "camera_target", "camera_up", "proj_mat", "view_proj_mat", "crop_offset")
@@ -49,15 +49,15 @@ class NoisebaseSource:
         root = os.path.abspath(input)
         height = int(options.get("rendering_height") or RENDERING_HEIGHT)
         width = int(options.get("rendering_width") or RENDERING_WIDTH)
-        found = _format.find_sequences(root)
+        found = native.find_sequences(root)
         sequences, problems, sizes = [], [], []
         shape = None
         for index, rel in found:
             path = os.path.join(root, rel)
             try:
-                group, store = _format.open_sequence(path)
+                group, store = native.open_sequence(path)
                 try:
-                    facts = _format.check_sequence(rel, group)
+                    facts = native.check_sequence(rel, group)
                 finally:
                     store.close()
                 if shape is None:
@@ -115,7 +115,7 @@ class NoisebaseSource:
     # ----------------------------------------------------------------------------------- build
     def build(self, unit: Unit, ctx: UnitContext):
         for item in unit.items:
-            group, store = _format.open_sequence(item["path"])
+            group, store = native.open_sequence(item["path"])
             try:
                 yield from _sequence_samples(item, group)
             finally:

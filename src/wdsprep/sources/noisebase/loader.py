@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from ...errors import ConfigError, ManifestError
 from ...stream import load_manifest
-from ._format import BUFFERS, decode_rgbe
+from .native import BUFFERS, decode_rgbe
 from ._shardread import SequenceReader
 from .convert import frame_key
 from .projective import Orientation, log_depth, motion_vectors, screen_space_normal

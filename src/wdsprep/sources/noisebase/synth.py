@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 
-from ._format import FILE_PATTERN, RENDERING_HEIGHT, RENDERING_WIDTH, encode_rgbe, zip_store
+from .native import FILE_PATTERN, RENDERING_HEIGHT, RENDERING_WIDTH, encode_rgbe, zip_store
 
 SIZES = {
     # sequences, frames, crop, samples

@@ -26,7 +26,7 @@ import numpy as np
 
 from ...errors import ConfigError, InputError
 from ..base import Plan, Unit, UnitContext, group_by_size, input_size
-from ._layout import (
+from .native import (
     DATASET_DIR,
     RAY_DIR,
     RAY_SUFFIX,

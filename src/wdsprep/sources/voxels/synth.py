@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._layout import (
+from .native import (
     DATASET_DIR,
     FACE_NORMALS,
     RAY_DIR,

@@ -16,7 +16,7 @@ import yaml
 
 from ...errors import ConfigError, InputError
 from ..base import Plan, Unit, UnitContext, group_by_size
-from . import _native
+from . import native
 from ._config import DatasetConfig, load_config, parse_section
 
 CONFIG_NAME = "deepreg.yaml"
@@ -60,7 +60,7 @@ def load_datasets(input: str, options: dict) -> list[tuple[str, DatasetConfig]]:
     return [("", load_config(path, options))]
 
 
-def _relative(ref: _native.VolumeRef, split) -> str:
+def _relative(ref: native.VolumeRef, split) -> str:
     """The file as `<dir as written>/<path inside it>` (+ `:key` for H5): no machine-specific paths."""
     for dir_string, base in zip(split.dirs, split.paths):
         if os.path.commonpath([base, ref.path]) == base:
@@ -70,7 +70,7 @@ def _relative(ref: _native.VolumeRef, split) -> str:
     return ref.describe()
 
 
-def _estimated_bytes(ref: _native.VolumeRef, info: _native.VolumeInfo) -> int:
+def _estimated_bytes(ref: native.VolumeRef, info: native.VolumeInfo) -> int:
     """Bytes a volume will take in a shard: raw size, or for gzip files a bound from their size
     (zstd does about as well as gzip on these volumes)."""
     if ref.key is None and ref.path.endswith(".gz"):
@@ -80,7 +80,7 @@ def _estimated_bytes(ref: _native.VolumeRef, info: _native.VolumeInfo) -> int:
 
 def _split_items(kind: str, split, out_split: str, dataset: str) -> tuple[list[dict], list[int], dict]:
     """The items (one per shard sample) of a split, their raw sizes, and the split's table."""
-    observations = _native.scan_split(split, kind)
+    observations = native.scan_split(split, kind)
     roles = list(ROLES[kind]) + (list(LABEL_ROLES[kind]) if split.labeled else [])
     label_counts: dict[str, int] = {}  # role -> C seen first (unpaired/grouped: one C per split)
     first_label_file: dict[str, str] = {}
@@ -90,18 +90,18 @@ def _split_items(kind: str, split, out_split: str, dataset: str) -> tuple[list[d
         infos = {}
         for folder, role in roles:
             ref = obs.refs[folder]
-            info = _native.volume_info(ref)
+            info = native.volume_info(ref)
             infos[role] = (ref, info)
             if role.endswith("image"):
-                _native.check_image_shape(ref, info, role.replace("_", " "))
+                native.check_image_shape(ref, info, role.replace("_", " "))
             else:
-                counts[role] = _native.check_label_shape(ref, info, role.replace("_", " "))
+                counts[role] = native.check_label_shape(ref, info, role.replace("_", " "))
             volumes[role] = {"path": ref.path, "key": ref.key, "rel": _relative(ref, split)}
             size += _estimated_bytes(ref, info)
         if split.labeled:
             for image_role in [r for _, r in ROLES[kind]]:
                 label_role = image_role.replace("image", "label")
-                _native.warn_shape_mismatch(*infos[image_role], *infos[label_role])
+                native.warn_shape_mismatch(*infos[image_role], *infos[label_role])
         if kind == "paired" and split.labeled and counts["moving_label"] != counts["fixed_label"]:
             moving, fixed = infos["moving_label"][0], infos["fixed_label"][0]
             raise InputError(f"{moving.describe()} vs {fixed.describe()}: moving and fixed labels have different "
@@ -135,7 +135,7 @@ def _split_items(kind: str, split, out_split: str, dataset: str) -> tuple[list[d
         table["num_samples"] = len(items) if kind == "paired" else len(items) // 2
         return items, [size for _, _, size, _ in described], table
 
-    structure = _native.group_structure([obs for obs, *_ in described])
+    structure = native.group_structure([obs for obs, *_ in described])
     by_index = {obs.index: (obs, volumes, size, count) for obs, volumes, size, count in described}
     items, sizes = [], []
     for group_index, ((dir_string, group), data_indices) in enumerate(structure):
@@ -272,17 +272,17 @@ class DeepRegSource:
         return {}
 
     def synth(self, directory: str, seed: int, size: str) -> None:
-        from ._synth import synth
+        from .synth import synth
 
         synth(directory, seed, size)
 
 
 def _read(volume: dict, handles: dict, is_label: bool):
-    ref = _native.VolumeRef(volume["path"], volume["key"])
-    array, meta = _native.read_volume(ref, handles)
+    ref = native.VolumeRef(volume["path"], volume["key"])
+    array, meta = native.read_volume(ref, handles)
     meta["file"] = volume["rel"]
     if is_label:
-        _native.check_label_values(array, ref, meta)
+        native.check_label_values(array, ref, meta)
     else:
         if array.ndim != 3 or 0 in array.shape:
             raise InputError(f"{ref.describe()}: image has shape {array.shape}; DeepReg: image shape should be 3D "

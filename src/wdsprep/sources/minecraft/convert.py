@@ -24,7 +24,7 @@ import numpy as np
 
 from ...errors import ConfigError, InputError
 from ..base import Plan, Unit, UnitContext, group_by_size
-from ._native import NativeTree, block_names, list_episodes, load_frame
+from .native import NativeTree, block_names, list_episodes, load_frame
 
 log = logging.getLogger("wdsprep.minecraft")
 
@@ -321,7 +321,7 @@ class MinecraftSource:
 
     # ------------------------------------------------------------------------------ synth
     def synth(self, directory: str, seed: int, size: str) -> None:
-        from ._synth import synth
+        from .synth import synth
 
         synth(directory, seed=seed, size=size)
 

@@ -13,7 +13,7 @@ from typing import Iterable, Iterator, Sequence
 
 from ...errors import ConfigError, FormatError
 from ...shards.codec import decode_sample
-from ._format import BUFFERS
+from .native import BUFFERS
 
 
 def frames(*, buffers: Sequence[str] = BUFFERS, samples: int = 8, flip_rotate: bool = False, seed: int = 42,

@@ -16,8 +16,8 @@ import torch
 
 from ...errors import ConfigError, FormatError
 from ...shards.codec import decode_sample
-from ._convert import windows
-from ._native import ACTION_FIELDS, ACTION_NAMES
+from .convert import windows
+from .native import ACTION_FIELDS, ACTION_NAMES
 
 TASKS = ("frame_prediction", "action_recognition")
 
