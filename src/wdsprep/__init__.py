@@ -31,9 +31,9 @@ from .storage.gopen import register_webdataset_schemes
 
 register_webdataset_schemes()  # plain `wds.WebDataset("s3://...")` works after `import wdsprep`
 
-__version__ = "0.1.0"
+from .sources.registry import NAMESPACES as SOURCE_IDS  # the one list of built-in sources
 
-SOURCE_IDS = ("voxels", "minecraft", "deepreg", "rawnind", "noisebase")
+__version__ = "0.1.0"
 
 __all__ = [
     "urls",

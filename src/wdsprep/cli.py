@@ -1,4 +1,10 @@
-"""`wdsprep convert | synth | inspect | verify | pipeline | upload | fetch | serve`."""
+"""`wdsprep convert | synth | inspect | verify | pipeline | upload`, and the sources' own commands.
+
+A source's extra commands (`Source.commands()`, e.g. rawnind's `fetch rawnind` and `serve dataverse`)
+are mounted as `wdsprep VERB NAME ...`: the core knows no source by name, built-in ids come from
+`sources.registry.BUILTIN`, and every command that takes a SOURCE also takes a plugin
+`package.module:OBJECT`.
+"""
 from __future__ import annotations
 
 import argparse
@@ -8,11 +14,12 @@ import sys
 import tomllib
 from typing import Sequence
 
-from .errors import WdsprepError
+from .errors import ConfigError, WdsprepError
 from .executors import EXECUTORS
+from .sources.registry import BUILTIN, is_plugin, load_source
 from .storage import describe as describe_schemes
 
-SOURCE_IDS = ("voxels", "minecraft", "deepreg", "rawnind", "noisebase", "generic")
+SOURCES_HELP = f"{', '.join(BUILTIN)}, or a plugin package.module:OBJECT"
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -22,6 +29,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
 
 def _add_convert_options(parser: argparse.ArgumentParser) -> None:
     from .shards.codec import ARRAY_CODECS
+    from .sources.base import DEFAULT_ON_ERROR, ON_ERROR
 
     parser.add_argument("--split", action="append", dest="splits", help="convert only this split (repeatable)")
     parser.add_argument("--shard-bytes", default="256MB", help="target shard size, headers included (default 256MB)")
@@ -33,20 +41,17 @@ def _add_convert_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--zstd-level", type=int, default=3)
     parser.add_argument("--fingerprint", default=None, choices=("content", "stat"),
                         help="how changed inputs are found: content hashes, or size+mtime+ctime+inode (default: the source's)")
-    parser.add_argument("--on-error", default="raise", choices=("raise", "skip"), help="bad input items: stop, or skip and report them in the manifest")
+    parser.add_argument("--on-error", default=DEFAULT_ON_ERROR, choices=ON_ERROR,
+                        help=f"bad input items: stop, or skip and report them in the manifest (default {DEFAULT_ON_ERROR})")
 
 
 def _convert_parser(source_id: str):
-    from .sources.registry import load_source
-
     parser = argparse.ArgumentParser(prog=f"wdsprep convert {source_id}")
     parser.add_argument("input")
     parser.add_argument("output")
     _add_convert_options(parser)
     _add_common(parser)
-    source = load_source(source_id)
-    if hasattr(source, "add_arguments"):
-        source.add_arguments(parser)
+    load_source(source_id).add_arguments(parser)
     return parser
 
 
@@ -54,7 +59,7 @@ def cmd_convert(argv: Sequence[str]) -> int:
     from .conversion import convert
 
     if not argv or argv[0] in ("-h", "--help"):
-        print(f"usage: wdsprep convert SOURCE INPUT OUTPUT [options]   (SOURCE: {', '.join(SOURCE_IDS)})")
+        print(f"usage: wdsprep convert SOURCE INPUT OUTPUT [options]   (SOURCE: {SOURCES_HELP})")
         print("       wdsprep convert SOURCE --help   shows the options of a source")
         return 0 if argv else 2
     source_id, rest = argv[0], argv[1:]
@@ -103,10 +108,8 @@ def _print_summary(manifest) -> None:
 
 
 def cmd_synth(argv: Sequence[str]) -> int:
-    from .sources.registry import load_source
-
     parser = argparse.ArgumentParser(prog="wdsprep synth")
-    parser.add_argument("source", choices=SOURCE_IDS)
+    parser.add_argument("source", help=SOURCES_HELP)
     parser.add_argument("directory")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--size", default="small", choices=("small", "medium"))
@@ -187,7 +190,6 @@ def cmd_verify(argv: Sequence[str]) -> int:
 
 def cmd_pipeline(argv: Sequence[str]) -> int:
     from .conversion import convert
-    from .sources.registry import load_source
 
     parser = argparse.ArgumentParser(prog="wdsprep pipeline", description="run a pipelines/*.toml spec")
     parser.add_argument("spec")
@@ -207,9 +209,8 @@ def cmd_pipeline(argv: Sequence[str]) -> int:
     if not args.input and synth is not None and not os.path.exists(input_path):
         print(f"[{source_id}] synthesizing native data in {input_path}")
         source.synth(input_path, int(synth.get("seed", 0)), synth.get("size", "small"))
-    prepare = getattr(source, "prepare_input", None)
-    if prepare is not None and not args.input:
-        input_path = prepare(dict(spec, input=input_path), os.path.join(root, "data"))
+    if not args.input:
+        input_path = source.prepare_input(dict(spec, input=input_path), os.path.join(root, "data"))
     options = dict(spec.get("convert", {}))
     options.update(spec.get("options", {}))
     if args.workers is not None:
@@ -220,27 +221,36 @@ def cmd_pipeline(argv: Sequence[str]) -> int:
     return 0
 
 
-def _delegate(argv: Sequence[str], command: str, choices: dict[str, tuple[str, str, str]]) -> int:
-    import importlib
+def source_commands(name: str | None = None) -> dict:
+    """`(VERB, NAME) -> Command` of the built-in sources (and of the plugin `name` when it is one)."""
+    ids = list(BUILTIN) + ([name] if name and is_plugin(name) else [])
+    mounted = {}
+    for source_id in ids:
+        try:
+            commands = load_source(source_id).commands()
+        except ConfigError:
+            if source_id == name:
+                raise
+            continue  # a built-in source this installation lacks: its commands are absent too
+        for (verb, target), command in commands.items():
+            mounted[verb, name if source_id == name else target] = command
+    return mounted
 
-    if not argv or argv[0] not in choices:
-        print(f"usage: wdsprep {command} {{{','.join(choices)}}} ...", file=sys.stderr)
+
+def run_source_command(argv: Sequence[str]) -> int:
+    """`wdsprep VERB NAME ...` for a command a source declares."""
+    verb, name = argv[0], (argv[1] if len(argv) > 1 else None)
+    mounted = source_commands(name)
+    command = mounted.get((verb, name))
+    if command is None:
+        names = sorted(target for known, target in mounted if known == verb)
+        print(f"usage: wdsprep {verb} {{{','.join(names)}}} ..." if names else usage(), file=sys.stderr)
         return 2
-    module_name, add_name, main_name = choices[argv[0]]
-    module = importlib.import_module(module_name)
-    parser = argparse.ArgumentParser(prog=f"wdsprep {command} {argv[0]}")
-    getattr(module, add_name)(parser)
-    if not any(a.dest == "debug" for a in parser._actions):
+    parser = argparse.ArgumentParser(prog=f"wdsprep {verb} {name}")
+    command.add_arguments(parser)
+    if not any(action.dest == "debug" for action in parser._actions):
         _add_common(parser)
-    return int(getattr(module, main_name)(parser.parse_args(argv[1:])) or 0)
-
-
-def cmd_fetch(argv: Sequence[str]) -> int:
-    return _delegate(argv, "fetch", {"rawnind": ("wdsprep.sources.rawnind", "add_fetch_arguments", "fetch_main")})
-
-
-def cmd_serve(argv: Sequence[str]) -> int:
-    return _delegate(argv, "serve", {"dataverse": ("wdsprep.sources.rawnind", "add_serve_arguments", "serve_main")})
+    return int(command.main(parser.parse_args(argv[2:])) or 0)
 
 
 def cmd_upload(argv: Sequence[str]) -> int:
@@ -259,26 +269,34 @@ COMMANDS = {
     "verify": cmd_verify,
     "pipeline": cmd_pipeline,
     "upload": cmd_upload,
-    "fetch": cmd_fetch,
-    "serve": cmd_serve,
 }
+
+
+def usage() -> str:
+    """The command list: the core's, then the built-in sources' own commands."""
+    mounted = source_commands()
+    verbs = list(COMMANDS) + list(dict.fromkeys(verb for verb, _ in mounted))
+    rows = [
+        ("convert SOURCE INPUT OUTPUT", "native data -> shards + manifest.json"),
+        ("synth SOURCE DIR", "write synthetic native data"),
+        ("inspect DIR_OR_URL", "splits, counts, sizes, sample fields"),
+        ("verify DIR_OR_URL", "sha256, counts, every member decodes"),
+        ("pipeline pipelines/X.toml", "synth/fetch + convert as one declared step"),
+        ("upload SHARD_DIR URL", f"copy shards to {describe_schemes(writable=True)}; verified, manifest last"),
+    ]
+    rows += [(f"{verb} {name} {command.usage}".rstrip(), command.summary) for (verb, name), command in mounted.items()]
+    return "usage: wdsprep {" + ",".join(verbs) + "} ...\n" + "\n".join(f"  {words:<29} {text}" for words, text in rows)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        print("usage: wdsprep {" + ",".join(COMMANDS) + "} ...\n"
-              "  convert SOURCE INPUT OUTPUT   native data -> shards + manifest.json\n"
-              "  synth SOURCE DIR              write synthetic native data\n"
-              "  inspect DIR_OR_URL            splits, counts, sizes, sample fields\n"
-              "  verify DIR_OR_URL             sha256, counts, every member decodes\n"
-              "  pipeline pipelines/X.toml     synth/fetch + convert as one declared step\n"
-              f"  upload SHARD_DIR URL          copy shards to {describe_schemes(writable=True)}; verified, manifest last\n"
-              "  fetch rawnind DEST ...        download RawNIND from a Dataverse server\n"
-              "  serve dataverse DIR           a local Dataverse-compatible server", file=sys.stderr)
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage(), file=sys.stderr)
+        return 0 if argv else 2
     try:
+        if argv[0] not in COMMANDS:
+            return run_source_command(argv)
         return COMMANDS[argv[0]](argv[1:])
     except WdsprepError as error:
         if debug:

@@ -32,7 +32,7 @@ from .shards.codec import Encoder
 from .shards.manifest import MANIFEST_NAME, Manifest, shard_name_pattern
 from .shards.tarformat import BLOCK, END_OF_ARCHIVE, index_samples
 from .shards.writer import ShardRow, ShardWriter
-from .sources.base import Unit, UnitContext
+from .sources.base import DEFAULT_ON_ERROR, ON_ERROR, PlanContext, Unit, UnitContext
 from .sources.registry import load_source
 from .storage import Store, file_sha256, open_store
 
@@ -84,7 +84,7 @@ def build_unit(source_id: str, unit: Unit, options: dict, output: str, digest: s
     writer = ShardWriter(
         staging,
         f"{unit.split}-{unit.index:05d}",
-        shard_bytes=(1 << 62) if getattr(source, "whole_units", False) else options["shard_bytes"],
+        shard_bytes=(1 << 62) if source.whole_units else options["shard_bytes"],
         encoder=encoder,
         on_complete=lambda path, row: written.append(path),  # published once the unit is complete
     )
@@ -168,7 +168,7 @@ def convert(
     zstd_level: int = 3,
     workers: int = 1,
     executor: str = "local",
-    on_error: str = "raise",
+    on_error: str = DEFAULT_ON_ERROR,
     quiet: bool = True,
     executor_options: dict | None = None,
     splits: list[str] | None = None,
@@ -179,8 +179,8 @@ def convert(
     if "://" not in str(input):
         input = os.path.abspath(input)  # units carry paths that workers on other nodes can resolve
     source = load_source(source_id)
-    if on_error not in ("raise", "skip"):
-        raise ConfigError(f"--on-error must be 'raise' or 'skip' (got {on_error!r})")
+    if on_error not in ON_ERROR:
+        raise ConfigError(f"--on-error must be one of {', '.join(ON_ERROR)} (got {on_error!r})")
     options = dict(
         source_options,
         shard_bytes=parse_size(shard_bytes),
@@ -199,7 +199,8 @@ def convert(
 
 def _convert(source_id, source, input, store, options, *, splits, fingerprint, executor, workers,
              executor_options, quiet, started) -> Manifest:
-    plan = source.plan(input, options)
+    plan_ctx = PlanContext(options)
+    plan = source.plan(input, plan_ctx)
     if splits:
         unknown = set(splits) - {unit.split for unit in plan.units}
         if unknown:
@@ -209,7 +210,7 @@ def _convert(source_id, source, input, store, options, *, splits, fingerprint, e
     config.update({name: options[name] for name in CORE_CONFIG})
     store.clean_temporaries()  # ours only: the lock excludes another run
 
-    mode = fingerprint or getattr(source, "fingerprint", "stat")
+    mode = fingerprint or source.fingerprint
     inputs = unit_input_fingerprints(source, plan.units, mode)
     input_fingerprint = _digest([mode, inputs])
     digests = [unit_digest(unit, config, unit_inputs) for unit, unit_inputs in zip(plan.units, inputs)]
@@ -275,10 +276,8 @@ def _convert(source_id, source, input, store, options, *, splits, fingerprint, e
     for unit, result in zip(plan.units, results):
         splits.setdefault(unit.split, []).extend(dict(row, unit_digest=result.digest) for row in result.rows)
     tables = dict(plan.tables)
-    finalize = getattr(source, "finalize", None)
-    if finalize is not None:
-        tables.update(finalize(plan, [r.tables for r in results]) or {})
-    problems = list(plan.problems) + [p for r in results for p in r.problems]
+    tables.update(source.finalize(plan, [r.tables for r in results]))
+    problems = plan_ctx.problems + [p for r in results for p in r.problems]
     manifest = Manifest(
         source=source_id,
         config=config,

@@ -102,16 +102,13 @@ class InputFingerprints:
 
 def unit_input_fingerprints(source, units, mode: str) -> list[str]:
     """Per unit, a digest of the fingerprints of every input that feeds it."""
-    declare = getattr(source, "inputs", None)
-    if declare is None:
-        raise ConfigError(f"source {getattr(source, 'id', source)!r} does not declare its inputs (Source.inputs)")
     fingerprints = InputFingerprints(mode)
     digests = []
     try:
         for unit in units:
             digest = hashlib.sha256(mode.encode())
             for item in unit.items:
-                for entry in fingerprints.of(declare(item)):
+                for entry in fingerprints.of(source.inputs(item)):
                     digest.update(repr(entry).encode() + b"\n")
             digests.append(digest.hexdigest())
     finally:

@@ -6,7 +6,7 @@ import webdataset as wds
 import wdsprep
 from wdsprep.conversion import convert
 from wdsprep.shards.codec import Encoder
-from wdsprep.sources.base import UnitContext
+from wdsprep.sources.base import PlanContext, UnitContext
 from wdsprep.sources.deepreg import SOURCE, pairs
 from wdsprep.stream import load_manifest
 
@@ -56,7 +56,7 @@ def test_synth_paired_label_counts_follow_the_files(synthetic):
 
 def test_stage_accepts_in_memory_samples_from_build(synthetic):
     native, _, _ = synthetic
-    plan = SOURCE.plan(str(native), {"shard_bytes": 1 << 30})
+    plan = SOURCE.plan(str(native), PlanContext({"shard_bytes": 1 << 30}))
     unit = next(u for u in plan.units if u.split == "unpaired_nifti_train")
     encoder = Encoder("zstd", 3)
     raw = [{"__key__": key, **dict(encoder.encode_fields(key, fields))}

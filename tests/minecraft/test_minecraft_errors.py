@@ -12,6 +12,7 @@ import webdataset as wds
 import wdsprep
 from wdsprep.conversion import convert
 from wdsprep.errors import InputError
+from wdsprep.sources.base import PlanContext
 from wdsprep.sources.minecraft import SOURCE
 from wdsprep.sources.minecraft.synth import write_frame
 
@@ -24,7 +25,7 @@ GOOD_ACTION = np.array([1, 0, 0], dtype=np.int64)
 
 def plan_error(root) -> str:
     with pytest.raises(InputError) as error:
-        SOURCE.plan(str(root), dict(OPTIONS))
+        SOURCE.plan(str(root), PlanContext(dict(OPTIONS)))
     return str(error.value)
 
 
@@ -78,7 +79,7 @@ def test_errors_from_a_parallel_plan_scan_are_the_same(episode):
     save_object(episode / "data" / "creative:4" / "000001.npy", {"action": GOOD_ACTION})
     save_object(episode / "data" / "creative:3" / "000001.npy", {"voxel": GOOD_VOXEL})
     with pytest.raises(InputError) as error:
-        SOURCE.plan(str(episode), dict(OPTIONS, workers=2))
+        SOURCE.plan(str(episode), PlanContext(dict(OPTIONS, workers=2)))
     assert str(error.value) == plan_error(episode) == "data/creative:3/000001.npy: missing 'action' (keys: ['voxel'])"
 
 
@@ -91,7 +92,7 @@ def test_mixed_voxel_sizes_within_an_episode(episode):
 
 def test_different_sizes_in_different_episodes_are_fine(episode):
     make_episode_dir(episode / "data", "creative:4", 3, side=7)
-    plan = SOURCE.plan(str(episode), dict(OPTIONS))
+    plan = SOURCE.plan(str(episode), PlanContext(dict(OPTIONS)))
     sides = {item["episode"]: item["side"] for unit in plan.units for item in unit.items}
     assert sides == {"creative:3": 5, "creative:4": 7}
 
@@ -153,7 +154,7 @@ def test_hidden_files_and_macos_forks_are_not_frames(episode, tmp_path):
             out.write(frame, f"data/creative:3/{t:06d}.npy")
             out.writestr(f"__MACOSX/data/creative:3/._{t:06d}.npy", b"resource fork")
         out.writestr("data/creative:3/.DS_Store", b"finder")
-    plan = SOURCE.plan(str(archive), dict(OPTIONS))
+    plan = SOURCE.plan(str(archive), PlanContext(dict(OPTIONS)))
     assert [len(item["paths"]) for unit in plan.units for item in unit.items] == [4]
 
 

@@ -14,6 +14,7 @@ from noisebase_testdata import CROP, FRAMES, SAMPLES, SEQUENCES, native, shards
 zarr = pytest.importorskip("zarr")
 
 from wdsprep.errors import InputError  # noqa: E402
+from wdsprep.sources.base import PlanContext  # noqa: E402
 from wdsprep.sources.noisebase import SOURCE, backproject_pixel_centers  # noqa: E402
 from wdsprep.sources.noisebase.native import decode_rgbe, encode_rgbe, zip_store  # noqa: E402
 from wdsprep.sources.noisebase.projective import Orientation, screen_space_position  # noqa: E402
@@ -158,15 +159,16 @@ def _copy_dataset(tmp_path_factory, tmp_path) -> str:
 
 def test_bad_input_names_the_file(tmp_path_factory, tmp_path):
     with pytest.raises(InputError, match="no sampleset_v1 sequences"):
-        SOURCE.plan(str(tmp_path), {"shard_bytes": 1 << 20})
+        SOURCE.plan(str(tmp_path), PlanContext({"shard_bytes": 1 << 20}))
     root = _copy_dataset(tmp_path_factory, tmp_path)
     broken = os.path.join(root, "sampleset_v1/train/scene0002.zip")
     with open(broken, "wb") as handle:
         handle.write(b"not a zip")
     with pytest.raises(InputError, match=r"scene0002\.zip: not a readable zip"):
-        SOURCE.plan(root, {"shard_bytes": 1 << 20})
-    plan = SOURCE.plan(root, {"shard_bytes": 1 << 20, "on_error": "skip"})
-    assert [p["item"] for p in plan.problems] == ["sampleset_v1/train/scene0002.zip"]
+        SOURCE.plan(root, PlanContext({"shard_bytes": 1 << 20}))
+    ctx = PlanContext({"shard_bytes": 1 << 20, "on_error": "skip"})
+    plan = SOURCE.plan(root, ctx)
+    assert [p["item"] for p in ctx.problems] == ["sampleset_v1/train/scene0002.zip"]
     assert [e["index"] for e in plan.tables["sequences"]] == [0, 1, 3, 4, 5]
 
 
@@ -186,7 +188,7 @@ def test_wrong_dtype_is_refused(tmp_path_factory, tmp_path):
     target.close()
     source.close()
     with pytest.raises(InputError, match=r"scene0000\.zip: normal has dtype float32, expected float16"):
-        SOURCE.plan(str(root), {"shard_bytes": 1 << 20})
+        SOURCE.plan(str(root), PlanContext({"shard_bytes": 1 << 20}))
 
 
 def test_backproject_pixel_centers_matches_noisebase():

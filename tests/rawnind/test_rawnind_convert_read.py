@@ -1,11 +1,14 @@
 """The legacy float layout (`layout="legacy"`): convert scenes to shards and read the legacy
 loader's crop pairs back. The mosaic layout's tests are in test_rawnind_mosaic.py."""
 import shutil
+import tarfile
 
+import msgpack
 import numpy as np
 import pytest
 import rawpy
 import webdataset as wds
+import yaml
 
 import wdsprep
 from wdsprep.conversion import convert
@@ -201,8 +204,31 @@ def test_plan_errors_name_the_problem(tmp_path, synth_tiny):
         convert("rawnind", str(native), str(tmp_path / "out"), tile_size=30)
     for path in (native / "files").glob("*.dng"):
         path.unlink()
-    with pytest.raises(InputError, match="no complete scene to convert .*incomplete on disk, missing"):
+    with pytest.raises(InputError, match=r"^Bayer/\S+: incomplete on disk, missing \S+\.dng"):  # raise mode: the first scene
         convert("rawnind", str(native), str(tmp_path / "out"))
+    with pytest.raises(InputError, match="no complete scene to convert .*incomplete on disk, missing"):
+        convert("rawnind", str(native), str(tmp_path / "out"), on_error="skip")
+
+
+def test_an_incomplete_scene_stops_the_conversion_or_is_skipped(tmp_path, synth_tiny):
+    native = tmp_path / "native"
+    shutil.copytree(synth_tiny, native)
+    scenes = yaml.safe_load((native / "dataset_index.yaml").read_text())
+    cfa, scene = next((cfa, name) for cfa, entries in sorted(scenes.items()) for name in sorted(entries))
+    victim = scenes[cfa][scene]["noisy_images"][0]["filename"]
+    (native / "files" / victim).unlink()
+    with pytest.raises(InputError, match=f"^{cfa}/{scene}: incomplete on disk, missing {victim}$"):
+        convert("rawnind", str(native), str(tmp_path / "out"), tile_size=256)
+    assert not (tmp_path / "out" / "manifest.json").exists()
+    manifest = convert("rawnind", str(native), str(tmp_path / "out"), tile_size=256, on_error="skip")
+    assert manifest.problems == [{"item": f"{cfa}/{scene}", "message": f"incomplete on disk, missing {victim}"}]
+    converted = set()
+    for split in manifest.splits:  # read back with tarfile and msgpack, not with wdsprep's reader
+        for url in manifest.shard_urls(split):
+            with tarfile.open(url) as tar:
+                converted |= {msgpack.unpackb(tar.extractfile(m).read())["scene"] for m in tar if m.name.endswith(".meta.mp")}
+    expected = {name for c, entries in scenes.items() for name in entries if (c, name) != (cfa, scene)}
+    assert converted == expected
 
 
 def test_bad_raw_file_is_skipped_or_raised(tmp_path, synth_tiny):

@@ -12,6 +12,7 @@ from voxels_testdata import convert_tiny, expected_splits, native_samples
 import wdsprep
 from wdsprep.conversion import convert
 from wdsprep.errors import InputError, WdsprepError
+from wdsprep.sources.base import PlanContext
 from wdsprep.sources.voxels import SOURCE, decode_voxel_sample, native_arrays
 from wdsprep.sources.voxels.convert import build_fields
 from wdsprep.stream import iter_shard, load_manifest
@@ -123,8 +124,8 @@ def copy(converted, tmp_path):
     return target
 
 
-def _plan(root, **options):
-    return SOURCE.plan(str(root), {"shard_bytes": 1 << 20, "on_error": "raise", **options})
+def _plan(root, ctx=None, **options):
+    return SOURCE.plan(str(root), ctx or PlanContext({"shard_bytes": 1 << 20, "on_error": "raise", **options}))
 
 
 def _some_subvolume(root, level=2):
@@ -138,8 +139,9 @@ def test_missing_voxel_file_is_named(copy):
     voxel_file.unlink()
     with pytest.raises(InputError, match=f"{voxel_file}: voxel file not found"):
         _plan(copy)
-    plan = _plan(copy, on_error="skip")
-    assert [p["item"] for p in plan.problems] == [ray_file.relative_to(copy / "ray_dataset_hierarchical").as_posix()]
+    ctx = PlanContext({"shard_bytes": 1 << 20, "on_error": "skip"})
+    plan = _plan(copy, ctx)
+    assert [p["item"] for p in ctx.problems] == [ray_file.relative_to(copy / "ray_dataset_hierarchical").as_posix()]
     assert all(item[1] != key for unit in plan.units for item in unit.items)
 
 

@@ -1,8 +1,10 @@
-"""The contract between the core and a source package.
+"""The contract between the core and a source: the `Source` base class and what its hooks get.
 
-A source package `wdsprep.sources.<id>` exposes a module-level object `SOURCE` with the attributes
-below. The core (cli, conversion, executors) only talks to a source through this object, so a new
-source is a new folder and nothing else changes.
+A source is a `Source` subclass instance: a built-in one is `SOURCE` in
+`wdsprep.sources.<id>.convert` (ids in `registry.BUILTIN`), a plugin one any object named as
+`package.module:OBJECT`. The core (cli, conversion, executors) only talks to a source through the
+hooks declared on `Source`, each with a documented default, so a new source is a new folder (or a
+plugin module) and nothing else changes.
 
 Conversion is planned as independent *units*: a unit is a list of source items that become one shard
 (rarely more: a unit whose samples outgrow the target shard size rolls over into a second part).
@@ -12,19 +14,24 @@ what makes the bytes independent of `--workers` and of the executor.
 
 A source also declares which native inputs feed each item (`inputs`); the core fingerprints them
 with one rule (`wdsprep.inputs`) and rebuilds exactly the units whose inputs changed.
+
+Bad native items, at plan and at build time alike, go through one rule, `skip_or_raise` on the
+context the hook gets: `--on-error raise` (the default) stops with the item's one-line error,
+`--on-error skip` leaves the item out and lists it in the manifest's `problems`.
 """
 from __future__ import annotations
 
+import abc
 import argparse
 import io
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Protocol, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import ConfigError, InputError
 
 NPY_MAGIC = b"\x93NUMPY"
 
@@ -43,20 +50,45 @@ class Plan:
     config: dict  # the conversion config, recorded in the manifest (JSON-serializable)
     input_bytes: int = 0
     tables: dict = field(default_factory=dict)  # source-level tables known at plan time
-    problems: list = field(default_factory=list)  # bad items found while planning (skip mode)
 
 
-class UnitContext:
-    """What a unit's build may report besides samples; collected by the driver."""
+ON_ERROR = ("raise", "skip")
+DEFAULT_ON_ERROR = "raise"  # what `--on-error` and an options dict without "on_error" mean
+
+
+class _Context:
+    """The `--on-error` policy and the bad items a plan or a build skipped (the manifest's `problems`)."""
 
     def __init__(self, options: dict):
         self.options = options
+        self.on_error = options.get("on_error") or DEFAULT_ON_ERROR
         self.problems: list[dict] = []
-        self.tables: dict[str, list] = {}
 
     def report_bad(self, item: str, message: str) -> None:
-        """Record a bad item that was skipped (only where skipping is safe and asked for)."""
+        """Record a bad item that was left out; it goes to the manifest's `problems`."""
         self.problems.append({"item": item, "message": message})
+
+    def skip_or_raise(self, item: str, problem: str | InputError) -> None:
+        """The one `--on-error` rule. Raise mode (the default): raise `problem` (an InputError, or a
+        message that becomes one, prefixed with `item` unless it names it already). Skip mode: record
+        it and return, and the caller leaves `item` out and goes on."""
+        if self.on_error != "skip":
+            if isinstance(problem, BaseException):
+                raise problem
+            raise InputError(problem if problem.startswith(item) else f"{item}: {problem}")
+        self.report_bad(item, str(problem))
+
+
+class PlanContext(_Context):
+    """What `Source.plan` gets: the conversion options, and `skip_or_raise` for bad native items."""
+
+
+class UnitContext(_Context):
+    """What a unit's build gets besides the unit; what it reports is collected by the driver."""
+
+    def __init__(self, options: dict):
+        super().__init__(options)
+        self.tables: dict[str, list] = {}
 
     def add_table_entry(self, table: str, value: Any) -> None:
         """Append a JSON-serializable value to a per-unit table merged by `Source.finalize`."""
@@ -66,36 +98,70 @@ class UnitContext:
 Sample = tuple  # (key: str, fields: dict[str, Any])
 
 
-class Source(Protocol):
-    id: str
+@dataclass(frozen=True)
+class Command:
+    """An extra `wdsprep VERB NAME ...` command of a source (rawnind: `fetch rawnind`, `serve dataverse`)."""
+
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    main: Callable[[argparse.Namespace], "int | None"]  # its return value is the exit status
+    usage: str = ""  # the arguments after `VERB NAME`, for `wdsprep --help` (e.g. "DEST ...")
+    summary: str = ""  # what it does, one line for `wdsprep --help`
+
+
+class Source(abc.ABC):
+    """Base class of every source, built-in or plugin: the only way the core talks to one.
+
+    Subclasses set `id` and implement `plan`, `inputs` and `build`; every other hook has a
+    documented default here, so the core calls each hook unconditionally and never asks a source
+    what it has (no `hasattr`). Import-light: a source's converter module is imported in every
+    conversion worker, so it must not import torch (readers do that, in `read.py`).
+    """
+
+    id: str = ""
     # True: a unit always makes exactly one shard, even above the target size (for sources whose
     # reader pairs samples within a shard, e.g. deepreg); `shard_bytes` then only guides planning
-    whole_units: bool
+    whole_units: bool = False
     # default input fingerprint mode, "content" or "stat" (see wdsprep.inputs; --fingerprint overrides)
-    fingerprint: str
+    fingerprint: str = "stat"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        """Add source-specific `wdsprep convert <id>` options (optional)."""
+        """Add source-specific `wdsprep convert <id>` options. Default: none."""
 
-    def plan(self, input: str, options: dict) -> Plan:
-        """Scan the native input and split it into units. Raise InputError naming the file."""
+    @abc.abstractmethod
+    def plan(self, input: str, ctx: PlanContext) -> Plan:
+        """Scan the native input and split it into units. A bad item goes to `ctx.skip_or_raise`;
+        an input that cannot be converted at all raises InputError naming the file."""
 
+    @abc.abstractmethod
     def inputs(self, item: Any) -> list:
         """The native inputs that feed one unit item: file paths, or (zip archive, member) pairs."""
 
+    @abc.abstractmethod
     def build(self, unit: Unit, ctx: UnitContext) -> Iterator[Sample]:
         """Yield (key, fields) samples of one unit, in a deterministic order.
 
         Field names without an extension are encoded by the core: numpy arrays as `.npy`
         (or `.npy.zst` with the zstd codec), everything else as msgpack `.mp`. A name with an
         explicit extension (`.json`, `.npy`, `.mp`, `.npy.zst`) is encoded as that extension.
+        A bad item goes to `ctx.skip_or_raise`.
         """
 
     def finalize(self, plan: Plan, unit_tables: Sequence[dict]) -> dict:
-        """Merge per-unit tables (in unit order) into the manifest's `tables` (optional)."""
+        """Merge per-unit tables (in unit order) into the manifest's `tables`. Default: none."""
+        return {}
 
-    def synth(self, directory: str, seed: int, size: str) -> None:
-        """Write synthetic native data for `wdsprep synth <id>`."""
+    def synth(self, directory: str, seed: int = 0, size: str = "small") -> None:
+        """Write synthetic native data for `wdsprep synth <id>`. Default: this source has none."""
+        raise ConfigError(f"source {self.id!r} cannot write synthetic data (it defines no Source.synth)")
+
+    def prepare_input(self, pipeline: dict, workdir: str) -> str:
+        """Make the native input of a `wdsprep pipeline` spec (its table, with `input` resolved) and
+        return its path; `workdir` is the repository's `data/`. Default: the input as it is."""
+        return pipeline["input"]
+
+    def commands(self) -> dict[tuple[str, str], Command]:
+        """Extra CLI commands, keyed by their first two words `(VERB, NAME)`. Default: none."""
+        return {}
 
 
 # Units are planned to fill this fraction of the target by the sources' estimates: a unit whose

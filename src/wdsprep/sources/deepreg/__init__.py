@@ -4,19 +4,12 @@ Convert:  `wdsprep convert deepreg CONFIG.yaml OUT` (DeepReg's `dataset:` sectio
           `wdsprep convert deepreg DIR OUT [--type paired|unpaired|grouped] [--format nifti|h5]`.
 Read:     `wds.WebDataset(urls).compose(wdsprep.deepreg.pairs("paired", moving_image_shape=...,
           fixed_image_shape=...)).batched(4, collation_fn=wdsprep.deepreg.collate)`.
+The reader and the sampling rules load on first use; the converter does not need them.
 """
-from .convert import DeepRegSource, load_datasets
-from .read import collate, normalize, pairs, resize, to_float32
-from ._sampling import (
-    DeepRegSamplingError,
-    grouped_enumerated,
-    grouped_iterated,
-    grouped_sampled,
-    paired_order,
-    unpaired_order,
-)
+from __future__ import annotations
 
-SOURCE = DeepRegSource()
+from .. import lazy_exports
+from .convert import SOURCE, DeepRegSource, load_datasets
 
 __all__ = [
     "SOURCE",
@@ -33,3 +26,9 @@ __all__ = [
     "grouped_enumerated",
     "grouped_iterated",
 ]
+
+__getattr__ = lazy_exports(__name__, {
+    **dict.fromkeys(["collate", "normalize", "pairs", "resize", "to_float32"], ".read"),
+    **dict.fromkeys(["DeepRegSamplingError", "grouped_enumerated", "grouped_iterated", "grouped_sampled",
+                     "paired_order", "unpaired_order"], "._sampling"),
+})

@@ -15,7 +15,7 @@ from typing import Iterator
 import yaml
 
 from ...errors import ConfigError, InputError
-from ..base import Plan, Unit, UnitContext, group_by_size
+from ..base import Plan, PlanContext, Source, Unit, UnitContext, group_by_size
 from . import native
 from ._config import DatasetConfig, load_config, parse_section
 
@@ -202,7 +202,7 @@ def _item_files(item: dict) -> list[str]:
     return list(dict.fromkeys(paths))
 
 
-class DeepRegSource:
+class DeepRegSource(Source):
     """The `deepreg` source: DeepReg paired / unpaired / grouped datasets, NIfTI or H5."""
 
     id = "deepreg"
@@ -219,7 +219,8 @@ class DeepRegSource:
         parser.add_argument("--labeled", dest="deepreg_labeled", choices=["true", "false"],
                             help="whether labels are converted (default: the YAML's value, else when present)")
 
-    def plan(self, input: str, options: dict) -> Plan:
+    def plan(self, input: str, ctx: PlanContext) -> Plan:
+        options = ctx.options
         datasets = load_datasets(input, options)
         units: list[Unit] = []
         tables: dict = {"splits": {}}
@@ -259,17 +260,12 @@ class DeepRegSource:
                 try:
                     sample = _build_item(item, handles)
                 except InputError as error:
-                    if ctx.options.get("on_error") == "skip":
-                        ctx.report_bad(item["key"], str(error))
-                        continue
-                    raise
+                    ctx.skip_or_raise(item["key"], error)
+                    continue
                 yield item["key"], sample
         finally:
             for handle in handles.values():
                 handle.close()
-
-    def finalize(self, plan: Plan, unit_tables) -> dict:
-        return {}
 
     def synth(self, directory: str, seed: int, size: str) -> None:
         from .synth import synth
@@ -314,3 +310,6 @@ def _build_item(item: dict, handles: dict) -> dict:
             meta["volumes"][role] = volume_meta
     fields["meta"] = meta
     return fields
+
+
+SOURCE = DeepRegSource()

@@ -7,24 +7,18 @@ file is dropped and listed in the manifest's `problems`. Inputs are fingerprinte
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import Iterator
 
-import numpy as np
-
 from ...errors import InputError
-from ..base import Plan, Unit, UnitContext, group_by_size, input_size, read_json_file, read_npy_file
+from ..base import Plan, PlanContext, Source, Unit, UnitContext, group_by_size, input_size, read_json_file, read_npy_file
 
 EXTENSIONS = (".npy", ".json")
 
 
-class GenericSource:
+class GenericSource(Source):
     id = "generic"
     fingerprint = "content"  # files are read once more while planning: cheap next to the conversion
-
-    def add_arguments(self, parser) -> None:
-        pass
 
     def _samples(self, split_dir: str, report) -> dict[str, list[str]]:
         samples: dict[str, list[str]] = {}
@@ -44,18 +38,15 @@ class GenericSource:
             samples.setdefault(key, []).append(name)
         return {key: files for key, files in samples.items() if key not in bad}
 
-    def plan(self, input: str, options: dict) -> Plan:
+    def plan(self, input: str, ctx: PlanContext) -> Plan:
         if not os.path.isdir(input):
             raise InputError(f"{input}: not a directory")
         splits = sorted(d for d in os.listdir(input) if os.path.isdir(os.path.join(input, d)))
         if not splits:
             raise InputError(f"{input}: no split directories (expected e.g. {input}/train/)")
-        problems: list[dict] = []
 
-        def report(message: str) -> None:  # skip mode drops the sample and lists it; raise mode stops
-            if options.get("on_error") != "skip":
-                raise InputError(message)
-            problems.append({"item": message.partition(": ")[0], "message": message})
+        def report(message: str) -> None:  # messages start with the file they name
+            ctx.skip_or_raise(message.partition(": ")[0], message)
 
         units: list[Unit] = []
         total = 0
@@ -72,10 +63,10 @@ class GenericSource:
                 sizes.append(size)
                 total += size
             # random arrays hardly compress: size units by input bytes
-            for index, group in enumerate(group_by_size(items, sizes, options["shard_bytes"])):
+            for index, group in enumerate(group_by_size(items, sizes, ctx.options["shard_bytes"])):
                 unit_bytes = sum(item[3] for item in group)
                 units.append(Unit(split, index, [[input, *item[:3]] for item in group], unit_bytes))
-        return Plan(units, {"layout": "<split>/<key>.<field>.npy|json"}, total, problems=problems)
+        return Plan(units, {"layout": "<split>/<key>.<field>.npy|json"}, total)
 
     def inputs(self, item) -> list[str]:
         root, split, _, files = item
@@ -86,9 +77,7 @@ class GenericSource:
             try:
                 yield key, self._fields(os.path.join(root, split), key, files)
             except InputError as error:
-                if ctx.options.get("on_error") != "skip":
-                    raise
-                ctx.report_bad(str(error).partition(": ")[0], str(error))
+                ctx.skip_or_raise(str(error).partition(": ")[0], error)
 
     @staticmethod
     def _fields(directory: str, key: str, files: list[str]) -> dict:
@@ -99,21 +88,10 @@ class GenericSource:
             fields[field] = read_npy_file(path) if ext == "npy" else read_json_file(path)
         return fields
 
-    def finalize(self, plan: Plan, unit_tables) -> dict:
-        return {}
-
     def synth(self, directory: str, seed: int = 0, size: str = "small", *, samples: int | None = None,
               splits: dict | None = None) -> None:
-        """Random samples: a 16 KiB float32 array and a small dict each (the benchmark's shape)."""
-        rng = np.random.default_rng(seed)
-        counts = splits or {"train": samples or (200 if size == "small" else 20000), "valid": 20}
-        for split, count in counts.items():
-            os.makedirs(os.path.join(directory, split), exist_ok=True)
-            for i in range(count):
-                key = f"sample{i:06d}"
-                np.save(os.path.join(directory, split, f"{key}.array.npy"), rng.standard_normal(4096).astype(np.float32))
-                with open(os.path.join(directory, split, f"{key}.meta.json"), "w") as handle:
-                    json.dump({"index": i, "label": int(rng.integers(10)), "name": key}, handle)
+        from .synth import synth
 
+        synth(directory, seed, size, samples=samples, splits=splits)
 
 SOURCE = GenericSource()

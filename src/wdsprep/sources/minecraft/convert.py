@@ -23,7 +23,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from ...errors import ConfigError, InputError
-from ..base import Plan, Unit, UnitContext, group_by_size
+from ..base import Plan, PlanContext, Source, Unit, UnitContext, group_by_size
 from .native import NativeTree, block_names, list_episodes, load_frame
 
 log = logging.getLogger("wdsprep.minecraft")
@@ -84,11 +84,11 @@ def segments(frame_numbers: Sequence[int]) -> list[list[int]]:
 @dataclass
 class _EpisodeScan:
     frames: list  # (t, relpath, size, shape, block names) of the frames that load and check
-    problems: list  # (item, message) of the frames that do not (skip mode only)
+    problems: list  # (item, message) of the frames that do not, for the plan's `skip_or_raise`
 
 
-def _scan_episode(path: str, directory: str, frames: list, skip: bool) -> _EpisodeScan:
-    """Read and check every frame of one episode (plan time); raises InputError unless skipping."""
+def _scan_episode(path: str, directory: str, frames: list) -> _EpisodeScan:
+    """Read and check every frame of one episode (plan time)."""
     tree = NativeTree(path)
     scan = _EpisodeScan([], [])
     try:
@@ -96,8 +96,6 @@ def _scan_episode(path: str, directory: str, frames: list, skip: bool) -> _Episo
             try:
                 frame = load_frame(relpath, tree.read(relpath))
             except InputError as error:
-                if not skip:
-                    raise
                 scan.problems.append((relpath, str(error).partition(": ")[2]))
                 continue
             scan.frames.append((t, relpath, size, frame.voxel.shape, block_names(frame.voxel)))
@@ -106,7 +104,7 @@ def _scan_episode(path: str, directory: str, frames: list, skip: bool) -> _Episo
     return scan
 
 
-class MinecraftSource:
+class MinecraftSource(Source):
     id = "minecraft"
     fingerprint = "content"  # plan reads every frame anyway; zip members are known by their CRC-32
 
@@ -134,16 +132,12 @@ class MinecraftSource:
         return frames, overlap
 
     # ------------------------------------------------------------------------------ plan
-    def plan(self, input: str, options: dict) -> Plan:
+    def plan(self, input: str, ctx: PlanContext) -> Plan:
+        options = ctx.options
         window_frames, overlap = self._window_options(options)
-        skip = options.get("on_error", "raise") == "skip"
-        problems: list[dict] = []
-
         def report(item: str, message: str) -> None:
-            if not skip:
-                raise InputError(f"{item}: {message}")
+            ctx.skip_or_raise(item, message)
             log.warning("skipping %s: %s", item, message)
-            problems.append({"item": item, "message": message})
 
         tree = NativeTree(input)
         try:
@@ -153,7 +147,7 @@ class MinecraftSource:
         names: set[str] = set()
         episodes = []
         input_bytes = 0
-        for episode, scan in zip(listing, self._scan_all(tree.path, listing, skip, int(options.get("workers") or 1))):
+        for episode, scan in zip(listing, self._scan_all(tree.path, listing, int(options.get("workers") or 1))):
             for item, message in scan.problems:
                 report(item, message)
             good = self._drop_odd_shapes(episode.directory, scan.frames, report)
@@ -216,7 +210,7 @@ class MinecraftSource:
             items = [{**w, "input": tree.path, "blocks": vocabulary} for w in group]
             units.append(Unit(split="train", index=number, items=items, input_bytes=sum(w["bytes"] for w in group)))
         tables = {"blocks": vocabulary, "episodes": episode_rows, "gaps": gap_rows}
-        return Plan(units=units, config=config, input_bytes=input_bytes, tables=tables, problems=problems)
+        return Plan(units=units, config=config, input_bytes=input_bytes, tables=tables)
 
     @staticmethod
     def inputs(item: dict) -> list:
@@ -226,9 +220,9 @@ class MinecraftSource:
         return [(item["input"], relpath) for relpath in item["paths"]]
 
     @staticmethod
-    def _scan_all(path: str, listing: list, skip: bool, workers: int) -> Iterator["_EpisodeScan"]:
+    def _scan_all(path: str, listing: list, workers: int) -> Iterator["_EpisodeScan"]:
         """Scan episodes in order, in `workers` processes when asked (results keep episode order)."""
-        tasks = [(path, episode.directory, episode.frames, skip) for episode in listing]
+        tasks = [(path, episode.directory, episode.frames) for episode in listing]
         if workers <= 1 or len(tasks) <= 1:
             yield from (_scan_episode(*task) for task in tasks)
             return

@@ -8,26 +8,17 @@ loader, so converting needs neither torch nor Lightning.
 """
 from __future__ import annotations
 
-import importlib
-
+from .. import lazy_exports
 from .convert import SOURCE, NoisebaseSource, frame_key
 
 __all__ = ["SOURCE", "NoisebaseSource", "TrainingSampleLoader", "LockstepSampler", "backproject_pixel_centers",
            "TrainingSampleDataModule", "MidepochCheckpoint", "frame_key", "frames"]
 
-_LAZY = {
+__getattr__ = lazy_exports(__name__, {
     "TrainingSampleLoader": ".loader",
     "LockstepSampler": ".loader",
     "backproject_pixel_centers": ".projective",
     "TrainingSampleDataModule": ".lightning",
     "MidepochCheckpoint": ".lightning",
     "frames": ".read",
-}
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'wdsprep.sources.noisebase' has no attribute {name!r}")
+})

@@ -21,7 +21,7 @@ import os
 import numpy as np
 
 from ...errors import InputError
-from ..base import Plan, Unit, UnitContext, group_by_size
+from ..base import Plan, PlanContext, Source, Unit, UnitContext, group_by_size
 from . import native
 from .native import CAMERA_ARRAYS, RENDERING_HEIGHT, RENDERING_WIDTH, SAMPLE_ARRAYS
 
@@ -34,7 +34,7 @@ def frame_key(file: str, frame: int) -> str:
     return f"{stem}_f{frame:04d}"
 
 
-class NoisebaseSource:
+class NoisebaseSource(Source):
     id = "noisebase"
     fingerprint = "stat"  # a sequence zip is hundreds of MB: content hashing would read it twice
 
@@ -45,12 +45,13 @@ class NoisebaseSource:
                             help="width of the full rendered frame (sampleset_v1: 1920)")
 
     # ------------------------------------------------------------------------------------ plan
-    def plan(self, input: str, options: dict) -> Plan:
+    def plan(self, input: str, ctx: PlanContext) -> Plan:
+        options = ctx.options
         root = os.path.abspath(input)
         height = int(options.get("rendering_height") or RENDERING_HEIGHT)
         width = int(options.get("rendering_width") or RENDERING_WIDTH)
         found = native.find_sequences(root)
-        sequences, problems, sizes = [], [], []
+        sequences, sizes = [], []
         shape = None
         for index, rel in found:
             path = os.path.join(root, rel)
@@ -65,15 +66,13 @@ class NoisebaseSource:
                 elif facts != shape[0]:
                     raise InputError(f"{rel}: {facts} differs from {shape[1]}: {shape[0]} (all sequences must agree)")
             except InputError as error:
-                if options.get("on_error", "raise") != "skip":
-                    raise
-                problems.append({"item": rel, "message": str(error)})
+                ctx.skip_or_raise(rel, error)
                 continue
             size = os.path.getsize(path)
             sequences.append({"index": index, "file": rel.replace(os.sep, "/"), "frames": facts["frames"]})
             sizes.append(size)
         if not sequences:
-            raise InputError(f"{input}: no valid sequences ({len(problems)} skipped)")
+            raise InputError(f"{input}: no valid sequences ({len(ctx.problems)} skipped)")
         facts = shape[0]
         if facts["crop"] > min(height, width):
             raise InputError(f"{shape[1]}: crop {facts['crop']} is larger than the {height}x{width} rendering")
@@ -107,7 +106,7 @@ class NoisebaseSource:
             "layout": "sample-major",
         }
         return Plan(units, config, input_bytes=sum(sizes),
-                    tables={"sampleset": sampleset, "sequences": sequences}, problems=problems)
+                    tables={"sampleset": sampleset, "sequences": sequences})
 
     def inputs(self, item: dict) -> list[str]:
         return [item["path"]]

@@ -1,18 +1,23 @@
 """RawNIND: acquisition from Dataverse (trio + httpx), alignment metadata, clean/noisy crop pairs.
 
-`wdsprep.rawnind.pairs(...)` is the reader stage; `SOURCE` is what the core converts with.
+`wdsprep.rawnind.pairs(...)` is the reader stage; `SOURCE` is what the core converts with. Readers
+and the map-style dataset (torch) load on first use; the converter does not need them.
 """
 from __future__ import annotations
 
-from .cli import add_fetch_arguments, add_serve_arguments, fetch_main, serve_main
-from .fetch import FetchError, FetchOptions, fetch
-from .mapstyle import CleanProfiledRGBNoisyBayerImageCropsDataset
-from .read import clean_pairs, crop_pair, crops_at, evaluation, pairs, tiles, validation
-from .server import DataverseServer, Faults
-from .source import SOURCE, RawNINDSource
+from .. import lazy_exports
+from .convert import SOURCE, RawNINDSource
+from .fetch import FetchError, FetchOptions, fetch  # bound here: a later import of the submodule `fetch` must not shadow it
 
 __all__ = [
     "SOURCE", "RawNINDSource", "pairs", "tiles", "crop_pair", "crops_at", "validation", "evaluation", "clean_pairs", "CleanProfiledRGBNoisyBayerImageCropsDataset",
     "add_fetch_arguments", "fetch_main", "add_serve_arguments", "serve_main",
     "fetch", "FetchOptions", "FetchError", "DataverseServer", "Faults",
 ]
+
+__getattr__ = lazy_exports(__name__, {
+    **dict.fromkeys(["add_fetch_arguments", "fetch_main", "add_serve_arguments", "serve_main"], ".cli"),
+    "CleanProfiledRGBNoisyBayerImageCropsDataset": ".mapstyle",
+    **dict.fromkeys(["clean_pairs", "crop_pair", "crops_at", "evaluation", "pairs", "tiles", "validation"], ".read"),
+    **dict.fromkeys(["DataverseServer", "Faults"], ".server"),
+})

@@ -30,13 +30,14 @@ capture are zero, and masked. Scenes in `test_reserve` go to the `test` split, t
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from typing import Iterator
 
 import numpy as np
 
 from ...errors import InputError
-from ..base import Plan, Unit, UnitContext, group_by_size
+from ..base import Command, Plan, PlanContext, Source, Unit, UnitContext, group_by_size
 from .index import INDEX_FILENAME, build_scenes, load_index
 from .metadata import MetadataCache, PairMetadata, scene_metadata
 from .raw import RawImage, cam_to_lin_rec2020, demosaic, mono_to_rggb, read_raw
@@ -46,16 +47,6 @@ LAYOUTS = ("mosaic", "legacy")
 HALO = {True: 2, False: 6}  # by is_bayer: bilinear needs 1 px (2 keeps the RGGB phase); VNG 2-3
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tile-size", dest="tile_size", type=int, default=DEFAULT_TILE,
-                        help=f"tile edge in raw pixels, a multiple of 4 (default {DEFAULT_TILE})")
-    parser.add_argument("--layout", choices=LAYOUTS, default="mosaic",
-                        help="mosaic: the recorded uint16 mosaics, targets made at read time (default); "
-                             "legacy: float32 Rec.2020/RGGB tiles (Bayer only)")
-    parser.add_argument("--store-dtype", dest="store_dtype", choices=["float32", "float16"], default="float32",
-                        help="legacy layout: dtype of the stored image tiles (float16 halves the shards)")
-    parser.add_argument("--no-metadata-cache", dest="metadata_cache", action="store_false",
-                        help="do not read or write metadata_cache.jsonl in the input directory")
 
 
 def _locate(root: str, image) -> str | None:
@@ -72,55 +63,8 @@ def _locate(root: str, image) -> str | None:
     return None
 
 
-def item_inputs(item: dict) -> list[str]:
-    """A scene tile item reads its clean reference and its noisy captures."""
-    return [os.path.join(item["root"], relpath) for relpath, _ in [item["gt"], *item["noisy"]]]
 
 
-def plan(input: str, options: dict) -> Plan:
-    root = os.path.abspath(input)
-    index_path = os.path.join(root, INDEX_FILENAME)
-    if not os.path.isfile(index_path):
-        raise InputError(f"{index_path}: no index (run `wdsprep fetch rawnind {input} ...` first)")
-    tile = int(options.get("tile_size") or DEFAULT_TILE)
-    if tile < 8 or tile % 4:
-        raise InputError(f"{input}: --tile-size {tile} must be a multiple of 4, at least 8")
-    layout = options.get("layout") or "mosaic"
-    if layout not in LAYOUTS:
-        raise InputError(f"{input}: --layout {layout!r} is not one of {', '.join(LAYOUTS)}")
-    scenes = build_scenes(load_index(index_path), None)
-    problems: list[dict] = []
-    by_split: dict[str, list[tuple[dict, int]]] = {"train": [], "test": []}
-    for scene in scenes:
-        if scene.cfa.lower() != "bayer" and layout == "legacy":
-            problems.append({"item": scene.key, "message": "the legacy layout holds Bayer scenes only; not converted"})
-            continue
-        paths = {image.filename: _locate(root, image) for image in scene.images}
-        missing = [name for name, path in paths.items() if path is None]
-        if missing:
-            problems.append({"item": scene.key, "message": f"incomplete on disk, missing {', '.join(missing)}"})
-            continue
-        if not scene.noisy:
-            problems.append({"item": scene.key, "message": "no noisy capture"})
-            continue
-        item = scene_item(root, scene, {name: os.path.relpath(path, root) for name, path in paths.items()})
-        size = sum(os.path.getsize(paths[image.filename]) for image in [scene.clean[0], *scene.noisy])
-        by_split["test" if scene.test_reserve else "train"].append((item, size))
-    if not any(by_split.values()):
-        raise InputError(f"{input}: no complete scene to convert ({len(problems)} skipped: "
-                         + "; ".join(f"{p['item']}: {p['message']}" for p in problems[:3]) + ")")
-    # legacy float32 tiles: ~ (12 + 5 N) bytes per pixel vs 2 (1 + N) in the raw files
-    expansion = 1 if layout == "mosaic" else 4 if options.get("store_dtype", "float32") == "float32" else 2
-    units: list[Unit] = []
-    for split, entries in by_split.items():
-        groups = group_by_size([entry for entry, _ in entries], [size * expansion for _, size in entries],
-                               int(options.get("shard_bytes", 256 * 10**6)))
-        for number, group in enumerate(groups):
-            sizes = {id(entry): size for entry, size in entries}
-            units.append(Unit(split, number, group, sum(sizes[id(entry)] for entry in group)))
-    config = conversion_config(options)
-    return Plan(units=units, config=config,
-                input_bytes=sum(unit.input_bytes for unit in units), problems=problems)
 
 
 def scene_item(root: str, scene, relpaths: dict[str, str]) -> dict:
@@ -200,32 +144,6 @@ def _even(value: int) -> int:
     return value - (value % 2)
 
 
-def build(unit: Unit, ctx: UnitContext) -> Iterator[tuple[str, dict]]:
-    options = ctx.options
-    tile = int(options.get("tile_size") or DEFAULT_TILE)
-    store_dtype = np.dtype(options.get("store_dtype", "float32"))
-    for item in unit.items:
-        root = item["root"]
-        gt_path = os.path.join(root, item["gt"][0])
-        noisy = [(os.path.join(root, path), sha1) for path, sha1 in item["noisy"]]
-        cache = None
-        if options.get("metadata_cache", True) and os.access(root, os.W_OK):
-            cache = MetadataCache(root)
-        try:
-            pairs, _ = scene_metadata(gt_path, item["gt"][1], noisy, cache)
-            gt = read_raw(gt_path)
-            noisy_images = [read_raw(path) for path, _ in noisy]
-        except InputError as error:
-            if options.get("on_error") == "skip":
-                ctx.report_bad(f"{item['cfa']}/{item['scene']}", str(error))
-                continue
-            raise
-        _add_pairs_table(item, pairs, ctx)
-        if (options.get("layout") or "mosaic") == "mosaic":
-            yield from _mosaic_tiles(item, gt, noisy_images, pairs, tile)
-        else:
-            noisy_rggb = [mono_to_rggb(image.mono) for image in noisy_images]
-            yield from _scene_tiles(item, gt, noisy_rggb, pairs, tile, store_dtype)
 
 
 def _add_pairs_table(item, pairs: list[PairMetadata], ctx) -> None:
@@ -359,6 +277,140 @@ def _scene_tiles(item, gt, noisy_rggb, pairs: list[PairMetadata], tile: int, sto
             }
 
 
-def finalize(plan_: Plan, unit_tables) -> dict:
-    pairs = [entry for tables in unit_tables for entry in tables.get("pairs", [])]
-    return {"pairs": pairs}
+class RawNINDSource(Source):
+    id = "rawnind"
+    fingerprint = "stat"  # raw captures are tens of MB each: content hashing would read them twice
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--tile-size", dest="tile_size", type=int, default=DEFAULT_TILE,
+                            help=f"tile edge in raw pixels, a multiple of 4 (default {DEFAULT_TILE})")
+        parser.add_argument("--layout", choices=LAYOUTS, default="mosaic",
+                            help="mosaic: the recorded uint16 mosaics, targets made at read time (default); "
+                                 "legacy: float32 Rec.2020/RGGB tiles (Bayer only)")
+        parser.add_argument("--store-dtype", dest="store_dtype", choices=["float32", "float16"], default="float32",
+                            help="legacy layout: dtype of the stored image tiles (float16 halves the shards)")
+        parser.add_argument("--no-metadata-cache", dest="metadata_cache", action="store_false",
+                            help="do not read or write metadata_cache.jsonl in the input directory")
+
+    def plan(self, input: str, ctx: PlanContext) -> Plan:
+        options = ctx.options
+        root = os.path.abspath(input)
+        index_path = os.path.join(root, INDEX_FILENAME)
+        if not os.path.isfile(index_path):
+            raise InputError(f"{index_path}: no index (run `wdsprep fetch rawnind {input} ...` first)")
+        tile = int(options.get("tile_size") or DEFAULT_TILE)
+        if tile < 8 or tile % 4:
+            raise InputError(f"{input}: --tile-size {tile} must be a multiple of 4, at least 8")
+        layout = options.get("layout") or "mosaic"
+        if layout not in LAYOUTS:
+            raise InputError(f"{input}: --layout {layout!r} is not one of {', '.join(LAYOUTS)}")
+        scenes = build_scenes(load_index(index_path), None)
+        by_split: dict[str, list[tuple[dict, int]]] = {"train": [], "test": []}
+        for scene in scenes:
+            if scene.cfa.lower() != "bayer" and layout == "legacy":
+                ctx.report_bad(scene.key, "the legacy layout holds Bayer scenes only; not converted")  # a layout limit
+                continue
+            paths = {image.filename: _locate(root, image) for image in scene.images}
+            missing = [name for name, path in paths.items() if path is None]
+            if missing:
+                ctx.skip_or_raise(scene.key, f"incomplete on disk, missing {', '.join(missing)}")
+                continue
+            if not scene.noisy:
+                ctx.report_bad(scene.key, "no noisy capture")  # nothing to pair: no bad input
+                continue
+            item = scene_item(root, scene, {name: os.path.relpath(path, root) for name, path in paths.items()})
+            size = sum(os.path.getsize(paths[image.filename]) for image in [scene.clean[0], *scene.noisy])
+            by_split["test" if scene.test_reserve else "train"].append((item, size))
+        if not any(by_split.values()):
+            raise InputError(f"{input}: no complete scene to convert ({len(ctx.problems)} skipped: "
+                             + "; ".join(f"{p['item']}: {p['message']}" for p in ctx.problems[:3]) + ")")
+        # legacy float32 tiles: ~ (12 + 5 N) bytes per pixel vs 2 (1 + N) in the raw files
+        expansion = 1 if layout == "mosaic" else 4 if options.get("store_dtype", "float32") == "float32" else 2
+        units: list[Unit] = []
+        for split, entries in by_split.items():
+            groups = group_by_size([entry for entry, _ in entries], [size * expansion for _, size in entries],
+                                   int(options.get("shard_bytes", 256 * 10**6)))
+            for number, group in enumerate(groups):
+                sizes = {id(entry): size for entry, size in entries}
+                units.append(Unit(split, number, group, sum(sizes[id(entry)] for entry in group)))
+        config = conversion_config(options)
+        return Plan(units=units, config=config,
+                    input_bytes=sum(unit.input_bytes for unit in units))
+
+    def inputs(self, item: dict) -> list[str]:
+        """A scene tile item reads its clean reference and its noisy captures."""
+        return [os.path.join(item["root"], relpath) for relpath, _ in [item["gt"], *item["noisy"]]]
+
+    def build(self, unit: Unit, ctx: UnitContext) -> Iterator[tuple[str, dict]]:
+        options = ctx.options
+        tile = int(options.get("tile_size") or DEFAULT_TILE)
+        store_dtype = np.dtype(options.get("store_dtype", "float32"))
+        for item in unit.items:
+            root = item["root"]
+            gt_path = os.path.join(root, item["gt"][0])
+            noisy = [(os.path.join(root, path), sha1) for path, sha1 in item["noisy"]]
+            cache = None
+            if options.get("metadata_cache", True) and os.access(root, os.W_OK):
+                cache = MetadataCache(root)
+            try:
+                pairs, _ = scene_metadata(gt_path, item["gt"][1], noisy, cache)
+                gt = read_raw(gt_path)
+                noisy_images = [read_raw(path) for path, _ in noisy]
+            except InputError as error:
+                ctx.skip_or_raise(f"{item['cfa']}/{item['scene']}", error)
+                continue
+            _add_pairs_table(item, pairs, ctx)
+            if (options.get("layout") or "mosaic") == "mosaic":
+                yield from _mosaic_tiles(item, gt, noisy_images, pairs, tile)
+            else:
+                noisy_rggb = [mono_to_rggb(image.mono) for image in noisy_images]
+                yield from _scene_tiles(item, gt, noisy_rggb, pairs, tile, store_dtype)
+
+    def finalize(self, plan: Plan | None, unit_tables) -> dict:
+        pairs = [entry for tables in unit_tables for entry in tables.get("pairs", [])]
+        return {"pairs": pairs}
+
+    def synth(self, directory: str, seed: int = 0, size: str = "small") -> None:
+        from .synth import synth
+
+        synth(directory, seed, size)
+
+    def prepare_input(self, pipeline: dict, workdir: str) -> str:
+        """synth a Dataverse directory -> serve it on 127.0.0.1 -> fetch through it -> the fetched dir.
+
+        The pipeline's `[prepare]` table: `server_dir` (default `<workdir>/rawnind_dataverse`),
+        `seed`, `size`, `concurrency`. A fetched directory whose report shows no failure is reused.
+        """
+        from .fetch import FetchOptions, fetch
+        from .server import DataverseServer
+        from .synth import synth
+
+        settings = dict(pipeline.get("prepare", {}))
+        dest = pipeline["input"]
+        server_dir = settings.get("server_dir") or os.path.join(workdir, "rawnind_dataverse")
+        if not os.path.isabs(server_dir):
+            server_dir = os.path.join(os.path.dirname(os.path.abspath(workdir)), server_dir)
+        if not os.path.exists(os.path.join(server_dir, "dataverse_dataset.json")):
+            print(f"[rawnind] synthesizing a Dataverse directory in {server_dir}", flush=True)
+            synth(server_dir, int(settings.get("seed", 0)), settings.get("size", "small"))
+        with DataverseServer(server_dir) as server:
+            print(f"[rawnind] serving {server_dir} at {server.url}; fetching into {dest}", flush=True)
+            report = fetch(FetchOptions(
+                dest=dest, dataverse=server.url, doi=server.doi,
+                concurrency=int(settings.get("concurrency", 5)), progress="log", log_interval=5.0,
+            ))
+        if report["failed"]:
+            raise RuntimeError(f"rawnind fetch failed for {len(report['failed'])} files: "
+                               + json.dumps(report["failed"][:3]))
+        return dest
+
+    def commands(self) -> dict[tuple[str, str], Command]:
+        from . import cli  # argparse only: the fetch and serve machinery loads when a command runs
+
+        return {
+            ("fetch", "rawnind"): Command(cli.add_fetch_arguments, cli.fetch_main, "DEST ...", "download RawNIND from a Dataverse server"),
+            ("serve", "dataverse"): Command(cli.add_serve_arguments, cli.serve_main, "DIR", "a local Dataverse-compatible server"),
+        }
+
+
+SOURCE = RawNINDSource()

@@ -9,21 +9,14 @@ Public API (`wdsprep.voxels.<name>`):
 - `collate_ray_batch`: the spec's batch collation (also `.batched(n, collation_fn=...)`);
 - `HierarchicalVoxelRayDataset`, `RayBatchSampler`: map-style drop-ins over local shards;
 - `SOURCE`: the converter used by `wdsprep convert voxels` and `wdsprep synth voxels`.
+
+Readers and map-style classes (torch) load on first use; the converter does not need them.
 """
 from __future__ import annotations
 
+from .. import lazy_exports
 from .convert import SOURCE, VoxelSource
-from .mapstyle import HierarchicalVoxelRayDataset, RayBatchSampler, index_tar
-from .read import (
-    chunk_counts,
-    collate_ray_batch,
-    decode_voxel_sample,
-    graph_edges,
-    native_arrays,
-    neighbour_offsets,
-    samples,
-)
-from .synth import synth
+from .synth import synth  # bound here: a later import of the submodule `synth` must not shadow it
 
 __all__ = [
     "SOURCE",
@@ -40,3 +33,9 @@ __all__ = [
     "index_tar",
     "synth",
 ]
+
+__getattr__ = lazy_exports(__name__, {
+    **dict.fromkeys(["samples", "chunk_counts", "collate_ray_batch", "decode_voxel_sample", "native_arrays",
+                     "graph_edges", "neighbour_offsets"], ".read"),
+    **dict.fromkeys(["HierarchicalVoxelRayDataset", "RayBatchSampler", "index_tar"], ".mapstyle"),
+})

@@ -25,7 +25,7 @@ from typing import Iterator
 import numpy as np
 
 from ...errors import ConfigError, InputError
-from ..base import Plan, Unit, UnitContext, group_by_size, input_size
+from ..base import Plan, PlanContext, Source, Unit, UnitContext, group_by_size, input_size
 from .native import (
     DATASET_DIR,
     RAY_DIR,
@@ -203,7 +203,7 @@ def _pair_name(splits: list[str]) -> str:
     return "all_splits" if set(splits) >= set(SPLITS) and len(splits) == 3 else "_".join(_split_order(splits))
 
 
-class VoxelSource:
+class VoxelSource(Source):
     """`wdsprep convert voxels INPUT OUTPUT`: INPUT holds `dataset/` and `ray_dataset_hierarchical/`."""
 
     id = "voxels"
@@ -218,7 +218,8 @@ class VoxelSource:
                             help="comma-separated hierarchy levels to convert (default all)")
 
     # ------------------------------------------------------------------------------------ plan
-    def plan(self, input: str, options: dict) -> Plan:
+    def plan(self, input: str, ctx: PlanContext) -> Plan:
+        options = ctx.options
         dataset_dir, ray_dir = resolve_dirs(input, options)
         splits_doc = read_splits(dataset_dir)
         metadata = read_json(dataset_dir / "metadata.json", "dataset metadata")
@@ -230,11 +231,10 @@ class VoxelSource:
         usage: dict = splits_doc.get("hash_object_usage", {})
         trivial = set(splits_doc.get("trivial_hashes", []))
         all_splits = _split_order(set(object_splits.values()))
-        skip = options.get("on_error") == "skip"
 
         per_split: dict[str, list] = {split: [] for split in all_splits}
         sizes: dict[str, list] = {split: [] for split in all_splits}
-        problems, unassigned = [], []
+        unassigned = []
         leakage = {"samples_in_several_splits": 0, "by_splits": {}}
         level_counts = {split: {} for split in all_splits}
         for level, ray_file in _ray_files(ray_dir, levels):
@@ -257,10 +257,7 @@ class VoxelSource:
             try:
                 voxel_bytes = voxel_file.stat().st_size
             except FileNotFoundError:
-                message = f"{voxel_file}: voxel file not found (needed by ray file {ray_file})"
-                if not skip:
-                    raise InputError(message) from None
-                problems.append({"item": relative_ray, "message": message})
+                ctx.skip_or_raise(relative_ray, f"{voxel_file}: voxel file not found (needed by ray file {ray_file})")
                 continue
             ray_bytes = input_size(str(ray_file))
             item = [level, key, str(ray_file), str(voxel_file), is_trivial, splits, base_resolution]
@@ -301,7 +298,7 @@ class VoxelSource:
             "ray_dir": ray_dir.name,
             "levels": sorted(levels) if levels is not None else None,
         }
-        return Plan(units, config, total_bytes, tables, problems)
+        return Plan(units, config, total_bytes, tables)
 
     def inputs(self, item) -> list[str]:
         """A sample reads its ray file and its voxel file (the split files only shape the items)."""
@@ -315,10 +312,8 @@ class VoxelSource:
                     level, key, pathlib.Path(ray_file), pathlib.Path(voxel_file), is_trivial, splits, base_resolution
                 )
             except InputError as error:
-                if ctx.options.get("on_error") == "skip":
-                    ctx.report_bad(ray_file, str(error))
-                    continue
-                raise
+                ctx.skip_or_raise(ray_file, error)
+                continue
             meta = fields["meta"]
             ctx.add_table_entry("samples", [unit.split, shard_key(level, key), level, meta["num_rays"]])
             if meta.get("trivial"):  # the reader skips these by default: its chunk counts need to know
