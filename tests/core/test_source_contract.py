@@ -93,6 +93,8 @@ def test_skip_or_raise_is_the_one_on_error_rule(context):
             ctx.skip_or_raise("a/b.npy", "truncated")
         with pytest.raises(InputError, match=r"^a/b\.npy: truncated$"):
             ctx.skip_or_raise("a/b.npy", "a/b.npy: truncated")  # a message naming the item is not prefixed twice
+        with pytest.raises(InputError, match=r"^a/b\.npy: a/b\.npy\.zst is empty$"):
+            ctx.skip_or_raise("a/b.npy", "a/b.npy.zst is empty")
         error = InputError("x.npy: bad header")
         with pytest.raises(InputError) as raised:
             ctx.skip_or_raise("x.npy", error)
@@ -101,7 +103,14 @@ def test_skip_or_raise_is_the_one_on_error_rule(context):
     ctx = context({"on_error": "skip"})
     ctx.skip_or_raise("a/b.npy", "truncated")
     ctx.skip_or_raise("x.npy", InputError("x.npy: bad header"))
-    assert ctx.problems == [{"item": "a/b.npy", "message": "truncated"}, {"item": "x.npy", "message": "x.npy: bad header"}]
+    ctx.skip_or_raise("y.npy", "y.npy: empty file")
+    ctx.skip_or_raise("z.npy", InputError("archive.zip: member z.npy: corrupt"))
+    assert ctx.problems == [  # the message never repeats the item
+        {"item": "a/b.npy", "message": "truncated"},
+        {"item": "x.npy", "message": "bad header"},
+        {"item": "y.npy", "message": "empty file"},
+        {"item": "z.npy", "message": "archive.zip: member z.npy: corrupt"},
+    ]
 
 
 @pytest.mark.parametrize("source_id", BUILTIN)

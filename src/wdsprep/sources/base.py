@@ -65,17 +65,18 @@ class _Context:
         self.problems: list[dict] = []
 
     def report_bad(self, item: str, message: str) -> None:
-        """Record a bad item that was left out; it goes to the manifest's `problems`."""
-        self.problems.append({"item": item, "message": message})
+        """Record an item that was left out in the manifest's `problems`, as `{"item", "message"}`
+        with the message not repeating the item (`wdsprep convert` prints `item: message`)."""
+        self.problems.append({"item": item, "message": message.removeprefix(f"{item}: ")})
 
     def skip_or_raise(self, item: str, problem: str | InputError) -> None:
-        """The one `--on-error` rule. Raise mode (the default): raise `problem` (an InputError, or a
-        message that becomes one, prefixed with `item` unless it names it already). Skip mode: record
-        it and return, and the caller leaves `item` out and goes on."""
+        """The one `--on-error` rule for a bad item. Raise mode (the default): raise `problem` (an
+        InputError as it is, a message as `InputError("item: message")`). Skip mode: record it with
+        `report_bad` and return; the caller leaves the item out and goes on."""
         if self.on_error != "skip":
             if isinstance(problem, BaseException):
                 raise problem
-            raise InputError(problem if problem.startswith(item) else f"{item}: {problem}")
+            raise InputError(problem if problem.startswith(f"{item}: ") else f"{item}: {problem}")
         self.report_bad(item, str(problem))
 
 

@@ -84,7 +84,7 @@ def segments(frame_numbers: Sequence[int]) -> list[list[int]]:
 @dataclass
 class _EpisodeScan:
     frames: list  # (t, relpath, size, shape, block names) of the frames that load and check
-    problems: list  # (item, message) of the frames that do not, for the plan's `skip_or_raise`
+    problems: list  # (item, InputError) of the frames that do not, for the plan's `skip_or_raise`
 
 
 def _scan_episode(path: str, directory: str, frames: list) -> _EpisodeScan:
@@ -96,7 +96,7 @@ def _scan_episode(path: str, directory: str, frames: list) -> _EpisodeScan:
             try:
                 frame = load_frame(relpath, tree.read(relpath))
             except InputError as error:
-                scan.problems.append((relpath, str(error).partition(": ")[2]))
+                scan.problems.append((relpath, error))
                 continue
             scan.frames.append((t, relpath, size, frame.voxel.shape, block_names(frame.voxel)))
     finally:
@@ -135,9 +135,10 @@ class MinecraftSource(Source):
     def plan(self, input: str, ctx: PlanContext) -> Plan:
         options = ctx.options
         window_frames, overlap = self._window_options(options)
-        def report(item: str, message: str) -> None:
-            ctx.skip_or_raise(item, message)
-            log.warning("skipping %s: %s", item, message)
+
+        def report(item: str, problem: str | InputError) -> None:
+            ctx.skip_or_raise(item, problem)
+            log.warning("skipping %s: %s", item, problem)
 
         tree = NativeTree(input)
         try:
@@ -148,8 +149,8 @@ class MinecraftSource(Source):
         episodes = []
         input_bytes = 0
         for episode, scan in zip(listing, self._scan_all(tree.path, listing, int(options.get("workers") or 1))):
-            for item, message in scan.problems:
-                report(item, message)
+            for item, problem in scan.problems:
+                report(item, problem)
             good = self._drop_odd_shapes(episode.directory, scan.frames, report)
             kept = {t for t, *_ in good}
             for t, _, size, _, frame_names in scan.frames:
