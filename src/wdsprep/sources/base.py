@@ -161,7 +161,8 @@ class Source(abc.ABC):
         return pipeline["input"]
 
     def commands(self) -> dict[tuple[str, str], Command]:
-        """Extra CLI commands, keyed by their first two words `(VERB, NAME)`. Default: none."""
+        """Extra CLI commands, keyed by their first two words `(VERB, NAME)`; the CLI mounts them as
+        `wdsprep VERB NAME ...` (a plugin's as `wdsprep VERB package.module:OBJECT ...`). Default: none."""
         return {}
 
 

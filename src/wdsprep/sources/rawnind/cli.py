@@ -12,6 +12,7 @@ import sys
 
 from ...conversion import parse_size
 from ...errors import WdsprepError
+from ..base import DEFAULT_ON_ERROR, ON_ERROR
 from .fetch import FetchOptions, fetch
 from .index import DEFAULT_DOI
 from .server import add_serve_arguments, serve_main
@@ -56,7 +57,7 @@ def add_fetch_arguments(parser: argparse.ArgumentParser) -> None:
     convert.add_argument("--tile-size", type=int, default=1024, help="with --convert: tile edge (default 1024)")
     convert.add_argument("--layout", choices=["mosaic", "legacy"], default="mosaic", help="with --convert: shard layout")
     convert.add_argument("--shard-bytes", default="256MB", help="with --convert: target shard size (default 256MB)")
-    convert.add_argument("--on-error", choices=["raise", "skip"], default="raise",
+    convert.add_argument("--on-error", choices=ON_ERROR, default=DEFAULT_ON_ERROR,
                          help="with --convert: skip (and report) an unreadable scene instead of failing it")
 
 

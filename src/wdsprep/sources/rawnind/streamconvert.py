@@ -28,11 +28,11 @@ from ...errors import ConversionError
 from ...shards.codec import Encoder
 from ...shards.manifest import MANIFEST_NAME, Manifest
 from ...storage import open_store
-from ..base import Unit
+from ..base import DEFAULT_ON_ERROR, Unit
 from .convert import DEFAULT_TILE, SOURCE, conversion_config, scene_item
 from .index import SceneInfo
 
-CORE_DEFAULTS = {"shard_bytes": "256MB", "codec": "zstd", "zstd_level": 3, "on_error": "raise"}
+CORE_DEFAULTS = {"shard_bytes": "256MB", "codec": "zstd", "zstd_level": 3, "on_error": DEFAULT_ON_ERROR}
 
 
 class SceneConverter:
