@@ -16,7 +16,7 @@ from wdsprep.sources.base import Plan, PlanContext, Source, Unit, UnitContext
 from wdsprep.sources.registry import BUILTIN, NAMESPACES, load_source
 
 PACKAGE = pathlib.Path(wdsprep.__file__).resolve().parent
-CORE = ["cli.py", "conversion.py", "executors.py", "inputs.py", "__init__.py"]
+CORE = ["cli.py", "conversion.py", "executors.py", "ray_executor.py", "inputs.py", "__init__.py"]
 
 
 def _calls(path: pathlib.Path, names: set[str]) -> list[ast.Call]:
