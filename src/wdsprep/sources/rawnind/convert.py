@@ -26,6 +26,10 @@ shift rounded down to even numbers (the original trims one extra row/column for 
 both leave at most one pixel of misalignment). X-Trans captures are only read as RGB, so they use
 the exact shift (the stored CFA pattern is rolled to each window). Windows outside the noisy
 capture are zero, and masked. Scenes in `test_reserve` go to the `test` split, the others to `train`.
+
+`RawNINDSource` (`SOURCE`) is what the core talks to: plan/build above, `prepare_input` (what
+`make shards` runs: synth a Dataverse directory, serve it, fetch through it) and the commands
+`wdsprep fetch rawnind` and `wdsprep serve dataverse` (in `cli.py`).
 """
 from __future__ import annotations
 
