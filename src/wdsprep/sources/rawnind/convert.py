@@ -45,12 +45,9 @@ from ..base import Command, Plan, PlanContext, Source, Unit, UnitContext, group_
 from .index import INDEX_FILENAME, build_scenes, load_index
 from .metadata import MetadataCache, PairMetadata, scene_metadata
 from .raw import RawImage, cam_to_lin_rec2020, demosaic, mono_to_rggb, read_raw
+from .units import DEFAULT_TILE, LAYOUTS, conversion_config, merge_pairs, scene_item
 
-DEFAULT_TILE = 1024
-LAYOUTS = ("mosaic", "legacy")
 HALO = {True: 2, False: 6}  # by is_bayer: bilinear needs 1 px (2 keeps the RGGB phase); VNG 2-3
-
-
 
 
 def _locate(root: str, image) -> str | None:
@@ -65,43 +62,6 @@ def _locate(root: str, image) -> str | None:
         if os.path.isfile(candidate):
             return candidate
     return None
-
-
-
-
-
-
-def scene_item(root: str, scene, relpaths: dict[str, str]) -> dict:
-    """A unit item: one scene's reference clean capture and noisy captures (paths below `root`)."""
-    reference = scene.clean[0]
-    return {
-        "root": root,
-        "cfa": scene.cfa,
-        "scene": scene.name,
-        "test_reserve": scene.test_reserve,
-        "gt": [relpaths[reference.filename], reference.sha1],
-        "noisy": [[relpaths[image.filename], image.sha1] for image in scene.noisy],
-    }
-
-
-def conversion_config(options: dict) -> dict:
-    """The source part of the manifest's config (what the shards' bytes depend on)."""
-    tile = int(options.get("tile_size") or DEFAULT_TILE)
-    if (options.get("layout") or "mosaic") == "mosaic":
-        return {
-            "tile_size": tile,
-            "layout": "mosaic",
-            "reference": "first clean capture",
-            "fields": "scene tile: clean uint16 [h+2a,w+2a], noisy uint16 [N,h+2a,w+2a], mask packed bits [N,h*w], meta",
-            "target": "made at read time: lin_rec2020 (Bayer bilinear demosaic, X-Trans LibRaw VNG)",
-        }
-    return {
-        "tile_size": tile,
-        "store_dtype": options.get("store_dtype", "float32"),
-        "reference": "first clean capture",
-        "layout": "scene tile: gt_rgb [3,T,T], noisy_bayer [N,4,T/2,T/2], mask [N,T,T], meta",
-        "target": "lin_rec2020 (bilinear demosaic)",
-    }
 
 
 def _window(array: np.ndarray, top: int, left: int, height: int, width: int) -> tuple[np.ndarray, np.ndarray]:
@@ -146,8 +106,6 @@ def tile_spans(length: int, tile: int) -> list[tuple[int, int]]:
 
 def _even(value: int) -> int:
     return value - (value % 2)
-
-
 
 
 def _add_pairs_table(item, pairs: list[PairMetadata], ctx) -> None:
@@ -370,9 +328,8 @@ class RawNINDSource(Source):
                 noisy_rggb = [mono_to_rggb(image.mono) for image in noisy_images]
                 yield from _scene_tiles(item, gt, noisy_rggb, pairs, tile, store_dtype)
 
-    def finalize(self, plan: Plan | None, unit_tables) -> dict:
-        pairs = [entry for tables in unit_tables for entry in tables.get("pairs", [])]
-        return {"pairs": pairs}
+    def finalize(self, plan: Plan, unit_tables) -> dict:
+        return merge_pairs(unit_tables)
 
     def synth(self, directory: str, seed: int = 0, size: str = "small") -> None:
         from .synth import synth

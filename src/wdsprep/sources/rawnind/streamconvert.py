@@ -29,8 +29,8 @@ from ...shards.codec import Encoder
 from ...shards.manifest import MANIFEST_NAME, Manifest
 from ...storage import open_store
 from ..base import DEFAULT_ON_ERROR, Unit
-from .convert import DEFAULT_TILE, SOURCE, conversion_config, scene_item
 from .index import SceneInfo
+from .units import DEFAULT_TILE, conversion_config, merge_pairs, scene_item
 
 CORE_DEFAULTS = {"shard_bytes": "256MB", "codec": "zstd", "zstd_level": 3, "on_error": DEFAULT_ON_ERROR}
 
@@ -116,7 +116,7 @@ class SceneConverter:
             splits.setdefault(result.split, []).extend(dict(row, unit_digest=result.digest) for row in result.rows)
         manifest = Manifest(
             source="rawnind", config=self.config, fingerprint=self.fingerprint, splits=splits,
-            tables=SOURCE.finalize(None, [r.tables for r in sorted(results, key=lambda r: (r.split, r.index))]),
+            tables=merge_pairs([r.tables for r in sorted(results, key=lambda r: (r.split, r.index))]),
             problems=[p for r in results for p in r.problems], input_bytes=sum(r.input_bytes for r in results),
             timing={"seconds": round(time.time() - started, 3), "units_built": len(results)},
         )

@@ -1,0 +1,46 @@
+"""What one RawNIND conversion unit item is, the config the shards depend on, and the pairs table:
+shared by `convert.py` (plan/build) and `streamconvert.py` (fetch straight into shards), which must
+agree byte for byte. Kept apart from the Source class so that fetching does not import it (the
+Source's commands import the fetcher)."""
+from __future__ import annotations
+
+DEFAULT_TILE = 1024
+LAYOUTS = ("mosaic", "legacy")
+
+
+def scene_item(root: str, scene, relpaths: dict[str, str]) -> dict:
+    """A unit item: one scene's reference clean capture and noisy captures (paths below `root`)."""
+    reference = scene.clean[0]
+    return {
+        "root": root,
+        "cfa": scene.cfa,
+        "scene": scene.name,
+        "test_reserve": scene.test_reserve,
+        "gt": [relpaths[reference.filename], reference.sha1],
+        "noisy": [[relpaths[image.filename], image.sha1] for image in scene.noisy],
+    }
+
+
+def conversion_config(options: dict) -> dict:
+    """The source part of the manifest's config (what the shards' bytes depend on)."""
+    tile = int(options.get("tile_size") or DEFAULT_TILE)
+    if (options.get("layout") or "mosaic") == "mosaic":
+        return {
+            "tile_size": tile,
+            "layout": "mosaic",
+            "reference": "first clean capture",
+            "fields": "scene tile: clean uint16 [h+2a,w+2a], noisy uint16 [N,h+2a,w+2a], mask packed bits [N,h*w], meta",
+            "target": "made at read time: lin_rec2020 (Bayer bilinear demosaic, X-Trans LibRaw VNG)",
+        }
+    return {
+        "tile_size": tile,
+        "store_dtype": options.get("store_dtype", "float32"),
+        "reference": "first clean capture",
+        "layout": "scene tile: gt_rgb [3,T,T], noisy_bayer [N,4,T/2,T/2], mask [N,T,T], meta",
+        "target": "lin_rec2020 (bilinear demosaic)",
+    }
+
+
+def merge_pairs(unit_tables) -> dict:
+    """The manifest's `pairs` table: every unit's pair rows, in unit order."""
+    return {"pairs": [entry for tables in unit_tables for entry in tables.get("pairs", [])]}
