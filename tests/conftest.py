@@ -1,9 +1,11 @@
+"""Fixtures shared by every test folder. tests/ and each folder are packages: helpers are imported
+as package modules (`from tests.timeouts import SUBPROCESS`, `from .voxels_testdata import make_tiny`),
+never through sys.path tricks. Hang guards (subprocess and event limits) live in tests/timeouts.py."""
 import os
 import pathlib
 
 import pytest
 
-# hang guards (subprocess and event limits) live in tests/timeouts.py: `from timeouts import SUBPROCESS, EVENT`
 REPO = pathlib.Path(__file__).resolve().parent.parent
 SHARED_DATA = pathlib.Path(os.environ.get("WDSPREP_SHARED_DATA", REPO.parent / "shared" / "data"))
 
@@ -19,3 +21,12 @@ def shared_data() -> pathlib.Path:
 @pytest.fixture(scope="session")
 def repo_root() -> pathlib.Path:
     return REPO
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """The project's S3 test server (moto, 127.0.0.1, ephemeral port), one per session."""
+    from wdsprep.testing import S3Server
+
+    with S3Server() as server:
+        yield server

@@ -6,7 +6,7 @@ import signal
 import subprocess
 import sys
 import pytest
-from timeouts import EVENT, SUBPROCESS, wait_for
+from tests.timeouts import EVENT, SUBPROCESS, wait_for
 
 import wdsprep.stream.verify
 

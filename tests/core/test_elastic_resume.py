@@ -8,7 +8,7 @@ import pytest
 
 import wdsprep
 
-from shardsets import write_counted_shards
+from .shardsets import write_counted_shards
 
 COUNTS = [7, 7, 7, 7, 7, 7, 7, 1, 23, 2]  # one big shard among small ones
 ALL_KEYS = {f"s{shard:02d}x{i:02d}" for shard, count in enumerate(COUNTS) for i in range(count)}

@@ -8,7 +8,7 @@ import pytest
 
 import wdsprep
 
-from shardsets import write_counted_shards
+from .shardsets import write_counted_shards
 
 COUNTS = [7, 7, 7, 7, 7, 7, 7, 1, 23, 2]
 RNG = np.random.default_rng(5)

@@ -5,7 +5,7 @@ import os
 import h5py
 import numpy as np
 import pytest
-from test_deepreg_convert import write_nifti
+from .deepreg_testdata import write_nifti
 
 from wdsprep.testing.edits import failing_convert
 

@@ -8,18 +8,7 @@ import wdsprep
 from wdsprep.conversion import convert
 from wdsprep.sources.deepreg import normalize, pairs
 
-
-def write_nifti(path, array, slope=None):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    image = nib.Nifti1Image(array, np.diag([0.5, 0.6, 0.7, 1.0]))
-    if slope is not None:
-        image.header.set_slope_inter(*slope)
-    image.to_filename(path)
-
-
-def samples(output, split):
-    urls = wdsprep.urls(str(output / "manifest.json"), split)
-    return [wdsprep.decode_sample(s) for s in wds.WebDataset(urls, shardshuffle=False)]
+from .deepreg_testdata import samples, write_nifti
 
 
 def test_nifti_scaling_is_kept_aside_and_applied_at_load(tmp_path):

@@ -6,7 +6,7 @@ import h5py
 import nibabel as nib
 import numpy as np
 import pytest
-from test_deepreg_convert import samples, write_nifti
+from .deepreg_testdata import samples, write_nifti
 
 from wdsprep.conversion import convert
 from wdsprep.testing.edits import overwrite_keeping_size, rewritten_shards, shard_identities

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from timeouts import EVENT, SUBPROCESS
+from tests.timeouts import EVENT, SUBPROCESS
 
 from wdsprep.conversion import convert
 from wdsprep.sources.generic import SOURCE as GENERIC

@@ -8,7 +8,7 @@ import pytest
 import webdataset as wds
 
 import wdsprep
-from test_distributed_ddp import torchrun
+from .test_distributed_ddp import torchrun
 from wdsprep.conversion import convert
 from wdsprep.sources.minecraft import SOURCE as MINECRAFT
 from wdsprep.sources.voxels import SOURCE as VOXELS

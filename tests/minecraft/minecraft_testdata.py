@@ -1,7 +1,4 @@
-"""Helpers shared by the minecraft tests (a uniquely named module: `from conftest import` is ambiguous
-when several test folders have a conftest.py).
-
-Fixtures for the minecraft source: the real data.zip, converted once, and an upstream-style loader.
+"""Helpers shared by the minecraft tests: synthetic episode folders and an upstream-style loader.
 
 `upstream_pairs` restates upstream `MinecraftDataset.load_data` (rglob the creative:* folders, sort
 the paths, cut to max_creative_scenes, np.load every frame, pair idx with idx+1 for idx in

@@ -16,7 +16,7 @@ from wdsprep.sources.base import PlanContext
 from wdsprep.sources.minecraft import SOURCE
 from wdsprep.sources.minecraft.synth import write_frame
 
-from minecraft_testdata import make_episode_dir
+from .minecraft_testdata import make_episode_dir
 
 OPTIONS = {"shard_bytes": 1 << 20, "codec": "zstd", "on_error": "raise"}
 GOOD_VOXEL = np.full((5, 5, 5), "stone", dtype="<U5")

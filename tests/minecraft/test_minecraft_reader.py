@@ -18,7 +18,7 @@ from wdsprep.sources.minecraft import (
 )
 from wdsprep.sources.minecraft.convert import windows
 
-from minecraft_testdata import make_episode_dir, upstream_pairs
+from .minecraft_testdata import make_episode_dir, upstream_pairs
 
 NAMES = ["air", "dirt", "grass block", "stone", "water"]
 

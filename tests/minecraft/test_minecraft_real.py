@@ -9,7 +9,7 @@ import webdataset as wds
 import wdsprep
 from wdsprep.conversion import convert
 
-from minecraft_testdata import upstream_pairs
+from .minecraft_testdata import upstream_pairs
 
 REAL_LENGTHS = {"creative:0": 30, "creative:1": 84, "creative:2": 58, "creative:3": 83, "creative:4": 56,
                 "creative:5": 68, "creative:6": 88, "creative:7": 10, "creative:8": 52, "creative:9": 78}

@@ -7,9 +7,8 @@ import warnings
 import torch.distributed as dist
 
 warnings.filterwarnings("ignore")
-sys.path.insert(0, os.path.dirname(__file__))
 
-from noisebase_testdata import assert_same_batch, reference_loader  # noqa: E402
+from tests.noisebase.noisebase_testdata import assert_same_batch, reference_loader  # noqa: E402
 
 from wdsprep.sources.noisebase import TrainingSampleLoader  # noqa: E402
 

@@ -3,7 +3,7 @@ import os
 import shutil
 
 import pytest
-from noisebase_testdata import native
+from .noisebase_testdata import native
 
 from wdsprep.testing.edits import failing_convert
 

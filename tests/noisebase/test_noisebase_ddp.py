@@ -11,13 +11,13 @@ import sys
 
 import pytest
 
-from timeouts import SUBPROCESS
+from tests.timeouts import SUBPROCESS
 
-from noisebase_testdata import native, require_noisebase, shards
+from .noisebase_testdata import native, require_noisebase, shards
 
 from wdsprep.sources.noisebase import TrainingSampleLoader
 
-HERE = pathlib.Path(__file__).resolve().parent
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _free_port() -> int:
@@ -33,9 +33,9 @@ def test_two_ranks_match_noisebase_ddp_split(tmp_path_factory, tmp_path):
         pytest.skip("torchrun not found")
     native_root, shard_root = native(tmp_path_factory), shards(tmp_path_factory)
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])  # the worker runs as `-m tests.noisebase...`
     command = [torchrun, "--nproc_per_node=2", "--nnodes=1", "--master_addr=127.0.0.1",
-               f"--master_port={_free_port()}", str(HERE / "noisebase_ddp_worker.py"),
+               f"--master_port={_free_port()}", "-m", "tests.noisebase.noisebase_ddp_worker",
                native_root, shard_root, str(tmp_path)]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=SUBPROCESS)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -9,7 +9,7 @@ import tarfile
 import numpy as np
 import pytest
 import zarr
-from noisebase_testdata import native
+from .noisebase_testdata import native
 
 from wdsprep.conversion import convert
 from wdsprep.shards.codec import decode_sample

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from noisebase_testdata import CROP, FRAMES, SAMPLES, SEQUENCES, native, shards
+from .noisebase_testdata import CROP, FRAMES, SAMPLES, SEQUENCES, native, shards
 
 zarr = pytest.importorskip("zarr")
 
@@ -192,7 +192,7 @@ def test_wrong_dtype_is_refused(tmp_path_factory, tmp_path):
 
 
 def test_backproject_pixel_centers_matches_noisebase():
-    from noisebase_testdata import require_noisebase
+    from .noisebase_testdata import require_noisebase
 
     reference = require_noisebase("noisebase.torch.projective")
     generator = torch.Generator().manual_seed(0)

@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-from noisebase_testdata import shards
+from .noisebase_testdata import shards
 
 L = pytest.importorskip("lightning")
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 import webdataset as wds
 
-from noisebase_testdata import ALL_BUFFERS, FRAMES, SEQUENCES, shards
+from .noisebase_testdata import ALL_BUFFERS, FRAMES, SEQUENCES, shards
 
 import wdsprep
 from wdsprep.sources.noisebase import TrainingSampleLoader, frames

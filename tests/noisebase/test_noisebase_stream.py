@@ -6,9 +6,9 @@ import http.server
 import threading
 
 import pytest
-from timeouts import EVENT
+from tests.timeouts import EVENT
 
-from noisebase_testdata import ALL_BUFFERS, assert_same_batches, shards
+from .noisebase_testdata import ALL_BUFFERS, assert_same_batches, shards
 
 from wdsprep.sources.noisebase import TrainingSampleLoader
 

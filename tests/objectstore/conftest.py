@@ -1,5 +1,6 @@
-"""Fixtures: a moto S3 server and a Range-capable HTTP server on 127.0.0.1, and small generic shards
-of deliberately uneven sizes (23 and 1 samples alternating)."""
+"""Fixtures: the session's S3 server (tests/conftest.py) with this test's AWS variables, a
+Range-capable HTTP server on 127.0.0.1, and small generic shards of deliberately uneven sizes (23
+and 1 samples alternating)."""
 import itertools
 import os
 import pathlib
@@ -9,15 +10,9 @@ import pytest
 from wdsprep.conversion import convert
 from wdsprep.sources.generic import SOURCE as GENERIC
 from wdsprep.storage import resuming
-from wdsprep.testing import RangeHTTPServer, S3Server
+from wdsprep.testing import RangeHTTPServer
 
 _buckets = itertools.count()
-
-
-@pytest.fixture(scope="session")
-def s3_server():
-    with S3Server() as server:
-        yield server
 
 
 @pytest.fixture

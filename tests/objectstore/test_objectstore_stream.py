@@ -13,7 +13,7 @@ from wdsprep.storage.http import http_open_at
 from wdsprep.stream import iter_shard
 from wdsprep.upload import upload
 
-from timeouts import SUBPROCESS
+from tests.timeouts import SUBPROCESS
 
 
 def _rows(shard_dir, split="train"):

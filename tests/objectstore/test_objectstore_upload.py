@@ -20,7 +20,7 @@ from wdsprep.storage import read_url
 from wdsprep.storage.s3 import S3Store
 from wdsprep.upload import UploadError, upload
 
-from timeouts import EVENT as DEADLINE
+from tests.timeouts import EVENT as DEADLINE
 
 
 def _manifest_rows(shard_dir):

@@ -19,11 +19,3 @@ def synth_small(tmp_path_factory) -> pathlib.Path:
     synth(str(root), seed=0, size="small")
     return root
 
-
-@pytest.fixture(scope="session")
-def s3_server():
-    """The project's S3 test server (moto, 127.0.0.1, ephemeral port)."""
-    from wdsprep.testing import S3Server
-
-    with S3Server() as server:
-        yield server

@@ -1,5 +1,4 @@
-"""Helpers shared by the rawnind tests (a uniquely named module: `from conftest import` is ambiguous
-when several test folders have a conftest.py)."""
+"""Helpers shared by the rawnind tests: the ground truth that `synth` writes beside its files."""
 import json
 import pathlib
 

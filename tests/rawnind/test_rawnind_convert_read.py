@@ -17,7 +17,7 @@ from wdsprep.shards.codec import Encoder
 from wdsprep.sources.rawnind.convert import tile_origins
 from wdsprep.sources.rawnind.raw import XYZ_TO_LIN_REC2020
 
-from rawnind_testdata import truth
+from .rawnind_testdata import truth
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,8 @@ from wdsprep.sources.rawnind.index import build_scenes, load_index, load_listing
 from wdsprep.sources.rawnind.server import DataverseServer, Faults
 from wdsprep.sources.rawnind.synth import SYNTH_DOI
 
-from rawnind_testdata import truth
-from timeouts import EVENT
+from .rawnind_testdata import truth
+from tests.timeouts import EVENT
 
 
 def run_fetch(options: FetchOptions, limit: float = EVENT) -> dict:

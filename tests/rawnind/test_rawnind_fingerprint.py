@@ -12,7 +12,7 @@ import wdsprep
 from wdsprep.conversion import convert
 from wdsprep.testing.edits import overwrite_keeping_size, rewritten_shards, shard_identities
 
-from rawnind_testdata import truth
+from .rawnind_testdata import truth
 
 TILE = 128
 

@@ -14,7 +14,7 @@ from wdsprep.conversion import convert
 from wdsprep.errors import ConfigError
 from wdsprep.sources.rawnind.read import crops_at
 
-from rawnind_testdata import truth
+from .rawnind_testdata import truth
 
 
 @pytest.fixture(scope="module")

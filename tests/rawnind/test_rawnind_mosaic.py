@@ -15,7 +15,7 @@ from wdsprep.sources.rawnind.convert import tile_spans
 from wdsprep.sources.rawnind.raw import XYZ_TO_LIN_REC2020, normalise
 from wdsprep.sources.rawnind.read import crops_at, tile_mask
 
-from rawnind_testdata import truth
+from .rawnind_testdata import truth
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import tomllib
 import urllib.request
 
 import webdataset as wds
-from timeouts import EVENT, SUBPROCESS, wait_for
+from tests.timeouts import EVENT, SUBPROCESS, wait_for
 
 import wdsprep
 from wdsprep.conversion import convert

@@ -14,7 +14,7 @@ from wdsprep.sources.rawnind.index import load_index, load_listing
 from wdsprep.sources.rawnind.metadata import MetadataCache, compute_pair, scene_metadata, shift_images
 from wdsprep.sources.rawnind.raw import mono_to_rggb, read_bayer, rggb_to_mono
 
-from rawnind_testdata import truth
+from .rawnind_testdata import truth
 
 NAME_RE = re.compile(r"^Bayer_(TEST_)?[A-Za-z0-9_-]+_(GT_)?ISO\d+_sha1=([0-9a-f]{40})\.(dng|xmp)$")
 

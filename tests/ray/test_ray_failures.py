@@ -4,8 +4,9 @@ from __future__ import annotations
 import sys
 
 import pytest
-import wdsprep_ray_faults
-from wdsprep_ray_helpers import assert_same_output, ray_cluster, requires_ray, run_cli  # noqa: F401 (fixture)
+
+from . import wdsprep_ray_faults
+from .wdsprep_ray_helpers import assert_same_output, ray_cluster, requires_ray, run_cli  # noqa: F401 (fixture)
 
 from wdsprep.conversion import ConversionError, convert
 from wdsprep.errors import ConfigError
@@ -13,7 +14,7 @@ from wdsprep.executors import EXECUTORS, get_executor
 from wdsprep.sources.registry import load_source
 from wdsprep.stream import load_manifest
 
-FAULTY = "wdsprep_ray_faults:SOURCE"
+FAULTY = "tests.ray.wdsprep_ray_faults:SOURCE"  # importable in Ray workers: run_cli puts the repo root on PYTHONPATH
 OPTIONS = dict(shard_bytes="100KB")  # ~5 samples of ~16.5 KB per unit
 
 

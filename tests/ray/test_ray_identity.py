@@ -9,7 +9,7 @@ import io
 import sys
 
 import pytest
-from wdsprep_ray_helpers import assert_same_output, ray_cluster, run_cli  # noqa: F401 (fixture)
+from .wdsprep_ray_helpers import assert_same_output, ray_cluster, run_cli  # noqa: F401 (fixture)
 
 from wdsprep.conversion import convert
 from wdsprep.sources.registry import load_source

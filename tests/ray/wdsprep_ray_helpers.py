@@ -1,7 +1,6 @@
 """Fixture and helpers for the Ray executor tests.
 
-A uniquely named module instead of a conftest.py: `from conftest import ...` resolves to whichever
-tests/*/conftest.py pytest imported last. `ray_cluster` is one local Ray (2 CPUs) per test module,
+`ray_cluster` is one local Ray (2 CPUs) per test module,
 reused by every `--executor ray` conversion run in-process (the executor joins an initialized Ray
 and leaves it running); CLI subprocesses either join it by address or start (and stop) their own.
 """
@@ -14,10 +13,10 @@ import subprocess
 import sys
 
 import pytest
-from timeouts import SUBPROCESS
+from tests.timeouts import SUBPROCESS
 
-HERE = pathlib.Path(__file__).resolve().parent
-SRC = HERE.parent.parent / "src"
+REPO = pathlib.Path(__file__).resolve().parents[2]
+SRC = REPO / "src"
 
 try:
     import ray
@@ -66,7 +65,8 @@ def assert_same_output(a, b) -> None:
 
 def run_cli(*args, env_extra=None, cwd=None, timeout=SUBPROCESS) -> subprocess.CompletedProcess:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(SRC), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(SRC),  # REPO: `tests.ray.*` plugins import in Ray workers
+                                     env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     env.update(env_extra or {})
     return subprocess.run([sys.executable, "-m", "wdsprep", *map(str, args)], capture_output=True, text=True,

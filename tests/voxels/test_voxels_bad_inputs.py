@@ -4,7 +4,7 @@ import os
 import zipfile
 
 import pytest
-from voxels_testdata import make_tiny
+from .voxels_testdata import make_tiny
 
 from wdsprep.testing.edits import failing_convert
 

@@ -7,7 +7,7 @@ import shutil
 
 import numpy as np
 import pytest
-from voxels_testdata import convert_tiny, expected_splits, native_samples
+from .voxels_testdata import convert_tiny, expected_splits, native_samples
 
 import wdsprep
 from wdsprep.conversion import convert

@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 import pytest
-from voxels_testdata import convert_tiny
+from .voxels_testdata import convert_tiny
 
 from wdsprep.conversion import convert
 from wdsprep.sources.voxels import decode_voxel_sample, native_arrays

@@ -10,7 +10,7 @@ import pytest
 import torch
 import webdataset as wds
 from torch.utils.data import DataLoader
-from voxels_testdata import chunk_count, convert_tiny, expected_splits, native_samples
+from .voxels_testdata import chunk_count, convert_tiny, expected_splits, native_samples
 
 import wdsprep
 from wdsprep.errors import ConfigError, WdsprepError

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 import webdataset as wds
-from voxels_testdata import (
+from .voxels_testdata import (
     SPEC_KEYS,
     brute_force_edges,
     chunk_count,

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from voxels_testdata import make_tiny, native_samples
+from .voxels_testdata import make_tiny, native_samples
 
 from wdsprep.sources.voxels.synth import SynthConfig, assign_splits, chord_lengths
 
