@@ -52,3 +52,29 @@ def make_episode_dir(root, name: str, frames: int, side: int = 5, start: int = 0
         write_frame(path, action, voxel)
         paths.append(path)
     return paths
+
+
+def zip_folder(folder, archive) -> pathlib.Path:
+    """`folder`'s files as a deflated zip like the real data.zip, byte-identical on every run
+    (sorted names, a fixed timestamp)."""
+    import zipfile
+
+    folder, archive = pathlib.Path(folder), pathlib.Path(archive)
+    with zipfile.ZipFile(archive, "w") as handle:
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            info = zipfile.ZipInfo(path.relative_to(folder).as_posix(), date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            handle.writestr(info, path.read_bytes())
+    return archive
+
+
+def edited_frame(data: bytes) -> tuple[bytes, np.ndarray]:
+    """The same pickled frame with another `straight` action (same dtype, so the same size)."""
+    import io
+
+    frame = np.load(io.BytesIO(data), allow_pickle=True).item()
+    action = frame["action"].copy()
+    action[0] = (action[0] + 1) % 3
+    buffer = io.BytesIO()
+    np.save(buffer, {"action": action, "voxel": frame["voxel"]}, allow_pickle=True)
+    return buffer.getvalue(), action

@@ -49,6 +49,21 @@ def zip_with_member_replaced(path: str, member: str, data: bytes) -> bytes:
     return result
 
 
+def corrupt_zip_member(path: str, member: str) -> None:
+    """Flip bytes inside `member`'s deflate stream of the zip at `path` (its local header and the
+    central directory stay intact, so the archive opens and only reading that member fails)."""
+    with zipfile.ZipFile(path) as archive:
+        info = archive.getinfo(member)
+    if info.compress_type != zipfile.ZIP_DEFLATED:
+        raise ValueError(f"{path}: member {member} is not deflated")
+    data = bytearray(open(path, "rb").read())
+    start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)  # 30: local header
+    for offset in range(8, 40):
+        data[start + offset] ^= 0x5A
+    with open(path, "wb") as handle:
+        handle.write(bytes(data))
+
+
 def shard_identities(directory: str) -> dict[str, tuple[int, int]]:
     """(inode, mtime_ns) of every shard: a rebuilt shard is a new file, a reused one is untouched."""
     found = {}

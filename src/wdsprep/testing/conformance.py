@@ -1,0 +1,326 @@
+"""The source conformance suite: the contract every source keeps, written once.
+
+A source's test module subclasses `SourceTests` and fills in what only the source knows; pytest
+then runs every test below against it. A new source is done when its subclass passes:
+
+    from wdsprep.testing.conformance import SourceTests
+
+    class TestVoxelsConformance(SourceTests):
+        source = "voxels"                          # a built-in id or "package.module:OBJECT"
+        convert_args = ("--shard-bytes", "150KB")  # small shards: several units from a small input
+
+        def make_input(self, directory):           # a small native input, written into `directory`
+            ...
+        def corrupt_input(self, native):           # break one item; return the name the error names
+            ...
+        def edit_input(self, native):              # (file, new bytes of the same size)
+            ...
+        def stream(self, manifest, split, seed, epoch):   # training samples, resumable (optional)
+            ...
+
+The contract (one test each):
+- `wdsprep synth`-style input is deterministic: the same seed writes the same files.
+- The shard bytes do not depend on `--workers` (inline vs. a process pool) nor on where the input
+  lies; the manifest rows agree.
+- The manifest tells the truth about its shards, read back with `tarfile`, `hashlib` and `json`
+  only (never wdsprep's own reader): names, sizes, sha256, sample counts, deterministic tar headers
+  (mtime 0, uid/gid 0, no PAX, members of a sample adjacent and sorted, keys without dots), and
+  `wdsprep verify` accepts it and names a shard with one flipped byte.
+- Streaming with `wdsprep.dataset` gives every shard sample once per epoch, and the source's reader
+  resumes exactly: `state_dict()` mid-epoch, a new pipeline, `load_state_dict()` -> the remaining
+  samples of the uninterrupted epoch, in order.
+- Bad input (`corrupt_input`): `wdsprep convert` fails with exit 1 and one line naming the file,
+  leaving no manifest and no partial shard; with `--on-error skip` it reports exactly one problem
+  naming the file and converts the rest.
+- A re-run over unchanged input rebuilds nothing; an equal-size edit of one input file (also with
+  its modification time put back) rebuilds exactly the units whose shards a fresh conversion of the
+  edited input changes, and the result is byte-identical to that fresh conversion.
+
+Expected values come from the inputs, a second conversion, or an independent reader; nothing here
+asks the code under test what the answer should be. Conversions run in this process through
+`wdsprep.cli.main` (the same path as the `wdsprep` command). Needs pytest (a dev dependency).
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import pathlib
+import shutil
+import tarfile
+from typing import Any
+
+import pytest
+
+from ..cli import main
+from ..sources.registry import load_source
+from .edits import failing_convert, overwrite_keeping_size, rewritten_shards, shard_identities
+
+
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    """`wdsprep *argv` in this process: (exit status, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main([str(arg) for arg in argv])
+    return status, out.getvalue(), err.getvalue()
+
+
+def read_manifest(output: pathlib.Path) -> dict:
+    return json.loads((output / "manifest.json").read_text())
+
+
+def shard_bytes(output: pathlib.Path) -> dict[str, bytes]:
+    """Every shard file of an output folder, by name."""
+    return {path.name: path.read_bytes() for path in sorted(output.glob("*.tar"))}
+
+
+def tar_samples(path: pathlib.Path) -> list[tuple[str, list[tarfile.TarInfo]]]:
+    """(key, members) per sample, in file order, by webdataset's rule (key = name up to the first
+    dot of the basename), read with `tarfile` alone; `__...__` names (webdataset's meta convention:
+    the shard's trailing index member) are not samples."""
+    samples: list[tuple[str, list[tarfile.TarInfo]]] = []
+    with tarfile.open(path, mode="r:") as archive:
+        for member in archive.getmembers():
+            directory, _, base = member.name.rpartition("/")
+            if base.startswith("__") and base.endswith("__"):
+                continue
+            key = (directory + "/" if directory else "") + base.split(".", 1)[0]
+            if not samples or samples[-1][0] != key:
+                samples.append((key, []))
+            samples[-1][1].append(member)
+    return samples
+
+
+def shard_rows(output: pathlib.Path) -> dict[str, list[tuple]]:
+    """Per split, the manifest's (name, samples, bytes, sha256) rows: what a reader relies on."""
+    return {split: [(row["name"], row["samples"], row["bytes"], row["sha256"]) for row in entry["shards"]]
+            for split, entry in read_manifest(output)["splits"].items()}
+
+
+def unit_of(shard_name: str) -> str:
+    """`train-00003-01.tar` -> `train-00003`: the parts of one unit share this stem."""
+    return shard_name.rsplit("-", 1)[0]
+
+
+class SourceTests:
+    """Subclass as `Test<Name>Conformance` and set `source`; override the hooks your source needs."""
+
+    source: str = ""  # a built-in source id, or a plugin "package.module:OBJECT"
+    convert_args: tuple[str, ...] = ()  # extra `wdsprep convert` options (keep several units per split)
+    skips_bad_input: bool = True  # False where the corrupted item cannot be skipped safely
+    resume_stops: tuple[float, ...] = (0.1, 0.5, 0.9)  # where to stop the epoch, as fractions of it
+
+    # -- hooks -------------------------------------------------------------------------------
+    def make_input(self, directory: pathlib.Path) -> pathlib.Path:
+        """Write a small native input under `directory` (deterministically); return the path to
+        convert. Default: the source's own `synth` at size "small", seed 0."""
+        load_source(self.source).synth(str(directory), 0, "small")
+        return directory
+
+    def corrupt_input(self, native: pathlib.Path) -> str:
+        """Break one input item of the copy at `native`; return the file name (absolute path, or the
+        path as the source reports it) that the one-line error must name."""
+        raise NotImplementedError(f"{type(self).__name__}: corrupt_input is part of the contract")
+
+    def edit_input(self, native: pathlib.Path) -> tuple[pathlib.Path, bytes]:
+        """One input file of the copy at `native` and new bytes of the same size for it, changing
+        what at least one (not every) unit stores."""
+        raise NotImplementedError(f"{type(self).__name__}: edit_input is part of the contract")
+
+    def stream(self, manifest: str, split: str, seed: int, epoch: int) -> Any:
+        """The training pipeline to test resume on: an iterable with `state_dict()` and
+        `load_state_dict()`. Default: `wdsprep.dataset` (raw shard samples); override to compose the
+        source's reader stage."""
+        import wdsprep
+
+        return wdsprep.dataset(manifest, split, seed=seed, epoch=epoch, shuffle_buffer=4)
+
+    def sample_id(self, sample: dict) -> Any:
+        """What identifies a streamed training sample (default its `__key__`)."""
+        return sample["__key__"]
+
+    # -- fixtures ----------------------------------------------------------------------------
+    @pytest.fixture(scope="class")
+    @classmethod
+    def native(cls, tmp_path_factory) -> pathlib.Path:
+        """The small native input, written once per class; tests that change it work on a copy."""
+        return cls().make_input(tmp_path_factory.mktemp(f"{cls()._name()}-native"))
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def converted(cls, native, tmp_path_factory) -> pathlib.Path:
+        """The input converted once with `--workers 1`: the output folder."""
+        output = tmp_path_factory.mktemp(f"{cls()._name()}-out") / "shards"
+        cls().convert(native, output)
+        return output
+
+    def _name(self) -> str:
+        return "".join(c if c.isalnum() else "-" for c in self.source)[:40]
+
+    def convert(self, native: pathlib.Path, output: pathlib.Path, *extra: str) -> str:
+        status, _, err = run_cli("convert", self.source, native, output, *self.convert_args, *extra, "--quiet")
+        assert status == 0, f"wdsprep convert {self.source} failed ({status}):\n{err}"
+        return err
+
+    def copy_input(self, native: pathlib.Path, target: pathlib.Path) -> pathlib.Path:
+        """A copy of the input (files, links kept as links) at `target`, mirrored where `native`
+        points: the input may be a file (an archive) or a folder."""
+        if native.is_dir():
+            shutil.copytree(native, target, symlinks=True)
+        else:
+            target.mkdir(parents=True)
+            target = target / native.name
+            shutil.copy2(native, target)
+        return target
+
+    # -- the contract ------------------------------------------------------------------------
+    def test_input_is_deterministic(self, native, tmp_path):
+        again = self.make_input(tmp_path / "again")
+        assert _tree(again) == _tree(native)
+
+    def test_shard_bytes_do_not_depend_on_workers_or_location(self, native, converted, tmp_path):
+        moved = self.copy_input(native, tmp_path / "elsewhere" / "input")
+        output = tmp_path / "out"
+        self.convert(moved, output, "--workers", "2")
+        first, second = shard_bytes(converted), shard_bytes(output)
+        assert sorted(first) == sorted(second)
+        assert len(first) > 1, "make_input/convert_args should give several shards"
+        for name in first:
+            assert first[name] == second[name], f"{name} differs between --workers 1 and --workers 2"
+        assert shard_rows(converted) == shard_rows(output)
+
+    def test_manifest_tells_the_truth_about_its_shards(self, converted):
+        splits = read_manifest(converted)["splits"]
+        listed = [row["name"] for entry in splits.values() for row in entry["shards"]]
+        assert sorted(listed) == sorted(shard_bytes(converted)), "manifest rows vs. .tar files on disk"
+        assert len(listed) == len(set(listed))
+        for split, entry in splits.items():
+            rows = entry["shards"]
+            assert rows, f"split {split} lists no shard"
+            assert entry["samples"] == sum(row["samples"] for row in rows), split
+            assert entry["bytes"] == sum(row["bytes"] for row in rows), split
+            for row in rows:
+                path = converted / row["name"]
+                data = path.read_bytes()
+                assert row["bytes"] == len(data), row["name"]
+                assert row["sha256"] == hashlib.sha256(data).hexdigest(), row["name"]
+                samples = tar_samples(path)
+                assert row["samples"] == len(samples), row["name"]
+                keys = [key for key, _ in samples]
+                assert len(keys) == len(set(keys)), f"{row['name']}: a sample's members are not adjacent"
+                for key, members in samples:
+                    assert "." not in key.rsplit("/", 1)[-1], f"{row['name']}: key {key!r} holds a dot"
+                    names = [member.name for member in members]
+                    assert names == sorted(names), f"{row['name']}: members of {key} not sorted"
+                    for member in members:
+                        assert member.isfile(), member.name
+                        assert (member.mtime, member.uid, member.gid, member.uname, member.gname) == (0, 0, 0, "", ""), member.name
+                        assert not member.pax_headers, member.name
+
+    def test_verify_accepts_the_output_and_names_a_damaged_shard(self, converted, tmp_path):
+        status, out, err = run_cli("verify", converted, "--quiet")
+        assert status == 0, out + err
+        damaged = tmp_path / "damaged"
+        shutil.copytree(converted, damaged)
+        victim = max(damaged.glob("*.tar"), key=lambda path: path.stat().st_size)
+        data = bytearray(victim.read_bytes())
+        data[len(data) // 2] ^= 0x01
+        victim.write_bytes(bytes(data))
+        status, out, err = run_cli("verify", damaged, "--quiet")
+        assert status == 1, out + err
+        assert victim.name in err and sum(victim.name in line for line in err.splitlines()) == 1, err
+
+    def test_streaming_gives_every_shard_sample_once_per_epoch(self, converted):
+        import wdsprep
+
+        for split, entry in read_manifest(converted)["splits"].items():
+            want = sorted(key for row in entry["shards"] for key, _ in tar_samples(converted / row["name"]))
+            for epoch in (0, 1):
+                got = [sample["__key__"] for sample in wdsprep.dataset(str(converted / "manifest.json"), split, seed=7, epoch=epoch)]
+                assert sorted(got) == want, f"{split}, epoch {epoch}"
+
+    def test_streaming_resumes_exactly_mid_epoch(self, converted):
+        manifest_path = str(converted / "manifest.json")
+        split = max(read_manifest(converted)["splits"].items(), key=lambda item: item[1]["samples"])[0]
+        full = [self.sample_id(sample) for sample in self.stream(manifest_path, split, 3, 1)]
+        assert len(full) >= 3, f"split {split} streams {len(full)} samples: too few to stop in the middle"
+        for stop in sorted({max(1, min(len(full) - 1, int(len(full) * f))) for f in self.resume_stops}):
+            first = self.stream(manifest_path, split, 3, 1)
+            iterator = iter(first)
+            head = [self.sample_id(next(iterator)) for _ in range(stop)]
+            state = first.state_dict()
+            resumed = self.stream(manifest_path, split, 3, 1)
+            resumed.load_state_dict(state)
+            tail = [self.sample_id(sample) for sample in resumed]
+            assert len(head) + len(tail) == len(full), f"stopped after {stop}"
+            assert head + tail == full, f"stopped after {stop}"
+
+    def test_bad_input_is_one_line_naming_the_file(self, native, tmp_path):
+        copy = self.copy_input(native, tmp_path / "input")
+        named = self.corrupt_input(copy)
+        output = tmp_path / "out"
+        line = failing_convert([self.source, str(copy), str(output), *self.convert_args], str(output))
+        assert line.startswith("wdsprep: error: ") and str(named) in line, line
+
+    def test_skip_mode_reports_the_bad_item_and_converts_the_rest(self, native, converted, tmp_path):
+        if not self.skips_bad_input:
+            pytest.skip(f"{self.source}: the corrupted item cannot be skipped (skips_bad_input = False)")
+        copy = self.copy_input(native, tmp_path / "input")
+        named = self.corrupt_input(copy)
+        output = tmp_path / "out"
+        self.convert(copy, output, "--on-error", "skip")
+        manifest = read_manifest(output)
+        problems = manifest.get("problems", [])
+        assert len(problems) == 1, problems
+        assert os.path.basename(str(named)) in problems[0]["item"] + " " + problems[0]["message"], problems
+        total = sum(entry["samples"] for entry in manifest["splits"].values())
+        clean = sum(entry["samples"] for entry in read_manifest(converted)["splits"].values())
+        assert 0 < total < clean
+
+    def test_an_unchanged_rerun_rebuilds_nothing(self, native, converted, tmp_path):
+        output = tmp_path / "out"
+        shutil.copytree(converted, output)
+        before = shard_identities(str(output))
+        self.convert(native, output)
+        assert rewritten_shards(before, str(output)) == []
+        assert read_manifest(output)["timing"]["units_built"] == 0
+
+    @pytest.mark.parametrize("restore_mtime", [False, True], ids=["new-mtime", "mtime-put-back"])
+    def test_an_equal_size_edit_rebuilds_exactly_the_units_it_changes(self, native, tmp_path, restore_mtime):
+        copy = self.copy_input(native, tmp_path / "input")
+        incremental = tmp_path / "incremental"
+        self.convert(copy, incremental)  # here: units record where their inputs lie
+        path, data = self.edit_input(copy)
+        overwrite_keeping_size(str(path), data, restore_mtime=restore_mtime)
+        fresh = tmp_path / "fresh"
+        self.convert(copy, fresh)  # the oracle: a conversion of the edited input from scratch
+        old, new = shard_bytes(incremental), shard_bytes(fresh)
+        changed_units = {unit_of(name) for name in set(old) | set(new) if old.get(name) != new.get(name)}
+        assert changed_units, "edit_input changed no shard"
+        assert {unit_of(name) for name in new} - changed_units, "edit_input changed every unit"
+        before = shard_identities(str(incremental))
+        self.convert(copy, incremental)
+        rebuilt = rewritten_shards(before, str(incremental))
+        assert rebuilt == sorted(name for name in new if unit_of(name) in changed_units)
+        assert shard_bytes(incremental) == new
+        assert shard_rows(incremental) == shard_rows(fresh)
+        assert read_manifest(incremental)["timing"]["units_built"] == len(changed_units)
+
+
+def _tree(root: pathlib.Path) -> dict[str, Any]:
+    """Relative path -> bytes (or link target) of every file under `root` (or of the file `root`)."""
+    if root.is_file():
+        return {root.name: root.read_bytes()}
+    found: dict[str, Any] = {}
+    for path in sorted(root.rglob("*")):
+        relative = path.relative_to(root).as_posix()
+        if path.is_symlink():
+            found[relative] = ("link", os.readlink(path))
+        elif path.is_file():
+            found[relative] = path.read_bytes()
+    return found
+
+
+__all__ = ["SourceTests", "run_cli", "read_manifest", "shard_bytes", "shard_rows", "tar_samples", "unit_of"]

@@ -1,0 +1,45 @@
+"""minecraft against the source conformance suite (wdsprep.testing.conformance): six synthetic
+episodes as a data.zip like the real dump, about one episode a unit; a frame's deflate stream
+corrupted; a frame's action changed in place."""
+import zipfile
+
+from wdsprep.sources.minecraft._synth import synth
+from wdsprep.testing.conformance import SourceTests
+from wdsprep.testing.edits import corrupt_zip_member, zip_with_member_replaced
+
+from .minecraft_testdata import edited_frame, zip_folder
+
+
+class TestMinecraftConformance(SourceTests):
+    source = "minecraft"
+    convert_args = ("--shard-bytes", "4000")
+
+    def make_input(self, directory):
+        synth(str(directory / "native"), seed=3, layout="flat", episodes=6, side=9)
+        return zip_folder(directory / "native", directory / "data.zip")
+
+    @staticmethod
+    def _frame(archive, episode_index=2, frame=4):
+        with zipfile.ZipFile(archive) as handle:
+            episodes = sorted({name.split("/")[1] for name in handle.namelist() if name.count("/") == 2})
+        return f"data/{episodes[episode_index]}/{frame:06d}.npy"
+
+    def corrupt_input(self, native):
+        member = self._frame(native)
+        corrupt_zip_member(str(native), member)
+        return member
+
+    def edit_input(self, native):
+        member = self._frame(native)
+        with zipfile.ZipFile(native) as handle:
+            data, _ = edited_frame(handle.read(member))
+        return native, zip_with_member_replaced(str(native), member, data)
+
+    def stream(self, manifest, split, seed, epoch):
+        import wdsprep
+
+        return wdsprep.dataset(manifest, split, seed=seed, epoch=epoch, shuffle_buffer=8).compose(
+            wdsprep.minecraft.pairs(history_length=2))
+
+    def sample_id(self, sample):
+        return sample["episode"], sample["t"]

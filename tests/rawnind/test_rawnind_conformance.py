@@ -1,0 +1,40 @@
+"""rawnind against the source conformance suite (wdsprep.testing.conformance): the tiny synthetic
+Dataverse directory (two scenes: one train unit, one test unit) in 128-pixel tiles; a noisy capture
+replaced by junk; every pixel of one capture brightened in place."""
+import numpy as np
+import rawpy
+
+from wdsprep.testing.conformance import SourceTests
+
+from .rawnind_testdata import truth
+
+
+class TestRawNINDConformance(SourceTests):
+    source = "rawnind"
+    convert_args = ("--tile-size", "128")
+
+    def make_input(self, directory):
+        from wdsprep.sources.rawnind import SOURCE
+
+        SOURCE.synth(str(directory), 1, "tiny")
+        return directory
+
+    def corrupt_input(self, native):
+        victim = sorted((native / "files").glob("*ISO*.dng"))[-1]
+        victim.write_bytes(b"not a raw file")
+        return str(victim)
+
+    def edit_input(self, native):
+        scene = truth(native)["scenes"]["Bayer/plants"]  # the train split's one scene
+        path = native / "files" / sorted(scene["noisy"])[0]
+        data = path.read_bytes()
+        with rawpy.imread(str(path)) as raw:
+            pixels, white = raw.raw_image.copy(), raw.white_level
+        start = len(data) - pixels.nbytes  # the pixels end the synthetic DNG: uint16, little-endian
+        assert np.array_equal(np.frombuffer(data[start:], "<u2").reshape(pixels.shape), pixels)
+        return path, data[:start] + np.minimum(pixels.astype(np.uint32) + 1, white).astype("<u2").tobytes()
+
+    def stream(self, manifest, split, seed, epoch):
+        import wdsprep
+
+        return wdsprep.dataset(manifest, split, seed=seed, epoch=epoch).compose(wdsprep.rawnind.tiles())

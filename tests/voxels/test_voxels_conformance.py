@@ -1,0 +1,41 @@
+"""voxels against the source conformance suite (wdsprep.testing.conformance): the tiny synthetic
+dataset in 150 KB shards; a ray file's deflate stream corrupted; its distances zeroed in place."""
+import io
+
+import numpy as np
+
+from wdsprep.testing.conformance import SourceTests
+from wdsprep.testing.edits import corrupt_zip_member, zip_with_member_replaced
+
+from .voxels_testdata import make_tiny
+
+RAY_FILE = "ray_dataset_hierarchical/level_0/00/0003_rays.npz"
+
+
+class TestVoxelsConformance(SourceTests):
+    source = "voxels"
+    convert_args = ("--shard-bytes", "150KB")
+
+    def make_input(self, directory):
+        return make_tiny(directory, seed=1)
+
+    def corrupt_input(self, native):
+        corrupt_zip_member(str(native / RAY_FILE), "distances.npy")
+        return str(native / RAY_FILE)
+
+    def edit_input(self, native):
+        path = native / RAY_FILE
+        with np.load(path) as arrays:
+            zeros = np.zeros_like(arrays["distances"])  # compresses better: the archive is padded back to its size
+        buffer = io.BytesIO()
+        np.lib.format.write_array(buffer, zeros, allow_pickle=False)
+        return path, zip_with_member_replaced(str(path), "distances.npy", buffer.getvalue())
+
+    def stream(self, manifest, split, seed, epoch):
+        import wdsprep
+
+        return wdsprep.dataset(manifest, split, seed=seed, epoch=epoch, shuffle_buffer=8).compose(
+            wdsprep.voxels.samples(mode="coo", rays_per_chunk=50))
+
+    def sample_id(self, sample):
+        return sample["hash"], sample["chunk_idx"], sample["origins"].numpy().tobytes()
