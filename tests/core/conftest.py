@@ -1,4 +1,5 @@
 import pytest
+
 from .shardsets import write_counted_shards  # noqa: F401 (used by the fixtures below; tests may import it too)
 
 

@@ -5,12 +5,12 @@ import os
 import signal
 import subprocess
 import sys
-import pytest
-from tests.timeouts import EVENT, SUBPROCESS, wait_for
 
-import wdsprep.stream.verify
+import pytest
 
 import wdsprep
+import wdsprep.stream.verify
+from tests.timeouts import EVENT, SUBPROCESS, wait_for
 from wdsprep.conversion import convert
 from wdsprep.shards.manifest import comparable
 

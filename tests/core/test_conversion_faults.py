@@ -11,11 +11,12 @@ import tarfile
 import pytest
 
 import wdsprep.stream
-from .test_conversion import STALLING_SOURCE
 from tests.timeouts import EVENT, SUBPROCESS, wait_for
 from wdsprep.conversion import convert
 from wdsprep.errors import OutputError
 from wdsprep.shards import writer as writer_module
+
+from .test_conversion import STALLING_SOURCE
 
 CLI = [sys.executable, "-m", "wdsprep"]
 

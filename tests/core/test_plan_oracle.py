@@ -304,8 +304,9 @@ def test_a_state_from_another_seed_is_refused(counted_shards):
 
 def test_a_state_from_another_split_is_refused(tmp_path):
     """Same directory, same shard counts, two splits: only the split differs."""
-    from .shardsets import write_counted_shards
     from wdsprep.stream import load_manifest
+
+    from .shardsets import write_counted_shards
 
     both = load_manifest(write_counted_shards(tmp_path, [4, 4, 4], split="train"))
     both.splits.update(load_manifest(write_counted_shards(tmp_path, [4, 4, 4], split="valid")).splits)

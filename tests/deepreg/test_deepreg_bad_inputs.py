@@ -5,9 +5,10 @@ import os
 import h5py
 import numpy as np
 import pytest
-from .deepreg_testdata import write_nifti
 
 from wdsprep.testing.edits import failing_convert
+
+from .deepreg_testdata import write_nifti
 
 
 def _nifti_input(root):

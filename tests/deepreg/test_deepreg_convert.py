@@ -2,7 +2,6 @@
 import h5py
 import nibabel as nib
 import numpy as np
-import webdataset as wds
 
 import wdsprep
 from wdsprep.conversion import convert

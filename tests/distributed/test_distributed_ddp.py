@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.timeouts import EVENT, SUBPROCESS
 
+from tests.timeouts import EVENT, SUBPROCESS
 from wdsprep.conversion import convert
 from wdsprep.sources.generic import SOURCE as GENERIC
 from wdsprep.testing import RangeHTTPServer, S3Server

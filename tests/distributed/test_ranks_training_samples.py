@@ -8,11 +8,12 @@ import pytest
 import webdataset as wds
 
 import wdsprep
-from .test_distributed_ddp import torchrun
 from wdsprep.conversion import convert
 from wdsprep.sources.minecraft import SOURCE as MINECRAFT
 from wdsprep.sources.voxels import SOURCE as VOXELS
 from wdsprep.testing import RangeHTTPServer
+
+from .test_distributed_ddp import torchrun
 
 WORLD, WORKERS, BATCH = 3, 2, 4
 

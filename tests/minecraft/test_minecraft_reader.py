@@ -7,14 +7,21 @@ import numpy as np
 import pytest
 import torch
 import webdataset as wds
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import wdsprep
 from wdsprep.conversion import convert
 from wdsprep.errors import ConfigError
 from wdsprep.shards.codec import Encoder
 from wdsprep.sources.minecraft import (
-    Vocabulary, action_to_text, collate, collate_fn, pairs, vocabulary, voxel_to_text,
+    Vocabulary,
+    action_to_text,
+    collate,
+    collate_fn,
+    pairs,
+    vocabulary,
+    voxel_to_text,
 )
 from wdsprep.sources.minecraft.convert import windows
 

@@ -9,7 +9,6 @@ import torch.distributed as dist
 warnings.filterwarnings("ignore")
 
 from tests.noisebase.noisebase_testdata import assert_same_batch, reference_loader  # noqa: E402
-
 from wdsprep.sources.noisebase import TrainingSampleLoader  # noqa: E402
 
 

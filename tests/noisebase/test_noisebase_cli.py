@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+
 from tests.timeouts import SUBPROCESS
 
 pytest.importorskip("zarr")

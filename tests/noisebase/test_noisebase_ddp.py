@@ -12,10 +12,9 @@ import sys
 import pytest
 
 from tests.timeouts import SUBPROCESS
+from wdsprep.sources.noisebase import TrainingSampleLoader
 
 from .noisebase_testdata import native, require_noisebase, shards
-
-from wdsprep.sources.noisebase import TrainingSampleLoader
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from .noisebase_testdata import (ALL_BUFFERS, FRAMES, assert_same_batch, assert_same_batches, native, reference_loader,
-                               shards)
+from .noisebase_testdata import ALL_BUFFERS, FRAMES, assert_same_batch, assert_same_batches, native, reference_loader, shards
 
 pytest.importorskip("zarr")  # synthetic native data; tests comparing with noisebase skip without it
 

@@ -6,10 +6,10 @@ import pytest
 import torch
 import webdataset as wds
 
-from .noisebase_testdata import ALL_BUFFERS, FRAMES, SEQUENCES, shards
-
 import wdsprep
 from wdsprep.sources.noisebase import TrainingSampleLoader, frames
+
+from .noisebase_testdata import ALL_BUFFERS, FRAMES, SEQUENCES, shards
 
 
 def _flatten(frame: dict, prefix=""):

@@ -6,11 +6,11 @@ import http.server
 import threading
 
 import pytest
+
 from tests.timeouts import EVENT
+from wdsprep.sources.noisebase import TrainingSampleLoader
 
 from .noisebase_testdata import ALL_BUFFERS, assert_same_batches, shards
-
-from wdsprep.sources.noisebase import TrainingSampleLoader
 
 ARGS = dict(seed=42, val_split=0.2, batch_size=2, num_workers=0, samples=4, buffers=ALL_BUFFERS)
 

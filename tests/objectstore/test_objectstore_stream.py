@@ -6,14 +6,13 @@ import pytest
 import webdataset as wds
 
 import wdsprep
+from tests.timeouts import SUBPROCESS
 from wdsprep.errors import ShardError
 from wdsprep.shards.tarformat import iter_samples
 from wdsprep.storage import gopen, resuming
 from wdsprep.storage.http import http_open_at
 from wdsprep.stream import iter_shard
 from wdsprep.upload import upload
-
-from tests.timeouts import SUBPROCESS
 
 
 def _rows(shard_dir, split="train"):

@@ -231,18 +231,6 @@ def test_an_incomplete_scene_stops_the_conversion_or_is_skipped(tmp_path, synth_
     assert converted == expected
 
 
-def test_bad_raw_file_is_skipped_or_raised(tmp_path, synth_tiny):
-    native = tmp_path / "native"
-    shutil.copytree(synth_tiny, native)
-    victim = sorted((native / "files").glob("*ISO*.dng"))[-1]
-    victim.write_bytes(b"not a raw file")
-    with pytest.raises(Exception, match="not a readable raw file"):
-        convert("rawnind", str(native), str(tmp_path / "out"), tile_size=256)
-    manifest = convert("rawnind", str(native), str(tmp_path / "out2"), tile_size=256, on_error="skip")
-    assert any("not a readable raw file" in problem["message"] for problem in manifest.problems)
-    assert sum(row["samples"] for rows in manifest.splits.values() for row in rows) > 0
-
-
 def test_map_style_drop_in(shards):
     native, out, manifest = shards
     from wdsprep.rawnind import CleanProfiledRGBNoisyBayerImageCropsDataset as Dataset

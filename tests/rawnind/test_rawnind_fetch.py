@@ -12,6 +12,7 @@ import pytest
 import trio
 import yaml
 
+from tests.timeouts import EVENT
 from wdsprep.sources.rawnind.cli import main
 from wdsprep.sources.rawnind.fetch import Fetcher, FetchOptions
 from wdsprep.sources.rawnind.index import build_scenes, load_index, load_listing
@@ -19,7 +20,6 @@ from wdsprep.sources.rawnind.server import DataverseServer, Faults
 from wdsprep.sources.rawnind.synth import SYNTH_DOI
 
 from .rawnind_testdata import truth
-from tests.timeouts import EVENT
 
 
 def run_fetch(options: FetchOptions, limit: float = EVENT) -> dict:

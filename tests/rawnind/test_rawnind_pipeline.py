@@ -6,9 +6,9 @@ import tomllib
 import urllib.request
 
 import webdataset as wds
-from tests.timeouts import EVENT, SUBPROCESS, wait_for
 
 import wdsprep
+from tests.timeouts import EVENT, SUBPROCESS, wait_for
 from wdsprep.conversion import convert
 from wdsprep.sources.rawnind import SOURCE
 

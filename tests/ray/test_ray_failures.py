@@ -5,14 +5,14 @@ import sys
 
 import pytest
 
-from . import wdsprep_ray_faults
-from .wdsprep_ray_helpers import assert_same_output, ray_cluster, requires_ray, run_cli  # noqa: F401 (fixture)
-
 from wdsprep.conversion import ConversionError, convert
 from wdsprep.errors import ConfigError
 from wdsprep.executors import EXECUTORS, get_executor
 from wdsprep.sources.registry import load_source
 from wdsprep.stream import load_manifest
+
+from . import wdsprep_ray_faults
+from .wdsprep_ray_helpers import assert_same_output, ray_cluster, requires_ray, run_cli  # noqa: F401 (fixture)
 
 FAULTY = "tests.ray.wdsprep_ray_faults:SOURCE"  # importable in Ray workers: run_cli puts the repo root on PYTHONPATH
 OPTIONS = dict(shard_bytes="100KB")  # ~5 samples of ~16.5 KB per unit

@@ -9,10 +9,11 @@ import io
 import sys
 
 import pytest
-from .wdsprep_ray_helpers import assert_same_output, ray_cluster, run_cli  # noqa: F401 (fixture)
 
 from wdsprep.conversion import convert
 from wdsprep.sources.registry import load_source
+
+from .wdsprep_ray_helpers import assert_same_output, ray_cluster, run_cli  # noqa: F401 (fixture)
 
 
 def _both(source_id, input, tmp_path, **options):

@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+
 from tests.timeouts import SUBPROCESS
 
 REPO = pathlib.Path(__file__).resolve().parents[2]

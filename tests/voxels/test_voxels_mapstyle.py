@@ -10,7 +10,6 @@ import pytest
 import torch
 import webdataset as wds
 from torch.utils.data import DataLoader
-from .voxels_testdata import chunk_count, convert_tiny, expected_splits, native_samples
 
 import wdsprep
 from wdsprep.errors import ConfigError, WdsprepError
@@ -19,9 +18,11 @@ from wdsprep.sources.voxels import (
     RayBatchSampler,
     collate_ray_batch,
     index_tar,
+    mapstyle,
     samples,
 )
-from wdsprep.sources.voxels import mapstyle
+
+from .voxels_testdata import chunk_count, convert_tiny, expected_splits, native_samples
 
 
 @pytest.fixture(scope="module")

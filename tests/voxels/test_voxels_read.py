@@ -5,6 +5,13 @@ import numpy as np
 import pytest
 import torch
 import webdataset as wds
+
+import wdsprep
+from wdsprep.errors import ConfigError
+from wdsprep.shards.codec import Encoder
+from wdsprep.sources.voxels import collate_ray_batch, graph_edges, samples
+from wdsprep.sources.voxels.convert import build_fields
+
 from .voxels_testdata import (
     SPEC_KEYS,
     brute_force_edges,
@@ -14,12 +21,6 @@ from .voxels_testdata import (
     native_samples,
     spec_chunk,
 )
-
-import wdsprep
-from wdsprep.errors import ConfigError
-from wdsprep.shards.codec import Encoder
-from wdsprep.sources.voxels import collate_ray_batch, graph_edges, samples
-from wdsprep.sources.voxels.convert import build_fields
 
 RPC = 50
 
@@ -234,22 +235,3 @@ def test_wdsprep_dataset_streams_the_same_chunks(converted):
     pipeline = wdsprep.dataset(str(shards / "manifest.json"), "train", seed=3, epoch=0)
     streamed = [(s["hash"], s["chunk_idx"]) for s in pipeline.compose(samples(rays_per_chunk=RPC))]
     assert len(streamed) == len(plain) and set(streamed) == plain
-
-
-def test_mid_epoch_resume_through_the_flat_map_stage(converted):
-    """One shard sample -> many chunks: a resumed pipeline continues exactly where it stopped."""
-    native, shards, manifest, natives = converted
-    url = str(shards / "manifest.json")
-
-    def pipeline():
-        return wdsprep.dataset(url, "train", seed=5, epoch=1, shuffle_buffer=8).compose(samples(mode="coo", rays_per_chunk=RPC))
-
-    full = [(s["hash"], s["chunk_idx"]) for s in pipeline()]
-    first = pipeline()
-    stream = iter(first)
-    head = [next(stream) for _ in range(37)]  # stops in the middle of a subvolume's chunks
-    state = first.state_dict()
-    resumed = pipeline()
-    resumed.load_state_dict(state)
-    tail = [(s["hash"], s["chunk_idx"]) for s in resumed]
-    assert [(s["hash"], s["chunk_idx"]) for s in head] + tail == full

@@ -275,9 +275,12 @@ class SourceTests:
         problems = manifest.get("problems", [])
         assert len(problems) == 1, problems
         assert os.path.basename(str(named)) in problems[0]["item"] + " " + problems[0]["message"], problems
-        total = sum(entry["samples"] for entry in manifest["splits"].values())
-        clean = sum(entry["samples"] for entry in read_manifest(converted)["splits"].values())
-        assert 0 < total < clean
+        clean, skipped = shard_bytes(converted), shard_bytes(output)
+        unchanged = [name for name in skipped if clean.get(name) == skipped[name]]
+        assert unchanged, "no shard of the skip-mode output equals the clean conversion's: the rest was not converted alike"
+        assert len(unchanged) < len(clean), "every shard as in the clean conversion: the bad item was not skipped"
+        status, out, err = run_cli("verify", output, "--quiet")
+        assert status == 0, out + err
 
     def test_an_unchanged_rerun_rebuilds_nothing(self, native, converted, tmp_path):
         output = tmp_path / "out"

@@ -249,7 +249,8 @@ def read_volume(ref: VolumeRef, h5_handles: dict | None = None) -> tuple[np.ndar
             image = nib.load(ref.path)
             array = np.asanyarray(image.dataobj.get_unscaled())
         except Exception as error:
-            raise InputError(f"{ref.path}: cannot read NIfTI data: {error}") from None
+            reason = " ".join(str(error).split())  # nibabel's message for a short file spans two lines
+            raise InputError(f"{ref.path}: cannot read NIfTI data: {reason}") from None
         slope, inter = image.dataobj.slope, image.dataobj.inter
         if not (slope == 1 and inter == 0):
             meta["scale"] = [float(slope), float(inter)]
