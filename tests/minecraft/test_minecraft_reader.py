@@ -212,7 +212,7 @@ def test_stage_through_wdsprep_dataset_and_windows_equal_whole_episodes(tmp_path
     make_episode_dir(tmp_path / "data", "creative:2", 9, seed=2)
     whole = convert("minecraft", str(tmp_path), str(tmp_path / "whole"))
     cut = convert("minecraft", str(tmp_path), str(tmp_path / "cut"), window_frames=7, window_overlap=4,
-                  shard_bytes=3000, workers=2)
+                  shard_bytes=3000)
     assert len(cut.splits["train"]) > 1
     for history in (1, 4):
         expected = upstream_pairs(tmp_path / "data", history_length=history)

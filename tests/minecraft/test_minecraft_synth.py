@@ -70,11 +70,9 @@ def test_synth_is_deterministic_and_layouts_give_identical_shards(tmp_path):
             assert open(os.path.join(a, name), "rb").read() == open(os.path.join(b, name), "rb").read()
     manifests = [convert("minecraft", str(tmp_path / name), str(tmp_path / f"out-{name}"), shard_bytes=20_000)
                  for name in ("flat", "buckets")]
-    manifests.append(convert("minecraft", str(tmp_path / "buckets"), str(tmp_path / "out-workers"),
-                             shard_bytes=20_000, workers=2))  # parallel plan scan and build
     rows = [[(r["name"], r["sha256"]) for r in m.splits["train"]] for m in manifests]
-    assert rows[0] == rows[1] == rows[2] and len(rows[0]) > 1
-    assert manifests[0].tables == manifests[2].tables and manifests[0].fingerprint == manifests[2].fingerprint
+    assert rows[0] == rows[1] and len(rows[0]) > 1  # --workers 2 gives the same: the conformance suite
+    assert manifests[0].tables == manifests[1].tables and manifests[0].fingerprint == manifests[1].fingerprint
     frames = sum(len(os.listdir(f)) for f in flat)
     pairs = list(wdsprep.dataset(manifests[1].url, shuffle_shards=False).compose(wdsprep.minecraft.pairs()))
     assert len(pairs) == frames - len(flat)

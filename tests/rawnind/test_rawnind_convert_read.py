@@ -264,7 +264,7 @@ def test_map_style_drop_in(shards):
 def test_conversion_is_deterministic_with_or_without_the_metadata_cache(shards, tmp_path):
     native, out, manifest = shards
     again = convert("rawnind", str(native), str(tmp_path / "again"), shard_bytes="4MB", tile_size=512,
-                    metadata_cache=False, workers=2, layout="legacy")
+                    metadata_cache=False, layout="legacy")  # --workers 2: the conformance suite
     for split, rows in manifest.splits.items():
         assert [(r["name"], r["sha256"]) for r in rows] == [(r["name"], r["sha256"]) for r in again.splits[split]]
 
