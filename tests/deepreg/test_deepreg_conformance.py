@@ -18,7 +18,8 @@ class TestDeepRegConformance(SourceTests):
         rng = np.random.default_rng(0)
         for i in range(6):
             for role in ("moving_images", "fixed_images"):
-                write_nifti(directory / "train" / role / f"case{i}.nii", rng.random((8, 8, 8)).astype(np.float32))
+                volume = rng.integers(0, 4, (8, 8, 8)).astype(np.float32)  # compressible: the codec level shows
+                write_nifti(directory / "train" / role / f"case{i}.nii", volume)
         return directory
 
     def corrupt_input(self, native):
