@@ -1,0 +1,32 @@
+"""The generic source (the one the core's tests convert) against the source conformance suite
+(wdsprep.testing.conformance): 40 + 10 samples of 16 KiB in 100 KB shards; an array file replaced by
+junk; an array's values changed in place."""
+import io
+
+import numpy as np
+
+from wdsprep.testing.conformance import SourceTests
+
+ARRAY = "train/sample000017.array.npy"
+
+
+class TestGenericConformance(SourceTests):
+    source = "generic"
+    convert_args = ("--shard-bytes", "100KB")
+
+    def make_input(self, directory):
+        from wdsprep.sources.generic import SOURCE
+
+        SOURCE.synth(str(directory), 0, "small", splits={"train": 40, "valid": 10})
+        return directory
+
+    def corrupt_input(self, native):
+        path = native / ARRAY
+        path.write_bytes(b"not an array")
+        return str(path)
+
+    def edit_input(self, native):
+        path = native / ARRAY
+        buffer = io.BytesIO()
+        np.save(buffer, -np.load(path))  # same dtype and shape: the same size
+        return path, buffer.getvalue()
