@@ -115,6 +115,17 @@ MUTATIONS = [
                  ("os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)\n            with os.fdopen(fd, \"wb\") as out",
                   "os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)\n            with os.fdopen(fd, \"wb\") as out"),
                  ("        except OSError as error:\n            remove_quietly(temporary)\n", "        except OSError as error:\n"))),)),
+    # -- the source conformance suite (wdsprep.testing.conformance), through one source's subclass
+    Mutation("codec-level-by-workers", "a pool worker compresses at another zstd level (bytes depend on --workers)",
+             "src/wdsprep/conversion.py",
+             (('    encoder = Encoder(options["codec"], options["zstd_level"])',
+               '    import multiprocessing\n'
+               '    encoder = Encoder(options["codec"], options["zstd_level"] + (multiprocessing.parent_process() is not None))'),),
+             ("tests/voxels/test_voxels_conformance.py",)),
+    Mutation("content-fingerprint-is-stat", "the content fingerprint of a file is its size and mtime only",
+             "src/wdsprep/inputs.py",
+             (("return [info.st_size, file_sha256(path)]", "return [info.st_size, info.st_mtime_ns]"),),
+             ("tests/voxels/test_voxels_conformance.py",)),
     # -- the timing-free concurrency test (not in #13's list: checks the rewritten test bites)
     Mutation("fetch-one-at-a-time", "rawnind fetch ignores --concurrency (one download at a time)",
              "src/wdsprep/sources/rawnind/fetch.py",
