@@ -7,6 +7,10 @@
 
 Both are context managers; `S3Server.environment()` sets the standard AWS variables so boto3 (and
 `wdsprep.stream` in subprocesses that inherit `os.environ`) talk to it.
+
+Also here, imported on their own: `wdsprep.testing.conformance.SourceTests`, the source conformance
+suite every source's tests subclass (needs pytest), and `wdsprep.testing.edits`, in-place edits and
+the bad-input check it uses.
 """
 from __future__ import annotations
 
