@@ -125,7 +125,7 @@ MUTATIONS = [
     Mutation("content-fingerprint-is-stat", "the content fingerprint of a file is its size and mtime only",
              "src/wdsprep/inputs.py",
              (("return [info.st_size, file_sha256(path)]", "return [info.st_size, info.st_mtime_ns]"),),
-             ("tests/voxels/test_voxels_conformance.py",)),
+             ("tests/core/test_generic_conformance.py",)),  # generic: files fingerprinted by content
     # -- the timing-free concurrency test (not in #13's list: checks the rewritten test bites)
     Mutation("fetch-one-at-a-time", "rawnind fetch ignores --concurrency (one download at a time)",
              "src/wdsprep/sources/rawnind/fetch.py",
