@@ -8,7 +8,7 @@ import pathlib
 import subprocess
 import sys
 
-from timeouts import SUBPROCESS
+from tests.timeouts import SUBPROCESS
 
 import wdsprep
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from timeouts import SUBPROCESS
+from tests.timeouts import SUBPROCESS
 
 import wdsprep
 from wdsprep.errors import ConfigError, InputError

@@ -3,7 +3,7 @@ episodes as a data.zip like the real dump, about one episode a unit; a frame's d
 corrupted; a frame's action changed in place."""
 import zipfile
 
-from wdsprep.sources.minecraft._synth import synth
+from wdsprep.sources.minecraft.synth import synth
 from wdsprep.testing.conformance import SourceTests
 from wdsprep.testing.edits import corrupt_zip_member, zip_with_member_replaced
 

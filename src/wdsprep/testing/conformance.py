@@ -134,7 +134,9 @@ class SourceTests:
 
     def edit_input(self, native: pathlib.Path) -> tuple[pathlib.Path, bytes]:
         """One input file of the copy at `native` and new bytes of the same size for it, changing
-        what at least one (not every) unit stores."""
+        what at least one (not every) unit stores. Pick a file that feeds only units whose shards
+        the edit changes (the suite's oracle is a fresh conversion: a file that also feeds a unit
+        whose bytes stay the same would rightly rebuild that unit too)."""
         raise NotImplementedError(f"{type(self).__name__}: edit_input is part of the contract")
 
     def stream(self, manifest: str, split: str, seed: int, epoch: int) -> Any:

@@ -1,0 +1,25 @@
+"""A source defined outside the package (`plugin_source.py`, beside this file) against the source
+conformance suite (wdsprep.testing.conformance), loaded as a plugin `package.module:OBJECT` in this
+process and in the pool's workers: one unit per split file; a value that is not an integer; one
+value changed in place."""
+from wdsprep.testing.conformance import SourceTests
+
+
+class TestPluginSourceConformance(SourceTests):
+    source = "tests.core.plugin_source:SOURCE"
+    convert_args = ("--shard-bytes", "64KB")  # one unit per split: the edited file feeds exactly its unit
+
+    def corrupt_input(self, native):
+        path = native / "train.txt"
+        lines = path.read_text().splitlines()
+        key, first, *rest = lines[5].split()
+        lines[5] = " ".join([key, "x" * len(first), *rest])
+        path.write_text("\n".join(lines) + "\n")
+        return f"{path}:6"
+
+    def edit_input(self, native):
+        path = native / "valid.txt"
+        lines = path.read_text().splitlines()
+        key, first, *rest = lines[2].split()
+        lines[2] = " ".join([key, first[:-1] + str((int(first[-1]) + 1) % 10), *rest])  # same length
+        return path, ("\n".join(lines) + "\n").encode()
