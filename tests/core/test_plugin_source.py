@@ -8,9 +8,8 @@ import pathlib
 import subprocess
 import sys
 
-from tests.timeouts import SUBPROCESS
-
 import wdsprep
+from tests.timeouts import SUBPROCESS
 
 PLUGIN = "plugin_source:SOURCE"
 HERE = pathlib.Path(__file__).resolve().parent

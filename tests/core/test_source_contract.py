@@ -8,9 +8,9 @@ import subprocess
 import sys
 
 import pytest
-from tests.timeouts import SUBPROCESS
 
 import wdsprep
+from tests.timeouts import SUBPROCESS
 from wdsprep.errors import ConfigError, InputError
 from wdsprep.sources.base import Plan, PlanContext, Source, Unit, UnitContext
 from wdsprep.sources.registry import BUILTIN, NAMESPACES, load_source

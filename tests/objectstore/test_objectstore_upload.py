@@ -16,9 +16,9 @@ import wdsprep
 from tests.timeouts import EVENT as DEADLINE
 from wdsprep.conversion import convert
 from wdsprep.errors import ManifestError
-from wdsprep.stream import load_manifest
 from wdsprep.storage import read_url
 from wdsprep.storage.s3 import S3Store
+from wdsprep.stream import load_manifest
 from wdsprep.upload import UploadError, upload
 
 
