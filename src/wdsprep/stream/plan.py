@@ -19,8 +19,7 @@ For a split whose shards hold c[0..S-1] samples, seed s, epoch e, W ranks and K 
    B consecutive samples, block b by `block_permutation(seed, epoch, rank, worker, b, len)`.
 7. Elastic resume (`remainder`): given every old rank's saved position, the delivered samples of an
    interrupted pass are, for each old (rank, worker), the first `skip` samples of its stream (in
-   shuffled order when B > 1; a delivered padding repeat delivers the sample it repeats, which a
-   shuffle buffer may yield before the sample itself). The other samples, kept in
+   shuffled order when B > 1; a padding repeat delivers nothing new). The other samples, kept in
    the order of the pass's input, form the remainder R, which rules 3-6 deal to the new ranks and
    workers (equalizing over len(R)). A sample whose outputs were partly delivered (`discard`) stays
    in R and carries its discard count. An interrupted resumed pass is resumed the same way from R.
@@ -268,12 +267,9 @@ def remainder(
             run_start, run_stop = worker_run(length, worker, level.num_workers, mine)
             key = (seed, epoch, rank, worker)
             for lo, hi in _delivered(run_stop - run_start, skip, shuffle_buffer, key):
-                lo, hi = run_start + lo, run_start + hi
-                if lo < min(hi, own):
-                    delivered.append((first + lo, first + min(hi, own)))
-                if hi > own and lo <= own < length:  # the padding repeat was delivered: so is what it repeats
-                    padded = first if own else rank % len(sequence)
-                    delivered.append((padded, padded + 1))
+                lo, hi = run_start + lo, min(run_start + hi, own)  # rank-list positions past `own` are padding
+                if lo < hi:
+                    delivered.append((first + lo, first + hi))
             if discard and skip < run_stop - run_start:
                 (q,) = stream_positions(run_stop - run_start, skip, 1, shuffle_buffer=shuffle_buffer, key=key)
                 if run_start + q < own:
