@@ -14,12 +14,7 @@ SEQUENCE = "sampleset_v1/train/scene0001.zip"
 class TestNoisebaseConformance(SourceTests):
     source = "noisebase"
     convert_args = ("--shard-bytes", "200KB")
-
-    def make_input(self, directory):
-        from wdsprep.sources.noisebase import SOURCE
-
-        SOURCE.synth(str(directory), 3, "small")
-        return directory
+    synth_seed, synth_size = 3, "small"
 
     def corrupt_input(self, native):
         path = str(native / SEQUENCE)

@@ -12,12 +12,7 @@ from .rawnind_testdata import truth
 class TestRawNINDConformance(SourceTests):
     source = "rawnind"
     convert_args = ("--tile-size", "128")
-
-    def make_input(self, directory):
-        from wdsprep.sources.rawnind import SOURCE
-
-        SOURCE.synth(str(directory), 1, "tiny")
-        return directory
+    synth_seed, synth_size = 1, "tiny"
 
     def corrupt_input(self, native):
         victim = sorted((native / "files").glob("*ISO*.dng"))[-1]

@@ -119,12 +119,14 @@ class SourceTests:
     source: str = ""  # a built-in source id, or a plugin "package.module:OBJECT"
     convert_args: tuple[str, ...] = ()  # extra `wdsprep convert` options (keep several units per split)
     resume_stops: tuple[float, ...] = (0.1, 0.5, 0.9)  # where to stop the epoch, as fractions of it
+    synth_seed: int = 0  # the default `make_input`: `synth(directory, synth_seed, synth_size)`
+    synth_size: str = "small"
 
     # -- hooks -------------------------------------------------------------------------------
     def make_input(self, directory: pathlib.Path) -> pathlib.Path:
         """Write a small native input under `directory` (deterministically); return the path to
-        convert. Default: the source's own `synth` at size "small", seed 0."""
-        load_source(self.source).synth(str(directory), 0, "small")
+        convert. Default: the source's own `synth` with `synth_seed` and `synth_size`."""
+        load_source(self.source).synth(str(directory), self.synth_seed, self.synth_size)
         return directory
 
     def corrupt_input(self, native: pathlib.Path) -> str:

@@ -56,6 +56,15 @@ class DatasetConfig:
         }
 
 
+def read_yaml(path: str):
+    """The YAML document in `path`; a syntax error is one ConfigError line naming the file."""
+    with open(path, encoding="utf-8") as handle:
+        try:
+            return yaml.safe_load(handle)
+        except yaml.YAMLError as error:
+            raise ConfigError(f"{path}: not valid YAML: {error}") from None
+
+
 def _as_bool(value, where: str) -> bool | None:
     if value is None or isinstance(value, bool):
         return value
@@ -160,11 +169,7 @@ def load_config(input: str, options: dict) -> DatasetConfig:
     if isinstance(overrides["labeled"], str):
         overrides["labeled"] = _as_bool(overrides["labeled"], "--labeled")
     if os.path.isfile(input):
-        with open(input, encoding="utf-8") as handle:
-            try:
-                document = yaml.safe_load(handle)
-            except yaml.YAMLError as error:
-                raise ConfigError(f"{input}: not valid YAML: {error}") from None
+        document = read_yaml(input)
         if not isinstance(document, dict):
             raise ConfigError(f"{input}: expected a mapping with a `dataset:` section")
         section = document.get("dataset", document)

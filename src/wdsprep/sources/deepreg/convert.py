@@ -12,12 +12,10 @@ import os
 import re
 from typing import Iterator
 
-import yaml
-
 from ...errors import ConfigError, InputError
 from ..base import Plan, PlanContext, Source, Unit, UnitContext, group_by_size
 from . import native
-from ._config import DatasetConfig, load_config, parse_section
+from ._config import DatasetConfig, load_config, parse_section, read_yaml
 
 CONFIG_NAME = "deepreg.yaml"
 MEMBER_OVERHEAD = 4096  # tar header + padding + zstd frame + msgpack meta share, per member  # a directory holding this file is converted from it
@@ -44,11 +42,7 @@ def load_datasets(input: str, options: dict) -> list[tuple[str, DatasetConfig]]:
     if os.path.isdir(input) and os.path.isfile(os.path.join(input, CONFIG_NAME)):
         path = os.path.join(input, CONFIG_NAME)
     if os.path.isfile(path):
-        with open(path, encoding="utf-8") as handle:
-            try:
-                document = yaml.safe_load(handle)
-            except yaml.YAMLError as error:
-                raise ConfigError(f"{path}: not valid YAML: {error}") from None
+        document = read_yaml(path)
         if isinstance(document, dict) and isinstance(document.get("datasets"), dict):
             base = os.path.dirname(os.path.abspath(path))
             result = []
