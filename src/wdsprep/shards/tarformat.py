@@ -318,34 +318,43 @@ def iter_members(
             yield member.name, data
 
 
-def iter_samples(stream: BinaryIO, url: str = "<stream>", skip: int = 0) -> Iterator[dict]:
-    """Group consecutive members by key into samples (`__key__`, `__url__`, field -> bytearray).
-
-    The first `skip` samples are passed over without reading their data where the stream can seek.
-    Members whose name has no key/extension split (e.g. the `__wdsprep_index__` member) are ignored.
-    """
-    cursor = TarCursor(stream, url, start=stream.tell() if _seekable(stream) else 0)
+def group_samples(cursor: TarCursor, url: str, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, dict | None]]:
+    """(index, sample) for every sample of the archive: consecutive members grouped by key into
+    `{"__key__", "__url__", field: bytearray}`; samples outside [start, stop) come as None, their
+    data passed over unread (seeked where the stream can). Members whose name has no key/extension
+    split (e.g. the `__wdsprep_index__` member) are ignored. The one grouping of every tar reader."""
     current: dict | None = None
     index = -1
+    wanted = False
     while (member := cursor.next()) is not None:
         parts = split_key(member.name)
         if parts is None:
             continue
         key, field = parts
         if current is None or current["__key__"] != key:
-            if current is not None and index >= skip:
-                yield current
+            if index >= 0:
+                yield index, current if wanted else None
             index += 1
+            wanted = start <= index and (stop is None or index < stop)
             current = {"__key__": key, "__url__": url}
-        if index < skip:
+        if not wanted:
             cursor.skip()
             continue
         field = field.lower()
         if field in current:
             raise ShardError(url, f"duplicate member {member.name!r} in sample {key!r}")
         current[field] = cursor.read()
-    if current is not None and index >= skip:
-        yield current
+    if index >= 0:
+        yield index, current if wanted else None
+
+
+def iter_samples(stream: BinaryIO, url: str = "<stream>", skip: int = 0) -> Iterator[dict]:
+    """Samples (`__key__`, `__url__`, field -> bytearray) of a tar stream, in order; the first `skip`
+    are passed over without reading their data where the stream can seek (see `group_samples`)."""
+    cursor = TarCursor(stream, url, start=stream.tell() if _seekable(stream) else 0)
+    for _, sample in group_samples(cursor, url, skip):
+        if sample is not None:
+            yield sample
 
 
 def index_samples(path: str) -> list[tuple[str, dict[str, tuple[int, int]]]]:

@@ -48,7 +48,7 @@ from .plan import (
     stream_positions,
     worker_run,
 )
-from .read import read_samples
+from .read import MappedSample, read_samples
 
 
 def distributed_info(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
@@ -308,7 +308,10 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
         where = {q: p for p, q in enumerate(order)}
         return {where[q]: count for q, count in found.items()}
 
-    def _iter_pieces(self, pieces: list[Piece], skip: int) -> Iterator[dict]:
+    def _iter_pieces(self, pieces: list[Piece], skip: int, lazy: bool = False) -> Iterator:
+        """This worker's raw samples, checked against their rows; with `lazy`, samples of mapped
+        shards come as (MappedSample, index, piece start), copied out by `_take` when delivered."""
+        epoch = self.epoch
         for piece in pieces:
             if skip >= piece.samples:
                 skip -= piece.samples
@@ -320,10 +323,13 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
                 stream = self.cache.open(url, row.get("sha256"), row.get("bytes")) if self.cache else open_url(url)
                 with stream:
                     # every sample is checked against the row before it is yielded (stream/read.py)
-                    for index, sample in enumerate(read_samples(url, row, first, piece.stop, stream), first):
+                    for index, sample in enumerate(read_samples(url, row, first, piece.stop, stream, lazy=lazy), first):
+                        if sample.__class__ is MappedSample:
+                            yield sample, index, piece.start
+                            continue
                         sample["__index__"] = index  # where the sample sits, for stages that work on blocks of a shard
                         sample["__piece_start__"] = piece.start  # this worker's run of the shard starts here
-                        sample["__epoch__"] = self.epoch
+                        sample["__epoch__"] = epoch
                         yield sample
             except ShardError as error:
                 if self.handler(error):
@@ -331,18 +337,32 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
                 break
             skip = 0
 
+    def _take(self, pending: tuple) -> dict:
+        mapped, index, piece_start = pending
+        sample = mapped.take()
+        sample["__index__"] = index
+        sample["__piece_start__"] = piece_start
+        sample["__epoch__"] = self.epoch
+        return sample
+
     def _block_shuffled(self, pieces: list[Piece], skip: int, worker_key: tuple) -> Iterator[dict]:
+        """Blocks of `shuffle_buffer` consecutive samples, each permuted; samples of mapped shards
+        are held as offsets (checked already) and copied out only when delivered, so the buffer
+        holds no sample bytes and each copy lands in memory the previous sample freed."""
         size = self.shuffle_buffer
         block = skip // size
         offset = skip - block * size
-        stream = self._iter_pieces(pieces, block * size)
+        stream = self._iter_pieces(pieces, block * size, lazy=True)
+        take = self._take
         while True:
             buffer = [s for _, s in zip(range(size), stream)]
             if not buffer:
                 return
             order = block_permutation(self.seed, self.epoch, *worker_key, block, len(buffer))
             for i in order[offset:]:
-                yield buffer[i]
+                item = buffer[i]
+                buffer[i] = None  # delivered: let go of it (a mapped shard is unmapped after its last sample)
+                yield item if item.__class__ is dict else take(item)
             offset = 0
             block += 1
 

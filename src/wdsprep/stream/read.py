@@ -27,8 +27,8 @@ import os
 from typing import BinaryIO, Iterator
 
 from ..errors import ShardError
-from ..shards.index import ShardIndex, digest_of, has_index
-from ..shards.tarformat import BLOCK, TarCursor, split_key
+from ..shards.index import ShardIndex, digest_of, has_index, xxh3_64
+from ..shards.tarformat import BLOCK, TarCursor, group_samples
 from ..storage import open_from
 
 
@@ -55,14 +55,18 @@ def _fileno(stream: BinaryIO) -> int | None:
         return None
 
 
-def read_samples(url: str, row: dict, start: int, stop: int, stream: BinaryIO) -> Iterator[dict]:
-    """Raw samples `start` to `stop` (exclusive) of the shard `row` describes, read from `stream`."""
+def read_samples(url: str, row: dict, start: int, stop: int, stream: BinaryIO, *, lazy: bool = False) -> Iterator:
+    """Raw samples `start` to `stop` (exclusive) of the shard `row` describes, read from `stream`.
+
+    With `lazy`, samples of a mapped shard come as `MappedSample`s: checked already, copied out by
+    `take()` only when wanted (a shuffle buffer then holds offsets, not bytes); others are dicts.
+    """
     if has_index(row):
-        return _indexed(url, row, start, stop, stream)
+        return _indexed(url, row, start, stop, stream, lazy)
     return _hashed(url, row, start, stop, stream)
 
 
-def _indexed(url: str, row: dict, start: int, stop: int, stream: BinaryIO) -> Iterator[dict]:
+def _indexed(url: str, row: dict, start: int, stop: int, stream: BinaryIO, lazy: bool) -> Iterator:
     fd = _fileno(stream)
     index = load_index(url, row, fd)
     entries = index.entries
@@ -71,40 +75,79 @@ def _indexed(url: str, row: dict, start: int, stop: int, stream: BinaryIO) -> It
         return
     if start == 0 and entries[0][1] != 0:
         raise ShardError(url, f"index: the first sample starts at byte {entries[0][1]}, not 0")
-    if fd is not None:  # local or cached: map the shard, check and copy members straight out of it
-        with mmap.mmap(fd, 0, prot=mmap.PROT_READ) as mapped:
-            view = memoryview(mapped)
-            try:
-                for i in range(start, stop):
-                    yield _sample(url, entries[i], view, entries[i][1], index.sample_end(i))
-            finally:
-                view.release()
+    ends = [entry[1] for entry in entries[start + 1 : stop]]
+    ends.append(index.sample_end(stop - 1))
+    if fd is not None:
+        # local or cached: check and copy members straight out of the mapped shard; the mapping is
+        # not closed here but unmapped when its last view goes (lazy samples may outlive this loop)
+        view = memoryview(mmap.mmap(fd, 0, prot=mmap.PROT_READ))
+        for entry, end in zip(entries[start:stop], ends):
+            _check(url, entry, view, end)
+            yield MappedSample(url, entry, view) if lazy else _copy_out(url, entry, view)
         return
     if entries[start][1]:
         stream.seek(entries[start][1])
-    buffer = bytearray(1 << 16)
-    for i in range(start, stop):
-        length = index.sample_end(i) - entries[i][1]
-        if len(buffer) < length:
-            buffer = bytearray(length)
-        view = memoryview(buffer)[:length]
-        got = _fill(stream, view)
-        if got != length:
-            raise ShardError(url, f"truncated shard: sample {entries[i][0]!r} ends after {got} of {length} bytes")
-        yield _sample(url, entries[i], view, 0, length)
+    scratch = memoryview(bytearray(BLOCK))
+    for entry, end in zip(entries[start:stop], ends):
+        yield _streamed(url, entry, end, stream, scratch)
 
 
-def _sample(url: str, entry: list, view: memoryview, at: int, end: int) -> dict:
-    """The sample whose bytes are `view[at:end]`, each member checked against its digest first."""
-    key, _, members = entry
-    sample = {"__key__": key, "__url__": url}
+def _check(url: str, entry: list, view: memoryview, end: int) -> None:
+    """Digest every member of the sample `entry` where it lies in `view` (header, data, padding)."""
+    key, at, members = entry
     for j in range(0, len(members), 3):
         size = members[j + 1]
         member_end = at + BLOCK + size + (-size % BLOCK)
         if digest_of(view[at:member_end]) != members[j + 2]:
             raise ShardError(url, f"member {key}.{members[j]}: corrupt (its header, data or padding differ from the shard's index)")
-        sample[members[j]] = bytearray(view[at + BLOCK : at + BLOCK + size])  # the caller's own, writable copy
         at = member_end
+    if at != end:
+        raise ShardError(url, f"index: sample {key!r} ends at byte {at}, the next one starts at {end}")
+
+
+def _copy_out(url: str, entry: list, view: memoryview) -> dict:
+    """The checked sample `entry` of a mapped shard, each member's data in its own bytearray (the
+    caller's own, writable copy: decoders build arrays on it without another)."""
+    key, at, members = entry
+    sample = {"__key__": key, "__url__": url}
+    for j in range(0, len(members), 3):
+        size = members[j + 1]
+        sample[members[j]] = bytearray(view[at + BLOCK : at + BLOCK + size])
+        at += BLOCK + size + (-size % BLOCK)
+    return sample
+
+
+class MappedSample:
+    """A sample of a mapped shard whose bytes were checked; `take()` copies it out as a raw sample."""
+
+    __slots__ = ("url", "entry", "view")
+
+    def __init__(self, url: str, entry: list, view: memoryview):
+        self.url, self.entry, self.view = url, entry, view
+
+    def take(self) -> dict:
+        return _copy_out(self.url, self.entry, self.view)
+
+
+def _streamed(url: str, entry: list, end: int, stream: BinaryIO, scratch: memoryview) -> dict:
+    """The sample `entry` read from `stream`: each member's data straight into its own bytearray,
+    its header and padding into `scratch`, all three digested on the way (the only copy)."""
+    key, at, members = entry
+    sample = {"__key__": key, "__url__": url}
+    for j in range(0, len(members), 3):
+        name, size = members[j], members[j + 1]
+        data = bytearray(size)
+        pad = -size % BLOCK
+        digest = xxh3_64()
+        for part in (scratch, data, scratch[:pad]):
+            got = _fill(stream, part)
+            if got != len(part):
+                raise ShardError(url, f"truncated shard: member {key}.{name} ends early (at byte {at + got})")
+            digest.update(part)
+        if digest.intdigest() != members[j + 2]:
+            raise ShardError(url, f"member {key}.{name}: corrupt (its header, data or padding differ from the shard's index)")
+        sample[name] = data
+        at += BLOCK + size + pad
     if at != end:
         raise ShardError(url, f"index: sample {key!r} ends at byte {at}, the next one starts at {end}")
     return sample
@@ -145,29 +188,12 @@ def _hashed(url: str, row: dict, start: int, stop: int, stream: BinaryIO) -> Ite
     cursor = TarCursor(io.BufferedReader(hashing, 1 << 20), url)
     held: dict | None = None
     count = 0
-    current: dict | None = None
-    while (member := cursor.next()) is not None:
-        parts = split_key(member.name)
-        if parts is None:
-            continue
-        key, field = parts
-        if current is None or current["__key__"] != key:
-            count += 1
-            if current is not None and start <= count - 2 < stop:
-                if held is not None:
-                    yield held
-                held = current
-            current = {"__key__": key, "__url__": url}
-        if not start <= count - 1 < stop:
-            continue
-        field = field.lower()
-        if field in current:
-            raise ShardError(url, f"duplicate member {member.name!r} in sample {key!r}")
-        current[field] = cursor.read()
-    if current is not None and start <= count - 1 < stop:
-        if held is not None:
-            yield held
-        held = current
+    for index, sample in group_samples(cursor, url, start, stop):
+        count = index + 1
+        if sample is not None:
+            if held is not None:
+                yield held
+            held = sample
     cursor.skip()
     while hashing.readinto(bytearray(1 << 20)):
         pass
