@@ -160,19 +160,16 @@ def npy_meta(header: bytes) -> tuple[np.dtype, tuple, bool, int]:
 _recent_prefixes: list[tuple[bytes, tuple]] = []  # (.npy bytes up to the array data, parsed): a shard repeats a few
 
 
-def _npy_prefix(data: bytearray) -> tuple[np.dtype, tuple, bool, int, int]:
-    """(dtype, shape, fortran, count, data offset) of .npy bytes; equal prefixes mean equal headers."""
-    for prefix, parsed in _recent_prefixes:
-        if data.startswith(prefix):
-            return parsed
+def _npy_prefix(data: bytearray) -> tuple:
+    """(shape, dtype, data offset, order, data bytes) of .npy bytes; equal prefixes mean equal headers."""
     start, length = npy_header_span(data[:12])
     offset = start + length
     if len(data) < offset:
         raise FormatError(f"truncated .npy header ({len(data)} of {offset} bytes)")
-    parsed = (*npy_meta(bytes(data[start:offset])), offset)
-    if len(data) >= offset:
-        _recent_prefixes.insert(0, (bytes(data[:offset]), parsed))
-        del _recent_prefixes[8:]
+    dtype, shape, fortran, count = npy_meta(bytes(data[start:offset]))
+    parsed = (shape, dtype, offset, "F" if fortran else "C", count * dtype.itemsize)
+    _recent_prefixes.insert(0, (bytes(data[:offset]), parsed))
+    del _recent_prefixes[8:]
     return parsed
 
 
@@ -180,13 +177,15 @@ def decode_npy(data: bytes | bytearray | memoryview) -> np.ndarray:
     """A writable array over `data` itself when it is a bytearray (else over one copy of it)."""
     if data.__class__ is not bytearray:
         data = bytearray(data)  # writable arrays; one copy
-    dtype, shape, fortran, count, offset = _npy_prefix(data)
-    if len(data) - offset < count * dtype.itemsize:
+    for prefix, parsed in _recent_prefixes:
+        if data.startswith(prefix):
+            break
+    else:
+        parsed = _npy_prefix(data)
+    shape, dtype, offset, order, nbytes = parsed
+    if len(data) - offset < nbytes:
         raise FormatError(f"truncated .npy data ({len(data) - offset} bytes for {shape} {dtype})")
-    array = np.frombuffer(data, dtype=dtype, count=count, offset=offset)
-    if len(shape) == 1:
-        return array
-    return array.reshape(shape, order="F" if fortran else "C")
+    return np.ndarray(shape, dtype, data, offset, None, order)  # shaped at once, no reshape
 
 
 def _read_exact(readinto: Callable, view: memoryview, what: str) -> None:

@@ -112,7 +112,7 @@ def _unpack_paused(data: bytes) -> dict:
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return msgpack.unpackb(data, raw=False, use_list=True)
+        return msgpack.unpackb(data, raw=False, use_list=False)
     finally:
         if enabled:
             gc.enable()

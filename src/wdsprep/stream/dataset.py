@@ -310,7 +310,7 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
 
     def _iter_pieces(self, pieces: list[Piece], skip: int, lazy: bool = False) -> Iterator:
         """This worker's raw samples, checked against their rows; with `lazy`, samples of mapped
-        shards come as (MappedSample, index, piece start), copied out by `_take` when delivered."""
+        shards come as `MappedSample`s (tagged with their piece start), copied out by `_take` when delivered."""
         epoch = self.epoch
         for piece in pieces:
             if skip >= piece.samples:
@@ -325,7 +325,8 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
                     # every sample is checked against the row before it is yielded (stream/read.py)
                     for index, sample in enumerate(read_samples(url, row, first, piece.stop, stream, lazy=lazy), first):
                         if sample.__class__ is MappedSample:
-                            yield sample, index, piece.start
+                            sample.tag = piece.start
+                            yield sample
                             continue
                         sample["__index__"] = index  # where the sample sits, for stages that work on blocks of a shard
                         sample["__piece_start__"] = piece.start  # this worker's run of the shard starts here
@@ -337,11 +338,10 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
                 break
             skip = 0
 
-    def _take(self, pending: tuple) -> dict:
-        mapped, index, piece_start = pending
+    def _take(self, mapped: MappedSample) -> dict:
         sample = mapped.take()
-        sample["__index__"] = index
-        sample["__piece_start__"] = piece_start
+        sample["__index__"] = mapped.index
+        sample["__piece_start__"] = mapped.tag
         sample["__epoch__"] = self.epoch
         return sample
 

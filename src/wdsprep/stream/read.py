@@ -81,9 +81,9 @@ def _indexed(url: str, row: dict, start: int, stop: int, stream: BinaryIO, lazy:
         # local or cached: check and copy members straight out of the mapped shard; the mapping is
         # not closed here but unmapped when its last view goes (lazy samples may outlive this loop)
         view = memoryview(mmap.mmap(fd, 0, prot=mmap.PROT_READ))
-        for entry, end in zip(entries[start:stop], ends):
+        for index, entry, end in zip(range(start, stop), entries[start:stop], ends):
             _check(url, entry, view, end)
-            yield MappedSample(url, entry, view) if lazy else _copy_out(url, entry, view)
+            yield MappedSample(url, entry, view, index) if lazy else _copy_out(url, entry, view)
         return
     if entries[start][1]:
         stream.seek(entries[start][1])
@@ -118,12 +118,13 @@ def _copy_out(url: str, entry: list, view: memoryview) -> dict:
 
 
 class MappedSample:
-    """A sample of a mapped shard whose bytes were checked; `take()` copies it out as a raw sample."""
+    """Sample `index` of a mapped shard, its bytes checked; `take()` copies it out as a raw sample.
+    `tag` is the caller's (the dataset keeps the sample's piece start there)."""
 
-    __slots__ = ("url", "entry", "view")
+    __slots__ = ("url", "entry", "view", "index", "tag")
 
-    def __init__(self, url: str, entry: list, view: memoryview):
-        self.url, self.entry, self.view = url, entry, view
+    def __init__(self, url: str, entry: list, view: memoryview, index: int):
+        self.url, self.entry, self.view, self.index, self.tag = url, entry, view, index, None
 
     def take(self) -> dict:
         return _copy_out(self.url, self.entry, self.view)
