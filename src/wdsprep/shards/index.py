@@ -45,6 +45,17 @@ def digest_text(data: bytes) -> str:
     return f"{DIGEST}:{digest_of(data):016x}"
 
 
+def _str_bytes(text: str) -> int:
+    """Bytes msgpack packs a str into (header + UTF-8)."""
+    n = len(text) if text.isascii() else len(text.encode("utf-8"))
+    return n + (1 if n < 32 else 2 if n < 256 else 3 if n < 65536 else 5)
+
+
+def _int_bytes(value: int) -> int:
+    """Bytes msgpack packs a non-negative int into."""
+    return 1 if value < 128 else 2 if value < 256 else 3 if value < 65536 else 5 if value < 1 << 32 else 9
+
+
 class IndexBuilder:
     """Collects the index entries of one shard while `ShardWriter` writes its samples."""
 
@@ -56,12 +67,14 @@ class IndexBuilder:
         """A sample written at `offset` as `blob`; `spans`: (member, data size, start, end) in `blob`."""
         view = memoryview(blob)
         flat: list = []
+        packed = 1 + _str_bytes(key) + _int_bytes(offset) + (1 if len(spans) * 3 < 16 else 3)
         for name, size, start, end in spans:
-            flat += (name, size, digest_of(view[start:end]))
+            digest = digest_of(view[start:end])
+            flat += (name, size, digest)
+            packed += _str_bytes(name) + _int_bytes(size) + _int_bytes(digest)
         view.release()
-        entry = [key, offset, flat]
-        self.samples.append(entry)
-        self.bound += len(msgpack.packb(entry))
+        self.samples.append([key, offset, flat])
+        self.bound += packed  # len(msgpack.packb(entry)), counted without packing it
 
     def encode(self) -> bytes:
         return msgpack.packb({"format": FORMAT, "digest": DIGEST, "samples": self.samples})

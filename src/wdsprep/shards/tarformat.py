@@ -70,15 +70,23 @@ def _template() -> bytearray:
 _TEMPLATE = bytes(_template())  # the fields every header shares (mode, ids, mtime 0, ustar magic)
 
 
+_TEMPLATE_SUM = _byte_sum(_TEMPLATE)  # name, size and prefix are zeros there: they add their own sums
+_MIDDLE, _AFTER_SUM, _END = _TEMPLATE[100:124], _TEMPLATE[136:148], _TEMPLATE[156:345]
+
+
+def _small_sum(data: bytes) -> int:
+    # adler32's low half is 1 + the byte sum mod 65521: exact for fields of at most 256 bytes
+    return (zlib.adler32(data) & 0xFFFF) - 1
+
+
 def header(name: str, size: int) -> bytes:
-    """A deterministic ustar header for a regular file."""
+    """A deterministic ustar header for a regular file (the template with name, size, prefix and
+    checksum filled in; the checksum adds the filled fields' sums to the template's)."""
     base, prefix = _split_name(name)
-    block = bytearray(_TEMPLATE)
-    block[0 : len(base)] = base
-    block[124:136] = _octal(size, 12)
-    block[345 : 345 + len(prefix)] = prefix
-    block[148:156] = b"%06o\0 " % _byte_sum(block)
-    return bytes(block)
+    size_field = _octal(size, 12)
+    checksum = _TEMPLATE_SUM + _small_sum(base) + _small_sum(size_field) + (_small_sum(prefix) if prefix else 0)
+    return b"".join((base.ljust(100, b"\0"), _MIDDLE, size_field, _AFTER_SUM, b"%06o\0 " % checksum, _END,
+                     prefix.ljust(155, b"\0"), bytes(12)))
 
 
 def padding(size: int) -> bytes:

@@ -128,13 +128,15 @@ class ShardWriter:
             raise FormatError(f"sample {key!r} has no fields")
         blob = bytearray()  # the sample's bytes, written (and hashed) in one call
         spans = []
+        entry_bound = len(key) + 16  # msgpack bytes of its index entry, at most
         for member, data in members:
             start = len(blob)
-            blob += tarformat.header(f"{key}.{member}", len(data))
+            size = len(data)
+            blob += tarformat.header(f"{key}.{member}", size)
             blob += data
-            blob += tarformat.padding(len(data))
-            spans.append((member, len(data), start, len(blob)))
-        entry_bound = len(key) + 16 + sum(len(member) + 24 for member, _ in members)  # msgpack bytes of its index entry
+            blob += tarformat.padding(size)
+            spans.append((member, size, start, len(blob)))
+            entry_bound += len(member) + 24
         tail = self._index.bound + entry_bound + len(tarformat.END_OF_ARCHIVE)
         if self._file is not None and self._samples and self._size + len(blob) + tail > self.shard_bytes:
             self._close_shard()
