@@ -84,10 +84,10 @@ def _corrupt(original: pathlib.Path, target: pathlib.Path, at: int) -> None:
     (target / "manifest.json").write_bytes((original.parent / "manifest.json").read_bytes())
 
 
-def _read_until_error(manifest) -> tuple[list[dict], ShardError | None]:
+def _read_until_error(manifest, shuffle_buffer: int = 0) -> tuple[list[dict], ShardError | None]:
     got: list[dict] = []
     try:
-        for sample in wdsprep.dataset(manifest, "train", shuffle_shards=False).compose(wdsprep.decode()):
+        for sample in wdsprep.dataset(manifest, "train", shuffle_shards=False, shuffle_buffer=shuffle_buffer).compose(wdsprep.decode()):
             got.append(sample)
     except ShardError as error:
         return got, error
@@ -137,6 +137,21 @@ def _check(cases, manifest_of):
 def test_every_corrupted_byte_class_is_a_shard_error_locally(corrupted):
     root, cases = corrupted
     _check(cases, lambda variant: str(root / variant / "manifest.json"))
+
+
+def test_every_corrupted_byte_class_is_a_shard_error_through_the_shuffle_buffer(corrupted):
+    """The shuffle buffer holds samples of mapped shards as offsets and copies them out later: they
+    are checked on entering it, so a corrupt sample still stops the stream before it is yielded."""
+    root, cases = corrupted
+    assert len(cases) >= 30
+    for codec, name, variant, member, original in cases:
+        yielded, error = _read_until_error(str(root / variant / "manifest.json"), shuffle_buffer=2)
+        assert error is not None and SHARD in str(error) and member in str(error), (codec, name, error)
+        by_key = {sample["__key__"]: sample for sample in original}
+        for sample in yielded:  # in shuffled order: each one compared with its own original
+            _same_as_original([sample], [by_key[sample["__key__"]]])
+        if member.startswith("k"):  # a block of 2 is yielded only once both of its samples were checked
+            assert all(int(sample["__key__"][1]) < int(member[1]) for sample in yielded), (name, [s["__key__"] for s in yielded])
 
 
 def test_every_corrupted_byte_class_is_a_shard_error_over_http(corrupted):
