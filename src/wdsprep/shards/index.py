@@ -83,7 +83,8 @@ class IndexBuilder:
 class ShardIndex:
     """A shard's loaded index, checked against its manifest row and the shard's tail bytes.
 
-    `entries[i]` = [key, offset, [member, size, digest, ...]] of sample i (see the module docstring);
+    `entries[i]` = (key, offset, (member, size, digest, ...)) of sample i (see the module docstring;
+    tuples, which the cyclic GC stops tracking, so a large index costs no collections later);
     `member_end(size)` gives where a member of that data size ends, header and padding included.
     """
 

@@ -6,14 +6,20 @@ differ from its manifest row raises `ShardError` before its first sample.
 
 - Indexed shards (rows with `index_offset`/`index_bytes`/`index_digest`, see `shards/index.py`):
   the index and the end-of-archive blocks are read first (one read locally, one Range request
-  remotely) and checked against the row. Local and cached shards are then memory-mapped; remote
-  ones are read sample by sample into one reused buffer. Each member's bytes (header, data,
-  padding) are digested where they lie and its data copied once into its own bytearray (the one
-  copy; decoders build writable arrays on it without another); a mismatch names the shard and the
-  member. No tar header is parsed. A shard must not be truncated in place while mapped (shards are
-  immutable; cache entries are replaced by rename, never rewritten).
-- Shards without an index (older manifests): the tar is walked by `tarformat.TarCursor` while its
-  bytes are hashed with sha256; the piece's last sample is held back until the whole shard was
+  remotely) and checked against the row. No tar header is parsed after that.
+  Local and cached shards are memory-mapped: each member's bytes (header, data, padding) are
+  digested where they lie, then its data is copied once into its own bytearray (the one copy;
+  decoders build writable arrays on it without another). With `lazy=True` (the dataset's shuffle
+  buffer) the check is done as the sample is read but the copy only when `MappedSample.take()` is
+  called, so a buffer of 1,000 samples holds offsets, not bytes, and each copy lands in memory the
+  previous sample freed. The mapping is unmapped when its last view goes. A shard must not be
+  truncated in place while mapped (shards are immutable; cache entries are replaced by rename,
+  never rewritten).
+  Remote shards are read sample by sample: each member's data straight into its own bytearray
+  (`readinto`), its header and padding into a scratch block, the three digested as they arrive.
+  A mismatch names the shard and the member.
+- Shards without an index (older manifests): the tar is walked by `tarformat.TarCursor` (samples
+  grouped by `tarformat.group_samples`, the one grouping) while its bytes are hashed with sha256; the piece's last sample is held back until the whole shard was
   read and its size, sha256 and sample count match the row. Corruption inside a sample is then
   reported before the shard's last sample, not before the sample itself; every piece of such a
   shard reads the whole shard.
