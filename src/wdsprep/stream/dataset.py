@@ -48,7 +48,7 @@ from .plan import (
     stream_positions,
     worker_run,
 )
-from .read import MappedSample, read_samples
+from .read import MappedShard, read_samples
 
 
 def distributed_info(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
@@ -308,10 +308,12 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
         where = {q: p for p, q in enumerate(order)}
         return {where[q]: count for q, count in found.items()}
 
-    def _iter_pieces(self, pieces: list[Piece], skip: int, lazy: bool = False) -> Iterator:
-        """This worker's raw samples, checked against their rows; with `lazy`, samples of mapped
-        shards come as `MappedSample`s (tagged with their piece start), copied out by `_take` when delivered."""
+    def _iter_pieces(self, pieces: list[Piece], skip: int, mapped: dict | None = None) -> Iterator:
+        """This worker's raw samples, checked against their rows. With `mapped` (a dict), samples of
+        mapped shards come as ints, `slot << 32 | sample number`, with `mapped[slot]` = (MappedShard,
+        piece start): copied out by `_take` when delivered."""
         epoch = self.epoch
+        slot = max(mapped, default=0) if mapped is not None else 0
         for piece in pieces:
             if skip >= piece.samples:
                 skip -= piece.samples
@@ -323,14 +325,19 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
                 stream = self.cache.open(url, row.get("sha256"), row.get("bytes")) if self.cache else open_url(url)
                 with stream:
                     # every sample is checked against the row before it is yielded (stream/read.py)
-                    for index, sample in enumerate(read_samples(url, row, first, piece.stop, stream, lazy=lazy), first):
-                        if sample.__class__ is MappedSample:
-                            sample.tag = piece.start
-                            yield sample
+                    index = first
+                    for sample in read_samples(url, row, first, piece.stop, stream, lazy=mapped is not None):
+                        if sample.__class__ is int:
+                            yield slot << 32 | sample
+                            continue
+                        if sample.__class__ is MappedShard:
+                            slot += 1
+                            mapped[slot] = (sample, piece.start)
                             continue
                         sample["__index__"] = index  # where the sample sits, for stages that work on blocks of a shard
                         sample["__piece_start__"] = piece.start  # this worker's run of the shard starts here
                         sample["__epoch__"] = epoch
+                        index += 1
                         yield sample
             except ShardError as error:
                 if self.handler(error):
@@ -338,21 +345,25 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
                 break
             skip = 0
 
-    def _take(self, mapped: MappedSample) -> dict:
-        sample = mapped.take()
-        sample["__index__"] = mapped.index
-        sample["__piece_start__"] = mapped.tag
+    def _take(self, mapped: dict, handle: int) -> dict:
+        shard, piece_start = mapped[handle >> 32]
+        index = handle & 0xFFFFFFFF
+        sample = shard.take(index)
+        sample["__index__"] = index
+        sample["__piece_start__"] = piece_start
         sample["__epoch__"] = self.epoch
         return sample
 
     def _block_shuffled(self, pieces: list[Piece], skip: int, worker_key: tuple) -> Iterator[dict]:
-        """Blocks of `shuffle_buffer` consecutive samples, each permuted; samples of mapped shards
-        are held as offsets (checked already) and copied out only when delivered, so the buffer
-        holds no sample bytes and each copy lands in memory the previous sample freed."""
+        """Blocks of `shuffle_buffer` consecutive samples, each permuted. Samples of mapped shards are
+        held as ints (checked already; see `_iter_pieces`) and copied out only when delivered, so
+        the buffer holds no sample bytes, gives the cyclic GC nothing to track, and each copy lands
+        in memory the previous sample freed."""
         size = self.shuffle_buffer
         block = skip // size
         offset = skip - block * size
-        stream = self._iter_pieces(pieces, block * size, lazy=True)
+        mapped: dict = {}
+        stream = self._iter_pieces(pieces, block * size, mapped)
         take = self._take
         while True:
             buffer = [s for _, s in zip(range(size), stream)]
@@ -361,8 +372,10 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
             order = block_permutation(self.seed, self.epoch, *worker_key, block, len(buffer))
             for i in order[offset:]:
                 item = buffer[i]
-                buffer[i] = None  # delivered: let go of it (a mapped shard is unmapped after its last sample)
-                yield item if item.__class__ is dict else take(item)
+                yield item if item.__class__ is dict else take(mapped, item)
+            current = max(mapped, default=None)  # shards before the one being read are done: unmap them
+            for slot in [slot for slot in mapped if slot != current]:
+                del mapped[slot]
             offset = 0
             block += 1
 

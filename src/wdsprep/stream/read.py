@@ -10,9 +10,9 @@ differ from its manifest row raises `ShardError` before its first sample.
   Local and cached shards are memory-mapped: each member's bytes (header, data, padding) are
   digested where they lie, then its data is copied once into its own bytearray (the one copy;
   decoders build writable arrays on it without another). With `lazy=True` (the dataset's shuffle
-  buffer) the check is done as the sample is read but the copy only when `MappedSample.take()` is
-  called, so a buffer of 1,000 samples holds offsets, not bytes, and each copy lands in memory the
-  previous sample freed. The mapping is unmapped when its last view goes. A shard must not be
+  buffer) the check is done as the sample is read but the copy only when `MappedShard.take(i)` is
+  called, so a buffer of 1,000 samples holds sample numbers (plain ints: no bytes, and nothing the
+  cyclic GC tracks), and each copy lands in memory the previous sample freed. The mapping is unmapped when its last view goes. A shard must not be
   truncated in place while mapped (shards are immutable; cache entries are replaced by rename,
   never rewritten).
   Remote shards are read sample by sample: each member's data straight into its own bytearray
@@ -64,8 +64,9 @@ def _fileno(stream: BinaryIO) -> int | None:
 def read_samples(url: str, row: dict, start: int, stop: int, stream: BinaryIO, *, lazy: bool = False) -> Iterator:
     """Raw samples `start` to `stop` (exclusive) of the shard `row` describes, read from `stream`.
 
-    With `lazy`, samples of a mapped shard come as `MappedSample`s: checked already, copied out by
-    `take()` only when wanted (a shuffle buffer then holds offsets, not bytes); others are dicts.
+    With `lazy`, a mapped shard yields its `MappedShard` first, then each sample's number (an int)
+    once its bytes are checked; `MappedShard.take(number)` copies it out when wanted. Samples
+    read from a stream are dicts either way.
     """
     if has_index(row):
         return _indexed(url, row, start, stop, stream, lazy)
@@ -87,9 +88,11 @@ def _indexed(url: str, row: dict, start: int, stop: int, stream: BinaryIO, lazy:
         # local or cached: check and copy members straight out of the mapped shard; the mapping is
         # not closed here but unmapped when its last view goes (lazy samples may outlive this loop)
         view = memoryview(mmap.mmap(fd, 0, prot=mmap.PROT_READ))
+        if lazy:
+            yield MappedShard(url, entries, view)
         for index, entry, end in zip(range(start, stop), entries[start:stop], ends):
             _check(url, entry, view, end)
-            yield MappedSample(url, entry, view, index) if lazy else _copy_out(url, entry, view)
+            yield index if lazy else _copy_out(url, entry, view)
         return
     if entries[start][1]:
         stream.seek(entries[start][1])
@@ -123,17 +126,17 @@ def _copy_out(url: str, entry: list, view: memoryview) -> dict:
     return sample
 
 
-class MappedSample:
-    """Sample `index` of a mapped shard, its bytes checked; `take()` copies it out as a raw sample.
-    `tag` is the caller's (the dataset keeps the sample's piece start there)."""
+class MappedShard:
+    """A mapped shard whose samples `read_samples(lazy=True)` checked; `take(i)` copies sample i out
+    as a raw sample. Holding it keeps the shard mapped."""
 
-    __slots__ = ("url", "entry", "view", "index", "tag")
+    __slots__ = ("url", "entries", "view")
 
-    def __init__(self, url: str, entry: list, view: memoryview, index: int):
-        self.url, self.entry, self.view, self.index, self.tag = url, entry, view, index, None
+    def __init__(self, url: str, entries: tuple, view: memoryview):
+        self.url, self.entries, self.view = url, entries, view
 
-    def take(self) -> dict:
-        return _copy_out(self.url, self.entry, self.view)
+    def take(self, index: int) -> dict:
+        return _copy_out(self.url, self.entries[index], self.view)
 
 
 def _streamed(url: str, entry: list, end: int, stream: BinaryIO, scratch: memoryview) -> dict:
