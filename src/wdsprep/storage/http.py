@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import urllib.error
 import urllib.request
-from typing import BinaryIO
 
 from ..errors import ShardError
 from . import resuming
-from .base import Scheme
 from .files import BUFFER
-from .resuming import close_quietly, open_resuming
+from .resuming import ResumingScheme, close_quietly
 
 
 def http_open_at(url: str):
@@ -51,15 +49,12 @@ def _discard(response, count: int, url: str) -> None:
         count -= len(block)
 
 
-class HttpScheme(Scheme):
+class HttpScheme(ResumingScheme):
     webdataset = True
     example = "https://HOST/PATH"
 
-    def open(self, url: str) -> BinaryIO:
-        return open_resuming(url, http_open_at(url))
-
-    def open_from(self, url: str, offset: int) -> BinaryIO:
-        return open_resuming(url, http_open_at(url), start=offset)
+    def open_at(self, url: str):
+        return http_open_at(url)
 
 
 SCHEME = HttpScheme()

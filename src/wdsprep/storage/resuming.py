@@ -15,6 +15,7 @@ import time
 from typing import Callable
 
 from ..errors import ShardError
+from .base import Scheme
 
 RETRIES = int(os.environ.get("WDSPREP_RETRIES", "5"))
 TIMEOUT = float(os.environ.get("WDSPREP_TIMEOUT", "30"))
@@ -165,3 +166,17 @@ def close_quietly(body) -> None:
 def open_resuming(url: str, open_at: Callable[[int], tuple], start: int = 0) -> io.BufferedReader:
     """A buffered `ResumingStream` over `open_at`, from byte `start` (the first request asks for it)."""
     return io.BufferedReader(ResumingStream(url, open_at, start=start), REMOTE_BUFFER)
+
+
+class ResumingScheme(Scheme):
+    """A scheme read through `ResumingStream` (http(s), s3): a subclass gives `open_at(url)`, the
+    function that opens the object's body at a byte offset."""
+
+    def open_at(self, url: str) -> Callable[[int], tuple]:
+        raise NotImplementedError
+
+    def open(self, url: str) -> io.BufferedReader:
+        return open_resuming(url, self.open_at(url))
+
+    def open_from(self, url: str, offset: int) -> io.BufferedReader:
+        return open_resuming(url, self.open_at(url), start=offset)

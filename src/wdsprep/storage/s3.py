@@ -24,13 +24,13 @@ import io
 import os
 import sys
 import threading
-from typing import BinaryIO, Iterator
+from typing import Iterator
 
 from ..errors import ConfigError, ShardError
 from . import resuming
-from .base import Scheme, Store
+from .base import Store
 from .files import file_sha256
-from .resuming import open_resuming
+from .resuming import ResumingScheme
 
 MIB = 1 << 20
 MIN_PART_BYTES = 5 * MIB  # S3's minimum for every part but the last
@@ -395,16 +395,13 @@ class S3StreamWriter(io.RawIOBase):
         super().close()
 
 
-class S3Scheme(Scheme):
+class S3Scheme(ResumingScheme):
     writable = True
     webdataset = True
     example = "s3://BUCKET/PREFIX"
 
-    def open(self, url: str) -> BinaryIO:
-        return open_resuming(url, _s3_open_at(url))
-
-    def open_from(self, url: str, offset: int) -> BinaryIO:
-        return open_resuming(url, _s3_open_at(url), start=offset)
+    def open_at(self, url: str):
+        return _s3_open_at(url)
 
     def store(self, url: str, **options) -> S3Store:
         return S3Store(url, **options)
