@@ -87,8 +87,8 @@ MUTATIONS = [
               ('array = np.empty(shape, dtype=dtype, order="F" if fortran else "C")', 'array = np.empty(shape, dtype=dtype, order="C")')),
              FORMAT,
              also=(Variant("h15", "src/wdsprep/shards/codec.py", (
-                 ('parsed = (shape, dtype, offset, "F" if fortran else "C", count * dtype.itemsize)',
-                  'parsed = (shape, dtype, offset, "C", count * dtype.itemsize)'),
+                 ('parsed = (shape, dtype, offset, fortran, count * dtype.itemsize)',
+                  'parsed = (shape, dtype, offset, False, count * dtype.itemsize)'),
                  ('array = np.empty(shape, dtype=dtype, order="F" if fortran else "C")', 'array = np.empty(shape, dtype=dtype, order="C")'))),)),
     Mutation("size-bound-without-end-blocks", "the shard size bound ignores the end blocks", "src/wdsprep/shards/writer.py",
              (("self._size + sample_size + len(tarformat.END_OF_ARCHIVE) > self.shard_bytes",

@@ -161,13 +161,13 @@ _recent_prefixes: list[tuple[bytes, tuple]] = []  # (.npy bytes up to the array 
 
 
 def _npy_prefix(data: bytearray) -> tuple:
-    """(shape, dtype, data offset, order, data bytes) of .npy bytes; equal prefixes mean equal headers."""
+    """(shape, dtype, data offset, fortran, data bytes) of .npy bytes; equal prefixes mean equal headers."""
     start, length = npy_header_span(data[:12])
     offset = start + length
     if len(data) < offset:
         raise FormatError(f"truncated .npy header ({len(data)} of {offset} bytes)")
     dtype, shape, fortran, count = npy_meta(bytes(data[start:offset]))
-    parsed = (shape, dtype, offset, "F" if fortran else "C", count * dtype.itemsize)
+    parsed = (shape, dtype, offset, fortran, count * dtype.itemsize)
     _recent_prefixes.insert(0, (bytes(data[:offset]), parsed))
     del _recent_prefixes[8:]
     return parsed
@@ -182,10 +182,12 @@ def decode_npy(data: bytes | bytearray | memoryview) -> np.ndarray:
             break
     else:
         parsed = _npy_prefix(data)
-    shape, dtype, offset, order, nbytes = parsed
+    shape, dtype, offset, fortran, nbytes = parsed
     if len(data) - offset < nbytes:
         raise FormatError(f"truncated .npy data ({len(data) - offset} bytes for {shape} {dtype})")
-    return np.ndarray(shape, dtype, data, offset, None, order)  # shaped at once, no reshape
+    if fortran:
+        return np.ndarray(shape, dtype, data, offset, None, "F")
+    return np.ndarray(shape, dtype, data, offset)  # shaped at once, no reshape
 
 
 def _read_exact(readinto: Callable, view: memoryview, what: str) -> None:
@@ -244,8 +246,8 @@ def decode_msgpack(data: bytes) -> Any:
     return msgpack.unpackb(data, raw=False, strict_map_key=False)
 
 
-def decode_json(data: bytes) -> Any:
-    return json.loads(data)
+def decode_json(data: bytes | bytearray | memoryview) -> Any:
+    return json.loads(bytes(data) if data.__class__ is memoryview else data)
 
 
 # ------------------------------------------------------------------------------------- the table
@@ -331,6 +333,26 @@ _BYTES_TYPES = (bytes, bytearray, memoryview)
 _META = object()  # the "decoder" of `__key__`, `__url__`, ... entries
 
 
+def decode_member(url: str, key: Any, name: str, data: Any, strip: bool = True, torch: bool = False) -> tuple[str, Any]:
+    """(field name, value) of the member `name` whose raw bytes are `data` (of sample `key` of the
+    shard `url`): decoded by its extension; a member that does not decode raises `ShardError`.
+    `data` may be a memoryview (e.g. into a mapped shard): no value keeps it (decoders copy what
+    they keep, and undecoded bytes are copied into a bytearray)."""
+    stripped, _, decoder = _FIELDS.get(name) or _field(name)
+    if data.__class__ is memoryview and (decoder is None or decoder is _META):
+        data = bytearray(data)
+    if decoder is _META:
+        return name, data.decode() if isinstance(data, (bytes, bytearray)) else data
+    if decoder is not None:
+        try:
+            data = decoder(data)
+        except _DECODE_ERRORS as error:
+            raise ShardError(url, f"member {key}.{name}: {error}") from None
+    if torch:
+        data = _to_torch(data)
+    return (stripped if strip else name), data
+
+
 def decode_sample(sample: dict, *, strip: bool = True, torch: bool = False) -> dict:
     """Decode every member of a raw (or partly decoded) shard sample.
 
@@ -338,35 +360,40 @@ def decode_sample(sample: dict, *, strip: bool = True, torch: bool = False) -> d
     reader stages use; `__key__`, `__url__` and other `__meta__` entries are kept as they are.
     A member that does not decode raises `ShardError` naming the shard (`__url__`) and the member.
     """
+    url, key = str(sample.get("__url__", "<sample>")), sample.get("__key__")
     out = {}
     for name, value in sample.items():
-        stripped, _, decoder = _FIELDS.get(name) or _field(name)
-        if decoder is _META:
-            out[name] = value.decode() if isinstance(value, (bytes, bytearray)) else value
-            continue
-        if decoder is not None and isinstance(value, _BYTES_TYPES):
-            try:
-                value = decoder(value)
-            except _DECODE_ERRORS as error:
-                raise ShardError(str(sample.get("__url__", "<sample>")), f"member {sample.get('__key__')}.{name}: {error}") from None
-        if torch:
-            value = _to_torch(value)
-        out[stripped if strip else name] = value
+        if isinstance(value, _BYTES_TYPES):
+            name, value = decode_member(url, key, name, value, strip, torch)
+        else:  # decoded already (or an int the dataset stamped): only renamed
+            stripped, _, decoder = _FIELDS.get(name) or _field(name)
+            if decoder is not _META:
+                name = stripped if strip else name
+                if torch:
+                    value = _to_torch(value)
+        out[name] = value
     return out
 
 
-def decode(*, strip: bool = False, torch: bool = False, handler: Callable | None = None):
-    """A pipeline stage for `.compose(wdsprep.decode())`: decodes every extension in `CODECS`.
+class Decode:
+    """The `wdsprep.decode()` pipeline stage. Placed right after `wdsprep.dataset(...)`, the dataset
+    runs it fused into its reader (`decode_member` on each member where it lies in a mapped shard,
+    no raw sample in between); anywhere else it maps raw samples with `decode_sample`. Both give
+    the same samples, and a sample that does not decode goes to `handler` either way."""
 
-    Keys keep their extensions like webdataset's `.decode()` unless `strip=True`; `torch=True`
-    turns arrays into tensors. `handler` (e.g. `wds.warn_and_continue`) gets a sample's
-    `ShardError`: true skips the sample, false ends the stream; without one the error propagates.
-    """
+    __slots__ = ("strip", "torch", "handler")
 
-    def stage(source):
+    def __init__(self, strip: bool = False, torch: bool = False, handler: Callable | None = None):
+        self.strip, self.torch, self.handler = strip, torch, handler
+
+    def sample(self, sample: dict) -> dict:
+        return decode_sample(sample, strip=self.strip, torch=self.torch)
+
+    def __call__(self, source):
+        handler = self.handler
         for sample in source:
             try:
-                decoded = decode_sample(sample, strip=strip, torch=torch)
+                decoded = decode_sample(sample, strip=self.strip, torch=self.torch)
             except ShardError as error:
                 if handler is None:
                     raise
@@ -375,4 +402,12 @@ def decode(*, strip: bool = False, torch: bool = False, handler: Callable | None
                 return
             yield decoded
 
-    return stage
+
+def decode(*, strip: bool = False, torch: bool = False, handler: Callable | None = None) -> Decode:
+    """A pipeline stage for `.compose(wdsprep.decode())`: decodes every extension in `CODECS`.
+
+    Keys keep their extensions like webdataset's `.decode()` unless `strip=True`; `torch=True`
+    turns arrays into tensors. `handler` (e.g. `wds.warn_and_continue`) gets a sample's
+    `ShardError`: true skips the sample, false ends the stream; without one the error propagates.
+    """
+    return Decode(strip, torch, handler)

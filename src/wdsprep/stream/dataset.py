@@ -32,6 +32,7 @@ import webdataset as wds
 from webdataset.compat import FluidInterface
 
 from ..errors import ConfigError, ShardError
+from ..shards.codec import Decode
 from ..shards.manifest import Manifest
 from .manifests import load_manifest
 from ..storage import open_url
@@ -308,10 +309,11 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
         where = {q: p for p, q in enumerate(order)}
         return {where[q]: count for q, count in found.items()}
 
-    def _iter_pieces(self, pieces: list[Piece], skip: int, mapped: dict | None = None) -> Iterator:
+    def _iter_pieces(self, pieces: list[Piece], skip: int, mapped: dict | None = None, keep: bool = True) -> Iterator:
         """This worker's raw samples, checked against their rows. With `mapped` (a dict), samples of
         mapped shards come as ints, `slot << 32 | sample number`, with `mapped[slot]` = (MappedShard,
-        piece start): copied out by `_take` when delivered."""
+        piece start): copied out by `_take` when delivered. Without `keep`, a shard's slot goes when
+        the next shard is mapped (for a consumer that takes every int before asking for the next)."""
         epoch = self.epoch
         slot = max(mapped, default=0) if mapped is not None else 0
         for piece in pieces:
@@ -331,12 +333,14 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
                             yield slot << 32 | sample
                             continue
                         if sample.__class__ is MappedShard:
+                            if not keep:
+                                mapped.clear()
                             slot += 1
                             mapped[slot] = (sample, piece.start)
                             continue
                         sample["__index__"] = index  # where the sample sits, for stages that work on blocks of a shard
                         sample["__piece_start__"] = piece.start  # this worker's run of the shard starts here
-                        sample["__epoch__"] = epoch
+                        pass
                         index += 1
                         yield sample
             except ShardError as error:
@@ -354,40 +358,64 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
         sample["__epoch__"] = self.epoch
         return sample
 
-    def _block_shuffled(self, pieces: list[Piece], skip: int, worker_key: tuple) -> Iterator[dict]:
+    def _block_shuffled(self, pieces: list[Piece], skip: int, worker_key: tuple, mapped: dict) -> Iterator:
         """Blocks of `shuffle_buffer` consecutive samples, each permuted. Samples of mapped shards are
-        held as ints (checked already; see `_iter_pieces`) and copied out only when delivered, so
-        the buffer holds no sample bytes, gives the cyclic GC nothing to track, and each copy lands
-        in memory the previous sample freed."""
+        held as ints (checked already; see `_iter_pieces`) and copied out by the consumer only when
+        delivered (before it asks for the next), so the buffer holds no sample bytes, gives the
+        cyclic GC nothing to track, and each copy lands in memory the previous sample freed."""
         size = self.shuffle_buffer
         block = skip // size
         offset = skip - block * size
-        mapped: dict = {}
         stream = self._iter_pieces(pieces, block * size, mapped)
-        take = self._take
         while True:
             buffer = [s for _, s in zip(range(size), stream)]
             if not buffer:
                 return
             order = block_permutation(self.seed, self.epoch, *worker_key, block, len(buffer))
             for i in order[offset:]:
-                item = buffer[i]
-                yield item if item.__class__ is dict else take(mapped, item)
+                yield buffer[i]
             current = max(mapped, default=None)  # shards before the one being read are done: unmap them
             for slot in [slot for slot in mapped if slot != current]:
                 del mapped[slot]
             offset = 0
             block += 1
 
-    def _source_iterator(self, pieces: list[Piece], worker: int, resume: Position, counter: _Counter) -> Iterator[dict]:
+    def _source_iterator(self, pieces: list[Piece], worker: int, resume: Position, counter: _Counter,
+                         decode: Decode | None = None) -> Iterator[dict]:
+        """This worker's samples, counted as pulled; with `decode` (a `wdsprep.decode()` stage placed
+        first), decoded as they are copied out of mapped shards (fused: no raw sample in between)."""
         rank, _ = distributed_info(self.rank_arg, self.world_arg)
+        mapped: dict = {}
         if self.shuffle_buffer > 1:
-            samples = self._block_shuffled(pieces, resume.skip, (rank, worker))
+            samples = self._block_shuffled(pieces, resume.skip, (rank, worker), mapped)
         else:
-            samples = self._iter_pieces(pieces, resume.skip)
+            samples = self._iter_pieces(pieces, resume.skip, mapped, keep=False)
         counter.pulled = resume.skip
-        for sample in samples:
+        if decode is None:
+            take = self._take
+            for item in samples:
+                counter.pulled += 1
+                yield item if item.__class__ is dict else take(mapped, item)
+            return
+        strip, torch, handler, epoch = decode.strip, decode.torch, decode.handler, self.epoch
+        for item in samples:
             counter.pulled += 1
+            try:
+                if item.__class__ is dict:
+                    sample = decode.sample(item)
+                else:
+                    shard, piece_start = mapped[item >> 32]
+                    index = item & 0xFFFFFFFF
+                    sample = shard.take_decoded(index, strip, torch)
+                    sample["__index__"] = index
+                    sample["__piece_start__"] = piece_start
+                    sample["__epoch__"] = epoch
+            except ShardError as error:  # as the stage would: the handler skips the sample or ends the stream
+                if handler is None:
+                    raise
+                if handler(error):
+                    continue
+                return
             yield sample
 
     # -- iteration with counting
@@ -430,7 +458,8 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
             return
         position.skip, position.discard = counter.pulled, 0  # a finished pass: everything was delivered
 
-    def _pad_outputs(self, outputs: Iterator, counter: _Counter, plan: WorkerPlan, worker: int, stages: list) -> Iterator:
+    def _pad_outputs(self, outputs: Iterator, counter: _Counter, plan: WorkerPlan, worker: int, stages: list,
+                     decode: Decode | None = None) -> Iterator:
         """Extend a worker's outputs to its target by replaying its first outputs (the rank's, or
         the pass's, when it has none)."""
         yield from outputs
@@ -442,7 +471,7 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
                 break
         index = 0  # position in the endless replay of `pieces`
         while position.delivered < plan.target:
-            replay = self._source_iterator(pieces, worker, Position(), _Counter())
+            replay = self._source_iterator(pieces, worker, Position(), _Counter(), decode)
             for step in stages:
                 replay = self.invoke(step, replay)
             before = index
@@ -463,14 +492,16 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
         counter = self._counter = _Counter()
         stages = self.pipeline
         cut = len(stages) if self._count_at is None else self._count_at
+        decode = stages[1] if cut > 1 and isinstance(stages[1], Decode) else None  # fused into the reader
+        first = 1 if decode is None else 2
         plan = self.plan(worker, num_workers)
-        source = self._source_iterator(plan.pieces, worker, resume, counter)
-        for step in stages[1:cut]:
+        source = self._source_iterator(plan.pieces, worker, resume, counter, decode)
+        for step in stages[first:cut]:
             source = self.invoke(step, source)
         limit = plan.target if self.equalize == "drop" else None
         source = self._count(source, resume, counter, self._carried_discards(plan, worker), limit)
         if plan.target is not None and self.equalize == "pad":
-            source = self._pad_outputs(source, counter, plan, worker, stages[1:cut])
+            source = self._pad_outputs(source, counter, plan, worker, stages[first:cut], decode)
         for step in stages[cut:]:
             source = self.invoke(step, source)
         return source

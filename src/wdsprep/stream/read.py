@@ -33,6 +33,7 @@ import os
 from typing import BinaryIO, Iterator
 
 from ..errors import ShardError
+from ..shards.codec import decode_member
 from ..shards.index import ShardIndex, digest_of, has_index, xxh3_64
 from ..shards.tarformat import BLOCK, TarCursor, group_samples
 from ..storage import open_from
@@ -137,6 +138,20 @@ class MappedShard:
 
     def take(self, index: int) -> dict:
         return _copy_out(self.url, self.entries[index], self.view)
+
+    def take_decoded(self, index: int, strip: bool, torch: bool) -> dict:
+        """Sample i decoded (`decode_member`) straight from the mapping: what `decode_sample(take(i))`
+        gives, without the raw sample in between (decoders copy what they keep: arrays stay writable)."""
+        key, at, members = self.entries[index]
+        url, view = self.url, self.view
+        sample = {"__key__": key, "__url__": url}
+        for j in range(0, len(members), 3):
+            name, size = members[j], members[j + 1]
+            start = at + BLOCK
+            at = start + size + (-size % BLOCK)
+            field, value = decode_member(url, key, name, view[start : start + size], strip, torch)
+            sample[field] = value
+        return sample
 
 
 def _streamed(url: str, entry: list, end: int, stream: BinaryIO, scratch: memoryview) -> dict:

@@ -1,0 +1,169 @@
+"""`wdsprep.decode()` placed right after `wdsprep.dataset(...)` runs fused into the reader
+(`MappedShard.take_decoded`): it must give exactly what the stage gives when it runs on its own
+(the reference: the same stage behind an identity stage, which is never fused), checked here
+sample by sample and position by position, plus against `tarfile` + `numpy.load` + msgpack."""
+import io
+import tarfile
+
+import msgpack
+import numpy as np
+import pytest
+import torch
+import webdataset as wds
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import wdsprep
+from wdsprep.errors import ShardError
+from wdsprep.shards.codec import Encoder
+from wdsprep.shards.manifest import Manifest
+from wdsprep.shards.writer import ShardWriter
+from wdsprep.stream.read import MappedShard
+
+
+def _identity(source):
+    yield from source  # a stage before decode: decode then runs as a stage of its own (not fused)
+
+
+def _pair(manifest, decode_args, **dataset_args):
+    fused = wdsprep.dataset(manifest, "train", **dataset_args).compose(wdsprep.decode(**decode_args))
+    staged = wdsprep.dataset(manifest, "train", **dataset_args).compose(_identity, wdsprep.decode(**decode_args))
+    return fused, staged
+
+
+def _same_sample(a: dict, b: dict) -> None:
+    assert list(a) == list(b)  # same fields in the same order
+    for name in a:
+        x, y = a[name], b[name]
+        assert type(x) is type(y), name
+        if isinstance(x, np.ndarray):
+            assert x.dtype == y.dtype and x.shape == y.shape and x.flags.writeable and y.flags.writeable
+            np.testing.assert_array_equal(x, y)
+        elif isinstance(x, torch.Tensor):
+            assert x.dtype == y.dtype and torch.equal(x, y)
+        else:
+            assert x == y, name
+
+
+def _same_stream(fused, staged) -> int:
+    """Both pipelines in lockstep: the same samples, and the same saved position after each."""
+    left, right = iter(fused), iter(staged)
+    count = 0
+    while True:
+        a, b = next(left, None), next(right, None)
+        assert (a is None) == (b is None), f"one stream ended first, after {count} samples"
+        if a is None:
+            return count
+        _same_sample(a, b)
+        assert fused.state_dict() == staged.state_dict()
+        count += 1
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    counts=st.lists(st.integers(0, 9), min_size=1, max_size=5),
+    shuffle_buffer=st.sampled_from([0, 1, 3, 7]),
+    equalize=st.sampled_from([None, "pad", "drop"]),
+    world=st.integers(1, 3),
+    strip=st.booleans(),
+    codec=st.sampled_from(["none", "zstd"]),
+    epoch=st.integers(0, 2),
+)
+def test_the_fused_decode_gives_what_the_stage_gives(counted_shards, counts, shuffle_buffer, equalize, world, strip, codec, epoch):
+    manifest = counted_shards(counts, codec=codec)
+    for rank in range(world):
+        fused, staged = _pair(manifest, {"strip": strip}, seed=3, epoch=epoch, shuffle_buffer=shuffle_buffer,
+                              equalize=equalize, rank=rank, world_size=world)
+        _same_stream(fused, staged)
+
+
+def test_the_fused_decode_is_the_path_taken(counted_shards, monkeypatch):
+    """A spy on `take_decoded`: every sample of the fused pipeline comes from it, none of the staged one's."""
+    manifest = counted_shards([5, 4, 6])
+    calls = []
+    original = MappedShard.take_decoded
+    monkeypatch.setattr(MappedShard, "take_decoded", lambda self, *args: calls.append(args[0]) or original(self, *args))
+    for shuffle_buffer in (0, 4):
+        fused, staged = _pair(manifest, {"strip": True}, shuffle_buffer=shuffle_buffer, equalize=None)
+        calls.clear()
+        assert len(list(staged)) == 15 and calls == []
+        assert len(list(fused)) == 15 and sorted(calls) == sorted(list(range(5)) + list(range(4)) + list(range(6)))
+
+
+def test_the_fused_decode_matches_tarfile_numpy_and_msgpack(counted_shards):
+    manifest = counted_shards([3, 5], codec="none")
+    root = manifest.rsplit("/", 1)[0]
+    expected = {}
+    for row in Manifest.loads(open(manifest, "rb").read()).splits["train"]:
+        with tarfile.open(f"{root}/{row['name']}") as archive:
+            for member in archive.getmembers():
+                if member.name.startswith("__"):
+                    continue
+                key, field = member.name.split(".", 1)
+                data = archive.extractfile(member).read()
+                value = np.load(io.BytesIO(data)) if field == "value.npy" else msgpack.unpackb(data, strict_map_key=False)
+                expected.setdefault(key, {})[field.split(".")[0]] = value
+    got = list(wdsprep.dataset(manifest, "train", shuffle_buffer=4, equalize=None).compose(wdsprep.decode(strip=True)))
+    assert len(got) == len(expected) == 8
+    for sample in got:
+        reference = expected[sample["__key__"]]
+        np.testing.assert_array_equal(sample["value"], reference["value"])
+        assert sample["value"].flags.writeable and sample["meta"] == reference["meta"]
+        sample["value"][0] = 1.0  # writable, and the shard is unchanged (the next read agrees with tarfile)
+    again = {s["__key__"]: s for s in wdsprep.dataset(manifest, "train", equalize=None).compose(wdsprep.decode(strip=True))}
+    assert len(again) == 8
+    for key, reference in expected.items():
+        np.testing.assert_array_equal(again[key]["value"], reference["value"])
+
+
+def test_torch_and_kept_extensions_fuse_the_same(counted_shards):
+    manifest = counted_shards([4, 3], codec="zstd")
+    for decode_args in ({"torch": True, "strip": True}, {"torch": True}, {}):
+        fused, staged = _pair(manifest, decode_args, shuffle_buffer=3, equalize="pad", rank=1, world_size=2)
+        assert _same_stream(fused, staged) == 4
+
+
+@pytest.fixture
+def bad_member_manifest(tmp_path):
+    """Samples 2 and 5 of 8 hold a `.npy` member whose bytes are not .npy (the index digests match:
+    only decoding finds it)."""
+    writer = ShardWriter(str(tmp_path), "train-00000", shard_bytes=1 << 40, encoder=Encoder("none"))
+    with writer:
+        for i in range(8):
+            array = b"not an npy member" if i in (2, 5) else np.full(3, i, np.int16)
+            writer.write(f"k{i}", {"a.npy": array, "meta": {"i": i}})
+    (tmp_path / "manifest.json").write_bytes(Manifest("t", {}, "fp", {"train": [r.as_dict() for r in writer.rows]}).dumps())
+    return str(tmp_path / "manifest.json")
+
+
+@pytest.mark.parametrize("shuffle_buffer", [0, 3])
+def test_a_member_that_does_not_decode_goes_to_the_handler_on_both_paths(bad_member_manifest, shuffle_buffer):
+    args = {"shuffle_buffer": shuffle_buffer, "equalize": None, "shuffle_shards": False}
+    order = [s["__key__"] for s in wdsprep.dataset(bad_member_manifest, "train", **args)]  # raw: nothing decoded
+    assert sorted(order) == [f"k{i}" for i in range(8)]
+    first_bad = min(order.index("k2"), order.index("k5"))
+    for handler, expected in ((wds.ignore_and_continue, 6), (lambda error: False, first_bad)):
+        fused, staged = _pair(bad_member_manifest, {"strip": True, "handler": handler}, **args)
+        assert _same_stream(fused, staged) == expected
+        assert fused.state_dict() == staged.state_dict()
+    fused, staged = _pair(bad_member_manifest, {"strip": True}, **args)
+    with pytest.raises(ShardError, match=r"member k[25]\.a\.npy: .*npy"):
+        list(fused)
+    with pytest.raises(ShardError, match=r"member k[25]\.a\.npy: .*npy"):
+        list(staged)
+
+
+def test_resume_through_the_fused_decode_is_exact(bad_member_manifest):
+    def make():
+        return wdsprep.dataset(bad_member_manifest, "train", shuffle_buffer=3, equalize=None, seed=4).compose(
+            wdsprep.decode(strip=True, handler=wds.ignore_and_continue))
+
+    full = [s["__key__"] for s in make()]
+    assert len(full) == 6
+    for stop_after in range(len(full) + 1):
+        run = make()
+        iterator = iter(run)
+        head = [next(iterator)["__key__"] for _ in range(stop_after)]
+        resumed = make()
+        resumed.load_state_dict(run.state_dict())
+        assert head + [s["__key__"] for s in resumed] == full
