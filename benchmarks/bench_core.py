@@ -82,16 +82,16 @@ def _check_cost(manifest_path: str) -> float:
         path = os.path.join(directory, row["name"])
         with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, prot=mmap.PROT_READ) as mapped:
             view = memoryview(mapped)
-            entries = load_index(path, row, handle.fileno()).entries
+            index = load_index(path, row, handle.fileno())
             start = time.process_time()
-            for _, offset, members in entries:
-                for j in range(0, len(members), 3):
-                    end = offset + member_span(members[j + 1])
-                    if digest_of(view[offset:end]) != members[j + 2]:
-                        raise AssertionError("digest mismatch")
-                    offset = end
+            offset = 0
+            for size, digest in zip(index.sizes, index.digests):  # members back to back, in shard order
+                end = offset + member_span(size)
+                if digest_of(view[offset:end]) != digest:
+                    raise AssertionError("digest mismatch")
+                offset = end
             total += time.process_time() - start
-            count += len(entries)
+            count += len(index)
             view.release()
     return total / count * 1e6
 

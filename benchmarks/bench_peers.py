@@ -127,13 +127,14 @@ def _floor_items(directory: str, worker: int = 0, workers: int = 1):
     for row in manifest.splits["train"][worker::workers]:
         path = os.path.join(directory, row["name"])
         with open(path, "rb") as handle:
-            entries = load_index(path, row, handle.fileno()).entries
+            index = load_index(path, row, handle.fileno())
             first = os.pread(handle.fileno(), 4096, 512)
             start, length = npy_header_span(first)
             dtype, shape, _, _ = npy_meta(bytes(first[start : start + length]))
             skip = start + length
             offsets = []
-            for key, offset, (_, array_size, _, _, meta_size, _) in entries:  # precomputed, outside the loop
+            for i, (key, offset) in enumerate(zip(index.keys, index.offsets)):  # precomputed, outside the loop
+                array_size, meta_size = index.sizes[2 * i], index.sizes[2 * i + 1]  # members: array.npy, meta.mp
                 meta_at = offset + 512 + array_size + (-array_size % 512) + 512
                 offsets.append((key, offset + 512 + skip, offset + 512 + array_size, meta_at, meta_at + meta_size))
             with mmap.mmap(handle.fileno(), 0, prot=mmap.PROT_READ) as mapped:

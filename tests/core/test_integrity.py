@@ -240,28 +240,115 @@ def test_a_corrupt_npy_header_is_a_shard_error_that_handlers_catch(tmp_path):
     assert [s["__key__"] for s in kept] == ["k0"]
 
 
-def test_the_index_matches_the_archive_as_tarfile_sees_it(tmp_path):
-    """Offsets, sizes and digests in `__wdsprep_index__`, recomputed from tarfile's view of the shard."""
-    import msgpack
+def _tar_view(path) -> tuple[list, list]:
+    """(samples, infos) as tarfile sees the shard: samples = [[key, offset, [member, size, xxh3_64, ...]]]."""
     import xxhash
+
+    data = path.read_bytes()
+    with tarfile.open(path) as tar:
+        infos = tar.getmembers()
+    samples = []
+    for info in infos[:-1]:
+        key, member = info.name.split(".", 1)
+        end = info.offset_data + info.size + (-info.size % 512)
+        if not samples or samples[-1][0] != key:
+            samples.append([key, info.offset, []])
+        samples[-1][2] += [member, info.size, xxhash.xxh3_64_intdigest(data[info.offset : end])]
+    return samples, infos
+
+
+def test_the_index_matches_the_archive_as_tarfile_sees_it(tmp_path):
+    """Offsets, sizes and digests in `__wdsprep_index__` (`wdsprep-index/2` columns), recomputed from
+    tarfile's view of the shard and packed with `struct`."""
+    import struct
+
+    import msgpack
 
     path = _write(tmp_path / "s", "zstd")
     data = path.read_bytes()
     row = Manifest.loads((path.parent / "manifest.json").read_bytes()).splits["train"][0]
+    samples, infos = _tar_view(path)
     with tarfile.open(path) as tar:
-        infos = tar.getmembers()
         index = msgpack.unpackb(tar.extractfile(INDEX_MEMBER).read())
     assert infos[-1].name == INDEX_MEMBER and row["index_offset"] == infos[-1].offset
     assert row["index_bytes"] == infos[-1].offset_data + infos[-1].size + (-infos[-1].size % 512) - infos[-1].offset
     assert row["bytes"] == len(data) == row["index_offset"] + row["index_bytes"] + 1024
-    expected = []
-    for info in infos[:-1]:
-        key, member = info.name.split(".", 1)
-        end = info.offset_data + info.size + (-info.size % 512)
-        if not expected or expected[-1][0] != key:
-            expected.append([key, info.offset, []])
-        expected[-1][2] += [member, info.size, xxhash.xxh3_64_intdigest(data[info.offset : end])]
-    assert index == {"format": "wdsprep-index/1", "digest": "xxh3_64", "samples": expected}
+    layouts = [["array.npy.zst", "meta.mp"]]
+    assert [s[2][0::3] for s in samples] == layouts * 3
+    sizes = [v for s in samples for v in s[2][1::3]]
+    digests = [v for s in samples for v in s[2][2::3]]
+    assert index == {"format": "wdsprep-index/2", "digest": "xxh3_64", "keys": ["k0", "k1", "k2"], "layouts": layouts,
+                     "layout": struct.pack("<3I", 0, 0, 0), "offsets": struct.pack("<3Q", *(s[1] for s in samples)),
+                     "sizes": struct.pack(f"<{len(sizes)}Q", *sizes), "digests": struct.pack(f"<{len(digests)}Q", *digests)}
+
+
+def _replace_index(path: pathlib.Path, content: dict) -> None:
+    """Rewrite the shard's index member with `content` (msgpack) and fix its manifest row, as a
+    writer of that content would have written it (headers and row computed with tarfile/hashlib)."""
+    import hashlib
+
+    import msgpack
+    import xxhash
+
+    manifest_path = path.parent / "manifest.json"
+    manifest = Manifest.loads(manifest_path.read_bytes())
+    row = manifest.splits["train"][0]
+    body = msgpack.packb(content)
+    info = tarfile.TarInfo(INDEX_MEMBER)
+    info.size, info.mtime, info.mode = len(body), 0, 0o644
+    member = info.tobuf(format=tarfile.USTAR_FORMAT) + body + b"\0" * (-len(body) % 512)
+    data = path.read_bytes()[: row["index_offset"]] + member + b"\0" * 1024
+    path.write_bytes(data)
+    row.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest(), index_bytes=len(member),
+               index_digest=f"xxh3_64:{xxhash.xxh3_64_intdigest(member):016x}")
+    manifest_path.write_bytes(manifest.dumps())
+
+
+def test_shards_with_a_version_1_index_still_read(tmp_path):
+    """Shards written before the columnar index (`wdsprep-index/1`: per-sample entries) read as before,
+    corruption included."""
+    for codec in ("zstd", "none"):
+        path = _write(tmp_path / codec, codec)
+        original = _reference(path)
+        samples, _ = _tar_view(path)
+        _replace_index(path, {"format": "wdsprep-index/1", "digest": "xxh3_64", "samples": samples})
+        for shuffle_buffer in (0, 2):
+            yielded = list(wdsprep.dataset(str(path.parent / "manifest.json"), "train", shuffle_shards=False,
+                                           shuffle_buffer=shuffle_buffer).compose(wdsprep.decode()))
+            assert len(yielded) == len(original) == 3
+            _same_as_original(sorted(yielded, key=lambda s: s["__key__"]), original)
+        data = bytearray(path.read_bytes())
+        data[samples[1][1] + 512 + 5] ^= 0xFF  # a data byte of k1's first member
+        path.write_bytes(bytes(data))
+        with pytest.raises(ShardError, match=r"member k1\.array"):
+            list(wdsprep.dataset(str(path.parent / "manifest.json"), "train", shuffle_shards=False))
+
+
+@pytest.mark.parametrize("damage", ["layout out of range", "short sizes", "short offsets", "extra key", "int key", "unknown format"])
+def test_an_index_whose_columns_disagree_is_a_shard_error(tmp_path, damage):
+    """An index that matches its row's digest but is malformed (a writer bug) is refused on load."""
+    import struct
+
+    import msgpack
+
+    path = _write(tmp_path / "s", "none")
+    with tarfile.open(path) as tar:
+        index = msgpack.unpackb(tar.extractfile(INDEX_MEMBER).read())
+    if damage == "layout out of range":
+        index["layout"] = struct.pack("<3I", 0, 1, 0)
+    elif damage == "short sizes":
+        index["sizes"] = index["sizes"][:-8]
+    elif damage == "short offsets":
+        index["offsets"] = index["offsets"][:-8]
+    elif damage == "extra key":
+        index["keys"].append("k3")
+    elif damage == "int key":
+        index["keys"][1] = 1
+    else:
+        index["format"] = "wdsprep-index/9"
+    _replace_index(path, index)
+    with pytest.raises(ShardError, match=f"{INDEX_MEMBER}.*unreadable"):
+        list(wdsprep.dataset(str(path.parent / "manifest.json"), "train", shuffle_shards=False))
 
 
 def _reads(url, row, start, stop, stream):

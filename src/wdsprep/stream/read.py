@@ -77,53 +77,55 @@ def read_samples(url: str, row: dict, start: int, stop: int, stream: BinaryIO, *
 def _indexed(url: str, row: dict, start: int, stop: int, stream: BinaryIO, lazy: bool) -> Iterator:
     fd = _fileno(stream)
     index = load_index(url, row, fd)
-    entries = index.entries
-    stop = min(stop, len(entries))
+    stop = min(stop, len(index))
     if start >= stop:
         return
-    if start == 0 and entries[0][1] != 0:
-        raise ShardError(url, f"index: the first sample starts at byte {entries[0][1]}, not 0")
-    ends = [entry[1] for entry in entries[start + 1 : stop]]
+    if start == 0 and index.offsets[0] != 0:
+        raise ShardError(url, f"index: the first sample starts at byte {index.offsets[0]}, not 0")
+    ends = list(index.offsets[start + 1 : stop])
     ends.append(index.sample_end(stop - 1))
     if fd is not None:
         # local or cached: check and copy members straight out of the mapped shard; the mapping is
         # not closed here but unmapped when its last view goes (lazy samples may outlive this loop)
         view = memoryview(mmap.mmap(fd, 0, prot=mmap.PROT_READ))
         if lazy:
-            yield MappedShard(url, entries, view)
-        for index, entry, end in zip(range(start, stop), entries[start:stop], ends):
-            _check(url, entry, view, end)
-            yield index if lazy else _copy_out(url, entry, view)
+            yield MappedShard(url, index, view)
+        for i, end in zip(range(start, stop), ends):
+            _check(url, index, i, view, end)
+            yield i if lazy else _copy_out(url, index, i, view)
         return
-    if entries[start][1]:
-        stream.seek(entries[start][1])
+    if index.offsets[start]:
+        stream.seek(index.offsets[start])
     scratch = memoryview(bytearray(BLOCK))
-    for entry, end in zip(entries[start:stop], ends):
-        yield _streamed(url, entry, end, stream, scratch)
+    for i, end in zip(range(start, stop), ends):
+        yield _streamed(url, index, i, end, stream, scratch)
 
 
-def _check(url: str, entry: list, view: memoryview, end: int) -> None:
-    """Digest every member of the sample `entry` where it lies in `view` (header, data, padding)."""
-    key, at, members = entry
-    for j in range(0, len(members), 3):
-        size = members[j + 1]
+def _check(url: str, index: ShardIndex, i: int, view: memoryview, end: int) -> None:
+    """Digest every member of sample i where it lies in `view` (header, data, padding)."""
+    at, k = index.offsets[i], index.first[i]
+    sizes, digests = index.sizes, index.digests
+    for name in index.layouts[index.layout[i]]:
+        size = sizes[k]
         member_end = at + BLOCK + size + (-size % BLOCK)
-        if digest_of(view[at:member_end]) != members[j + 2]:
-            raise ShardError(url, f"member {key}.{members[j]}: corrupt (its header, data or padding differ from the shard's index)")
+        if digest_of(view[at:member_end]) != digests[k]:
+            raise ShardError(url, f"member {index.keys[i]}.{name}: corrupt (its header, data or padding differ from the shard's index)")
         at = member_end
+        k += 1
     if at != end:
-        raise ShardError(url, f"index: sample {key!r} ends at byte {at}, the next one starts at {end}")
+        raise ShardError(url, f"index: sample {index.keys[i]!r} ends at byte {at}, the next one starts at {end}")
 
 
-def _copy_out(url: str, entry: list, view: memoryview) -> dict:
-    """The checked sample `entry` of a mapped shard, each member's data in its own bytearray (the
+def _copy_out(url: str, index: ShardIndex, i: int, view: memoryview) -> dict:
+    """The checked sample i of a mapped shard, each member's data in its own bytearray (the
     caller's own, writable copy: decoders build arrays on it without another)."""
-    key, at, members = entry
-    sample = {"__key__": key, "__url__": url}
-    for j in range(0, len(members), 3):
-        size = members[j + 1]
-        sample[members[j]] = bytearray(view[at + BLOCK : at + BLOCK + size])
+    at, k, sizes = index.offsets[i], index.first[i], index.sizes
+    sample = {"__key__": index.keys[i], "__url__": url}
+    for name in index.layouts[index.layout[i]]:
+        size = sizes[k]
+        sample[name] = bytearray(view[at + BLOCK : at + BLOCK + size])
         at += BLOCK + size + (-size % BLOCK)
+        k += 1
     return sample
 
 
@@ -131,36 +133,38 @@ class MappedShard:
     """A mapped shard whose samples `read_samples(lazy=True)` checked; `take(i)` copies sample i out
     as a raw sample. Holding it keeps the shard mapped."""
 
-    __slots__ = ("url", "entries", "view")
+    __slots__ = ("url", "index", "view")
 
-    def __init__(self, url: str, entries: tuple, view: memoryview):
-        self.url, self.entries, self.view = url, entries, view
+    def __init__(self, url: str, index: ShardIndex, view: memoryview):
+        self.url, self.index, self.view = url, index, view
 
-    def take(self, index: int) -> dict:
-        return _copy_out(self.url, self.entries[index], self.view)
+    def take(self, i: int) -> dict:
+        return _copy_out(self.url, self.index, i, self.view)
 
-    def take_decoded(self, index: int, strip: bool, torch: bool) -> dict:
+    def take_decoded(self, i: int, strip: bool, torch: bool) -> dict:
         """Sample i decoded (`decode_member`) straight from the mapping: what `decode_sample(take(i))`
         gives, without the raw sample in between (decoders copy what they keep: arrays stay writable)."""
-        key, at, members = self.entries[index]
-        url, view = self.url, self.view
+        index, url, view = self.index, self.url, self.view
+        key, at, k, sizes = index.keys[i], index.offsets[i], index.first[i], index.sizes
         sample = {"__key__": key, "__url__": url}
-        for j in range(0, len(members), 3):
-            name, size = members[j], members[j + 1]
+        for name in index.layouts[index.layout[i]]:
+            size = sizes[k]
             start = at + BLOCK
             at = start + size + (-size % BLOCK)
+            k += 1
             field, value = decode_member(url, key, name, view[start : start + size], strip, torch)
             sample[field] = value
         return sample
 
 
-def _streamed(url: str, entry: list, end: int, stream: BinaryIO, scratch: memoryview) -> dict:
-    """The sample `entry` read from `stream`: each member's data straight into its own bytearray,
-    its header and padding into `scratch`, all three digested on the way (the only copy)."""
-    key, at, members = entry
+def _streamed(url: str, index: ShardIndex, i: int, end: int, stream: BinaryIO, scratch: memoryview) -> dict:
+    """Sample i read from `stream`: each member's data straight into its own bytearray, its header
+    and padding into `scratch`, all three digested on the way (the only copy)."""
+    key, at, k = index.keys[i], index.offsets[i], index.first[i]
     sample = {"__key__": key, "__url__": url}
-    for j in range(0, len(members), 3):
-        name, size = members[j], members[j + 1]
+    for name in index.layouts[index.layout[i]]:
+        size, expected = index.sizes[k], index.digests[k]
+        k += 1
         data = bytearray(size)
         pad = -size % BLOCK
         digest = xxh3_64()
@@ -169,7 +173,7 @@ def _streamed(url: str, entry: list, end: int, stream: BinaryIO, scratch: memory
             if got != len(part):
                 raise ShardError(url, f"truncated shard: member {key}.{name} ends early (at byte {at + got})")
             digest.update(part)
-        if digest.intdigest() != members[j + 2]:
+        if digest.intdigest() != expected:
             raise ShardError(url, f"member {key}.{name}: corrupt (its header, data or padding differ from the shard's index)")
         sample[name] = data
         at += BLOCK + size + pad
