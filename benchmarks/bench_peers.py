@@ -132,14 +132,18 @@ def _floor_items(directory: str, worker: int = 0, workers: int = 1):
             start, length = npy_header_span(first)
             dtype, shape, _, _ = npy_meta(bytes(first[start : start + length]))
             skip = start + length
-            offsets = []
-            for i, (key, offset) in enumerate(zip(index.keys, index.offsets)):  # precomputed, outside the loop
+            # precomputed, outside the loop, as flat lists of ints (no object per sample for the GC to track)
+            a0s, a1s, m0s, m1s = [], [], [], []
+            for i, offset in enumerate(index.offsets):
                 array_size, meta_size = index.sizes[2 * i], index.sizes[2 * i + 1]  # members: array.npy, meta.mp
                 meta_at = offset + 512 + array_size + (-array_size % 512) + 512
-                offsets.append((key, offset + 512 + skip, offset + 512 + array_size, meta_at, meta_at + meta_size))
+                a0s.append(offset + 512 + skip)
+                a1s.append(offset + 512 + array_size)
+                m0s.append(meta_at)
+                m1s.append(meta_at + meta_size)
             with mmap.mmap(handle.fileno(), 0, prot=mmap.PROT_READ) as mapped:
                 view = memoryview(mapped)
-                for key, a0, a1, m0, m1 in offsets:
+                for key, a0, a1, m0, m1 in zip(index.keys, a0s, a1s, m0s, m1s):
                     yield {"__key__": key, "array": np.frombuffer(bytearray(view[a0:a1]), dtype).reshape(shape),
                            "meta": msgpack.unpackb(view[m0:m1])}
                 view.release()

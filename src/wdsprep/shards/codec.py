@@ -303,7 +303,7 @@ def split_field(name: str) -> tuple[str, str]:
     return stripped, ext
 
 
-_DECODE_ERRORS = (FormatError, ValueError, msgpack.ExtraData, msgpack.FormatError, json.JSONDecodeError)
+DECODE_ERRORS = (FormatError, ValueError, msgpack.ExtraData, msgpack.FormatError, json.JSONDecodeError)
 
 
 def decode_value(name: str, value: Any) -> Any:
@@ -315,7 +315,7 @@ def decode_value(name: str, value: Any) -> Any:
         return value
     try:
         return decoder(value)
-    except _DECODE_ERRORS as error:
+    except DECODE_ERRORS as error:
         raise FormatError(f"member {name!r}: {error}") from None
 
 
@@ -333,24 +333,50 @@ _BYTES_TYPES = (bytes, bytearray, memoryview)
 _META = object()  # the "decoder" of `__key__`, `__url__`, ... entries
 
 
+def _text(data: bytes | bytearray | memoryview) -> str:
+    return str(data, "utf-8")  # a `__meta__` member: text
+
+
+def _undecoded(data: Any) -> Any:
+    return bytearray(data) if data.__class__ is memoryview else data  # a view into a shard is never kept
+
+
+def _then_torch(decode: Callable) -> Callable:
+    def decode_to_torch(data):
+        return _to_torch(decode(data))
+
+    return decode_to_torch
+
+
+_MEMBER_DECODERS: dict[tuple, tuple[str, Callable]] = {}  # (member, strip, torch) -> (field, decode)
+
+
+def member_decoder(name: str, strip: bool = True, torch: bool = False) -> tuple[str, Callable]:
+    """(field name, raw bytes -> value) for members named `name`; names repeat in every sample: cached.
+    The function takes bytes, a bytearray or a memoryview (e.g. into a mapped shard) and returns a
+    value that does not keep a memoryview (decoders copy what they keep; undecoded bytes are copied
+    into a bytearray); it raises one of `DECODE_ERRORS` on bytes that do not decode."""
+    found = _MEMBER_DECODERS.get((name, strip, torch))
+    if found is None:
+        stripped, _, decoder = _FIELDS.get(name) or _field(name)
+        if decoder is _META:
+            found = (name, _text)
+        else:
+            decode = decoder or _undecoded
+            found = ((stripped if strip else name), _then_torch(decode) if torch else decode)
+        if len(_MEMBER_DECODERS) < 4096:
+            _MEMBER_DECODERS[name, strip, torch] = found
+    return found
+
+
 def decode_member(url: str, key: Any, name: str, data: Any, strip: bool = True, torch: bool = False) -> tuple[str, Any]:
     """(field name, value) of the member `name` whose raw bytes are `data` (of sample `key` of the
-    shard `url`): decoded by its extension; a member that does not decode raises `ShardError`.
-    `data` may be a memoryview (e.g. into a mapped shard): no value keeps it (decoders copy what
-    they keep, and undecoded bytes are copied into a bytearray)."""
-    stripped, _, decoder = _FIELDS.get(name) or _field(name)
-    if data.__class__ is memoryview and (decoder is None or decoder is _META):
-        data = bytearray(data)
-    if decoder is _META:
-        return name, data.decode() if isinstance(data, (bytes, bytearray)) else data
-    if decoder is not None:
-        try:
-            data = decoder(data)
-        except _DECODE_ERRORS as error:
-            raise ShardError(url, f"member {key}.{name}: {error}") from None
-    if torch:
-        data = _to_torch(data)
-    return (stripped if strip else name), data
+    shard `url`), by `member_decoder`; a member that does not decode raises `ShardError`."""
+    field, decode = member_decoder(name, strip, torch)
+    try:
+        return field, decode(data)
+    except DECODE_ERRORS as error:
+        raise ShardError(url, f"member {key}.{name}: {error}") from None
 
 
 def decode_sample(sample: dict, *, strip: bool = True, torch: bool = False) -> dict:

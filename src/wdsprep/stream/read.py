@@ -33,7 +33,7 @@ import os
 from typing import BinaryIO, Iterator
 
 from ..errors import ShardError
-from ..shards.codec import decode_member
+from ..shards.codec import DECODE_ERRORS, member_decoder
 from ..shards.index import ShardIndex, digest_of, has_index, xxh3_64
 from ..shards.tarformat import BLOCK, TarCursor, group_samples
 from ..storage import open_from
@@ -133,27 +133,35 @@ class MappedShard:
     """A mapped shard whose samples `read_samples(lazy=True)` checked; `take(i)` copies sample i out
     as a raw sample. Holding it keeps the shard mapped."""
 
-    __slots__ = ("url", "index", "view")
+    __slots__ = ("url", "index", "view", "plans")
 
     def __init__(self, url: str, index: ShardIndex, view: memoryview):
         self.url, self.index, self.view = url, index, view
+        self.plans: dict[tuple, tuple] = {}  # (layout, strip, torch) -> ((member, field, decode), ...)
 
     def take(self, i: int) -> dict:
         return _copy_out(self.url, self.index, i, self.view)
 
     def take_decoded(self, i: int, strip: bool, torch: bool) -> dict:
-        """Sample i decoded (`decode_member`) straight from the mapping: what `decode_sample(take(i))`
+        """Sample i decoded (`member_decoder`) straight from the mapping: what `decode_sample(take(i))`
         gives, without the raw sample in between (decoders copy what they keep: arrays stay writable)."""
-        index, url, view = self.index, self.url, self.view
+        index, view = self.index, self.view
+        layout = index.layout[i]
+        plan = self.plans.get((layout, strip, torch))
+        if plan is None:
+            plan = self.plans[layout, strip, torch] = tuple(
+                (name, *member_decoder(name, strip, torch)) for name in index.layouts[layout])
         key, at, k, sizes = index.keys[i], index.offsets[i], index.first[i], index.sizes
-        sample = {"__key__": key, "__url__": url}
-        for name in index.layouts[index.layout[i]]:
-            size = sizes[k]
-            start = at + BLOCK
-            at = start + size + (-size % BLOCK)
-            k += 1
-            field, value = decode_member(url, key, name, view[start : start + size], strip, torch)
-            sample[field] = value
+        sample = {"__key__": key, "__url__": self.url}
+        try:
+            for name, field, decode in plan:
+                size = sizes[k]
+                k += 1
+                start = at + BLOCK
+                at = start + size + (-size % BLOCK)
+                sample[field] = decode(view[start : start + size])
+        except DECODE_ERRORS as error:
+            raise ShardError(self.url, f"member {key}.{name}: {error}") from None
         return sample
 
 
