@@ -329,14 +329,12 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
                     # every sample is checked against the row before it is yielded (stream/read.py)
                     index = first
                     for sample in read_samples(url, row, first, piece.stop, stream, lazy=mapped is not None):
-                        if sample.__class__ is int:
-                            yield slot << 32 | sample
-                            continue
                         if sample.__class__ is MappedShard:
                             if not keep:
                                 mapped.clear()
                             slot += 1
                             mapped[slot] = (sample, piece.start)
+                            yield from sample.checked(slot << 32)
                             continue
                         sample["__index__"] = index  # where the sample sits, for stages that work on blocks of a shard
                         sample["__piece_start__"] = piece.start  # this worker's run of the shard starts here

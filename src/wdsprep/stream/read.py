@@ -65,9 +65,9 @@ def _fileno(stream: BinaryIO) -> int | None:
 def read_samples(url: str, row: dict, start: int, stop: int, stream: BinaryIO, *, lazy: bool = False) -> Iterator:
     """Raw samples `start` to `stop` (exclusive) of the shard `row` describes, read from `stream`.
 
-    With `lazy`, a mapped shard yields its `MappedShard` first, then each sample's number (an int)
-    once its bytes are checked; `MappedShard.take(number)` copies it out when wanted. Samples
-    read from a stream are dicts either way.
+    With `lazy`, a mapped (local or cached) shard yields one `MappedShard` and nothing else: its
+    `checked()` yields each sample's number (an int) once its bytes are checked, and `take(number)`
+    copies it out when wanted. Samples read from a stream are dicts either way.
     """
     if has_index(row):
         return _indexed(url, row, start, stop, stream, lazy)
@@ -82,38 +82,23 @@ def _indexed(url: str, row: dict, start: int, stop: int, stream: BinaryIO, lazy:
         return
     if start == 0 and index.offsets[0] != 0:
         raise ShardError(url, f"index: the first sample starts at byte {index.offsets[0]}, not 0")
-    ends = list(index.offsets[start + 1 : stop])
-    ends.append(index.sample_end(stop - 1))
     if fd is not None:
         # local or cached: check and copy members straight out of the mapped shard; the mapping is
         # not closed here but unmapped when its last view goes (lazy samples may outlive this loop)
-        view = memoryview(mmap.mmap(fd, 0, prot=mmap.PROT_READ))
+        shard = MappedShard(url, index, memoryview(mmap.mmap(fd, 0, prot=mmap.PROT_READ)), start, stop)
         if lazy:
-            yield MappedShard(url, index, view)
-        for i, end in zip(range(start, stop), ends):
-            _check(url, index, i, view, end)
-            yield i if lazy else _copy_out(url, index, i, view)
+            yield shard
+            return
+        for i in shard.checked():
+            yield shard.take(i)
         return
+    ends = list(index.offsets[start + 1 : stop])
+    ends.append(index.sample_end(stop - 1))
     if index.offsets[start]:
         stream.seek(index.offsets[start])
     scratch = memoryview(bytearray(BLOCK))
     for i, end in zip(range(start, stop), ends):
         yield _streamed(url, index, i, end, stream, scratch)
-
-
-def _check(url: str, index: ShardIndex, i: int, view: memoryview, end: int) -> None:
-    """Digest every member of sample i where it lies in `view` (header, data, padding)."""
-    at, k = index.offsets[i], index.first[i]
-    sizes, digests = index.sizes, index.digests
-    for name in index.layouts[index.layout[i]]:
-        size = sizes[k]
-        member_end = at + BLOCK + size + (-size % BLOCK)
-        if digest_of(view[at:member_end]) != digests[k]:
-            raise ShardError(url, f"member {index.keys[i]}.{name}: corrupt (its header, data or padding differ from the shard's index)")
-        at = member_end
-        k += 1
-    if at != end:
-        raise ShardError(url, f"index: sample {index.keys[i]!r} ends at byte {at}, the next one starts at {end}")
 
 
 def _copy_out(url: str, index: ShardIndex, i: int, view: memoryview) -> dict:
@@ -130,14 +115,35 @@ def _copy_out(url: str, index: ShardIndex, i: int, view: memoryview) -> dict:
 
 
 class MappedShard:
-    """A mapped shard whose samples `read_samples(lazy=True)` checked; `take(i)` copies sample i out
-    as a raw sample. Holding it keeps the shard mapped."""
+    """Samples [start, stop) of a mapped shard: `checked()` checks them in order, `take(i)` copies
+    sample i out as a raw sample and `take_decoded(i, ...)` as a decoded one (only samples that
+    `checked()` yielded). Holding it keeps the shard mapped."""
 
-    __slots__ = ("url", "index", "view", "plans")
+    __slots__ = ("url", "index", "view", "start", "stop", "plans")
 
-    def __init__(self, url: str, index: ShardIndex, view: memoryview):
-        self.url, self.index, self.view = url, index, view
+    def __init__(self, url: str, index: ShardIndex, view: memoryview, start: int, stop: int):
+        self.url, self.index, self.view, self.start, self.stop = url, index, view, start, stop
         self.plans: dict[tuple, tuple] = {}  # (layout, strip, torch) -> ((member, field, decode), ...)
+
+    def checked(self, tag: int = 0) -> Iterator[int]:
+        """`tag | i` for each sample i, once every byte it occupies (each member's header, data and
+        padding) matched its digest in the index, and the sample ends where the next one starts."""
+        index, view, url = self.index, self.view, self.url
+        offsets, first, sizes, digests = index.offsets, index.first, index.sizes, index.digests
+        count, k = len(offsets), first[self.start]
+        for i in range(self.start, self.stop):
+            at, last = offsets[i], first[i + 1]
+            while k < last:
+                size = sizes[k]
+                end = at + BLOCK + size + (-size % BLOCK)
+                if digest_of(view[at:end]) != digests[k]:
+                    name = index.names(i)[k - first[i]]
+                    raise ShardError(url, f"member {index.keys[i]}.{name}: corrupt (its header, data or padding differ from the shard's index)")
+                at = end
+                k += 1
+            if at != (offsets[i + 1] if i + 1 < count else index.index_offset):
+                raise ShardError(url, f"index: sample {index.keys[i]!r} ends at byte {at}, the next one starts at {index.sample_end(i)}")
+            yield tag | i
 
     def take(self, i: int) -> dict:
         return _copy_out(self.url, self.index, i, self.view)
