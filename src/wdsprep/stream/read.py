@@ -7,14 +7,17 @@ differ from its manifest row raises `ShardError` before its first sample.
 - Indexed shards (rows with `index_offset`/`index_bytes`/`index_digest`, see `shards/index.py`):
   the index and the end-of-archive blocks are read first (one read locally, one Range request
   remotely) and checked against the row. No tar header is parsed after that.
-  Local and cached shards are memory-mapped: each member's bytes (header, data, padding) are
-  digested where they lie, then its data is copied once into its own bytearray (the one copy;
-  decoders build writable arrays on it without another). With `lazy=True` (the dataset's shuffle
-  buffer) the check is done as the sample is read but the copy only when `MappedShard.take(i)` is
-  called, so a buffer of 1,000 samples holds sample numbers (plain ints: no bytes, and nothing the
-  cyclic GC tracks), and each copy lands in memory the previous sample freed. The mapping is unmapped when its last view goes. A shard must not be
-  truncated in place while mapped (shards are immutable; cache entries are replaced by rename,
-  never rewritten).
+  Local and cached shards are memory-mapped: `MappedShard.checked()` digests each member's bytes
+  (header, data, padding) where they lie, reading the index's columns in place, then each member's
+  data is copied once into its own bytearray (the one copy; decoders build writable arrays on it
+  without another). With `lazy=True` (the dataset) the check is done as the sample is read but the
+  copy only when `MappedShard.take(i)` is called, so a shuffle buffer of 1,000 samples holds sample
+  numbers (plain ints: no bytes, and nothing the cyclic GC tracks), and each copy lands in memory
+  the previous sample freed. `take_decoded(i)` decodes each member straight from the mapping
+  instead (the dataset's fused `wdsprep.decode()`): the same values as `decode_sample(take(i))`,
+  without the raw sample in between. The mapping is unmapped when its last view goes. A shard must
+  not be truncated in place while mapped (shards are immutable; cache entries are replaced by
+  rename, never rewritten).
   Remote shards are read sample by sample: each member's data straight into its own bytearray
   (`readinto`), its header and padding into a scratch block, the three digested as they arrive.
   A mismatch names the shard and the member.
