@@ -120,11 +120,34 @@ def test_a_long_key_goes_into_the_ustar_prefix_like_tarfile_puts_it(tmp_path):
     assert_written_like_reference(tmp_path, [(key, {"x": np.arange(3), "m": {"k": 1}})], "none", shard_bytes=1 << 30)
 
 
+def test_a_refused_sample_leaves_no_trace_in_the_bytes_of_the_samples_after_it(tmp_path):
+    """A value msgpack cannot pack, a key with a dot, a bad field name: each is refused with a
+    FormatError, and the shard is what the reference writes for the accepted samples alone."""
+    import pytest
+
+    from wdsprep.errors import FormatError
+
+    accepted = bench_w3_samples(3)
+    writer = ShardWriter(str(tmp_path), "train-00000", shard_bytes=1 << 30, encoder=Encoder("none"))
+    with writer:
+        writer.write(*accepted[0])
+        for key, fields in [("bad", {"meta": {"deep": [1, {"x": object()}]}}), ("bad", {"meta": {"big": 2**70}}),
+                            ("a.b", {"meta": {}}), ("bad", {"_hidden": 1}), ("bad", {"array": np.array([object()])})]:
+            with pytest.raises(FormatError):
+                writer.write(key, fields)
+        for key, fields in accepted[1:]:
+            writer.write(key, fields)
+    shard, expected = reference_shard(accepted, "none")
+    assert (tmp_path / writer.rows[0].name).read_bytes() == shard
+    assert writer.rows[0].as_dict() == {"name": writer.rows[0].name, **expected}
+
+
 field_values = st.one_of(
     hnp.arrays(st.sampled_from([np.uint8, np.int16, np.float32, np.float64, np.bool_]),
                hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=40)),
     st.dictionaries(st.text(max_size=6), st.integers(-(2**40), 2**40) | st.text(max_size=30) | st.binary(max_size=30), max_size=4),
     st.integers(0, 2**64 - 1),
+    st.binary(max_size=50),
 )
 
 

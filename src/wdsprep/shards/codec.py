@@ -40,13 +40,15 @@ def encode_npy(array: np.ndarray) -> bytes:
     numpy's own writer makes the header once per (dtype, shape, order); the data is then the
     array's bytes in that order, exactly what `np.lib.format.write_array` would write.
     """
-    array = np.asarray(array)
-    if array.dtype.hasobject:
-        raise TypeError(f"object arrays cannot be stored without pickle (dtype {array.dtype})")
-    fortran = array.flags.f_contiguous and not array.flags.c_contiguous
+    if array.__class__ is not np.ndarray:
+        array = np.asarray(array)
+    flags = array.flags
+    fortran = not flags.c_contiguous and flags.f_contiguous
     signature = (array.dtype, array.shape, fortran)
     head = _npy_headers.get(signature)
-    if head is None:
+    if head is None:  # a cached signature's dtype was checked when it was cached
+        if array.dtype.hasobject:
+            raise TypeError(f"object arrays cannot be stored without pickle (dtype {array.dtype})")
         buffer = io.BytesIO()
         np.lib.format.write_array(buffer, array, allow_pickle=False)
         encoded = buffer.getvalue()
@@ -64,8 +66,15 @@ def _msgpack_default(value: Any) -> Any:
     raise TypeError(f"value of type {type(value).__name__} is not msgpack-serializable")
 
 
+_packers = threading.local()  # one msgpack Packer per thread (a Packer holds a buffer); packb makes one per call
+
+
 def encode_msgpack(value: Any) -> bytes:
-    return msgpack.packb(value, default=_msgpack_default, use_bin_type=True, strict_types=False)
+    """msgpack.packb's bytes (a Packer resets its buffer after a value that fails to pack)."""
+    packer = getattr(_packers, "packer", None)
+    if packer is None:
+        packer = _packers.packer = msgpack.Packer(default=_msgpack_default, use_bin_type=True, strict_types=False)
+    return packer.pack(value)
 
 
 def encode_json(value: Any) -> bytes:
@@ -82,6 +91,7 @@ class Encoder:
         self.zstd_level = zstd_level
         self._array_extension = ARRAY_CODECS[codec]
         self._compressor: zstandard.ZstdCompressor | None = None
+        self._plans: dict[tuple[str, type], tuple[str, Callable[[Any], bytes]]] = {}
 
     def compress(self, data: bytes) -> bytes:
         """zstd at this encoder's level; the compressor is made on first use and kept."""
@@ -90,33 +100,51 @@ class Encoder:
         return self._compressor.compress(data)
 
     def field_name(self, name: str, value: Any) -> str:
-        if not _FIELD.match(name):
-            raise ValueError("field names are letters, digits, '_' and '-', not starting with '_' (webdataset drops those)")
-        if "." in name:
-            return name
-        if isinstance(value, np.ndarray):
-            return f"{name}.{self._array_extension}"
-        return f"{name}.mp"
+        return self._plan(name, value.__class__)[0]
 
     def encode_value(self, member: str, value: Any) -> bytes:
+        return self._value_encoder(member, value.__class__)(value)
+
+    def _value_encoder(self, member: str, kind: type) -> Callable[[Any], bytes]:
+        """What turns a value of class `kind` into the bytes of `member` (decided by the class alone)."""
         codec = CODECS.get(_field(member)[1])
         if codec is None:
             raise TypeError(f"unknown member extension in {member!r} (known: {', '.join(EXTENSIONS)})")
-        if isinstance(value, (bytes, bytearray, memoryview)) and codec.bytes_are_encoded:
-            return bytes(value)
-        data = codec.encode(value)
-        return self.compress(data) if codec.zstd else data
+        if issubclass(kind, (bytes, bytearray, memoryview)) and codec.bytes_are_encoded:
+            return bytes
+        if codec.zstd:
+            return lambda value: self.compress(codec.encode(value))
+        return codec.encode
+
+    def _plan(self, name: str, kind: type) -> tuple[str, Callable[[Any], bytes]]:
+        """(member suffix, encoder) of field `name` holding a value of class `kind`. Fields repeat in
+        every sample with values of the same class: the checks and lookups run once (cached)."""
+        plan = self._plans.get((name, kind))
+        if plan is None:
+            if not _FIELD.match(name):
+                raise ValueError("field names are letters, digits, '_' and '-', not starting with '_' (webdataset drops those)")
+            if "." in name:
+                member = name
+            elif issubclass(kind, np.ndarray):
+                member = f"{name}.{self._array_extension}"
+            else:
+                member = f"{name}.mp"
+            plan = (member, self._value_encoder(member, kind))
+            if len(self._plans) < 1024:
+                self._plans[name, kind] = plan
+        return plan
 
     def encode_fields(self, key: str, fields: dict) -> list[tuple[str, bytes]]:
         """Encoded members of one sample, in sorted member-name order; errors name key and field."""
         members = []
-        for name, value in fields.items():
-            try:
-                member = self.field_name(name, value)
-                data = self.encode_value(member, value)
-            except (TypeError, ValueError, OverflowError) as error:
-                raise FormatError(f"sample {key!r}, field {name!r}: {error}") from None
-            members.append((member, data))
+        plans = self._plans
+        name = None
+        try:
+            for name, value in fields.items():
+                member, encode = plans.get((name, value.__class__)) or self._plan(name, value.__class__)
+                members.append((member, encode(value)))
+        except (TypeError, ValueError, OverflowError) as error:
+            raise FormatError(f"sample {key!r}, field {name!r}: {error}") from None
         members.sort()
         return members
 

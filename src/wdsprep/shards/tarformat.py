@@ -37,10 +37,8 @@ def _octal(value: int, width: int) -> bytes:
     return text + b"\0"
 
 
-def _split_name(name: str) -> tuple[bytes, bytes]:
-    raw = name.encode("utf-8")
-    if len(raw) <= 100:
-        return raw, b""
+def _split_name(raw: bytes, name: str) -> tuple[bytes, bytes]:
+    """(name, prefix) fields of a member name longer than 100 bytes."""
     # ustar allows a 155-byte prefix joined to a 100-byte name at a '/'
     for cut in range(len(raw) - 1, 0, -1):
         if raw[cut : cut + 1] == b"/" and cut <= 155 and len(raw) - cut - 1 <= 100:
@@ -73,6 +71,7 @@ _TEMPLATE = bytes(_template())  # the fields every header shares (mode, ids, mti
 
 _TEMPLATE_SUM = _byte_sum(_TEMPLATE)  # name, size and prefix are zeros there: they add their own sums
 _MIDDLE, _AFTER_SUM, _END = _TEMPLATE[100:124], _TEMPLATE[136:148], _TEMPLATE[156:345]
+_TAIL = _TEMPLATE[156:]  # typeflag to the end: the same in every header whose name needs no prefix
 
 
 def _small_sum(data: bytes) -> int:
@@ -80,14 +79,30 @@ def _small_sum(data: bytes) -> int:
     return (zlib.adler32(data) & 0xFFFF) - 1
 
 
+_SIZED: dict[int, tuple[bytes, int]] = {}  # data size -> (header bytes 100..148, template sum + size field sum)
+
+
+def _sized(size: int) -> tuple[bytes, int]:
+    """The header part that depends on the size only; sizes repeat across a shard's samples: cached."""
+    found = _SIZED.get(size)
+    if found is None:
+        size_field = _octal(size, 12)
+        found = (_MIDDLE + size_field + _AFTER_SUM, _TEMPLATE_SUM + _small_sum(size_field))
+        if len(_SIZED) < 4096:
+            _SIZED[size] = found
+    return found
+
+
 def header(name: str, size: int) -> bytes:
     """A deterministic ustar header for a regular file (the template with name, size, prefix and
     checksum filled in; the checksum adds the filled fields' sums to the template's)."""
-    base, prefix = _split_name(name)
-    size_field = _octal(size, 12)
-    checksum = _TEMPLATE_SUM + _small_sum(base) + _small_sum(size_field) + (_small_sum(prefix) if prefix else 0)
-    return b"".join((base.ljust(100, b"\0"), _MIDDLE, size_field, _AFTER_SUM, b"%06o\0 " % checksum, _END,
-                     prefix.ljust(155, b"\0"), bytes(12)))
+    raw = name.encode("utf-8")
+    middle, checksum = _SIZED.get(size) or _sized(size)
+    if len(raw) <= 100:
+        return b"".join((raw.ljust(100, b"\0"), middle, b"%06o\0 " % (checksum + _small_sum(raw)), _TAIL))
+    base, prefix = _split_name(raw, name)
+    checksum += _small_sum(base) + _small_sum(prefix)
+    return b"".join((base.ljust(100, b"\0"), middle, b"%06o\0 " % checksum, _END, prefix.ljust(155, b"\0"), bytes(12)))
 
 
 def padding(size: int) -> bytes:
