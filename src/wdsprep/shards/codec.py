@@ -82,7 +82,11 @@ def encode_json(value: Any) -> bytes:
 
 
 class Encoder:
-    """Turns a source's fields into (member suffix, bytes) pairs."""
+    """Turns a source's fields into (member suffix, bytes) pairs.
+
+    A field's member suffix and encoder depend on its name and its value's class only, so they are
+    worked out once per (name, class) and kept (`_plan`); per sample only the encoding runs.
+    """
 
     def __init__(self, codec: str = "zstd", zstd_level: int = 3):
         if codec not in ARRAY_CODECS:

@@ -2,7 +2,9 @@
 
 Writing: one 512-byte ustar header per member (mode 0644, uid/gid 0, empty user/group, mtime 0,
 no PAX or GNU extensions), data padded to 512 bytes, and two zero blocks at the end (no record
-padding, so a shard's size is exactly what its samples need).
+padding, so a shard's size is exactly what its samples need). A header is a fixed template with
+the name, size and checksum filled in; the part that depends on the size alone is cached, and the
+checksum is the template's byte sum plus those of the filled fields (no pass over 512 bytes).
 
 Reading: ONE header parser (`parse_header`) and ONE cursor (`TarCursor`) that every reader of
 shards uses (`iter_members`, `group_samples`/`iter_samples`, `index_samples`, the read path's
