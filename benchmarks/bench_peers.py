@@ -36,7 +36,7 @@ WORKLOADS = {  # name -> (float32 elements, samples)
 }
 SYSTEMS = ("floor", "wdsprep", "litdata", "mds", "webdataset")
 MODES = ("single", "2 workers")
-REPEATS = sized(2, 1)
+REPEATS = sized(3, 1)
 SHARD_BYTES = 64_000_000
 BATCH = 64
 
@@ -268,10 +268,17 @@ def run(workdir: pathlib.Path) -> str:
     writes: dict = {}
     reads: dict = {}
     for workload, (elements, samples) in WORKLOADS.items():
-        for system in SYSTEMS[1:]:
-            directory = workdir / workload / system
-            shutil.rmtree(directory, ignore_errors=True)
-            writes[workload, system] = _spawn({"task": "write", "system": system, "directory": str(directory), "elements": elements, "samples": samples}) if not missing[system] else {"error": missing[system]}
+        for repeat in range(REPEATS):  # writes too: interleaved, best of the repeats (the last one's shards are read)
+            for system in SYSTEMS[1:]:
+                directory = workdir / workload / system
+                shutil.rmtree(directory, ignore_errors=True)
+                if missing[system]:
+                    writes[workload, system] = {"error": missing[system]}
+                    continue
+                result = _spawn({"task": "write", "system": system, "directory": str(directory), "elements": elements, "samples": samples})
+                best = writes.get((workload, system))
+                if best is None or "error" in result or ("error" not in best and result["cpu_s"] < best["cpu_s"]):
+                    writes[workload, system] = result
         for repeat in range(REPEATS):
             for mode in MODES:
                 for system in SYSTEMS:  # interleaved: every system once per round
@@ -315,7 +322,7 @@ def _table(writes: dict, reads: dict, missing: dict) -> str:
                     ratio = f"{ours['cpu_us'] / result['cpu_us']:.2f}"
                 name = system + (f" ({note})" if note and not (result and "rate" in result) else "")
                 lines.append(f"| {workload} | {mode} | {name} | {_fmt(result, 'rate', ',.0f')} | {_fmt(result, 'cpu_us', '.1f')} | {ratio} |")
-    lines += ["", "Conversion: CPU seconds per 1,000 samples, each system's writer, in-process, uncompressed.", "",
+    lines += ["", f"Conversion: CPU seconds per 1,000 samples, each system's writer, in-process, uncompressed, best of {REPEATS} interleaved runs.", "",
               "| workload | " + " | ".join(SYSTEMS[1:]) + " |", "|---|" + "---:|" * len(SYSTEMS[1:])]
     for workload, (_, samples) in WORKLOADS.items():
         cells = [_fmt({"v": writes[workload, s]["cpu_s"] / samples * 1000} if "cpu_s" in writes.get((workload, s), {}) else None, "v", ".3f") for s in SYSTEMS[1:]]

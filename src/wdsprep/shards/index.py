@@ -82,7 +82,7 @@ class IndexBuilder:
     def add(self, key: str, offset: int, blob: bytes | bytearray, spans: list[tuple[str, int, int, int]]) -> None:
         """A sample written at `offset` as `blob`; `spans`: (member, data size, start, end) in `blob`."""
         view = memoryview(blob)
-        names = tuple(name for name, _, _, _ in spans)
+        names = tuple([span[0] for span in spans])
         layout = self.layouts.get(names)
         if layout is None:
             layout = self.layouts[names] = len(self.layouts)
