@@ -167,3 +167,27 @@ def test_resume_through_the_fused_decode_is_exact(bad_member_manifest):
         resumed = make()
         resumed.load_state_dict(run.state_dict())
         assert head + [s["__key__"] for s in resumed] == full
+
+
+@pytest.mark.parametrize("shuffle_buffer", [0, 3])
+def test_streamed_shards_give_the_samples_mapped_shards_give(counted_shards, shuffle_buffer):
+    """Over HTTP the samples are read into dicts, not mapped: fused or staged, they must equal the
+    local (mapped) ones field for field, `__index__`, `__piece_start__` and `__epoch__` included
+    (only `__url__` differs)."""
+    import os
+
+    from wdsprep.testing import RangeHTTPServer
+
+    manifest = counted_shards([4, 6, 3], codec="zstd")
+    root = os.path.dirname(manifest)
+    args = {"shuffle_buffer": shuffle_buffer, "equalize": "pad", "rank": 1, "world_size": 2, "seed": 2, "epoch": 3}
+    local = list(wdsprep.dataset(manifest, "train", **args).compose(wdsprep.decode(strip=True)))
+    assert len(local) == 7 and {s["__epoch__"] for s in local} == {3}
+    with RangeHTTPServer(root) as server:
+        url = server.url_of("manifest.json")
+        fused, staged = _pair(url, {"strip": True}, **args)
+        for remote in (list(fused), list(staged)):
+            assert len(remote) == len(local)
+            for a, b in zip(remote, local):
+                assert a["__url__"].startswith("http://") and not b["__url__"].startswith("http://")
+                _same_sample({**a, "__url__": ""}, {**b, "__url__": ""})

@@ -62,11 +62,6 @@ def _str_bytes(text: str) -> int:
     return n + (1 if n < 32 else 2 if n < 256 else 3 if n < 65536 else 5)
 
 
-def _int_bytes(value: int) -> int:
-    """Bytes msgpack packs a non-negative int into."""
-    return 1 if value < 128 else 2 if value < 256 else 3 if value < 65536 else 5 if value < 1 << 32 else 9
-
-
 class IndexBuilder:
     """Collects the index columns of one shard while `ShardWriter` writes its samples."""
 

@@ -338,7 +338,7 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
                             continue
                         sample["__index__"] = index  # where the sample sits, for stages that work on blocks of a shard
                         sample["__piece_start__"] = piece.start  # this worker's run of the shard starts here
-                        pass
+                        sample["__epoch__"] = epoch
                         index += 1
                         yield sample
             except ShardError as error:
