@@ -451,7 +451,7 @@ class Decode:
         handler = self.handler
         for sample in source:
             try:
-                decoded = decode_sample(sample, strip=self.strip, torch=self.torch)
+                decoded = self.sample(sample)
             except ShardError as error:
                 if handler is None:
                     raise

@@ -78,6 +78,15 @@ def worker_info() -> tuple[int, int]:
     return int(os.environ.get("WORKER", 0)), int(os.environ.get("NUM_WORKERS", 1))
 
 
+def _stamp(sample: dict, index: int, piece_start: int, epoch: int) -> dict:
+    """Stamp a sample with where it sits in its shard (`__index__`, for stages that work on blocks
+    of a shard), where this worker's run of that shard starts (`__piece_start__`) and the epoch."""
+    sample["__index__"] = index
+    sample["__piece_start__"] = piece_start
+    sample["__epoch__"] = epoch
+    return sample
+
+
 @dataclass
 class Position:
     """Where a worker's stream is: source samples fully passed, outputs of the current one delivered."""
@@ -336,11 +345,8 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
                             mapped[slot] = (sample, piece.start)
                             yield from sample.checked(slot << 32)
                             continue
-                        sample["__index__"] = index  # where the sample sits, for stages that work on blocks of a shard
-                        sample["__piece_start__"] = piece.start  # this worker's run of the shard starts here
-                        sample["__epoch__"] = epoch
+                        yield _stamp(sample, index, piece.start, epoch)
                         index += 1
-                        yield sample
             except ShardError as error:
                 if self.handler(error):
                     continue
@@ -350,11 +356,7 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
     def _take(self, mapped: dict, handle: int) -> dict:
         shard, piece_start = mapped[handle >> 32]
         index = handle & 0xFFFFFFFF
-        sample = shard.take(index)
-        sample["__index__"] = index
-        sample["__piece_start__"] = piece_start
-        sample["__epoch__"] = self.epoch
-        return sample
+        return _stamp(shard.take(index), index, piece_start, self.epoch)
 
     def _block_shuffled(self, pieces: list[Piece], skip: int, worker_key: tuple, mapped: dict) -> Iterator:
         """Blocks of `shuffle_buffer` consecutive samples, each permuted. Samples of mapped shards are
@@ -404,10 +406,7 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
                 else:
                     shard, piece_start = mapped[item >> 32]
                     index = item & 0xFFFFFFFF
-                    sample = shard.take_decoded(index, strip, torch)
-                    sample["__index__"] = index
-                    sample["__piece_start__"] = piece_start
-                    sample["__epoch__"] = epoch
+                    sample = _stamp(shard.take_decoded(index, strip, torch), index, piece_start, epoch)
             except ShardError as error:  # as the stage would: the handler skips the sample or ends the stream
                 if handler is None:
                     raise
