@@ -143,9 +143,12 @@ def _pair_files(item) -> list[tuple[str, str]]:
     return [(clean[gt], (clean if y_clean else noisy)[y]) for gt, y_clean, y in scene_pairs(len(clean), len(noisy))]
 
 
-def _add_pairs_table(item, pairs: list[PairMetadata], ctx) -> None:
+def _add_pairs_table(item, pairs: list[PairMetadata], ctx, first_noisy_only: bool = False) -> None:
+    """The manifest's rows for the pairs the shards hold (the legacy layout: the first clean capture's noisy pairs)."""
     scene_key = f"{item['cfa']}/{item['scene']}"
     for (gt_file, y_file), (gt, y_clean, _), pair in zip(_pair_files(item), _pair_kinds(item), pairs, strict=True):
+        if first_noisy_only and (gt or y_clean):
+            continue
         ctx.add_table_entry("pairs", {
             "scene": scene_key, "split": "test" if item["test_reserve"] else "train",
             "gt_file": gt_file, "noisy_file": y_file, "clean_clean": y_clean, "second_reference": gt > 0,
@@ -383,8 +386,9 @@ class RawNINDSource(Source):
             except InputError as error:
                 ctx.skip_or_raise(f"{item['cfa']}/{item['scene']}", error)
                 continue
-            _add_pairs_table(item, pairs, ctx)
-            if (options.get("layout") or "mosaic") == "mosaic":
+            mosaic = (options.get("layout") or "mosaic") == "mosaic"
+            _add_pairs_table(item, pairs, ctx, first_noisy_only=not mosaic)
+            if mosaic:
                 yield from _mosaic_tiles(item, clean_images, noisy_images, pairs, tile)
             else:
                 first = [pair for (gt, y_clean, _), pair in zip(_pair_kinds(item), pairs) if gt == 0 and not y_clean]

@@ -70,7 +70,7 @@ class CleanProfiledRGBNoisyBayerImageCropsDataset(_Base):
                     meta = decode_sample({"__key__": key, "meta.mp": _read(handle, members["meta.mp"])})["meta"]
                     if input == "bayer" and not meta.get("is_bayer", True):
                         continue  # X-Trans scenes have no RGGB input
-                    for n in range(len(meta["best_alignment"])):
+                    for n in range(len(meta["best_alignment_loss"])):
                         if pair_passes(meta, n, alignment_max_loss, mask_mean_min, min_msssim_score, max_msssim_score,
                                        clean_clean, second_references):
                             tiles_of_pair[(meta["scene"], *pair_files(meta, n))].append((shard_index, key, n))

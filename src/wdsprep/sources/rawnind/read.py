@@ -291,7 +291,7 @@ def pair_files(meta: dict, n: int) -> tuple[str, str]:
 
 def pair_count(sample: dict) -> int:
     """Pairs of a tile: every (reference, y) pair in the mosaic layout, every noisy capture in the legacy one."""
-    return len(sample["meta"]["best_alignment"])
+    return len(sample["meta"]["best_alignment_loss"])
 
 
 def _pairs(source: Iterable[dict], options: dict, filters: dict, seed: int, epoch: int | None, iteration: int) -> Iterator[dict]:
