@@ -238,11 +238,11 @@ def test_map_style_drop_in(shards):
     dataset = Dataset(str(out / "manifest.json"), num_crops=4, crop_size=256, alignment_max_loss=None, mask_mean_min=None)
     train_pairs = [p for p in manifest.tables["pairs"] if p["split"] == "train"]
     assert len(dataset) == len(train_pairs) == 7  # one item per clean/noisy pair, as the legacy loader
-    assert dataset.pairs == sorted((p["scene"].split("/", 1)[1], p["noisy_file"]) for p in train_pairs)
+    assert dataset.pairs == sorted((p["scene"].split("/", 1)[1], p["gt_file"], p["noisy_file"]) for p in train_pairs)
     item = dataset[3]
     assert tuple(item["x_crops"].shape) == (4, 3, 256, 256) and tuple(item["y_crops"].shape) == (4, 4, 128, 128)
     assert tuple(item["mask_crops"].shape) == (4, 3, 256, 256) and tuple(item["rgb_xyz_matrix"].shape) == (4, 3)
-    pair = train_pairs[[(p["scene"].split("/", 1)[1], p["noisy_file"]) for p in train_pairs].index(dataset.pairs[3])]
+    pair = train_pairs[[(p["scene"].split("/", 1)[1], p["gt_file"], p["noisy_file"]) for p in train_pairs].index(dataset.pairs[3])]
     assert item["gain"] == pytest.approx(pair["raw_gain"])
     again = dataset[3]
     assert all(np.array_equal(item[k].numpy(), again[k].numpy()) for k in ("x_crops", "y_crops", "mask_crops"))

@@ -64,7 +64,8 @@ def test_clean_fetch_verifies_everything_and_second_run_skips(synth_tiny, tmp_pa
         assert not list(dest.rglob("*.part"))
         assert json.loads((dest / "fetch_report.json").read_text())["verified"] == report["verified"]
         assert (dest / "dataset_index.yaml").read_bytes() == (synth_tiny / "files" / "dataset.yaml").read_bytes()
-        assert report["metadata"]["pairs_computed"] == 4
+        # upstream's pairs: plants 1 clean x (1 clean + 2 noisy), book_shelf 2 clean x (2 clean + 2 noisy)
+        assert report["metadata"]["pairs_computed"] == 3 + 8
         requests_before = len(server.log)
         again = run_fetch(FetchOptions(dest=str(dest), dataverse=server.url, doi=SYNTH_DOI, progress="none"))
         assert again["verified"] == [] and len(again["skipped"]) == len(images)

@@ -175,7 +175,7 @@ def test_fetch_into_s3_shards_with_bounded_disk_survives_kill_9(dataverse, s3_se
     samples = list(wds.WebDataset(interrupted.shard_urls("train"), shardshuffle=False)
                    .compose(wdsprep.rawnind.pairs(crop_size=64, input="rgb", max_alignment_loss=None,
                                                   min_mask_mean=None, to_torch=False)))
-    assert len(samples) == 2 * 2  # X-Trans scene: 2 tiles x 2 noisy captures
+    assert len(samples) == 2 * 3  # X-Trans scene: 2 tiles x (the clean capture with itself + 2 noisy captures)
 
 
 def test_keep_raw_and_local_output(dataverse, tmp_path):

@@ -14,6 +14,7 @@ from wdsprep.conversion import convert
 from wdsprep.errors import ConfigError
 from wdsprep.sources.rawnind.read import crops_at
 
+from . import upstream_reference as reference
 from .rawnind_testdata import truth
 
 
@@ -34,72 +35,57 @@ def decoded(manifest, split):
             .compose(wdsprep.rawnind.tiles())}
 
 
-# --- the legacy rules, written from their description ------------------------------------------------
-def legacy_middle_precrop(coordinates):
-    """`crop_n = len(crops) // 2` over the pre-crops sorted by their [x, y] coordinates."""
-    return sorted(coordinates)[len(coordinates) // 2]
-
-
-def legacy_center_crop(height, width, crop):
-    ystart, xstart = height // 2 - crop // 2, width // 2 - crop // 2
-    return ystart - ystart % 2, xstart - xstart % 2
-
-
-def legacy_grid(height, width, crop):
-    out, y = [], 0
-    while y < height:
-        x = 0
-        while x < width:
-            if y + crop <= height and x + crop <= width:
-                out.append((y, x))
-            x += crop
-        y += crop
-    return out
-
-
-def test_validation_takes_the_centre_of_the_middle_precrop(mosaic):
+def test_validation_takes_the_centre_of_the_aligned_middle_precrop(mosaic):
+    """The test scene (512x768) is too small for upstream's pre-crops: its one tile is the whole
+    image; the crop is the centre of the region `shift_images` leaves of it (upstream_reference)."""
     native, manifest = mosaic
     tiles = decoded(manifest, "test")
     outputs = list(wdsprep.rawnind.validation(crop_size=64, max_alignment_loss=None, min_mask_mean=None, to_torch=False)(
         raw_samples(manifest, "test")))
-    [scene_meta] = list({s["meta"]["scene"]: s["meta"] for s in tiles.values()}.values())
-    coordinates = [[s["meta"]["tile"][1], s["meta"]["tile"][0]] for s in tiles.values()]
-    assert len(coordinates) == 6  # 512x768 in tiles of 256
-    left, top = legacy_middle_precrop(coordinates)
-    [middle] = [s for s in tiles.values() if s["meta"]["tile"] == [top, left]]
-    assert len(outputs) == len(scene_meta["noisy_files"])
+    [(key, middle)] = list(tiles.items())
+    meta = middle["meta"]
+    assert meta["tile"] == [0, 0] and meta["tile_size"] == meta["image_size"] and reference.precrops(*meta["image_size"]) == []
+    assert len(outputs) == len(meta["pair_gt"])
     for n, out in enumerate(outputs):
-        origin = legacy_center_crop(*middle["meta"]["tile_size"], 64)
-        want = crops_at(middle, n, [origin], crop_size=64, to_torch=False)
+        gt_top, gt_left, top, left, height, width = reference.aligned_precrop((0, 0, *meta["tile_size"]), meta["best_alignment"][n])
+        cy, cx = reference.center_crop(height, width, 64)
+        assert out["position"] == [top + cy, left + cx] and out["gt_position"] == [gt_top + cy, gt_left + cx]
+        want = crops_at(middle, n, [(top + cy, left + cx)], crop_size=64, to_torch=False)
         assert out["x_crops"].shape == (3, 64, 64) and out["y_crops"].shape == (4, 32, 32) and out["mask_crops"].shape == (3, 64, 64)
         assert np.array_equal(out["x_crops"], want["x_crops"][0]) and np.array_equal(out["y_crops"], want["y_crops"][0])
-        assert out["position"] == [top + origin[0], left + origin[1]]
-        assert out["y_file"] == scene_meta["noisy_files"][n] and out["gain"] == scene_meta["raw_gain"][n]
-    # crop_size=0: the whole middle pre-crop, trimmed to multiples of 256
+        assert out["y_file"] == meta["y_files"][n] and out["gt_file"] == meta["gt_files"][n] and out["gain"] == meta["raw_gain"][n]
+    # crop_size=0: the whole aligned pre-crop, trimmed to multiples of 256
     whole = list(wdsprep.rawnind.validation(crop_size=0, input="rgb", max_alignment_loss=None, min_mask_mean=None,
                                             to_torch=False)(raw_samples(manifest, "test")))
-    assert [out["x_crops"].shape for out in whole] == [(3, 256, 256)] * len(outputs)
-    assert whole[0]["gain"] == scene_meta["rgb_gain"][0]
+    sizes = [reference.aligned_precrop((0, 0, *meta["tile_size"]), shift)[4:] for shift in meta["best_alignment"]]
+    assert [out["x_crops"].shape for out in whole] == [(3, h - h % 256, w - w % 256) for h, w in sizes]
+    assert whole[0]["x_crops"].shape == (3, 512, 768) and whole[-1]["x_crops"].shape == (3, 256, 512)  # self pair, shifted pair
+    assert whole[0]["gain"] == meta["rgb_gain"][0]
+    # the train split's grid tiles are not pre-crops
+    with pytest.raises(ConfigError, match="pre-crop tiles"):
+        list(wdsprep.rawnind.validation()(raw_samples(manifest, "train")))
 
 
-def test_evaluation_walks_a_grid_of_every_precrop(mosaic):
+def test_evaluation_walks_a_grid_of_every_aligned_precrop(mosaic):
     native, manifest = mosaic
-    tiles = decoded(manifest, "train")
+    tiles = decoded(manifest, "test")
     outputs = list(wdsprep.rawnind.evaluation(crop_size=96, input="rgb", max_alignment_loss=None, min_mask_mean=None,
-                                              to_torch=False)(raw_samples(manifest, "train")))
+                                              to_torch=False)(raw_samples(manifest, "test")))
     expected = []
     for key, sample in tiles.items():  # stream order: tile, then its pairs, then the grid
-        for n in range(len(sample["meta"]["noisy_files"])):
-            expected += [(key, n, origin) for origin in legacy_grid(*sample["meta"]["tile_size"], 96)]
-    assert len(outputs) == len(expected) == sum(len(s["meta"]["noisy_files"]) for s in tiles.values()) * 4
+        meta = sample["meta"]
+        for n, shift in enumerate(meta["best_alignment"]):
+            _, _, top, left, height, width = reference.aligned_precrop((*meta["tile"], *meta["tile_size"]), shift)
+            expected += [(key, n, (top + y - meta["tile"][0], left + x - meta["tile"][1])) for y, x in reference.grid(height, width, 96)]
+    assert len(outputs) == len(expected) > 0
     for out, (key, n, origin) in zip(outputs, expected):
         assert out["__key__"] == f"{key}-{n}-{origin[0]:05d}-{origin[1]:05d}"
         assert out["x_crops"].shape == (1, 3, 96, 96) and out["y_crops"].shape == (1, 3, 96, 96)
         assert out["rgb_xyz_matrix"].shape == (1, 4, 3)
-    # Bayer input leaves the X-Trans scene out; crop_size=0 gives each whole pre-crop once per pair
-    whole = list(wdsprep.rawnind.evaluation(crop_size=0, max_alignment_loss=None, min_mask_mean=None)(raw_samples(manifest, "train")))
-    bayer_pairs = sum(len(s["meta"]["noisy_files"]) for s in tiles.values() if s["meta"]["is_bayer"])
-    assert len(whole) == bayer_pairs and tuple(whole[0]["y_crops"].shape) == (1, 4, 128, 128)
+    # crop_size=0 gives each whole aligned pre-crop once per pair
+    whole = list(wdsprep.rawnind.evaluation(crop_size=0, max_alignment_loss=None, min_mask_mean=None)(raw_samples(manifest, "test")))
+    assert len(whole) == sum(len(s["meta"]["pair_gt"]) for s in tiles.values()) and tuple(whole[0]["y_crops"].shape) == (1, 4, 256, 384)
+    assert tuple(whole[-1]["y_crops"].shape) == (1, 4, 128, 256)  # a shifted pair: 512x768 less the shift, trimmed to 256
     assert str(whole[0]["gain"].dtype) == "torch.float32" or str(whole[0]["gain"].dtype) == "torch.float64"
 
 
@@ -109,7 +95,8 @@ def test_clean_clean_and_noisy_noisy_pairings(mosaic):
     sample = next(s for s in decoded(manifest, "train").values() if s["meta"]["is_bayer"])
     meta = sample["meta"]
     origin, crop = (20, 40), 32
-    same = crops_at(sample, 0, [origin], crop_size=crop, pairing="x_x", to_torch=False)
+    n = meta["pair_y_clean"].index(False)  # the first clean/noisy pair
+    same = crops_at(sample, n, [origin], crop_size=crop, pairing="x_x", to_torch=False)
     # x_x: y is the clean capture's own RGGB crop; the mask is all valid
     with rawpy.imread(str(native / "files" / scenes[f"Bayer/{meta['scene']}"]["clean"][0])) as raw:
         black = np.asarray(raw.black_level_per_channel, dtype=np.float32)
@@ -119,11 +106,13 @@ def test_clean_clean_and_noisy_noisy_pairings(mosaic):
     reference = np.stack([window[0::2, 0::2], window[0::2, 1::2], window[1::2, 0::2], window[1::2, 1::2]])
     assert np.array_equal(same["y_crops"][0], reference)
     assert same["mask_crops"].all()
-    plain = crops_at(sample, 0, [origin], crop_size=crop, to_torch=False)
-    assert np.array_equal(same["x_crops"], plain["x_crops"]) and same["gain"] == plain["gain"]
+    plain = crops_at(sample, n, [origin], crop_size=crop, to_torch=False)
+    dy, dx = meta["best_alignment"][n]
+    moved = crops_at(sample, n, [(origin[0] - dy, origin[1] - dx)], crop_size=crop, to_torch=False)
+    assert np.array_equal(same["x_crops"], moved["x_crops"]) and same["gain"] == plain["gain"]  # x_x: no shift
     # y_y: x is the noisy capture profiled to Rec.2020 (what input="rgb" gives as y)
-    noisy = crops_at(sample, 0, [origin], crop_size=crop, pairing="y_y", to_torch=False)
-    rgb = crops_at(sample, 0, [origin], crop_size=crop, input="rgb", to_torch=False)
+    noisy = crops_at(sample, n, [origin], crop_size=crop, pairing="y_y", to_torch=False)
+    rgb = crops_at(sample, n, [origin], crop_size=crop, input="rgb", to_torch=False)
     assert np.array_equal(noisy["x_crops"], rgb["y_crops"]) and np.array_equal(noisy["y_crops"], plain["y_crops"])
     assert noisy["mask_crops"].all()
     # through the stage: the all-valid mask lets every pair through, even with min_valid=1
@@ -189,17 +178,18 @@ def test_msssim_filter_follows_the_legacy_rule(mosaic):
     native, manifest = mosaic
     rows = [row for row in manifest.tables["pairs"] if row["split"] == "train"]
     scores = sorted(row["rgb_msssim_score"] for row in rows)
-    assert 0 < scores[0] < scores[-1] < 1
-    by_noisy = {row["noisy_file"]: row["rgb_msssim_score"] for row in rows}
+    assert 0 < scores[0] < scores[-1] == 1.0  # a clean capture with itself scores 1
+    by_pair = {(row["gt_file"], row["noisy_file"]): row["rgb_msssim_score"] for row in rows}
     tiles = decoded(manifest, "train")
     for low, high in ((0.0, 1.0), (scores[len(scores) // 2], 1.0), (0.0, scores[len(scores) // 2]), (scores[2], scores[-3])):
         stage = wdsprep.rawnind.pairs(crop_size=64, input="rgb", min_msssim_score=low, max_msssim_score=high,
                                       max_alignment_loss=None, min_mask_mean=None, to_torch=False)
         kept = {out["__key__"] for out in stage(raw_samples(manifest, "train"))}
-        expected = {f"{key}-{n}" for key, sample in tiles.items() for n, name in enumerate(sample["meta"]["noisy_files"])
-                    if legacy_msssim_keeps(by_noisy[name], low, high)}
+        expected = {f"{key}-{n}" for key, sample in tiles.items()
+                    for n, pair in enumerate(zip(sample["meta"]["gt_files"], sample["meta"]["y_files"]))
+                    if legacy_msssim_keeps(by_pair[pair], low, high)}
         assert kept == expected
-    assert 0 < len(expected) < sum(len(s["meta"]["noisy_files"]) for s in tiles.values())
+    assert 0 < len(expected) < sum(len(s["meta"]["pair_gt"]) for s in tiles.values())
 
 
 def legacy_clean_bayer_mask(rggb, overexposure_lb):

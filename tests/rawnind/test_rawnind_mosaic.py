@@ -15,6 +15,7 @@ from wdsprep.sources.rawnind.convert import tile_spans
 from wdsprep.sources.rawnind.raw import XYZ_TO_LIN_REC2020, normalise
 from wdsprep.sources.rawnind.read import crops_at, tile_mask
 
+from . import upstream_reference as reference
 from .rawnind_testdata import truth
 
 
@@ -57,7 +58,7 @@ def test_shards_are_no_bigger_than_the_raw_files(both_layouts):
                     shard_bytes[cfa] += 512 + -(-member.size // 512) * 512
     raw_bytes = {"Bayer": 0, "X-Trans": 0}
     for key, scene in scenes.items():
-        used = [scene["clean"][0], *scene["noisy"]]
+        used = [*scene["clean"], *scene["noisy"]]
         raw_bytes[key.split("/")[0]] += sum((native / "files" / name).stat().st_size for name in used)
     assert raw_bytes["X-Trans"] > 0
     for cfa in raw_bytes:
@@ -75,24 +76,32 @@ def test_tiles_hold_the_recorded_mosaics(both_layouts):
     for key, sample in tiles.items():
         meta = sample["meta"]
         scene = scenes[f"{meta['cfa']}/{meta['scene']}"]
-        clean = raw_image(native / "files" / scene["clean"][0])
-        wy, wx, wh, ww = meta["window"]
-        assert sample["clean"].dtype == np.uint16 and np.array_equal(sample["clean"], clean[wy : wy + wh, wx : wx + ww])
+        assert meta["clean_files"] == scene["clean"] and sorted(meta["noisy_files"]) == sorted(scene["noisy"])
         top, left = meta["tile"]
         th, tw = meta["tile_size"]
         halo = meta["halo"]
-        assert (wy, wx) == (max(top - halo, 0), max(left - halo, 0))
-        seen = covered.setdefault(key.rsplit("-", 2)[0], np.zeros(clean.shape, dtype=int))
-        seen[top : top + th, left : left + tw] += 1
+        shifts = [scene["noisy"][name]["shift"] for name in meta["noisy_files"]]
+        # every capture unshifted; the clean ones with a margin for the largest shift
+        cy, cx, ch, cw = meta["clean_window"]
+        margin = (max(abs(dy) for dy, _ in shifts) + halo + 1, max(abs(dx) for _, dx in shifts) + halo + 1)
+        assert (cy, cx) == (max(top - margin[0], 0), max(left - margin[1], 0))
+        for c, name in enumerate(meta["clean_files"]):
+            clean = raw_image(native / "files" / name)
+            assert sample["clean"].dtype == np.uint16 and np.array_equal(sample["clean"][c], clean[cy : cy + ch, cx : cx + cw])
+        ny, nx, nh, nw = meta["noisy_window"]
+        assert (ny, nx) == (max(top - halo, 0), max(left - halo, 0))
         for n, name in enumerate(meta["noisy_files"]):
-            dy, dx = scene["noisy"][name]["shift"]
-            assert meta["best_alignment"][n] == [dy, dx]
-            if meta["cfa"] == "Bayer":
-                dy, dx = dy - dy % 2, dx - dx % 2  # the RGGB phase
-            noisy = np.pad(raw_image(native / "files" / name), 40)  # zeros outside the capture
-            assert np.array_equal(sample["noisy"][n], noisy[40 + wy - dy : 40 + wy - dy + wh, 40 + wx - dx : 40 + wx - dx + ww])
+            assert np.array_equal(sample["noisy"][n], raw_image(native / "files" / name)[ny : ny + nh, nx : nx + nw])
+        # upstream's pairs, each with its known shift
+        clean_count = len(meta["clean_files"])
+        assert len(meta["pair_gt"]) == clean_count * (clean_count + len(meta["noisy_files"]))
+        for n, (y_clean, y) in enumerate(zip(meta["pair_y_clean"], meta["pair_y"])):
+            if not y_clean:
+                assert meta["best_alignment"][n] == scene["noisy"][meta["noisy_files"][y]]["shift"]
             mask = tile_mask(sample, n)
             assert mask.shape == (th, tw) and 0.8 < mask.mean() <= 1.0
+        seen = covered.setdefault(key.rsplit("-", 2)[0], np.zeros(raw_image(native / "files" / scene["clean"][0]).shape, dtype=int))
+        seen[top : top + th, left : left + tw] += 1
     # the tiles of a scene cover its image exactly once (no overlap, no gap)
     assert len(covered) == 5 and all((seen == 1).all() for seen in covered.values())
 
@@ -108,8 +117,9 @@ def test_tile_spans_partition():
 
 
 def test_legacy_values_equal_the_legacy_layout(both_layouts):
-    """`legacy_values=True` on the mosaic layout gives today's float layout's values, bit for bit, at
-    the same image positions (today's code path is kept as `layout="legacy"`)."""
+    """`legacy_values=True` on the mosaic layout gives the float layout's noisy RGGB values bit for
+    bit at the same noisy positions (the legacy layout stores the noisy capture at the clean tile
+    position minus the even-rounded shift), and, for even shifts, the same masks."""
     _, mosaic, legacy = both_layouts
     new, old = tiles_of(mosaic), tiles_of(legacy)
     crop = 64
@@ -121,24 +131,27 @@ def test_legacy_values_equal_the_legacy_layout(both_layouts):
             continue
         top, left = meta["tile"]
         th, tw = meta["tile_size"]
-        height, width = meta["image_size"]
-        corners = [(top, left), (top + th - crop, left + tw - crop)]  # touches the image edges
-        randoms = [(top + 2 * int(rng.integers(0, (th - crop) // 2 + 1)), left + 2 * int(rng.integers(0, (tw - crop) // 2 + 1)))
-                   for _ in range(6)]
-        for y, x in corners + randoms:
-            [base] = [s for s in old.values() if s["meta"]["scene"] == meta["scene"]
-                      and s["meta"]["tile"][0] <= y and y + crop <= s["meta"]["tile"][0] + 512
-                      and s["meta"]["tile"][1] <= x and x + crop <= s["meta"]["tile"][1] + 512][:1]
-            ly, lx = base["meta"]["tile"]
-            for n in range(len(meta["noisy_files"])):
+        for n in (n for n in range(len(meta["pair_gt"])) if meta["pair_gt"][n] == 0 and not meta["pair_y_clean"][n]):
+            dy, dx = meta["best_alignment"][n]
+            ey, ex = dy - dy % 2, dx - dx % 2
+            for _ in range(6):
+                y, x = top + 2 * int(rng.integers(0, (th - crop) // 2 + 1)), left + 2 * int(rng.integers(0, (tw - crop) // 2 + 1))
+                ly, lx = y + ey, x + ex  # the same noisy pixels in the legacy tiles' (clean) frame
+                base = [s for s in old.values() if s["meta"]["scene"] == meta["scene"]
+                        and s["meta"]["tile"][0] <= ly and ly + crop <= s["meta"]["tile"][0] + 512
+                        and s["meta"]["tile"][1] <= lx and lx + crop <= s["meta"]["tile"][1] + 512][:1]
+                if not base:
+                    continue
+                [base] = base
+                m = base["meta"]["noisy_files"].index(meta["y_files"][n])
                 got = crops_at(sample, n, [(y - top, x - left)], crop_size=crop, legacy_values=True, to_torch=False)
-                want = crops_at(base, n, [(y - ly, x - lx)], crop_size=crop, to_torch=False)
-                for name in ("x_crops", "y_crops", "mask_crops"):
-                    assert got[name].dtype == want[name].dtype and np.array_equal(got[name], want[name]), (name, y, x, n)
+                want = crops_at(base, m, [(ly - base["meta"]["tile"][0], lx - base["meta"]["tile"][1])], crop_size=crop, to_torch=False)
+                assert np.array_equal(got["y_crops"], want["y_crops"]), (y, x, n)
+                if (dy, dx) == (ey, ex):
+                    assert np.array_equal(got["mask_crops"], want["mask_crops"]), (y, x, n)
                 assert got["gain"] == want["gain"]
                 compared += 1
-        assert any(y == 0 or x == 0 or y + crop == height or x + crop == width for y, x in corners)
-    assert compared >= 8 * 9
+    assert compared >= 40
 
 
 def test_normalise_uses_each_sites_black_level():
@@ -154,40 +167,30 @@ def test_normalise_uses_each_sites_black_level():
     assert np.array_equal(legacy, (data.astype(np.float32) - 500) / np.float32(16000 - 500))
 
 
-def _bilinear_at(mono, y, x):
-    """camRGB at an interior RGGB site (y, x even/odd as given), the plain bilinear rule."""
-    site = (y % 2, x % 2)
-    cross = mono[[y - 1, y + 1, y, y], [x, x, x - 1, x + 1]].mean()
-    diagonal = mono[[y - 1, y - 1, y + 1, y + 1], [x - 1, x + 1, x - 1, x + 1]].mean()
-    if site == (1, 1):  # blue
-        return np.array([diagonal, cross, mono[y, x]])
-    if site == (0, 0):  # red
-        return np.array([mono[y, x], cross, diagonal])
-    raise ValueError("green sites are not used here")
-
-
 def test_rgb_input_reference(both_layouts):
-    """RGB -> RGB pairs (CleanProfiledRGBNoisyProfiledRGB): y is the noisy capture, demosaiced and
-    profiled like x, at the clean position minus the (even) shift; gain is rgb_gain."""
+    """RGB -> RGB pairs (CleanProfiledRGBNoisyProfiledRGB): y is the noisy capture demosaiced as
+    upstream (`raw.demosaic` of the whole image, upstream_reference) and profiled like x, at the
+    crop position; x is the clean one at that position plus the exact shift; gain is rgb_gain."""
     native, mosaic, _ = both_layouts
     scenes = truth(native)["scenes"]
     sample = next(s for s in tiles_of(mosaic, "train").values() if s["meta"]["cfa"] == "Bayer")
     meta = sample["meta"]
     top, left = meta["tile"]
-    matrix = np.asarray(meta["rgb_xyz_matrix"], dtype=np.float64)[:3]
-    to_rec2020 = XYZ_TO_LIN_REC2020 @ np.linalg.inv(matrix)
-    for n, name in enumerate(meta["noisy_files"]):
-        out = crops_at(sample, n, [(10, 20)], crop_size=32, input="rgb", to_torch=False)
+    clean_mono, matrix = reference.mono(native / "files" / meta["clean_files"][0])
+    clean = reference.to_rec2020(reference.demosaic(clean_mono), matrix)
+    for n, name in enumerate(meta["y_files"]):
+        if meta["pair_gt"][n]:
+            continue
+        out = crops_at(sample, n, [(10, 20)], crop_size=32, input="rgb", legacy_values=True, to_torch=False)
         assert out["y_crops"].shape == (1, 3, 32, 32) and out["gain"] == meta["rgb_gain"][n]
-        with rawpy.imread(str(native / "files" / name)) as raw:
-            mono = (raw.raw_image.astype(np.float64) - raw.black_level_per_channel[0]) / (raw.white_level - raw.black_level_per_channel[0])
-        dy, dx = (v - v % 2 for v in scenes[f"Bayer/{meta['scene']}"]["noisy"][name]["shift"])
-        for cy, cx in ((5, 7), (12, 14), (21, 21), (30, 30)):  # crop-relative; B, R, B, R sites
-            y, x = top + 10 + cy - dy, left + 20 + cx - dx
-            if not (1 <= y < mono.shape[0] - 1 and 1 <= x < mono.shape[1] - 1):
-                continue
-            expected = to_rec2020 @ _bilinear_at(mono, y, x)
-            assert np.allclose(out["y_crops"][0, :, cy, cx], expected, atol=2e-5)
+        mono, _ = reference.mono(native / "files" / name)
+        noisy = reference.to_rec2020(reference.demosaic(mono), matrix)
+        dy, dx = meta["best_alignment"][n]
+        if not meta["pair_y_clean"][n]:
+            assert [dy, dx] == scenes[f"Bayer/{meta['scene']}"]["noisy"][name]["shift"]
+        y, x = top + 10, left + 20
+        assert np.allclose(out["y_crops"][0], noisy[:, y : y + 32, x : x + 32], rtol=0, atol=1e-6)
+        assert np.allclose(out["x_crops"][0], clean[:, y + dy : y + dy + 32, x + dx : x + dx + 32], rtol=0, atol=1e-6)
 
 
 def test_xtrans_pairs_are_aligned_and_demosaiced_by_libraw(both_layouts):
@@ -216,9 +219,11 @@ def test_xtrans_pairs_are_aligned_and_demosaiced_by_libraw(both_layouts):
     samples = list(wdsprep.rawnind.pairs(crop_size=128, input="rgb", max_alignment_loss=None, min_mask_mean=None,
                                          to_torch=False)([raw for raw in wds.WebDataset(wdsprep.urls(mosaic.url, "train"), shardshuffle=False)
                                                           if raw["__key__"] == key]))
-    assert len(samples) == len(meta["noisy_files"])
+    assert len(samples) == len(meta["pair_gt"]) == 1 + len(meta["noisy_files"])  # the clean capture with itself too
     for n, pair in enumerate(samples):
-        name = meta["noisy_files"][n]
+        if meta["pair_y_clean"][n]:
+            continue
+        name = meta["y_files"][n]
         assert meta["best_alignment"][n] == scene["noisy"][name]["shift"]
         gain = scene["noisy"][name]["gain"]
         x, y = pair["x_crops"].mean(axis=1), pair["y_crops"].mean(axis=1) * gain
@@ -243,8 +248,9 @@ def test_map_style_reads_the_mosaic_layout(both_layouts):
 
     bayer = Dataset(mosaic.url, crop_size=128, alignment_max_loss=None, mask_mean_min=None, to_torch=False)
     rgb = Dataset(mosaic.url, crop_size=128, alignment_max_loss=None, mask_mean_min=None, to_torch=False, input="rgb")
-    assert len(bayer) == 7 and len(rgb) == 7 + 2  # the X-Trans scene's 2 pairs only as RGB
-    assert bayer[0]["y_crops"].shape == (4, 4, 64, 64) and rgb[8]["y_crops"].shape == (4, 3, 128, 128)
+    # upstream's pairs: plants 1 x (1 + 2), book_shelf 2 x (2 + 3), MuseeL-toys 1 x (1 + 2); X-Trans 1 x (1 + 2) as RGB only
+    assert len(bayer) == 3 + 10 + 3 and len(rgb) == 16 + 3
+    assert bayer[0]["y_crops"].shape == (4, 4, 64, 64) and rgb[18]["y_crops"].shape == (4, 3, 128, 128)
 
 
 def _convolve_demosaic(mono):

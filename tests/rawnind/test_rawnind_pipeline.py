@@ -25,7 +25,7 @@ def test_pipeline_spec_and_prepare_input(repo_root, tmp_path):
     manifest = convert("rawnind", fetched, str(tmp_path / "shards"), shard_bytes="8MB", tile_size=256)
     samples = list(wds.WebDataset(wdsprep.urls(manifest.url, "train"), shardshuffle=False)
                    .compose(wdsprep.rawnind.pairs(crop_size=128, max_alignment_loss=None, min_mask_mean=None)))
-    assert len(samples) == 2 * 2  # 256x384 tiles of 256 -> 2 tiles, x 2 noisy captures in the train scene
+    assert len(samples) == 2 * 3  # 256x384 tiles of 256 -> 2 tiles, x 3 pairs (clean-clean, 2 noisy) of the train scene
     # a second prepare reuses every verified file
     SOURCE.prepare_input(pipeline, str(tmp_path / "data"))
     again = json.loads((tmp_path / "fetched" / "fetch_report.json").read_text())

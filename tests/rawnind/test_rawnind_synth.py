@@ -100,7 +100,7 @@ def test_alignment_recovers_known_shifts_and_gains(synth_small, tmp_path):
             assert record["raw_gain"] == pytest.approx(known["gain"], rel=0.01)
             assert record["rgb_gain"] == pytest.approx(known["gain"], rel=0.01)
             assert 0.95 < record["mask_mean"] <= 1.0
-            assert record["best_alignment_loss"] < 0.06
+            assert record["best_alignment_loss"] < 0.1  # upstream's RGB L1 (not grey): up to 0.066 here
             checked += 1
     assert checked == 9
     assert sum(any(v % 2 for v in known["shift"]) for scene in scenes.values() for known in scene["noisy"].values()) >= 3
@@ -129,21 +129,23 @@ def test_metadata_is_cached(synth_small, tmp_path):
     index = yaml.safe_load((synth_small / "dataset_index.yaml").read_text())["Bayer"]["book_shelf"]
     sha = {entry["filename"]: entry["sha1"] for entry in index["clean_images"] + index["noisy_images"]}
     gt = scene["clean"][0]
+    clean = [(str(synth_small / "files" / name), sha[name]) for name in scene["clean"]]
     noisy = [(str(synth_small / "files" / name), sha[name]) for name in scene["noisy"]]
     cache = MetadataCache(str(tmp_path))
-    first, computed = scene_metadata(str(synth_small / "files" / gt), sha[gt], noisy, cache)
-    assert computed == 3
-    again, computed = scene_metadata(str(synth_small / "files" / gt), sha[gt], noisy, MetadataCache(str(tmp_path)))
+    first, computed = scene_metadata(clean, noisy, cache)
+    assert computed == 2 * (2 + 3)  # every clean capture is a reference for every capture
+    again, computed = scene_metadata(clean, noisy, MetadataCache(str(tmp_path)))
     assert computed == 0
-    assert len(first) == len(again) == 3
+    assert len(first) == len(again) == 10
     for a, b in zip(first, again):
         assert a.record == b.record and np.array_equal(a.mask, b.mask)
     lines = (tmp_path / "metadata_cache.jsonl").read_text().splitlines()
-    assert len(lines) == 3 and json.loads(lines[0])["key"] == f"{sha[gt]}:{noisy[0][1]}"
+    assert len(lines) == 10 and json.loads(lines[0])["key"] == f"{sha[gt]}:{sha[gt]}"  # the self pair first
+    assert first[0].record["best_alignment"] == [0, 0] and first[0].record["best_alignment_loss"] == 0.0
 
 
 def test_shift_images_convention():
     anchor = np.arange(100.0).reshape(1, 10, 10)
     target = np.roll(np.roll(anchor, -2, axis=1), 3, axis=2)  # target[y, x] = anchor[y + 2, x - 3]
     a, t = shift_images(anchor, target, (2, -3))
-    assert np.array_equal(a, t) and a.shape == (1, 8, 7)
+    assert np.array_equal(a, t) and a.shape == (1, 8, 6)  # an odd shift trims one more column (rawproc.shift_images)

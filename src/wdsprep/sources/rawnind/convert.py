@@ -1,31 +1,38 @@
-"""Fetched RawNIND scenes -> shards of aligned clean/noisy tiles, in one of two layouts.
+"""Fetched RawNIND scenes -> shards of clean/noisy scene tiles, in one of two layouts.
 
-`--layout mosaic` (the default) stores what the cameras recorded. One sample per (scene, tile): the
-clean image is cut into non-overlapping tiles of about T x T (`tile_spans`); a sample holds
-  clean   uint16 [h+2a, w+2a]     the reference clean mosaic over the tile plus a halo `a` (clipped
-                                  at the image edges), at its native integer precision
-  noisy   uint16 [N, h+2a, w+2a]  every noisy mosaic over the same window moved by its shift
-                                  (zero where the noisy capture has no pixels)
-  mask    uint8  [N, ceil(h*w/8)] per noisy capture the bool mask over the tile (loss mask x
-                                  overexposure x overlap), bit-packed row-major
-  meta    msgpack                 geometry (tile, window, valid rectangles), CFA pattern and
-                                  colours, black/white levels, rgb_xyz_matrix, alignments, gains
+`--layout mosaic` (the default) stores what the cameras recorded. One sample per (scene, tile); a
+sample holds every capture of the scene over the tile, unshifted, and the pairs as metadata:
+  clean   uint16 [C, h+2m, w+2m]  every clean capture over the tile plus a margin `m` (the
+                                  scene's largest shift + halo + 1, clipped at the image edges)
+  noisy   uint16 [N, h+2a, w+2a]  every noisy capture over the tile plus a halo `a` (clipped)
+  mask    uint8  [P, ceil(h*w/8)] per pair the bool mask over the tile in the pair's frame (loss
+                                  mask x overexposure x overlap), bit-packed row-major
+  meta    msgpack                 geometry (tile, windows), CFA pattern and colours, per capture
+                                  files, SHA-1s, black/white levels and value ranges; per pair
+                                  its reference, its y capture, alignment, gains, losses
 and the reader makes the float targets (normalise, demosaic, colour transform, gain) for each crop
-only, so shards are about the size of the raw files. The halo (2 px Bayer, 6 px X-Trans) lets a
-crop's demosaic see its neighbours: a Bayer crop equals the crop of the whole-image demosaic.
+only, so shards are about the size of the raw files.
 
-`--layout legacy` (Bayer only) is the earlier float layout, kept for users whose code reads it:
+Pairs are upstream's (`metadata.scene_pairs`): every clean capture is a reference, paired with
+every clean capture (itself included) and every noisy one. A pair's frame is its y capture's
+(the noisy one's): a crop at an even position of the tile takes y there (its Bayer phase kept) and
+the clean target at that position plus the exact shift, odd or even, as `rawproc.shift_images`
+registers them. The clean margin covers that shift and the demosaic's halo (2 px Bayer: OpenCV's
+EA demosaic of a window then equals the whole image's; 6 px X-Trans).
+
+Tiles: the train split is cut into non-overlapping tiles of about T x T (`--tile-size`,
+`tile_spans`); the test split into upstream's pre-crops (`precrop_regions`: 2048 px on a stride of
+1536, as `tools/crop_datasets.py`), whatever `--tile-size`, so the validation and test loaders take
+their crops where upstream takes them (the whole image when upstream makes no pre-crop).
+
+`--layout legacy` (Bayer only) is the earlier float layout, kept for users whose code reads it (first
+clean capture only, bilinear demosaic, shifts rounded down to even):
   gt_rgb       float32 [3, T, T]        clean, demosaiced, linear Rec.2020
   noisy_bayer  float32 [N, 4, T/2, T/2] every noisy capture, RGGB, aligned to the clean tile
   mask         bool    [N, T, T]        per noisy capture: loss mask x overexposure x overlap
   meta         msgpack                  scene, files, alignments, gains, mask means, matrix
-on overlapping T x T tiles (`tile_origins`).
-
-Alignment keeps the Bayer phase: a Bayer noisy capture is sampled at `clean - shift` with the
-shift rounded down to even numbers (the original trims one extra row/column for an odd shift;
-both leave at most one pixel of misalignment). X-Trans captures are only read as RGB, so they use
-the exact shift (the stored CFA pattern is rolled to each window). Windows outside the noisy
-capture are zero, and masked. Scenes in `test_reserve` go to the `test` split, the others to `train`.
+on overlapping T x T tiles (`tile_origins`). Scenes in `test_reserve` go to the `test` split, the
+others to `train`.
 
 `RawNINDSource` (`SOURCE`) is what the core talks to: plan/build above, `prepare_input` (what
 `make shards` runs: synth a Dataverse directory, serve it, fetch through it) and the commands
@@ -43,11 +50,14 @@ import numpy as np
 from ...errors import InputError
 from ..base import Command, Plan, PlanContext, Source, Unit, UnitContext, group_by_size
 from .index import INDEX_FILENAME, build_scenes, load_index
-from .metadata import MetadataCache, PairMetadata, scene_metadata
-from .raw import RawImage, cam_to_lin_rec2020, demosaic, mono_to_rggb, read_raw
+from .metadata import MetadataCache, PairMetadata, scene_metadata, scene_pairs
+from .raw import EA_HALO, RawImage, cam_to_lin_rec2020, demosaic, mono_to_rggb, read_raw, value_range
 from .units import DEFAULT_TILE, LAYOUTS, conversion_config, merge_pairs, scene_item
 
-HALO = {True: 2, False: 6}  # by is_bayer: bilinear needs 1 px (2 keeps the RGGB phase); VNG 2-3
+HALO = {True: EA_HALO, False: 6}  # by is_bayer: OpenCV's EA reads 2 px (measured); LibRaw's VNG 2-3
+# tools/crop_datasets.py: pre-crops of PREPROCESS_RAW_SIZE half-resolution (RGGB) pixels on a
+# stride of PREPROCESS_RAW_SIZE - TRAIN_SIZE, while a TRAIN_SIZE crop and MAX_SHIFT_SEARCH still fit
+PRECROP_RAW_SIZE, PRECROP_TRAIN_SIZE, PRECROP_MAX_SHIFT = 1024, 256, 128
 
 
 def _locate(root: str, image) -> str | None:
@@ -104,96 +114,151 @@ def tile_spans(length: int, tile: int) -> list[tuple[int, int]]:
     return spans
 
 
+def precrop_regions(height: int, width: int) -> list[tuple[int, int, int, int]]:
+    """(top, left, height, width) in full-resolution pixels of upstream's pre-crops of a capture
+    (`crop_datasets.create_raw_img_crops` on the RGGB image of `height/2 x width/2`), sorted by
+    their coordinates `(x, y)` as the loaders sort them; `[whole image]` when it makes none."""
+    raw_h, raw_w = height // 2, width // 2
+    end_h, end_w = raw_h - raw_h % 16, raw_w - raw_w % 16
+    regions = []
+    x = 0
+    while x + PRECROP_TRAIN_SIZE + PRECROP_MAX_SHIFT < end_w:
+        y = 0
+        while y + PRECROP_TRAIN_SIZE + PRECROP_MAX_SHIFT < end_h:
+            y2, x2 = min(y + PRECROP_RAW_SIZE, end_h), min(x + PRECROP_RAW_SIZE, end_w)
+            regions.append((2 * y, 2 * x, 2 * (y2 - y), 2 * (x2 - x)))
+            y += PRECROP_RAW_SIZE - PRECROP_TRAIN_SIZE
+        x += PRECROP_RAW_SIZE - PRECROP_TRAIN_SIZE
+    return sorted(regions, key=lambda r: (r[1], r[0])) or [(0, 0, height, width)]
+
+
 def _even(value: int) -> int:
     return value - (value % 2)
 
 
-def _add_pairs_table(item, pairs: list[PairMetadata], ctx) -> None:
+def _pair_files(item) -> list[tuple[str, str]]:
+    """(reference file, y file) of every pair of a unit item, in `scene_pairs` order."""
+    clean = [os.path.basename(path) for path, _ in item["clean"]]
+    noisy = [os.path.basename(path) for path, _ in item["noisy"]]
+    return [(clean[gt], (clean if y_clean else noisy)[y]) for gt, y_clean, y in scene_pairs(len(clean), len(noisy))]
+
+
+def _add_pairs_table(item, pairs: list[PairMetadata], ctx, first_noisy_only: bool = False) -> None:
+    """The manifest's rows for the pairs the shards hold (the legacy layout: the first clean capture's noisy pairs)."""
     scene_key = f"{item['cfa']}/{item['scene']}"
-    for (path, _), pair in zip(item["noisy"], pairs, strict=True):
+    for (gt_file, y_file), (gt, y_clean, _), pair in zip(_pair_files(item), _pair_kinds(item), pairs, strict=True):
+        if first_noisy_only and (gt or y_clean):
+            continue
         ctx.add_table_entry("pairs", {
             "scene": scene_key, "split": "test" if item["test_reserve"] else "train",
-            "gt_file": os.path.basename(item["gt"][0]), "noisy_file": os.path.basename(path),
+            "gt_file": gt_file, "noisy_file": y_file, "clean_clean": y_clean, "second_reference": gt > 0,
             **{name: value for name, value in pair.record.items() if name != "rgb_xyz_matrix"},
         })
 
 
-def _pair_meta(item, records: list[dict], gt: RawImage) -> dict:
-    """The per-scene part of a tile's meta (files, SHA-1s, alignments, gains, matrix)."""
-    return {
+def _pair_kinds(item) -> list[tuple[int, bool, int]]:
+    return scene_pairs(len(item["clean"]), len(item["noisy"]))
+
+
+def _ranges(image: RawImage) -> list[float]:
+    """[min, max] of the normalised mosaic with each site's black level, then with channel 0's."""
+    return [*value_range(image, legacy=False), *value_range(image, legacy=True)]
+
+
+def _clip_window(top: int, left: int, height: int, width: int, margin_y: int, margin_x: int, shape) -> list[int]:
+    """[y, x, h, w] of the tile grown by the margins, clipped to the image."""
+    y0, x0 = max(top - margin_y, 0), max(left - margin_x, 0)
+    y1, x1 = min(top + height + margin_y, shape[0]), min(left + width + margin_x, shape[1])
+    return [y0, x0, y1 - y0, x1 - x0]
+
+
+def scene_tiling(height: int, width: int, test: bool, tile: int) -> list[tuple[int, int, int, int]]:
+    """(top, left, height, width) of a scene's tiles: upstream's pre-crops in the test split, else
+    the `--tile-size` grid."""
+    if test:
+        return precrop_regions(height, width)
+    return [(top, left, tile_h, tile_w) for top, tile_h in tile_spans(height, tile) for left, tile_w in tile_spans(width, tile)]
+
+
+def _mosaic_tiles(item, clean: list[RawImage], noisy: list[RawImage], pairs: list[PairMetadata], tile: int) -> Iterator[tuple[str, dict]]:
+    gt = clean[0]
+    height, width = gt.data.shape
+    paths = [path for path, _ in item["clean"] + item["noisy"]]
+    for image, path in zip(clean + noisy, paths, strict=True):
+        if image.data.shape != gt.data.shape or image.pattern.shape != gt.pattern.shape:
+            raise InputError(f"{path}: mosaic {image.data.shape} {image.pattern.shape} does not match the clean "
+                             f"capture's {gt.data.shape} {gt.pattern.shape}")
+    records = [pair.record for pair in pairs]
+    kinds = _pair_kinds(item)
+    halo = HALO[gt.is_bayer]
+    shifts = [record["best_alignment"] for record in records]
+    # the clean window covers every pair's target: the exact shift, the halo, and one more pixel to
+    # start a Bayer demosaic on an R site
+    margin_y = max(abs(dy) for dy, _ in shifts) + halo + 1
+    margin_x = max(abs(dx) for _, dx in shifts) + halo + 1
+    files = _pair_files(item)
+    test = bool(item["test_reserve"])
+    regions = scene_tiling(height, width, test, tile)
+    scene_meta = {
         "scene": item["scene"],
         "cfa": item["cfa"],
-        "test_reserve": bool(item["test_reserve"]),
-        "gt_file": os.path.basename(item["gt"][0]),
-        "gt_sha1": item["gt"][1],
+        "test_reserve": test,
+        "layout": "mosaic",
+        "tiling": "precrop" if test else "grid",
+        "image_size": [height, width],
+        "cfa_pattern": gt.pattern.tolist(),  # channel indices at the image origin
+        "colors": gt.colors,
+        "is_bayer": bool(gt.is_bayer),
+        "halo": halo,
+        "rgb_xyz_matrix": np.asarray(gt.rgb_xyz_matrix, dtype=float).tolist(),
+        "overexposure_lb": float(gt.overexposure_lb),
+        "clean_files": [os.path.basename(path) for path, _ in item["clean"]],
+        "clean_sha1": [sha1 for _, sha1 in item["clean"]],
         "noisy_files": [os.path.basename(path) for path, _ in item["noisy"]],
         "noisy_sha1": [sha1 for _, sha1 in item["noisy"]],
-        "best_alignment": [r["best_alignment"] for r in records],
+        "clean_black_level": [[int(v) for v in image.black_level] for image in clean],
+        "clean_white_level": [int(image.white_level) for image in clean],
+        "clean_range": [_ranges(image) for image in clean] if gt.is_bayer else None,
+        "noisy_black_level": [[int(v) for v in image.black_level] for image in noisy],
+        "noisy_white_level": [int(image.white_level) for image in noisy],
+        "noisy_range": [_ranges(image) for image in noisy] if gt.is_bayer else None,
+        # per pair, in scene_pairs order
+        "pair_gt": [g for g, _, _ in kinds],
+        "pair_y_clean": [y_clean for _, y_clean, _ in kinds],
+        "pair_y": [y for _, _, y in kinds],
+        "gt_files": [gt_file for gt_file, _ in files],
+        "y_files": [y_file for _, y_file in files],
+        "best_alignment": shifts,
         "best_alignment_loss": [r["best_alignment_loss"] for r in records],
         "raw_gain": [r["raw_gain"] for r in records],
         "rgb_gain": [r["rgb_gain"] for r in records],
         "mask_mean": [r["mask_mean"] for r in records],
         "rgb_msssim_score": [r.get("rgb_msssim_score") for r in records],
-        "overexposure_lb": records[0]["overexposure_lb"],
-        "rgb_xyz_matrix": np.asarray(gt.rgb_xyz_matrix, dtype=float).tolist(),
-        "is_bayer": bool(gt.is_bayer),
+        "scene_tiles": [[top, left, tile_h, tile_w] for top, left, tile_h, tile_w in regions],
     }
-
-
-def _mosaic_tiles(item, gt: RawImage, noisy: list[RawImage], pairs: list[PairMetadata], tile: int) -> Iterator[tuple[str, dict]]:
-    height, width = gt.data.shape
-    for image, (path, _) in zip(noisy, item["noisy"], strict=True):
-        if image.data.shape != gt.data.shape or image.pattern.shape != gt.pattern.shape:
-            raise InputError(f"{path}: mosaic {image.data.shape} {image.pattern.shape} does not match the clean "
-                             f"capture's {gt.data.shape} {gt.pattern.shape}")
-    records = [pair.record for pair in pairs]
-    halo = HALO[gt.is_bayer]
-    # Bayer keeps the RGGB phase (even shift); X-Trans is read as RGB only, so the exact shift
-    shifts = [[_even(dy), _even(dx)] if gt.is_bayer else [dy, dx] for dy, dx in (r["best_alignment"] for r in records)]
-    scene_meta = _pair_meta(item, records, gt)
-    scene_meta.update({
-        "layout": "mosaic",
-        "image_size": [height, width],
-        "cfa_pattern": gt.pattern.tolist(),  # channel indices at the image origin
-        "colors": gt.colors,
-        "black_level": [int(v) for v in gt.black_level],
-        "white_level": int(gt.white_level),
-        "noisy_black_level": [[int(v) for v in image.black_level] for image in noisy],
-        "noisy_white_level": [int(image.white_level) for image in noisy],
-        "noisy_shift": shifts,
-        "bayer_alignment": shifts if gt.is_bayer else None,
-        "halo": halo,
-        "tile_rows": [top for top, _ in tile_spans(height, tile)],  # the scene's tile grid
-        "tile_cols": [left for left, _ in tile_spans(width, tile)],
-    })
-    for top, tile_h in tile_spans(height, tile):
-        for left, tile_w in tile_spans(width, tile):
-            wy0, wy1 = max(top - halo, 0), min(top + tile_h + halo, height)
-            wx0, wx1 = max(left - halo, 0), min(left + tile_w + halo, width)
-            noisy_windows = np.zeros((len(noisy), wy1 - wy0, wx1 - wx0), dtype=np.uint16)
-            masks = np.zeros((len(noisy), tile_h, tile_w), dtype=bool)
-            valid_boxes = []
-            for n, (image, pair) in enumerate(zip(noisy, pairs, strict=True)):
-                dy, dx = shifts[n]
-                window, valid = _window(image.data, wy0 - dy, wx0 - dx, wy1 - wy0, wx1 - wx0)
-                noisy_windows[n] = window
-                rows, cols = np.flatnonzero(valid.any(axis=1)), np.flatnonzero(valid.any(axis=0))
-                valid_boxes.append([int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1] if len(rows) else [0, 0, 0, 0])
-                in_tile = valid[top - wy0 : top - wy0 + tile_h, left - wx0 : left - wx0 + tile_w]
-                masks[n] = pair.mask[top : top + tile_h, left : left + tile_w] & in_tile
-            meta = dict(scene_meta, tile=[top, left], tile_size=[tile_h, tile_w], window=[wy0, wx0, wy1 - wy0, wx1 - wx0],
-                        noisy_valid=valid_boxes, tile_mask_mean=[float(m.mean()) for m in masks])
-            key = f"{item['cfa']}-{item['scene']}-{top:05d}-{left:05d}"
-            yield key, {
-                "clean": np.ascontiguousarray(gt.data[wy0:wy1, wx0:wx1]),
-                "noisy": noisy_windows,
-                "mask": np.packbits(masks.reshape(len(noisy), -1), axis=1),
-                "meta": meta,
-            }
+    for top, left, tile_h, tile_w in regions:
+        clean_window = _clip_window(top, left, tile_h, tile_w, margin_y, margin_x, (height, width))
+        noisy_window = _clip_window(top, left, tile_h, tile_w, halo, halo, (height, width))
+        cy, cx, ch, cw = clean_window
+        ny, nx, nh, nw = noisy_window
+        masks = np.zeros((len(pairs), tile_h, tile_w), dtype=bool)
+        for p, (pair, (dy, dx)) in enumerate(zip(pairs, shifts, strict=True)):
+            # the pair's frame is its y capture's: tile position t shows clean[t + shift]
+            masks[p] = _window(pair.mask, top + dy, left + dx, tile_h, tile_w)[0]
+        meta = dict(scene_meta, tile=[top, left], tile_size=[tile_h, tile_w], clean_window=clean_window,
+                    noisy_window=noisy_window, tile_mask_mean=[float(m.mean()) for m in masks])
+        key = f"{item['cfa']}-{item['scene']}-{top:05d}-{left:05d}"
+        yield key, {
+            "clean": np.ascontiguousarray(np.stack([image.data[cy : cy + ch, cx : cx + cw] for image in clean])),
+            "noisy": np.ascontiguousarray(np.stack([image.data[ny : ny + nh, nx : nx + nw] for image in noisy])
+                                          if noisy else np.zeros((0, nh, nw), dtype=np.uint16)),
+            "mask": np.packbits(masks.reshape(len(pairs), -1), axis=1),
+            "meta": meta,
+        }
 
 
 def _scene_tiles(item, gt, noisy_rggb, pairs: list[PairMetadata], tile: int, store_dtype) -> Iterator[tuple[str, dict]]:
-    """The legacy float layout (Bayer only)."""
+    """The legacy float layout (Bayer only); `pairs` are the first clean capture's noisy pairs."""
     gt_rgb = cam_to_lin_rec2020(demosaic(gt.mono), gt.rgb_xyz_matrix)
     height, width = gt_rgb.shape[1:]
     tile_h, tile_w = min(tile, height) & ~3, min(tile, width) & ~3
@@ -281,7 +346,7 @@ class RawNINDSource(Source):
                 ctx.report_bad(scene.key, "no noisy capture")  # nothing to pair: no bad input
                 continue
             item = scene_item(root, scene, {name: os.path.relpath(path, root) for name, path in paths.items()})
-            size = sum(os.path.getsize(paths[image.filename]) for image in [scene.clean[0], *scene.noisy])
+            size = sum(os.path.getsize(paths[image.filename]) for image in scene.images)
             by_split["test" if scene.test_reserve else "train"].append((item, size))
         if not any(by_split.values()):
             raise InputError(f"{input}: no complete scene to convert ({len(ctx.problems)} skipped: "
@@ -300,8 +365,8 @@ class RawNINDSource(Source):
                     input_bytes=sum(unit.input_bytes for unit in units))
 
     def inputs(self, item: dict) -> list[str]:
-        """A scene tile item reads its clean reference and its noisy captures."""
-        return [os.path.join(item["root"], relpath) for relpath, _ in [item["gt"], *item["noisy"]]]
+        """A scene item reads its clean and noisy captures."""
+        return [os.path.join(item["root"], relpath) for relpath, _ in [*item["clean"], *item["noisy"]]]
 
     def build(self, unit: Unit, ctx: UnitContext) -> Iterator[tuple[str, dict]]:
         options = ctx.options
@@ -309,24 +374,26 @@ class RawNINDSource(Source):
         store_dtype = np.dtype(options.get("store_dtype", "float32"))
         for item in unit.items:
             root = item["root"]
-            gt_path = os.path.join(root, item["gt"][0])
             noisy = [(os.path.join(root, path), sha1) for path, sha1 in item["noisy"]]
+            clean = [(os.path.join(root, path), sha1) for path, sha1 in item["clean"]]
             cache = None
             if options.get("metadata_cache", True) and os.access(root, os.W_OK):
                 cache = MetadataCache(root)
             try:
-                pairs, _ = scene_metadata(gt_path, item["gt"][1], noisy, cache)
-                gt = read_raw(gt_path)
+                pairs, _ = scene_metadata(clean, noisy, cache)
+                clean_images = [read_raw(path) for path, _ in clean]
                 noisy_images = [read_raw(path) for path, _ in noisy]
             except InputError as error:
                 ctx.skip_or_raise(f"{item['cfa']}/{item['scene']}", error)
                 continue
-            _add_pairs_table(item, pairs, ctx)
-            if (options.get("layout") or "mosaic") == "mosaic":
-                yield from _mosaic_tiles(item, gt, noisy_images, pairs, tile)
+            mosaic = (options.get("layout") or "mosaic") == "mosaic"
+            _add_pairs_table(item, pairs, ctx, first_noisy_only=not mosaic)
+            if mosaic:
+                yield from _mosaic_tiles(item, clean_images, noisy_images, pairs, tile)
             else:
+                first = [pair for (gt, y_clean, _), pair in zip(_pair_kinds(item), pairs) if gt == 0 and not y_clean]
                 noisy_rggb = [mono_to_rggb(image.mono) for image in noisy_images]
-                yield from _scene_tiles(item, gt, noisy_rggb, pairs, tile, store_dtype)
+                yield from _scene_tiles(item, clean_images[0], noisy_rggb, first, tile, store_dtype)
 
     def finalize(self, plan: Plan, unit_tables) -> dict:
         return merge_pairs(unit_tables)

@@ -191,14 +191,15 @@ class Fetcher:
 
     def _remove_scene_raws(self, scene: SceneInfo) -> None:
         """A converted scene's files, its masks in the metadata cache, and its emptied folders."""
-        from .metadata import mask_path, pair_key
+        from .metadata import mask_path, pair_key, scene_pairs
 
         for image in scene.files:
             self._remove(self._final_path(image))
             self._remove(self._final_path(image) + ".part")
-        for image in scene.noisy:
+        for gt, y_clean, y in scene_pairs(len(scene.clean), len(scene.noisy)):
+            other = (scene.clean if y_clean else scene.noisy)[y]
             try:
-                os.remove(mask_path(self.options.dest, pair_key(scene.clean[0].sha1, image.sha1)))
+                os.remove(mask_path(self.options.dest, pair_key(scene.clean[gt].sha1, other.sha1)))
             except FileNotFoundError:
                 pass
         for folder in (os.path.join(self.options.dest, scene.cfa, scene.name, "gt"), os.path.join(self.options.dest, scene.cfa, scene.name)):
@@ -455,11 +456,11 @@ class Fetcher:
             async for scene in receive:
                 if not self.options.metadata:
                     continue
-                gt = scene.clean[0]
+                clean = [(self._final_path(image), image.sha1) for image in scene.clean]
                 noisy = [(self._final_path(image), image.sha1) for image in scene.noisy]
                 try:
                     _, computed = await trio.to_thread.run_sync(
-                        scene_metadata, self._final_path(gt), gt.sha1, noisy, self.metadata_cache, limiter=limiter
+                        scene_metadata, clean, noisy, self.metadata_cache, limiter=limiter
                     )
                 except Exception as error:  # noqa: BLE001 - one bad scene must not stop the others
                     reason = str(error) if isinstance(error, InputError) else f"{type(error).__name__}: {error}"

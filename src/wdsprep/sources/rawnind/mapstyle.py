@@ -1,7 +1,8 @@
 """A map-style drop-in for the legacy `rawds.CleanProfiledRGBNoisyBayerImageCropsDataset`
 (and, with `input="rgb"`, `CleanProfiledRGBNoisyProfiledRGBImageCropsDataset`).
 
-Like the legacy class, an item is a clean/noisy *pair* (filtered by alignment loss and mask mean)
+Like the legacy class, an item is a *pair* (reference clean capture, y capture: upstream's pairs,
+clean-clean and second-reference ones included; filtered by alignment loss, mask mean, MS-SSIM)
 and `__getitem__(i)` returns `num_crops` random crops from a random pre-cropped tile of that pair.
 It reads local shards by byte offset (a tar index built once), so any DataLoader sampler works.
 Randomness is drawn from (seed, epoch, i) instead of the global `random` module, so an item is
@@ -18,7 +19,7 @@ from ...errors import ConfigError
 from ...shards.codec import decode_sample, split_field
 from ...shards.tarformat import index_samples
 from ...stream.manifests import local_shard_paths
-from .read import _check_crop_size, crop_pair, pair_passes
+from .read import _check_crop_size, crop_pair, pair_files, pair_passes
 
 _FIELDS = ("clean", "noisy", "gt_rgb", "noisy_bayer", "mask", "meta")  # both layouts (see convert)
 
@@ -49,6 +50,8 @@ class CleanProfiledRGBNoisyBayerImageCropsDataset(_Base):
         input: str = "bayer",
         min_msssim_score: float | None = 0.0,
         max_msssim_score: float | None = 1.0,
+        clean_clean: bool = True,
+        second_references: bool = True,
     ):
         _check_crop_size(crop_size)
         self.split = split or ("test" if test else "train")
@@ -57,7 +60,7 @@ class CleanProfiledRGBNoisyBayerImageCropsDataset(_Base):
         self.seed = seed
         self.epoch = 0
         self.shards = local_shard_paths(manifest_url, self.split)
-        tiles_of_pair: dict[tuple[str, str], list[tuple[int, str, int]]] = defaultdict(list)
+        tiles_of_pair: dict[tuple[str, str, str], list[tuple[int, str, int]]] = defaultdict(list)
         self._members: dict[tuple[int, str], dict[str, tuple[int, int]]] = {}
         for shard_index, path in enumerate(self.shards):
             index = dict(index_samples(path))
@@ -67,9 +70,10 @@ class CleanProfiledRGBNoisyBayerImageCropsDataset(_Base):
                     meta = decode_sample({"__key__": key, "meta.mp": _read(handle, members["meta.mp"])})["meta"]
                     if input == "bayer" and not meta.get("is_bayer", True):
                         continue  # X-Trans scenes have no RGGB input
-                    for n, noisy_file in enumerate(meta["noisy_files"]):
-                        if pair_passes(meta, n, alignment_max_loss, mask_mean_min, min_msssim_score, max_msssim_score):
-                            tiles_of_pair[(meta["scene"], noisy_file)].append((shard_index, key, n))
+                    for n in range(len(meta["best_alignment_loss"])):
+                        if pair_passes(meta, n, alignment_max_loss, mask_mean_min, min_msssim_score, max_msssim_score,
+                                       clean_clean, second_references):
+                            tiles_of_pair[(meta["scene"], *pair_files(meta, n))].append((shard_index, key, n))
         self.pairs = sorted(tiles_of_pair)
         self._tiles = [sorted(tiles_of_pair[pair]) for pair in self.pairs]
         if not self.pairs:

@@ -1,12 +1,18 @@
 """Per clean/noisy pair metadata (the MetadataArtificer stage): alignment, gains, masks; cached.
 
 Follows `rawproc.get_best_alignment_compute_gain_and_make_loss_mask` (see the research notes A.5):
-overexposure mask on the un-demosaiced clean image, `raw_gain = mean(gt)/mean(noisy)`, integer
-alignment by FFT cross-correlation of z-normalised grey images (the fork's "auto" method) refined
-by the original's L1 neighbourhood search, `rgb_gain` on demosaiced camRGB (bilinear for Bayer,
-LibRaw's VNG for X-Trans, see `raw.demosaic_image`), and the loss mask
-(`x^(1/2.2)` L1 map, threshold `min(0.4, q99.99)`, binary opening, times the shifted
-overexposure mask).
+overexposure mask on the un-demosaiced clean image, `raw_gain = mean(gt)/mean(noisy)`, camRGB by
+upstream's demosaic (`raw.demosaic_image`: OpenCV's EA for Bayer; LibRaw's VNG for X-Trans, where
+upstream reads darktable's EXR), integer alignment by FFT cross-correlation of z-normalised grey
+images (the fork's "auto" method) refined by the original's greedy search (a +-3 neighbourhood,
+`NEIGHBORHOOD_SEARCH_WINDOW`), whose loss is upstream's `best_alignment_loss`: the mean L1 of the
+3-channel camRGB images, the noisy one gain-matched, over their overlap as `shift_images` crops it
+(an odd shift trims one more row/column). Then `rgb_gain` on camRGB and the loss mask (`x^(1/2.2)`
+L1 map, threshold `min(0.4, q99.99)`, binary opening, times the shifted overexposure mask).
+
+Pairs (`scene_pairs`, as `tools/prep_image_dataset.py`): every clean capture of a scene is a
+reference, paired with every clean capture (itself included: the clean-clean pairs) and every
+noisy capture.
 
 Convention of a shift `(dy, dx)` (as `rawproc.shift_images`): `noisy[y, x]` shows what
 `clean[y + dy, x + dx]` shows.
@@ -24,8 +30,27 @@ import numpy as np
 from .raw import RawImage, cam_to_lin_rec2020, demosaic_image, read_raw
 
 MAX_SHIFT = 128  # MAX_SHIFT_SEARCH of the original
+SEARCH_WINDOW = 3  # NEIGHBORHOOD_SEARCH_WINDOW of the original
 LOSS_THRESHOLD = 0.4
-METADATA_VERSION = 2  # 2: rgb_msssim_score
+METADATA_VERSION = 3  # 2: rgb_msssim_score; 3: EA demosaic, RGB alignment loss, upstream's odd-shift overlap
+
+
+def scene_pairs(clean_count: int, noisy_count: int) -> list[tuple[int, bool, int]]:
+    """(reference clean index, y is clean, y index) of every pair of a scene, in upstream's order:
+    for each clean capture, every clean capture (itself first among equals) then every noisy one."""
+    return [(gt, y_clean, y) for gt in range(clean_count)
+            for y_clean, count in ((True, clean_count), (False, noisy_count)) for y in range(count)]
+
+
+def aligned_span(length: int, shift: int) -> tuple[int, int, int]:
+    """(anchor start, target start, length) of the overlap `rawproc.shift_images` keeps along one
+    axis of `length` pixels for `shift`: the clean (anchor) and noisy (target) images, full
+    resolution. An odd shift trims one more pixel from both (the same for a Bayer target, whose
+    half-resolution cut lands on the same full-resolution rows)."""
+    odd = shift % 2
+    if shift >= 0:
+        return shift, 0, length - shift - odd
+    return odd, -shift + odd, length + shift - odd
 
 
 def match_gain(anchor: np.ndarray, other: np.ndarray) -> np.ndarray:
@@ -33,14 +58,15 @@ def match_gain(anchor: np.ndarray, other: np.ndarray) -> np.ndarray:
 
 
 def shift_images(anchor: np.ndarray, target: np.ndarray, shift: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-    """Crop both images to their overlap under `shift` (same-resolution images only)."""
-    dy, dx = shift
-    height, width = anchor.shape[-2:]
-    anchor_rows = slice(max(dy, 0), height + min(dy, 0))
-    target_rows = slice(max(-dy, 0), height - max(dy, 0))
-    anchor_cols = slice(max(dx, 0), width + min(dx, 0))
-    target_cols = slice(max(-dx, 0), width - max(dx, 0))
-    return anchor[..., anchor_rows, anchor_cols], target[..., target_rows, target_cols]
+    """Crop both images (same resolution) to the overlap `rawproc.shift_images` keeps (`aligned_span`)."""
+    (ay, ty, h), (ax, tx, w) = (aligned_span(n, d) for n, d in zip(anchor.shape[-2:], shift))
+    return anchor[..., ay : ay + h, ax : ax + w], target[..., ty : ty + h, tx : tx + w]
+
+
+def anchor_region(shape: tuple[int, int], shift: tuple[int, int]) -> tuple[slice, slice]:
+    """Where the overlap of `shift_images` lies in the anchor (clean) image."""
+    (ay, _, h), (ax, _, w) = (aligned_span(n, d) for n, d in zip(shape, shift))
+    return slice(ay, ay + h), slice(ax, ax + w)
 
 
 def _znorm(image: np.ndarray) -> np.ndarray:
@@ -74,23 +100,24 @@ def l1_loss(anchor: np.ndarray, target: np.ndarray, shift: tuple[int, int]) -> f
     return float(np.abs(shifted_anchor - shifted_target).mean())
 
 
-def refine_alignment(anchor: np.ndarray, target: np.ndarray, start: tuple[int, int], window: int = 1) -> tuple[tuple[int, int], float]:
-    """The original's greedy L1 neighbourhood search, started from the FFT estimate."""
+def refine_alignment(anchor: np.ndarray, target: np.ndarray, start: tuple[int, int],
+                     window: int = SEARCH_WINDOW) -> tuple[tuple[int, int], float]:
+    """The original's greedy L1 neighbourhood search (`find_best_alignment`), started from the FFT
+    estimate: move to the best shift of the +-`window` neighbourhood until it stays put; the loss
+    is the best one seen. `target` is already gain-matched; a zero loss ends the search."""
+    losses = {start: l1_loss(anchor, target, start)}
     best = start
-    best_loss = l1_loss(anchor, target, best)
-    for _ in range(2 * MAX_SHIFT):
-        candidates = [
-            (best[0] + dy, best[1] + dx)
-            for dy in range(-window, window + 1)
-            for dx in range(-window, window + 1)
-            if (dy or dx) and abs(best[0] + dy) <= MAX_SHIFT and abs(best[1] + dx) <= MAX_SHIFT
-        ]
-        losses = [(l1_loss(anchor, target, shift), shift) for shift in candidates]
-        loss, shift = min(losses)
-        if loss >= best_loss:
+    while losses[best] > 0 and abs(best[0]) + abs(best[1]) < MAX_SHIFT:
+        for dy in range(-window, window + 1):
+            for dx in range(-window, window + 1):
+                shift = (best[0] + dy, best[1] + dx)
+                if shift not in losses:
+                    losses[shift] = l1_loss(anchor, target, shift)
+        new = min(losses, key=losses.get)
+        if new == best:
             break
-        best, best_loss = shift, loss
-    return best, best_loss
+        best = new
+    return best, float(losses[best])
 
 
 MSSSIM_WEIGHTS = (0.0448, 0.2856, 0.3001, 0.2363, 0.1333)
@@ -147,7 +174,7 @@ def loss_mask(anchor_rgb: np.ndarray, target_rgb: np.ndarray) -> np.ndarray:
     from scipy.ndimage import binary_opening
 
     loss_map = np.abs(_gamma(anchor_rgb) - _gamma(match_gain(anchor_rgb, target_rgb))).sum(axis=0)
-    threshold = min(LOSS_THRESHOLD, float(np.quantile(loss_map, 0.9999)))
+    threshold = min(LOSS_THRESHOLD, np.quantile(loss_map, 0.9999))  # a numpy scalar, compared as upstream
     if threshold == 0:
         threshold = 1.0
     return binary_opening(loss_map < threshold)
@@ -162,7 +189,7 @@ class PairMetadata:
 
 
 def compute_pair(gt: RawImage, noisy: RawImage, gt_rgb: np.ndarray | None = None) -> PairMetadata:
-    """Alignment, gains and masks of one pair, from images already read."""
+    """Alignment, gains and masks of one pair, from images already read (`noisy` may be a clean capture)."""
     if gt.mono.shape != noisy.mono.shape:
         raise ValueError(f"clean image is {gt.mono.shape[1:]}, noisy image is {noisy.mono.shape[1:]}")
     overexposure = (gt.mono < gt.overexposure_lb).all(axis=0)
@@ -170,10 +197,9 @@ def compute_pair(gt: RawImage, noisy: RawImage, gt_rgb: np.ndarray | None = None
     if gt_rgb is None:
         gt_rgb = demosaic_image(gt)
     noisy_rgb = demosaic_image(noisy)
-    anchor_grey = gt_rgb.mean(axis=0)
-    target_grey = noisy_rgb.mean(axis=0) * (anchor_grey.mean() / noisy_rgb.mean())
-    estimate = fft_alignment(anchor_grey, target_grey)
-    (dy, dx), alignment_loss = refine_alignment(anchor_grey, target_grey, estimate)
+    matched = match_gain(gt_rgb, noisy_rgb)  # find_best_alignment works on the gain-matched RGB images
+    estimate = fft_alignment(gt_rgb.mean(axis=0), matched.mean(axis=0))
+    (dy, dx), alignment_loss = refine_alignment(gt_rgb, matched, estimate)
     rgb_gain = float(gt_rgb.mean() / noisy_rgb.mean())
     anchor_rgb, target_rgb = shift_images(gt_rgb, noisy_rgb, (dy, dx))
     # add_msssim_score_to_dataset_yaml_descriptor: aligned, gain-matched, linear Rec.2020
@@ -182,12 +208,10 @@ def compute_pair(gt: RawImage, noisy: RawImage, gt_rgb: np.ndarray | None = None
                          cam_to_lin_rec2020(anchor_rgb, gt.rgb_xyz_matrix))
     except ValueError:
         msssim = None  # too small an overlap (upstream records None on its errors too)
-    mask_overlap = loss_mask(anchor_rgb, target_rgb)
-    over_shifted, _ = shift_images(overexposure, overexposure, (dy, dx))
-    mask_overlap &= over_shifted
-    height, width = overexposure.shape
-    mask = np.zeros((height, width), dtype=bool)
-    mask[max(dy, 0) : height + min(dy, 0), max(dx, 0) : width + min(dx, 0)] = mask_overlap
+    region = anchor_region(overexposure.shape, (dy, dx))
+    mask_overlap = loss_mask(anchor_rgb, target_rgb) & overexposure[region]  # shift_mask, then the loss mask
+    mask = np.zeros(overexposure.shape, dtype=bool)
+    mask[region] = mask_overlap
     record = {
         "best_alignment": [int(dy), int(dx)],
         "best_alignment_loss": float(alignment_loss),
@@ -268,26 +292,38 @@ class MetadataCache:
 
 
 def scene_metadata(
-    gt_path: str,
-    gt_sha1: str,
+    clean: list[tuple[str, str]],
     noisy: list[tuple[str, str]],
     cache: MetadataCache | None,
 ) -> tuple[list[PairMetadata], int]:
-    """Metadata of every (clean, noisy) pair of a scene; returns (pairs, number computed now)."""
+    """Metadata of every pair of a scene (`scene_pairs` order) from its clean and noisy captures
+    `(path, sha1)`; returns (pairs, number computed now)."""
+    captures = {True: clean, False: noisy}
+    pairs = scene_pairs(len(clean), len(noisy))
     results: list[PairMetadata | None] = []
-    missing = []
-    for position, (path, sha1) in enumerate(noisy):
-        hit = cache.get(pair_key(gt_sha1, sha1)) if cache is not None else None
+    missing: dict[int, list[int]] = {}  # reference -> positions to compute
+    for position, (gt, y_clean, y) in enumerate(pairs):
+        hit = cache.get(pair_key(clean[gt][1], captures[y_clean][y][1])) if cache is not None else None
         results.append(hit)
         if hit is None:
-            missing.append(position)
-    if missing:
-        gt = read_raw(gt_path)
-        gt_rgb = demosaic_image(gt)
-        for position in missing:
-            path, sha1 = noisy[position]
+            missing.setdefault(gt, []).append(position)
+    images: dict[int, RawImage] = {}  # clean captures are read once (references and y); noisy ones per use
+
+    def image(y_clean: bool, index: int) -> RawImage:
+        if not y_clean:
+            return read_raw(captures[False][index][0])
+        if index not in images:
+            images[index] = read_raw(captures[True][index][0])
+        return images[index]
+
+    for gt, positions in missing.items():
+        gt_path, gt_sha1 = clean[gt]
+        gt_rgb = demosaic_image(image(True, gt))
+        for position in positions:
+            _, y_clean, y = pairs[position]
+            path, sha1 = captures[y_clean][y]
             try:
-                pair = compute_pair(gt, read_raw(path), gt_rgb)
+                pair = compute_pair(image(True, gt), image(y_clean, y), gt_rgb)
             except ValueError as error:
                 from ...errors import InputError
 
@@ -295,4 +331,4 @@ def scene_metadata(
             if cache is not None:
                 cache.put(pair_key(gt_sha1, sha1), pair)
             results[position] = pair
-    return results, len(missing)  # type: ignore[return-value]
+    return results, sum(len(positions) for positions in missing.values())  # type: ignore[return-value]

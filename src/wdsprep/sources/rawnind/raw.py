@@ -5,9 +5,16 @@
 row/column at both ends when needed so it starts on R, H and W cropped to multiples of 4) with its
 CFA pattern, black/white levels and matrix, and `mono` `[1,H,W]` float32 normalised as
 `(x - black[0]) / (white - black[0])`; `normalise` does this for any window (each site's own black
-level unless `legacy`). `rggb` is the 4-channel half-resolution form, `demosaic` the bilinear Bayer
-demosaic (camRGB `[3,H,W]`), `demosaic_libraw` LibRaw's for any CFA (X-Trans), and
-`cam_to_lin_rec2020` the profiled target the legacy loaders train on.
+level unless `legacy`). `rggb` is the 4-channel half-resolution form; `demosaic_ea` the Bayer
+demosaic upstream uses (`raw.demosaic`: OpenCV's edge-aware `COLOR_BayerRGGB2RGB_EA` on a uint16
+copy scaled by the image's own range, see `ea_scale`), `demosaic` the bilinear Bayer demosaic (the
+legacy float layout's), `demosaic_libraw` LibRaw's for any CFA (X-Trans), and `cam_to_lin_rec2020`
+the profiled target the legacy loaders train on.
+
+Local = whole: OpenCV's EA demosaic of a window that starts on an R site and reaches `EA_HALO`
+pixels beyond a region (or the image edge) equals the whole image's demosaic over that region,
+bit for bit, when both use the whole capture's `ea_scale` (tests/rawnind/test_rawnind_upstream.py).
+That is what lets the reader demosaic each crop alone.
 """
 from __future__ import annotations
 
@@ -155,14 +162,46 @@ def rggb_to_mono(rggb: np.ndarray) -> np.ndarray:
     return mono
 
 
+EA_HALO = 2  # pixels of mosaic around a region that OpenCV's EA demosaic reads (measured: 1 is not enough)
+
+
+def ea_scale(low: float, high: float) -> tuple[np.float32, np.float32]:
+    """(black_offset, max_value) of upstream's `raw.demosaic` for a mosaic whose normalised values
+    span [low, high]: the offset lifts a negative minimum to 0, then the maximum (after the offset,
+    in float32) scales the image into [0, 1] when it is above 1."""
+    low, high = np.float32(low), np.float32(high)
+    offset = np.float32(0.0) if low >= 0 else -low
+    top = np.float32(high + offset)
+    return offset, (np.float32(1.0) if top <= 1 else top)
+
+
+def demosaic_ea(plane: np.ndarray, scale: tuple[np.float32, np.float32]) -> np.ndarray:
+    """upstream's `raw.demosaic` of a float32 RGGB plane `[h, w]` ((0, 0) an R site) -> camRGB
+    `[3, h, w]` float32: `(x + offset) / max * 65535` truncated to uint16, OpenCV's
+    `COLOR_BayerRGGB2RGB_EA`, then back `/ 65535 * max - offset`, all in float32 as upstream.
+    `scale` is the whole capture's `ea_scale`, so a window gives the whole image's values."""
+    import cv2
+
+    offset, top = scale
+    work = plane.astype(np.float32, copy=True)
+    work += offset
+    work /= top
+    work *= np.float32(65535)
+    rgb = cv2.demosaicing(np.ascontiguousarray(work.astype(np.uint16)), cv2.COLOR_BayerRGGB2RGB_EA)
+    out = rgb.transpose(2, 0, 1).astype(np.float32) / np.float32(65535.0)
+    out *= top
+    out -= offset
+    return out
+
+
 def demosaic(mono: np.ndarray) -> np.ndarray:
     """Bilinear demosaic of an RGGB mosaic `[1,H,W]` (H, W even) -> camRGB `[3,H,W]` float32.
 
     The 3x3 bilinear kernels with mirrored edges, written as neighbour means per site class. The
     sums are exact in float64 (at most four float32 terms scaled by powers of two), so the result
     is the same float32 whatever the summation order: equal to the per-plane `ndimage.convolve`
-    form this replaced (a test keeps that form as the reference). The original uses OpenCV's
-    edge-aware Bayer conversion; bilinear keeps that dependency out.
+    form this replaced (a test keeps that form as the reference). Only the legacy float layout uses
+    it; the mosaic layout and the metadata use upstream's `demosaic_ea`.
     """
     return demosaic_padded(np.pad(mono[0].astype(np.float64), 1, mode="reflect"))  # numpy reflect = ndimage mirror
 
@@ -251,9 +290,18 @@ def demosaic_libraw(window: np.ndarray, pattern: np.ndarray, colors: str, black:
     return (scaled - np.float32(black)) / np.float32(white - black)
 
 
+def value_range(image: RawImage, legacy: bool) -> tuple[float, float]:
+    """(min, max) of a capture's normalised mosaic (`normalise`, each site's black level unless
+    `legacy`): what `ea_scale` needs to demosaic any window of it as the whole image."""
+    values = normalise(image.data, image.pattern, image.black_level, image.white_level, legacy=legacy)
+    return float(values.min()), float(values.max())
+
+
 def demosaic_image(image: RawImage, algorithm: str = "vng") -> np.ndarray:
-    """camRGB `[3,H,W]` of a whole capture: bilinear for Bayer (the targets' demosaic), LibRaw otherwise."""
+    """camRGB `[3,H,W]` of a whole capture: upstream's EA demosaic of the (legacy-normalised) mono
+    image for Bayer, LibRaw otherwise."""
     if image.is_bayer:
-        return demosaic(image.mono)
+        mono = image.mono[0]
+        return demosaic_ea(mono, ea_scale(mono.min(), mono.max()))
     return demosaic_libraw(image.data, image.pattern, image.colors, image.black_level[int(image.pattern.flat[0])],
                            image.white_level, algorithm)

@@ -1,12 +1,14 @@
 """Reader stages: scene tiles -> the legacy `rawds` crop-pair samples.
 
 `pairs(...)` reproduces `CleanProfiledRGBNoisyBayerImageCropsDataset.__getitem__` (and, with
-`input="rgb"`, `CleanProfiledRGBNoisyProfiledRGBImageCropsDataset`): for each (tile, noisy capture)
-that passes the construction filters (alignment loss, mask mean), draw `num_crops` random crops of
-`crop_size` starting on even coordinates (Bayer phase), redrawing a crop up to 10 times while its
-valid fraction is under `min_valid`, and yield
-  x_crops        float32 [num_crops, 3, crop, crop]       clean, linear Rec.2020
-  y_crops        float32 [num_crops, 4, crop/2, crop/2]   noisy RGGB ([num_crops, 3, crop, crop]
+`input="rgb"`, `CleanProfiledRGBNoisyProfiledRGBImageCropsDataset`): for each (tile, pair) that
+passes the construction filters (alignment loss, mask mean, MS-SSIM; the pairs are upstream's,
+clean-clean and second-reference ones included), draw `num_crops` random crops of `crop_size`
+starting on even coordinates of the pair's frame (its y capture's: the Bayer phase), redrawing a
+crop up to 10 times while its valid fraction is under `min_valid`, and yield
+  x_crops        float32 [num_crops, 3, crop, crop]       clean, linear Rec.2020, at the crop
+                                                          position plus the pair's exact shift
+  y_crops        float32 [num_crops, 4, crop/2, crop/2]   y RGGB ([num_crops, 3, crop, crop]
                                                           linear Rec.2020 with input="rgb")
   mask_crops     bool    [num_crops, 3, crop, crop]
   rgb_xyz_matrix float32 [4, 3]
@@ -14,11 +16,13 @@ valid fraction is under `min_valid`, and yield
                          then multiplied by it)
 Both shard layouts are read (see `convert`). In the mosaic layout the targets are made here, over
 each crop only: normalise `(x - black) / (white - black)` (each site's black level; channel 0's
-with `legacy_values=True`, as the original and the legacy layout), demosaic the crop plus the
-stored halo (Bayer: the bilinear demosaic of the whole image, exactly; X-Trans: LibRaw VNG), then
-camRGB -> linear Rec.2020. Randomness comes from (seed, epoch, sample key, noisy index) only, so a
-replay is exact. The epoch is `epoch=` when given, else each sample's `__epoch__` (stamped by
-`wdsprep.dataset`), else the stage's own count of iterations (0 for the first pass, 1 for the next).
+with `legacy_values=True`, as the original), demosaic the crop plus its halo (Bayer: upstream's
+OpenCV EA demosaic with the whole capture's scale, equal to the whole image's; X-Trans: LibRaw
+VNG), then camRGB -> linear Rec.2020. `validation` and `evaluation` take upstream's validation and
+test crops from the test split's pre-crop tiles. Randomness comes from (seed, epoch, sample key,
+pair index) only, so a replay is exact. The epoch is `epoch=` when given, else each sample's
+`__epoch__` (stamped by `wdsprep.dataset`), else the stage's own count of iterations (0 for the
+first pass, 1 for the next).
 """
 from __future__ import annotations
 
@@ -30,7 +34,8 @@ import numpy as np
 
 from ...errors import ConfigError
 from ...shards.codec import decode_sample
-from .raw import cam_to_lin_rec2020_matrix, demosaic_libraw, demosaic_padded, mono_to_rggb, normalise
+from .metadata import aligned_span
+from .raw import EA_HALO, cam_to_lin_rec2020_matrix, demosaic_ea, demosaic_libraw, ea_scale, mono_to_rggb, normalise
 
 CROP_RETRIES = 10  # MAX_RANDOM_CROP_ATTEMPS: redraws after the first draw
 
@@ -71,7 +76,7 @@ def crop_pair(
     input: str = "bayer",
     pairing: str = "x_y",
 ) -> dict | None:
-    """The legacy sample of noisy capture `n` of a decoded tile; None if no crop set is valid."""
+    """The legacy sample of pair `n` of a decoded tile; None if no crop set is valid."""
     mask = tile_mask(sample, n)
     if pairing != "x_y":
         mask = np.ones_like(mask)  # the legacy x_x / y_y pairings use an all-valid mask
@@ -97,76 +102,64 @@ def tile_mask(sample: dict, n: int) -> np.ndarray:
     return np.unpackbits(sample["mask"][n], count=height * width).reshape(height, width).view(bool)
 
 
-def _region(sample: dict, origins, shape: tuple[int, int], halo: int):
-    """Per crop: the window rows/cols (with up to `halo` px around the crop) and the crop inside them."""
+def _capture(sample: dict, y_clean: bool, index: int):
+    """(mosaic window, its origin in the image, black levels, white level, value range) of clean
+    capture `index` (`y_clean`) or noisy capture `index`."""
     meta = sample["meta"]
-    wy, wx, wh, ww = meta["window"]
-    top, left = meta["tile"]
-    for y, x in origins:
-        cy, cx = top - wy + y, left - wx + x
-        r0, c0 = max(cy - halo, 0), max(cx - halo, 0)
-        r1, c1 = min(cy + shape[0] + halo, wh), min(cx + shape[1] + halo, ww)
-        yield (r0, r1, c0, c1), (cy - r0, cx - c0)
+    kind = "clean" if y_clean else "noisy"
+    ranges = meta[f"{kind}_range"]
+    return (sample[kind][index], meta[f"{kind}_window"][:2], meta[f"{kind}_black_level"][index],
+            meta[f"{kind}_white_level"][index], None if ranges is None else ranges[index])
 
 
-def _capture(sample: dict, n: int | None):
-    """(mosaic window, black levels, white level, valid box or None) of the clean (None) or noisy n."""
-    meta = sample["meta"]
-    if n is None:
-        return sample["clean"], meta["black_level"], meta["white_level"], None
-    return sample["noisy"][n], meta["noisy_black_level"][n], meta["noisy_white_level"][n], meta["noisy_valid"][n]
-
-
-def _mosaic_rec2020(sample: dict, n: int | None, origins, shape: tuple[int, int], legacy: bool) -> np.ndarray:
-    """Linear Rec.2020 crops [k, 3, h, w] of the clean (n None) or noisy capture n, made over each
-    crop only: normalise and demosaic the crop plus its border, then camRGB -> Rec.2020."""
+def _mosaic_rec2020(sample: dict, capture, starts, shape: tuple[int, int], legacy: bool) -> np.ndarray:
+    """Linear Rec.2020 crops [k, 3, h, w] of a capture at image positions `starts` (any parity),
+    made over each crop only: normalise and demosaic the crop plus its halo (a Bayer window starts
+    on an R site and is scaled by the whole capture's range: the whole image's EA demosaic, bit for
+    bit), then camRGB -> Rec.2020. Pixels outside the image (a target beyond the edge, masked) are 0."""
     meta = sample["meta"]
     pattern = np.asarray(meta["cfa_pattern"], dtype=np.uint8)
-    mosaic, black, white, valid = _capture(sample, n)
+    mosaic, (wy, wx), black, white, ranges = capture
     matrix = cam_to_lin_rec2020_matrix(np.asarray(meta["rgb_xyz_matrix"], dtype=np.float32)).astype(np.float32)
-    wy, wx = meta["window"][:2]
+    image_h, image_w = meta["image_size"]
     bayer = pattern.shape == (2, 2)
+    halo = EA_HALO if bayer else meta["halo"]
     height, width = shape
-    out = np.empty((len(origins), 3, height, width), dtype=np.float32)
-    for k, ((r0, r1, c0, c1), (oy, ox)) in enumerate(_region(sample, origins, shape, 1 if bayer else meta["halo"])):
-        origin = (wy + r0, wx + c0)
+    out = np.zeros((len(starts), 3, height, width), dtype=np.float32)
+    for k, (y, x) in enumerate(starts):
+        r0, c0 = max(y - halo, 0), max(x - halo, 0)
         if bayer:
-            mono = normalise(mosaic[r0:r1, c0:c1], pattern, black, white, origin, legacy)
-            if valid is not None:
-                _zero_outside(mono, valid, r0, c0)
-            # the 1 px border: the stored neighbours, or the image edge's mirror where the window ends
-            border = [(int(oy == 0), int(r1 - r0 - oy == height)), (int(ox == 0), int(c1 - c0 - ox == width))]
-            plane = mono.astype(np.float64)
-            rgb = demosaic_padded(np.pad(plane, border, mode="reflect") if any(map(any, border)) else plane)
+            r0, c0 = r0 - r0 % 2, c0 - c0 % 2
+        r1, c1 = min(y + height + halo, image_h), min(x + width + halo, image_w)
+        if not (wy <= r0 and wx <= c0 and r1 <= wy + mosaic.shape[0] and c1 <= wx + mosaic.shape[1]):
+            raise ConfigError(f"{sample.get('__key__')}: crop at {(y, x)} needs mosaic outside the stored window")
+        inside_y0, inside_y1 = max(y, 0), min(y + height, image_h)
+        inside_x0, inside_x1 = max(x, 0), min(x + width, image_w)
+        if inside_y0 >= inside_y1 or inside_x0 >= inside_x1:
+            continue
+        window = mosaic[r0 - wy : r1 - wy, c0 - wx : c1 - wx]
+        if bayer:
+            mono = normalise(window, pattern, black, white, (r0, c0), legacy)
+            rgb = demosaic_ea(mono, ea_scale(*(ranges[2:] if legacy else ranges[:2])))
         else:
-            rolled = np.roll(pattern, (-origin[0], -origin[1]), axis=(0, 1))
-            rgb = demosaic_libraw(mosaic[r0:r1, c0:c1], rolled, meta["colors"], black[int(rolled.flat[0])], white)
-            rgb = np.ascontiguousarray(rgb[:, oy : oy + height, ox : ox + width])
-        np.matmul(matrix, rgb.reshape(3, -1), out=out[k].reshape(3, -1))
+            rolled = np.roll(pattern, (-r0, -c0), axis=(0, 1))
+            rgb = demosaic_libraw(window, rolled, meta["colors"], black[int(rolled.flat[0])], white)
+        part = np.ascontiguousarray(rgb[:, inside_y0 - r0 : inside_y1 - r0, inside_x0 - c0 : inside_x1 - c0])
+        converted = (matrix @ part.reshape(3, -1)).reshape(part.shape)
+        out[k, :, inside_y0 - y : inside_y1 - y, inside_x0 - x : inside_x1 - x] = converted
     return out
 
 
-def _zero_outside(mono: np.ndarray, box, r0: int, c0: int) -> None:
-    """Zero a normalised noisy region outside its capture (the legacy layout stores zeros there)."""
-    y0, y1, x0, x1 = box
-    keep = np.zeros(mono.shape, dtype=bool)
-    keep[max(y0 - r0, 0) : max(y1 - r0, 0), max(x0 - c0, 0) : max(x1 - c0, 0)] = True
-    mono[~keep] = 0
-
-
-def _mosaic_rggb(sample: dict, n: int | None, origins, shape: tuple[int, int], legacy: bool) -> np.ndarray:
-    """RGGB crops [k, 4, h/2, w/2] of the clean (n None) or noisy capture n."""
+def _mosaic_rggb(sample: dict, capture, starts, shape: tuple[int, int], legacy: bool) -> np.ndarray:
+    """RGGB crops [k, 4, h/2, w/2] of a capture at even image positions `starts` (inside the image)."""
     meta = sample["meta"]
     if len(meta["cfa_pattern"]) != 2:
         raise ConfigError(f"{sample.get('__key__')}: an X-Trans mosaic has no RGGB form (use input='rgb')")
     pattern = np.asarray(meta["cfa_pattern"], dtype=np.uint8)
-    mosaic, black, white, valid = _capture(sample, n)
-    wy, wx = meta["window"][:2]
-    out = np.empty((len(origins), 4, shape[0] // 2, shape[1] // 2), dtype=np.float32)
-    for k, ((r0, r1, c0, c1), _) in enumerate(_region(sample, origins, shape, 0)):
-        mono = normalise(mosaic[r0:r1, c0:c1], pattern, black, white, (wy + r0, wx + c0), legacy)
-        if valid is not None:
-            _zero_outside(mono, valid, r0, c0)
+    mosaic, (wy, wx), black, white, _ = capture
+    out = np.empty((len(starts), 4, shape[0] // 2, shape[1] // 2), dtype=np.float32)
+    for k, (y, x) in enumerate(starts):
+        mono = normalise(mosaic[y - wy : y - wy + shape[0], x - wx : x - wx + shape[1]], pattern, black, white, (y, x), legacy)
         out[k] = mono_to_rggb(mono[None])
     return out
 
@@ -188,11 +181,14 @@ def crops_at(
     pairing: str = "x_y",
     mask: np.ndarray | None = None,
 ) -> dict:
-    """The legacy sample of noisy capture `n` at the given even tile-relative crop origins.
+    """The legacy sample of pair `n` at the given even tile-relative crop origins.
 
-    `crop_size` is an int or (height, width). `pairing` as the legacy `data_pairing`: "x_y" clean
-    target / noisy input; "x_x" the clean capture as both (the clean-clean variants); "y_y" the
-    noisy capture as both; the last two have an all-valid mask, as the legacy loaders.
+    In the mosaic layout an origin is in the pair's frame (its y capture's): y is cropped there
+    (its Bayer phase kept) and the clean target at the origin plus the pair's exact shift, as
+    `rawproc.shift_images` aligns them. `crop_size` is an int or (height, width). `pairing` as the
+    legacy `data_pairing`: "x_y" clean target / y input; "x_x" the pair's clean capture as both
+    (the clean-clean variants); "y_y" its y capture as both; the last two are not shifted and have
+    an all-valid mask, as the legacy loaders.
     """
     meta = sample["meta"]
     height, width = (crop_size, crop_size) if isinstance(crop_size, int) else tuple(crop_size)
@@ -200,12 +196,21 @@ def crops_at(
         raise ConfigError(f"pairing={pairing!r} is not one of {', '.join(PAIRINGS)}")
     gain_key = gain_key or ("raw_gain" if input == "bayer" else "rgb_gain")
     if is_mosaic(sample):
-        x_source, y_source = {"x_y": (None, n), "x_x": (None, None), "y_y": (n, n)}[pairing]
-        x_crops = _mosaic_rec2020(sample, x_source, origins, (height, width), legacy_values)
-        if input == "bayer":
-            y_crops = _mosaic_rggb(sample, y_source, origins, (height, width), legacy_values)
+        top, left = meta["tile"]
+        starts = [(top + y, left + x) for y, x in origins]
+        gt = _capture(sample, True, meta["pair_gt"][n])
+        y_capture = _capture(sample, meta["pair_y_clean"][n], meta["pair_y"][n])
+        if pairing == "x_y":
+            dy, dx = meta["best_alignment"][n]
+            x_source, x_starts, y_source = gt, [(y + dy, x + dx) for y, x in starts], y_capture
         else:
-            y_crops = _mosaic_rec2020(sample, y_source, origins, (height, width), legacy_values)
+            x_source = y_source = gt if pairing == "x_x" else y_capture
+            x_starts = starts
+        x_crops = _mosaic_rec2020(sample, x_source, x_starts, (height, width), legacy_values)
+        if input == "bayer":
+            y_crops = _mosaic_rggb(sample, y_source, starts, (height, width), legacy_values)
+        else:
+            y_crops = _mosaic_rec2020(sample, y_source, starts, (height, width), legacy_values)
     else:
         if input != "bayer" or pairing != "x_y":
             raise ConfigError(f"{sample.get('__key__')}: the legacy layout holds clean RGB and noisy RGGB tiles only "
@@ -238,9 +243,16 @@ def crops_at(
 
 
 def pair_passes(meta: dict, n: int, max_alignment_loss: float | None, min_mask_mean: float | None,
-                min_msssim_score: float | None = None, max_msssim_score: float | None = None) -> bool:
+                min_msssim_score: float | None = None, max_msssim_score: float | None = None,
+                clean_clean: bool = True, second_references: bool = True) -> bool:
     """The legacy constructor's filters (`alignment_max_loss`, `mask_mean_min`, and its MS-SSIM
-    bounds: a pair goes when `min > score`, or when `max` is set, not 1.0 and `max < score`)."""
+    bounds: a pair goes when `min > score`, or when `max` is set, not 1.0 and `max < score`), and
+    this reader's two: `clean_clean=False` leaves out pairs whose y is a clean capture,
+    `second_references=False` pairs whose reference is not the scene's first clean capture."""
+    if not clean_clean and meta.get("pair_y_clean", {n: False})[n]:
+        return False
+    if not second_references and meta.get("pair_gt", {n: 0})[n] > 0:
+        return False
     if max_alignment_loss is not None and meta["best_alignment_loss"][n] > max_alignment_loss:
         return False
     if min_mask_mean is not None and meta["mask_mean"][n] < min_mask_mean:
@@ -270,8 +282,16 @@ def _sample_epoch(sample: dict, iteration: int) -> int:
     return int(value.decode() if isinstance(value, (bytes, bytearray)) else value)
 
 
-def noisy_count(sample: dict) -> int:
-    return len(sample["noisy"] if is_mosaic(sample) else sample["noisy_bayer"])
+def pair_files(meta: dict, n: int) -> tuple[str, str]:
+    """(reference file, y file) of pair `n` (either layout)."""
+    if "y_files" in meta:
+        return meta["gt_files"][n], meta["y_files"][n]
+    return meta["gt_file"], meta["noisy_files"][n]
+
+
+def pair_count(sample: dict) -> int:
+    """Pairs of a tile: every (reference, y) pair in the mosaic layout, every noisy capture in the legacy one."""
+    return len(sample["meta"]["best_alignment_loss"])
 
 
 def _pairs(source: Iterable[dict], options: dict, filters: dict, seed: int, epoch: int | None, iteration: int) -> Iterator[dict]:
@@ -282,7 +302,7 @@ def _pairs(source: Iterable[dict], options: dict, filters: dict, seed: int, epoc
         if options["input"] == "bayer" and not sample["meta"].get("is_bayer", True):
             continue  # X-Trans scenes have no RGGB input (upstream trains them as RGB -> RGB)
         sample_epoch = epoch if epoch is not None else _sample_epoch(sample, iteration)
-        for n in range(noisy_count(sample)):
+        for n in range(pair_count(sample)):
             if not pair_passes(sample["meta"], n, **filters):
                 continue
             out = crop_pair(sample, n, _rng(seed, sample_epoch, key, n), **options)
@@ -313,6 +333,8 @@ def pairs(
     legacy_values: bool = False,
     input: str = "bayer",
     pairing: str = "x_y",
+    clean_clean: bool = True,
+    second_references: bool = True,
 ):
     """Curried stage: `wds.WebDataset(urls).compose(wdsprep.rawnind.pairs(crop_size=256))`.
 
@@ -323,8 +345,11 @@ def pairs(
     linear Rec.2020 noisy crops of every scene, X-Trans included (...NoisyProfiledRGB...).
     `pairing` is the legacy `data_pairing` ("x_y", or "x_x" / "y_y": the clean or the noisy capture
     as both x and y, with an all-valid mask; mosaic layout only).
-    `legacy_values=True`: the values of the earlier float layout (channel 0's black level for
-    every site, as the original code), bit for bit on the mosaic layout's Bayer scenes.
+    `legacy_values=True`: channel 0's black level for every site, as the original code.
+    The pairs are upstream's: every clean capture of a scene is a reference, paired with every
+    clean capture (itself included) and every noisy one; `clean_clean=False` leaves out the pairs
+    whose y is clean, `second_references=False` those whose reference is not the first clean
+    capture (upstream's way is the MS-SSIM bound: a self pair scores 1.0).
 
     Crops change every epoch: with `epoch=None` (the default) a sample's epoch is its `__epoch__`
     (set by `wdsprep.dataset`), and without one the number of earlier iterations of this stage
@@ -340,7 +365,8 @@ def pairs(
     options = dict(crop_size=crop_size, num_crops=num_crops, min_valid=min_valid, match_gain=match_gain,
                    to_torch=to_torch, gain_key=gain_key, legacy_values=legacy_values, input=input, pairing=pairing)
     filters = dict(max_alignment_loss=max_alignment_loss, min_mask_mean=min_mask_mean,
-                   min_msssim_score=min_msssim_score, max_msssim_score=max_msssim_score)
+                   min_msssim_score=min_msssim_score, max_msssim_score=max_msssim_score,
+                   clean_clean=clean_clean, second_references=second_references)
 
     def stage(source: Iterable[dict]) -> Iterator[dict]:
         return _pairs(source, options, filters, seed, epoch, next(iterations))
@@ -349,22 +375,34 @@ def pairs(
 
 
 def _evaluation_items(source: Iterable[dict], filters: dict, input: str, middle_only: bool):
-    """(decoded tile, noisy index) of the pairs an evaluation loader reads, in stream order."""
+    """(decoded tile, pair index) of the pairs an evaluation loader reads, in stream order."""
     for raw in source:
         sample = decode_sample(raw)
         meta = sample["meta"]
-        if not is_mosaic(sample):
-            raise ConfigError(f"{sample.get('__key__')}: validation/test readers need the mosaic layout")
+        if not is_mosaic(sample) or meta.get("tiling") != "precrop":
+            raise ConfigError(f"{sample.get('__key__')}: validation/test readers need the test split's pre-crop tiles "
+                              "(mosaic layout)")
         if input == "bayer" and not meta["is_bayer"]:
             continue
         if middle_only:
             # the legacy validation loader takes the middle of the pre-crops sorted by (x, y)
-            grid = sorted((left, top) for top in meta["tile_rows"] for left in meta["tile_cols"])
-            if grid[len(grid) // 2] != (meta["tile"][1], meta["tile"][0]):
+            tiles = meta["scene_tiles"]
+            if tiles[len(tiles) // 2][:2] != meta["tile"]:
                 continue
-        for n in range(noisy_count(sample)):
+        for n in range(pair_count(sample)):
             if pair_passes(meta, n, **filters):
                 yield sample, n
+
+
+def aligned_precrop(meta: dict, n: int, pairing: str = "x_y") -> tuple[int, int, int, int]:
+    """(y, x, height, width) of pair `n`'s part of a pre-crop tile, tile-relative in the pair's
+    frame: where `rawproc.shift_images` leaves the noisy pre-crop once aligned (the whole pre-crop
+    for the unshifted x_x / y_y pairings)."""
+    height, width = meta["tile_size"]
+    if pairing != "x_y":
+        return 0, 0, height, width
+    (_, y, h), (_, x, w) = (aligned_span(length, d) for length, d in zip((height, width), meta["best_alignment"][n]))
+    return y, x, h, w
 
 
 def _evaluation_sample(sample, n, origin, shape, options, batch: bool) -> dict:
@@ -380,40 +418,53 @@ def _evaluation_sample(sample, n, origin, shape, options, batch: bool) -> dict:
         out["gain"] = torch.tensor(out["gain"])
     meta = sample["meta"]
     top, left = meta["tile"]
-    out.update(__key__=f"{sample['__key__']}-{n}-{origin[0]:05d}-{origin[1]:05d}", gt_file=meta["gt_file"],
-               y_file=meta["noisy_files"][n], position=[top + origin[0], left + origin[1]])
+    position = [top + origin[0], left + origin[1]]
+    dy, dx = meta["best_alignment"][n] if options["pairing"] == "x_y" else (0, 0)
+    out.update(__key__=f"{sample['__key__']}-{n}-{origin[0]:05d}-{origin[1]:05d}", gt_file=meta["gt_files"][n],
+               y_file=meta["y_files"][n], position=position, gt_position=[position[0] + dy, position[1] + dx])
     return out
 
 
-def _whole_tile(meta: dict) -> tuple[int, int]:
-    """The legacy `crop_size=0`: the whole pre-crop, trimmed to multiples of 256."""
-    height, width = meta["tile_size"]
+def _trim_256(height: int, width: int) -> tuple[int, int]:
+    """The legacy `crop_size=0`: the whole aligned pre-crop, trimmed to multiples of 256."""
     return height - height % 256, width - width % 256
+
+
+def _evaluation_options(match_gain, to_torch, legacy_values, input, pairing, max_alignment_loss, min_mask_mean,
+                        min_msssim_score, max_msssim_score, clean_clean, second_references):
+    if pairing not in PAIRINGS:
+        raise ConfigError(f"pairing={pairing!r} is not one of {', '.join(PAIRINGS)}")
+    options = dict(match_gain=match_gain, to_torch=to_torch, legacy_values=legacy_values, input=input, pairing=pairing)
+    filters = dict(max_alignment_loss=max_alignment_loss, min_mask_mean=min_mask_mean, min_msssim_score=min_msssim_score,
+                   max_msssim_score=max_msssim_score, clean_clean=clean_clean, second_references=second_references)
+    return options, filters
 
 
 def validation(crop_size: int = 256, match_gain: bool = False, max_alignment_loss: float | None = 0.035,
                min_mask_mean: float | None = 0.8, input: str = "bayer", pairing: str = "x_y",
                legacy_values: bool = False, to_torch: bool = True, min_msssim_score: float | None = 0.0,
-               max_msssim_score: float | None = 1.0):
-    """Curried stage: the legacy `...ImageCropsValidationDataset` items (mosaic layout).
+               max_msssim_score: float | None = 1.0, clean_clean: bool = True, second_references: bool = True):
+    """Curried stage: the legacy `...ImageCropsValidationDataset` items (the test split, mosaic layout).
 
-    Per pair passing the filters, the middle tile of its scene (tiles sorted by (left, top), as the
-    legacy pre-crops by coordinates) and in it the centre crop (`h//2 - crop//2`, rounded down to
-    even); `crop_size=0`: the whole tile trimmed to multiples of 256. No batch dimension.
+    Per pair passing the filters, the middle pre-crop of its scene (sorted by (x, y) as the legacy
+    loader sorts them) aligned as `shift_images` aligns it (`aligned_precrop`), and in it the
+    centre crop (`h//2 - crop//2`, rounded down to even); `crop_size=0`: the whole aligned
+    pre-crop trimmed to multiples of 256. No batch dimension. `position` is the y crop's origin in
+    the image, `gt_position` the clean target's.
     """
-    options = dict(match_gain=match_gain, to_torch=to_torch, legacy_values=legacy_values, input=input, pairing=pairing)
-    filters = dict(max_alignment_loss=max_alignment_loss, min_mask_mean=min_mask_mean,
-                   min_msssim_score=min_msssim_score, max_msssim_score=max_msssim_score)
+    options, filters = _evaluation_options(match_gain, to_torch, legacy_values, input, pairing, max_alignment_loss,
+                                           min_mask_mean, min_msssim_score, max_msssim_score, clean_clean, second_references)
 
     def stage(source: Iterable[dict]) -> Iterator[dict]:
         for sample, n in _evaluation_items(source, filters, input, middle_only=True):
-            height, width = sample["meta"]["tile_size"]
+            y0, x0, height, width = aligned_precrop(sample["meta"], n, pairing)
             if crop_size == 0:
-                shape, origin = _whole_tile(sample["meta"]), (0, 0)
+                shape, origin = _trim_256(height, width), (y0, x0)
             else:
                 shape = (crop_size, crop_size)
-                origin = tuple(value - value % 2 for value in (height // 2 - crop_size // 2, width // 2 - crop_size // 2))
-            if min(shape) == 0 or min(origin) < 0 or origin[0] + shape[0] > height or origin[1] + shape[1] > width:
+                cy, cx = height // 2 - crop_size // 2, width // 2 - crop_size // 2
+                origin = (y0 + cy - cy % 2, x0 + cx - cx % 2)
+            if min(shape) == 0 or shape[0] > height or shape[1] > width:
                 continue  # the legacy loader drops a pre-crop too small for the crop
             yield _evaluation_sample(sample, n, origin, shape, options, batch=False)
 
@@ -423,47 +474,43 @@ def validation(crop_size: int = 256, match_gain: bool = False, max_alignment_los
 def evaluation(crop_size: int = 256, match_gain: bool = False, max_alignment_loss: float | None = 0.035,
                min_mask_mean: float | None = 0.8, input: str = "bayer", pairing: str = "x_y",
                legacy_values: bool = False, to_torch: bool = True, min_msssim_score: float | None = 0.0,
-               max_msssim_score: float | None = 1.0):
-    """Curried stage: the legacy `...ImageCropsTestDataloader.get_images()` items (mosaic layout).
+               max_msssim_score: float | None = 1.0, clean_clean: bool = True, second_references: bool = True):
+    """Curried stage: the legacy `...ImageCropsTestDataloader.get_images()` items (the test split,
+    mosaic layout).
 
-    For every tile of every pair passing the filters: the crops of a grid stepping by `crop_size`
-    from (0, 0) that fit in the tile, or with `crop_size=0` the whole tile trimmed to multiples of
-    256; each with a batch dimension of 1.
+    For every pre-crop of every pair passing the filters, aligned (`aligned_precrop`): the crops of
+    a grid stepping by `crop_size` from its origin that fit in it, or with `crop_size=0` the whole
+    aligned pre-crop trimmed to multiples of 256; each with a batch dimension of 1.
     """
-    options = dict(match_gain=match_gain, to_torch=to_torch, legacy_values=legacy_values, input=input, pairing=pairing)
-    filters = dict(max_alignment_loss=max_alignment_loss, min_mask_mean=min_mask_mean,
-                   min_msssim_score=min_msssim_score, max_msssim_score=max_msssim_score)
+    options, filters = _evaluation_options(match_gain, to_torch, legacy_values, input, pairing, max_alignment_loss,
+                                           min_mask_mean, min_msssim_score, max_msssim_score, clean_clean, second_references)
 
     def stage(source: Iterable[dict]) -> Iterator[dict]:
         for sample, n in _evaluation_items(source, filters, input, middle_only=False):
-            height, width = sample["meta"]["tile_size"]
+            y0, x0, height, width = aligned_precrop(sample["meta"], n, pairing)
             if crop_size == 0:
-                shape = _whole_tile(sample["meta"])
+                shape = _trim_256(height, width)
                 if min(shape):
-                    yield _evaluation_sample(sample, n, (0, 0), shape, options, batch=True)
+                    yield _evaluation_sample(sample, n, (y0, x0), shape, options, batch=True)
                 continue
             for y in range(0, height - crop_size + 1, crop_size):
                 for x in range(0, width - crop_size + 1, crop_size):
-                    yield _evaluation_sample(sample, n, (y, x), (crop_size, crop_size), options, batch=True)
+                    yield _evaluation_sample(sample, n, (y0 + y, x0 + x), (crop_size, crop_size), options, batch=True)
 
     return stage
 
 
 def _overexposure_mask(sample: dict, input: str, legacy: bool, x_tile: np.ndarray | None) -> np.ndarray:
-    """`CleanCleanImageDataset.get_mask` over the tile: bool [3, h, w] of the clean capture."""
+    """`CleanCleanImageDataset.get_mask` over the tile: bool [3, h, w] of the first clean capture."""
     meta = sample["meta"]
     bound = meta["overexposure_lb"]
     if input == "rgb":
         return x_tile < bound  # after the colour transform, per channel
     height, width = meta["tile_size"]
-    rggb = _mosaic_rggb_clean(sample, (height, width), legacy)
+    rggb = _mosaic_rggb(sample, _capture(sample, True, 0), [tuple(meta["tile"])], (height, width), legacy)[0]
     # nearest x2 upsampling of the RGGB channels, then their max: per 2x2 block of sites
     block = rggb.max(axis=0) < bound
     return np.broadcast_to(np.repeat(np.repeat(block, 2, axis=0), 2, axis=1), (3, height, width))
-
-
-def _mosaic_rggb_clean(sample, shape, legacy):
-    return _mosaic_rggb(sample, None, [(0, 0)], shape, legacy)[0]
 
 
 def clean_pairs(crop_size: int = 256, num_crops: int = 4, min_valid: float = 0.5, input: str = "bayer",
@@ -494,7 +541,9 @@ def clean_pairs(crop_size: int = 256, num_crops: int = 4, min_valid: float = 0.5
             height, width = meta["tile_size"]
             if height < crop_size or width < crop_size:
                 raise ConfigError(f"{sample['__key__']}: tile {height}x{width} is smaller than crop_size {crop_size}")
-            x_tile = _mosaic_rec2020(sample, None, [(0, 0)], (height, width), legacy_values)[0] if input == "rgb" else None
+            clean = _capture(sample, True, 0)
+            top, left = meta["tile"]
+            x_tile = _mosaic_rec2020(sample, clean, [(top, left)], (height, width), legacy_values)[0] if input == "rgb" else None
             mask = _overexposure_mask(sample, input, legacy_values, x_tile)
             sample_epoch = epoch if epoch is not None else _sample_epoch(sample, iteration)
             origins = _draw_crops(_rng(seed, sample_epoch, sample["__key__"], -1), mask.mean(axis=0), crop_size, num_crops, min_valid)
@@ -504,8 +553,9 @@ def clean_pairs(crop_size: int = 256, num_crops: int = 4, min_valid: float = 0.5
             if input == "rgb":
                 out = {"x_crops": np.stack([x_tile[:, y : y + crop_size, x : x + crop_size] for y, x in origins])}
             else:
-                out = {"x_crops": _mosaic_rec2020(sample, None, origins, (crop_size, crop_size), legacy_values),
-                       "y_crops": _mosaic_rggb(sample, None, origins, (crop_size, crop_size), legacy_values),
+                starts = [(top + y, left + x) for y, x in origins]
+                out = {"x_crops": _mosaic_rec2020(sample, clean, starts, (crop_size, crop_size), legacy_values),
+                       "y_crops": _mosaic_rggb(sample, clean, starts, (crop_size, crop_size), legacy_values),
                        "rgb_xyz_matrix": np.asarray(meta["rgb_xyz_matrix"], dtype=np.float32)}
             out["mask_crops"] = np.ascontiguousarray(mask_crops)
             if to_torch:

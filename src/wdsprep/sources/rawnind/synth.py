@@ -35,6 +35,7 @@ SIZES = {
     "small": (4, 512, 768, (2, 3, 2, 2), 1),
     "medium": (8, 1024, 1536, (3, 4, 3, 3, 4, 3, 3, 4), 2),
     "xtrans": (1, 256, 384, (2,), 1),  # one scene of each sensor, for the X-Trans tests
+    "precrop": (2, 800, 2336, (2, 2), 0),  # the smallest captures upstream cuts into two pre-crops
 }
 SCENE_NAMES = ["plants", "book_shelf", "MuseeL-toys", "Laura_Lemons_platformer", "kitchen", "chess", "fabrics2", "stairs"]
 XTRANS_NAMES = ["Fuji_flowers", "Fuji_bookcase", "Fuji_toys"]

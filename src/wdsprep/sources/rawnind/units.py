@@ -9,7 +9,8 @@ LAYOUTS = ("mosaic", "legacy")
 
 
 def scene_item(root: str, scene, relpaths: dict[str, str]) -> dict:
-    """A unit item: one scene's reference clean capture and noisy captures (paths below `root`)."""
+    """A unit item: one scene's clean captures (`clean`; `gt` is the first) and noisy captures
+    (paths below `root`, with their SHA-1s)."""
     reference = scene.clean[0]
     return {
         "root": root,
@@ -17,6 +18,7 @@ def scene_item(root: str, scene, relpaths: dict[str, str]) -> dict:
         "scene": scene.name,
         "test_reserve": scene.test_reserve,
         "gt": [relpaths[reference.filename], reference.sha1],
+        "clean": [[relpaths[image.filename], image.sha1] for image in scene.clean],
         "noisy": [[relpaths[image.filename], image.sha1] for image in scene.noisy],
     }
 
@@ -28,9 +30,10 @@ def conversion_config(options: dict) -> dict:
         return {
             "tile_size": tile,
             "layout": "mosaic",
-            "reference": "first clean capture",
-            "fields": "scene tile: clean uint16 [h+2a,w+2a], noisy uint16 [N,h+2a,w+2a], mask packed bits [N,h*w], meta",
-            "target": "made at read time: lin_rec2020 (Bayer bilinear demosaic, X-Trans LibRaw VNG)",
+            "reference": "every clean capture (upstream's pairs, clean-clean included)",
+            "tiles": "train: --tile-size grid; test: upstream's pre-crops (2048 px, stride 1536)",
+            "fields": "scene tile: clean uint16 [C,h+2m,w+2m], noisy uint16 [N,h+2a,w+2a], mask packed bits [P,h*w], meta",
+            "target": "made at read time: lin_rec2020 (Bayer OpenCV EA demosaic, X-Trans LibRaw VNG), exact shift",
         }
     return {
         "tile_size": tile,
