@@ -287,3 +287,148 @@ def test_grouped_volumes_undone_from_the_table_are_the_native_files(shard_sets, 
                     np.testing.assert_array_equal(volume, native)
                     checked += 1
     assert checked > 20
+
+
+# ------------------------------------------------------------------------------ older shards still read
+def rewrite_shards(manifest_path, out: pathlib.Path, transform) -> str:
+    """The shard set again, each sample's fields through `transform` (to an older layout), written with
+    the public ShardWriter and listed by a `wdsprep/1` manifest (one shard per original shard)."""
+    from wdsprep.shards.codec import Encoder
+    from wdsprep.shards.manifest import Manifest
+    from wdsprep.shards.writer import ShardWriter
+
+    manifest = json.loads(pathlib.Path(manifest_path).read_text())
+    out.mkdir(parents=True)
+    splits = {}
+    for split, entry in manifest["splits"].items():
+        rows = []
+        for row in entry["shards"]:
+            url = str(pathlib.Path(manifest_path).parent / row["name"])
+            writer = ShardWriter(str(out), row["name"].rsplit("-", 1)[0], shard_bytes=1 << 40, encoder=Encoder("zstd"))
+            with writer:
+                for sample in wds.WebDataset(url, shardshuffle=False):
+                    fields = wdsprep.decode_sample(sample)
+                    writer.write(sample["__key__"], transform({k: v for k, v in fields.items() if not k.startswith("__")}))
+            rows.extend(dict(r.as_dict(), unit=row["unit"]) for r in writer.rows)
+        splits[split] = rows
+    tables = {name: table for name, table in manifest["tables"].items() if name != "fields"}
+    older = Manifest(manifest["source"], manifest["config"], manifest["fingerprint"], splits, tables, format="wdsprep/1")
+    (out / "manifest.json").write_bytes(older.dumps())
+    return str(out / "manifest.json")
+
+
+def voxels_v1(fields: dict) -> dict:
+    """A voxels/1 sample as wdsprep 0.1 wrote it: the per-ray arrays the ray file had as one structured array."""
+    meta = dict(fields["meta"], format="voxels/1")
+    names = [name for name in fields["rays"] if name in meta["ray_fields"]]
+    columns = {name: fields["rays"][name] for name in names}
+    table = np.empty(meta["num_rays"], dtype=[(name, a.dtype, a.shape[1:]) for name, a in columns.items()])
+    for name, array in columns.items():
+        table[name] = array
+    return {**{k: v for k, v in fields.items() if k not in ("rays", "meta")}, "rays": table, "meta": meta}
+
+
+def stream(manifest_path, split: str, stage) -> list:
+    return list(wds.WebDataset(wdsprep.urls(str(manifest_path), split), shardshuffle=False).compose(stage))
+
+
+def test_voxels_1_shards_still_read_to_the_same_training_samples(shard_sets, tmp_path):
+    older = rewrite_shards(shard_sets["voxels"], tmp_path / "v1", voxels_v1)
+    assert json.loads(pathlib.Path(older).read_text())["format"] == "wdsprep/1"
+    first = next(iter(wds.WebDataset(wdsprep.urls(older, "val"), shardshuffle=False)))
+    assert "rays.npy.zst" in first and "rays.npz.zst" not in first  # the structured array of voxels/1
+    for split in ("val", "test"):
+        stage = wdsprep.voxels.samples(mode="graph", rays_per_chunk=300, include_empty=True)
+        now, before = stream(shard_sets["voxels"], split, stage), stream(older, split, stage)
+        assert len(now) == len(before) > 0
+        for a, b in zip(now, before):
+            same({k: v.numpy() if hasattr(v, "numpy") else v for k, v in b.items()},
+                 {k: v.numpy() if hasattr(v, "numpy") else v for k, v in a.items()}, split, exact_dtype=True)
+    mapped_now = wdsprep.voxels.HierarchicalVoxelRayDataset(str(shard_sets["voxels"]), split="val", rays_per_chunk=500)
+    mapped_before = wdsprep.voxels.HierarchicalVoxelRayDataset(older, split="val", rays_per_chunk=500)
+    assert len(mapped_now) == len(mapped_before)
+    for index in range(0, len(mapped_now), 5):
+        a, b = mapped_now[index], mapped_before[index]
+        same({k: v.numpy() if hasattr(v, "numpy") else v for k, v in b.items()},
+             {k: v.numpy() if hasattr(v, "numpy") else v for k, v in a.items()}, f"val[{index}]", exact_dtype=True)
+
+
+def deepreg_v1(fields: dict) -> dict:
+    """A sample in the first deepreg layout: one member per group position, 3-D single labels, no identity scale."""
+    meta = json.loads(json.dumps(fields["meta"]))
+    out = {"meta": meta}
+
+    def volume_meta(volume):
+        if volume.get("scale") == [1.0, 0.0]:
+            del volume["scale"]
+        volume.pop("shape", None)
+        return volume
+
+    def squeeze(array):
+        return array[..., 0] if array.ndim == 4 and array.shape[-1] == 1 else array
+
+    if meta["type"] == "grouped":
+        for role in ("image", "label"):
+            if role + "s" in fields:
+                for position, volume in enumerate(group_volumes(
+                        {"encoding": {"name": "stack" if fields[role + "s"].ndim > 1 else "ragged"}},
+                        fields[role + "s"], meta, role)):
+                    out[f"{role}_{position:04d}"] = squeeze(np.ascontiguousarray(volume))
+        meta["volumes"] = [{role: volume_meta(v) for role, v in volumes.items()} for volumes in meta["volumes"]]
+    else:
+        for name, value in fields.items():
+            if name != "meta":
+                out[name] = squeeze(value) if name.endswith("label") else value
+        meta["volumes"] = {role: volume_meta(v) for role, v in meta["volumes"].items()}
+    return out
+
+
+def deepreg_stage(split: str):
+    kind = split.split("_")[0]
+    if kind == "paired":
+        return wdsprep.deepreg.pairs(kind, moving_image_shape=(8, 8, 8), fixed_image_shape=(6, 6, 6), seed=0)
+    return wdsprep.deepreg.pairs(kind, image_shape=(8, 8, 8), seed=0, sample_label="all")
+
+
+def test_deepreg_1_shards_still_read_to_the_same_pairs(shard_sets, tmp_path):
+    older = rewrite_shards(shard_sets["deepreg"], tmp_path / "v1", deepreg_v1)
+    for split in splits_of(shard_sets["deepreg"]):
+        if not split.endswith("train"):
+            continue
+        now, before = stream(shard_sets["deepreg"], split, deepreg_stage(split)), stream(older, split, deepreg_stage(split))
+        assert len(now) == len(before) > 0, split
+        for a, b in zip(now, before):
+            same(b, a, split, exact_dtype=True)
+
+
+def test_a_grouped_split_of_several_shapes_is_ragged_and_every_reader_gets_its_volumes(tmp_path, hf):
+    """Volumes of different shapes in one group: the table says `ragged`, HF loads it, the volumes undone
+    from the table are the files', and DeepReg's pairs equal those of the older per-position layout."""
+    datasets, cache = hf
+    from wdsprep.conversion import convert
+
+    rng = np.random.default_rng(3)
+    root = tmp_path / "g" / "train"
+    root.mkdir(parents=True)
+    with h5py.File(root / "images.h5", "w") as handle:
+        for group, shapes in enumerate([[(5, 6, 7), (6, 6, 6)], [(4, 5, 6), (5, 6, 7), (7, 5, 4)]], start=1):
+            for time, shape in enumerate(shapes, start=1):
+                handle[f"group-{group}-{time}"] = rng.random(shape).astype(np.float32)
+    manifest = convert("deepreg", str(tmp_path / "g"), str(tmp_path / "out"), shard_bytes="1MB")
+    entry = manifest.tables["fields"]["train"]["images.npy.zst"]
+    assert entry["encoding"]["name"] == "ragged" and entry["shape"] == [None]
+    files = wdsprep.urls(str(tmp_path / "out" / "manifest.json"), "train")
+    rows = list(datasets.load_dataset("webdataset", data_files={"train": files}, split="train", cache_dir=cache))
+    assert len(rows) == 2
+    with h5py.File(root / "images.h5", "r") as handle:
+        for row in rows:
+            volumes = group_volumes(entry, row["images.npy.zst"], row["meta.mp"], "image")
+            for volume, name in zip(volumes, row["meta.mp"]["names"]):
+                np.testing.assert_array_equal(volume, handle[name][()])
+    older = rewrite_shards(tmp_path / "out" / "manifest.json", tmp_path / "v1", deepreg_v1)
+    stage = lambda: wdsprep.deepreg.pairs("grouped", image_shape=(4, 4, 4), labeled=False, seed=0,  # noqa: E731
+                                          intra_group_prob=0.5)
+    now, before = stream(tmp_path / "out" / "manifest.json", "train", stage()), stream(older, "train", stage())
+    assert len(now) == len(before) > 0
+    for a, b in zip(now, before):
+        same(b, a, "ragged", exact_dtype=True)
