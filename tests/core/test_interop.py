@@ -432,3 +432,33 @@ def test_a_grouped_split_of_several_shapes_is_ragged_and_every_reader_gets_its_v
     assert len(now) == len(before) > 0
     for a, b in zip(now, before):
         same(b, a, "ragged", exact_dtype=True)
+
+
+def test_ray_files_without_the_optional_ids_still_make_one_schema(tmp_path, hf):
+    """Some ray files lack `face_ids`/`view_ids`: their samples hold the declared zero-length int32 arrays,
+    the split still has one schema (HF loads it), and the reader leaves those keys out as before."""
+    datasets, cache = hf
+    from tests.voxels.voxels_testdata import make_tiny
+    from wdsprep.conversion import convert
+
+    native = pathlib.Path(make_tiny(tmp_path / "native", seed=2))
+    stripped = set()
+    for ray_file in sorted((native / "ray_dataset_hierarchical").glob("level_*/*/*_rays.npz"))[::3]:
+        with np.load(ray_file) as archive:
+            arrays = {name: archive[name] for name in archive.files if name not in ("face_ids", "view_ids")}
+        np.savez(ray_file, **arrays)
+        stripped.add(ray_file.name[: -len("_rays.npz")])
+    manifest = convert("voxels", str(native), str(tmp_path / "out"), shard_bytes="1MB")
+    for split, table in manifest.tables["fields"].items():
+        assert field_table_problems(table) == [], split
+        columns = table["rays.npz.zst"]["columns"]
+        assert columns["face_ids"]["dtype"] == "<i4" and columns["face_ids"]["shape"] == [None]
+        assert "zero-length" in columns["face_ids"]["absent"]
+        files = wdsprep.urls(str(tmp_path / "out" / "manifest.json"), split)
+        rows = list(datasets.load_dataset("webdataset", data_files={split: files}, split=split, cache_dir=cache))
+        lacking = [row for row in rows if row["meta.mp"]["key"] in stripped]
+        assert lacking and len(lacking) < len(rows)
+        for row in lacking:
+            assert row["rays.npz.zst"]["face_ids"] == [] and "face_ids" not in row["meta.mp"]["ray_fields"]
+        chunks = stream(tmp_path / "out" / "manifest.json", split, wdsprep.voxels.samples(include_empty=True))
+        assert {("face_ids" in c, c["hash"].split("_")[-1] in stripped) for c in chunks} == {(False, True), (True, False)}
