@@ -1,6 +1,6 @@
 """wdsprep: research datasets to deterministic WebDataset shards, streamed into PyTorch.
 
-Public API: `urls`, `dataset`, `decode`, `Loader`, every exception of `wdsprep.errors`, and one
+Public API: `urls`, `dataset`, `decode`, `decode_sample`, `zst_handler`, `Loader`, every exception of `wdsprep.errors`, and one
 namespace per source (`wdsprep.voxels`, `wdsprep.minecraft`, `wdsprep.deepreg`, `wdsprep.rawnind`,
 `wdsprep.noisebase`), imported on first use.
 """
@@ -27,9 +27,11 @@ from .errors import (
     WdsprepError,
 )
 from .shards.codec import decode, decode_sample
+from .shards.interop import register_webdataset_decoder, zst_handler
 from .storage.gopen import register_webdataset_schemes
 
 register_webdataset_schemes()  # plain `wds.WebDataset("s3://...")` works after `import wdsprep`
+register_webdataset_decoder()  # plain `wds.WebDataset(urls).decode()` decodes `.npy.zst` too
 
 from .sources.registry import NAMESPACES as SOURCE_IDS  # the one list of built-in sources
 
@@ -40,6 +42,7 @@ __all__ = [
     "dataset",
     "decode",
     "decode_sample",
+    "zst_handler",
     "Loader",
     "WdsprepError",
     "InputError",

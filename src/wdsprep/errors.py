@@ -9,7 +9,7 @@ package for classes defined elsewhere). A class that is also a builtin error kee
     ├── OutputError           output not writable: full disk, permissions, directory in use
     ├── ConversionError       units failed (each failure named), no manifest written
     ├── UnitFailedError       a unit failed on every attempt on Ray (`cause`, `attempts`)
-    ├── FormatError           a shard, member or manifest breaks wdsprep/1
+    ├── FormatError           a shard, member or manifest breaks the wdsprep format
     │   ├── ShardError
     │   └── ManifestError
     ├── ConfigError           invalid conversion or reader configuration
@@ -49,7 +49,7 @@ class UnitFailedError(WdsprepError):
 
 
 class FormatError(WdsprepError):
-    """A shard, member or manifest breaks the wdsprep/1 format."""
+    """A shard, member or manifest breaks the wdsprep format."""
 
 
 class ShardError(FormatError):

@@ -6,6 +6,7 @@ import json
 import pathlib
 import re
 import tarfile
+import zipfile
 
 import msgpack
 import numpy as np
@@ -14,7 +15,7 @@ import zstandard
 
 import wdsprep
 from wdsprep.cli import main
-from wdsprep.shards.codec import ARRAY_CODECS, CODECS, Encoder, split_field
+from wdsprep.shards.codec import ARRAY_CODECS, CODECS, COLUMN_CODECS, Columns, Encoder, split_field
 from wdsprep.shards.writer import ShardWriter
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -31,25 +32,52 @@ def numpy_reads(data: bytes):
     return np.load(io.BytesIO(data), allow_pickle=False)
 
 
+def npz_bytes(columns) -> bytes:
+    """An .npz as the format states it: Python's zipfile, one stored `<name>.npy` (np.save) per column,
+    dated 1980-01-01, made on Unix, mode 0644 (np.savez itself stamps the clock)."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        for name, array in columns.items():
+            info = zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.create_system, info.external_attr = 3, 0o644 << 16
+            archive.writestr(info, npy_bytes(array))
+    return buffer.getvalue()
+
+
+def numpy_reads_npz(data: bytes) -> dict:
+    with np.load(io.BytesIO(data), allow_pickle=False) as archive:
+        return {name: archive[name] for name in archive.files}
+
+
 # extension -> (what an independent library writes for a value, how it reads member bytes back).
 # A codec added to the table without an entry here fails `test_every_extension_has_an_independent_oracle`.
 ORACLES = {
     "npy": (npy_bytes, numpy_reads),
     "npy.zst": (lambda value: zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(npy_bytes(value)),
                 lambda data: numpy_reads(zstandard.ZstdDecompressor().decompress(data))),
+    "npz": (npz_bytes, numpy_reads_npz),
+    "npz.zst": (lambda value: zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(npz_bytes(value)),
+                lambda data: numpy_reads_npz(zstandard.ZstdDecompressor().decompress(data))),
     "mp": (lambda value: msgpack.packb(value, use_bin_type=True), lambda data: msgpack.unpackb(data, raw=False)),
     "json": (lambda value: json.dumps(value, sort_keys=True, separators=(",", ":")).encode(), json.loads),
 }
 VALUES = {  # a value of the kind each extension holds
     "npy": np.asfortranarray(np.arange(12, dtype=np.int16).reshape(3, 4)),
     "npy.zst": np.arange(24, dtype=np.float32).reshape(2, 3, 4),
+    "npz": Columns(origins=np.arange(6, dtype=np.float32).reshape(2, 3), hits=np.array([1, 0], np.uint8)),
+    "npz.zst": Columns(ids=np.arange(5, dtype=np.int32), empty=np.zeros(0, np.int32),
+                       grid=np.asfortranarray(np.arange(6, dtype=np.int16).reshape(2, 3))),
     "mp": {"label": 3, "name": "ü", "blob": b"\x00\x01", "shape": [2, 3]},
     "json": {"b": [1, 2.5, None], "a": "x"},
 }
 
 
 def same(got, expected):
-    if isinstance(expected, np.ndarray):
+    if isinstance(expected, Columns):
+        assert isinstance(got, dict) and list(got) == list(expected)
+        for name in expected:
+            same(got[name], expected[name])
+    elif isinstance(expected, np.ndarray):
         assert isinstance(got, np.ndarray) and got.dtype == expected.dtype and got.shape == expected.shape
         np.testing.assert_array_equal(got, expected)
     else:
@@ -80,11 +108,12 @@ def test_every_registered_extension_is_written_and_read_back_like_the_libraries_
     """Each extension named explicitly, plus an array and a dict named without one (what sources do)."""
     fields = {f"f{index}.{extension}": VALUES[extension] for index, extension in enumerate(sorted(CODECS))}
     fields["plain_array"] = VALUES["npy.zst"]
+    fields["plain_columns"] = VALUES["npz.zst"]
     fields["plain_meta"] = VALUES["mp"]
     members = written_members(tmp_path, {"k0": fields}, codec)
     assert len(members) == len(fields)
     assert {extension_of(name) for name in members} == set(CODECS)  # every registered extension reachable
-    implicit = {"plain_array": ARRAY_CODECS[codec], "plain_meta": "mp"}
+    implicit = {"plain_array": ARRAY_CODECS[codec], "plain_columns": COLUMN_CODECS[codec], "plain_meta": "mp"}
     for field, value in fields.items():
         extension = implicit.get(field) or field.split(".", 1)[1]
         data = members[f"k0.{field.split('.')[0]}.{extension}"]

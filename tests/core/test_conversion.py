@@ -148,7 +148,7 @@ def test_inspect_shows_splits_ratio_and_fields(tmp_path, generic_input):
     assert "train:" in result.stdout and "200 samples" in result.stdout and "compression" in result.stdout
     assert "array.npy.zst: float32[4096]" in result.stdout and "meta.mp: {index, label, name}" in result.stdout
     data = json.loads((tmp_path / "out" / "manifest.json").read_text())
-    assert data["format"] == "wdsprep/1" and data["totals"]["samples"] == 220
+    assert data["format"] == "wdsprep/2" and data["totals"]["samples"] == 220
 
 
 def test_split_option_converts_only_that_split_and_keeps_other_shards(tmp_path, generic_input):

@@ -18,6 +18,7 @@ EXPECTED_KINDS = {
     "dataset": "function",
     "decode": "function",
     "decode_sample": "function",
+    "zst_handler": "function",
     "Loader": "class",
     "WdsprepError": "exception",
     "InputError": "exception",

@@ -202,6 +202,17 @@ def test_multi_dir_grouped_sorts_like_deepreg(deepreg_data, tmp_path):
 
 
 # --------------------------------------------------------------------------------- NIfTI == H5
+def group_volume(sample: dict, role: str, position: int) -> np.ndarray:
+    """Volume `position` of a grouped sample, undone as docs/deepreg.md says: `<role>s` stacked on a
+    first axis, or (one dimension) the volumes raveled and concatenated, shapes in meta.volumes."""
+    group = sample[role + "s"]
+    if group.ndim > 1:
+        return group[position]
+    shapes = [volume[role]["shape"] for volume in sample["meta"]["volumes"]]
+    offsets = np.cumsum([0] + [int(np.prod(shape)) for shape in shapes])
+    return group[offsets[position]:offsets[position + 1]].reshape(shapes[position])
+
+
 def _by_name(manifest, split):
     out = {}
     for sample in raw_samples(manifest, split):
@@ -210,7 +221,7 @@ def _by_name(manifest, split):
         for position, name in enumerate(names):
             key = name.split("/")[-1].replace(".nii.gz", "")
             if meta["type"] == "grouped":
-                out[key] = {"image": sample[f"image_{position:04d}"]}
+                out[key] = {"image": group_volume(sample, "image", position)}
             else:
                 out[key] = {f: sample[f] for f in sample if not f.startswith("__") and f != "meta"}
     return out

@@ -222,9 +222,9 @@ def test_unknown_ray_file_arrays_survive_the_round_trip(copy):
     }
     _rewrite(ray_file, **extra)
     fields = build_fields(2, key, ray_file, voxel_file, False, ["train"], 16)
-    assert "extra_lut" in fields and "normals" in fields["rays"].dtype.names
+    assert "extra_lut" in fields and "normals" in fields["rays"]
     raw = {"__key__": "k", **dict(Encoder().encode_fields("k", fields))}
-    assert sorted(raw) == ["__key__", "extra_lut.npy.zst", "meta.mp", "rays.npy.zst", "voxels_packed.npy.zst"]
+    assert sorted(raw) == ["__key__", "extra_lut.npy.zst", "meta.mp", "rays.npz.zst", "voxels_packed.npy.zst"]
     voxels, rays = native_arrays(decode_sample(raw))
     with np.load(ray_file) as z:
         assert set(rays) == set(z.files)

@@ -1,8 +1,14 @@
-"""Member codecs of the wdsprep/1 format: `.mp`, `.npy`, `.npy.zst`, `.json`. Never pickle.
+"""Member codecs of the wdsprep format: `.mp`, `.npy`, `.npy.zst`, `.npz`, `.npz.zst`, `.json`. Never pickle.
 
 A member name is `<key>.<field>.<ext>`; the field's extension says how its bytes decode, so the
 format describes itself. Decoding returns writable numpy arrays (reading straight into them where
 possible) because training code may modify a sample in place.
+
+Every extension is one that plain readers decode themselves (webdataset, Hugging Face datasets and
+Ray Data: `.npy`, `.npz`, `.mp`, `.json`, with HF datasets undoing `.zst` first; `wdsprep.shards.interop`
+adds `.zst` to webdataset's and gives Ray a decoder). A value of class `Columns` (named arrays that
+belong together, e.g. the per-ray arrays of a voxels sample) is written as one standard `.npz`: a
+dict of plain arrays to every reader, never a structured record dtype, which Arrow cannot hold.
 
 `CODECS` (extension -> `MemberCodec`) is the one table of member extensions: the writer's field
 names, the reader's extension split, the decoders and the `--codec` choices (`ARRAY_CODECS`) all
@@ -16,6 +22,7 @@ import json
 import math
 import re
 import threading
+import zipfile
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -81,6 +88,33 @@ def encode_json(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
 
 
+class Columns(dict):
+    """Named arrays written together as one `.npz` member (`name -> array`, in insertion order).
+
+    For arrays that always travel together (one member instead of one per array: a tar member costs
+    512 bytes of header and up to 511 of padding); every reader gets a dict of plain arrays back.
+    """
+
+
+_NPZ_DATE = (1980, 1, 1, 0, 0, 0)  # the zip epoch: no clock in the bytes
+_COLUMN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_\-]*")
+
+
+def encode_npz(columns: dict) -> bytes:
+    """A standard `.npz` (`np.load` reads it): one stored (uncompressed) `<name>.npy` entry per
+    column in the dict's order, dated 1980-01-01, made on "Unix": equal columns, equal bytes."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        for name, array in columns.items():
+            if not isinstance(name, str) or not _COLUMN.fullmatch(name):
+                raise ValueError(f"column name {name!r} is not letters, digits, '_' and '-'")
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=_NPZ_DATE)
+            info.create_system = 3
+            info.external_attr = 0o644 << 16
+            archive.writestr(info, encode_npy(array))
+    return buffer.getvalue()
+
+
 class Encoder:
     """Turns a source's fields into (member suffix, bytes) pairs.
 
@@ -94,6 +128,7 @@ class Encoder:
         self.codec = codec
         self.zstd_level = zstd_level
         self._array_extension = ARRAY_CODECS[codec]
+        self._columns_extension = COLUMN_CODECS[codec]
         self._compressor: zstandard.ZstdCompressor | None = None
         self._plans: dict[tuple[str, type], tuple[str, Callable[[Any], bytes]]] = {}
 
@@ -131,6 +166,8 @@ class Encoder:
                 member = name
             elif issubclass(kind, np.ndarray):
                 member = f"{name}.{self._array_extension}"
+            elif issubclass(kind, Columns):
+                member = f"{name}.{self._columns_extension}"
             else:
                 member = f"{name}.mp"
             plan = (member, self._value_encoder(member, kind))
@@ -274,6 +311,27 @@ def decode_npy_zst(data: bytes | memoryview) -> np.ndarray:
         raise FormatError(f"corrupt zstd data: {error}") from None
 
 
+def decode_npz(data: bytes | bytearray | memoryview) -> dict[str, np.ndarray]:
+    """`{name: writable array}` of an `.npz` (stored or deflated entries, CRC-checked; never pickle)."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            columns = {}
+            for info in archive.infolist():
+                if not info.filename.endswith(".npy"):
+                    raise FormatError(f".npz entry {info.filename!r} is not an .npy array")
+                columns[info.filename[:-4]] = decode_npy(bytearray(archive.read(info)))
+            return columns
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError, OSError) as error:
+        raise FormatError(f"not a readable .npz ({error})") from None
+
+
+def decode_npz_zst(data: bytes | memoryview) -> dict[str, np.ndarray]:
+    try:
+        return decode_npz(decompressor().decompress(data))  # the frame states its size; a cut frame fails
+    except zstandard.ZstdError as error:
+        raise FormatError(f"corrupt zstd data: {error}") from None
+
+
 def decode_msgpack(data: bytes) -> Any:
     return msgpack.unpackb(data, raw=False, strict_map_key=False)
 
@@ -292,17 +350,21 @@ class MemberCodec:
     decode: Callable[[Any], Any]  # bytes -> value, undoing `zstd` too
     zstd: bool = False  # `encode`'s bytes are then zstd-compressed at the Encoder's level
     codec: str | None = None  # the `--codec` name that writes arrays with this extension
+    columns: str | None = None  # the `--codec` name that writes `Columns` with this extension
     bytes_are_encoded: bool = True  # a bytes value is already member data (else it is encoded as a value)
 
 
-CODECS: dict[str, MemberCodec] = {  # extension -> codec: every member extension wdsprep/1 knows
+CODECS: dict[str, MemberCodec] = {  # extension -> codec: every member extension the format knows
     "npy.zst": MemberCodec("npy.zst", encode_npy, decode_npy_zst, zstd=True, codec="zstd"),
     "npy": MemberCodec("npy", encode_npy, decode_npy, codec="none"),
+    "npz.zst": MemberCodec("npz.zst", encode_npz, decode_npz_zst, zstd=True, columns="zstd"),
+    "npz": MemberCodec("npz", encode_npz, decode_npz, columns="none"),
     "mp": MemberCodec("mp", encode_msgpack, decode_msgpack, bytes_are_encoded=False),
     "json": MemberCodec("json", encode_json, decode_json),
 }
 EXTENSIONS = tuple(CODECS)
 ARRAY_CODECS = {codec.codec: extension for extension, codec in CODECS.items() if codec.codec}  # --codec name -> extension
+COLUMN_CODECS = {codec.columns: extension for extension, codec in CODECS.items() if codec.columns}  # the same, for Columns
 DECODERS: dict[str, Callable[[Any], Any]] = {extension: codec.decode for extension, codec in CODECS.items()}
 _LONGEST_FIRST = sorted(EXTENSIONS, key=len, reverse=True)  # `npy.zst` before any `zst` that may come
 _FIELD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]*(\.(" + "|".join(map(re.escape, _LONGEST_FIRST)) + "))?$")
@@ -356,6 +418,8 @@ def _to_torch(value: Any) -> Any:
 
     if isinstance(value, np.ndarray):
         return torch.from_numpy(value)
+    if value.__class__ is dict:  # an .npz member's columns
+        return {name: _to_torch(column) for name, column in value.items()}
     return value
 
 

@@ -6,6 +6,13 @@ types, non-negative integer counts, a sha256 per shard, shard names that follow 
 overall totals that add up. A violation is one `ManifestError` line naming the manifest and the
 field. Shard rows may carry further optional fields (e.g. a per-shard index); those are kept as they
 are.
+
+The format is `wdsprep/2`: members any plain reader turns into arrays (no structured record dtypes,
+the same members and dtypes in every sample of a split). `wdsprep/1` manifests (and their shards)
+still read. A source may describe its members in the table `tables["fields"]` ({split: {member:
+entry}}, built with `describe_fields` / `merge_fields`): per array its dtype and shape (`null` where
+a dimension varies), per `.npz` member the same per column, and where a reader must undo something
+to get the arrays back, the `encoding` (e.g. bit-packed voxels) and the `absent` convention.
 """
 from __future__ import annotations
 
@@ -14,9 +21,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..errors import ManifestError
 
-FORMAT = "wdsprep/1"
+FORMAT = "wdsprep/2"
+READ_FORMATS = ("wdsprep/1", FORMAT)  # wdsprep/1: the layout before every member was plain arrays
 MANIFEST_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 SPLIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
@@ -39,6 +49,7 @@ class Manifest:
     input_bytes: int = 0
     timing: dict = field(default_factory=dict)  # informational; excluded from comparisons
     url: str | None = None  # where it was loaded from (not serialized)
+    format: str = FORMAT  # the format of the shards it lists (a loaded wdsprep/1 manifest says so)
 
     # -- derived
     def shards(self, split: str) -> list[dict]:
@@ -72,7 +83,7 @@ class Manifest:
             for split, rows in sorted(self.splits.items())
         }
         return {
-            "format": FORMAT,
+            "format": self.format,
             "manifest_version": MANIFEST_VERSION,
             "source": self.source,
             "config": self.config,
@@ -95,7 +106,7 @@ class Manifest:
     @classmethod
     def from_dict(cls, data: dict, url: str | None = None) -> "Manifest":
         where = url or "manifest"
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
+        if not isinstance(data, dict) or data.get("format") not in READ_FORMATS:
             raise ManifestError(f"{where}: not a {FORMAT} manifest (format={data.get('format') if isinstance(data, dict) else None!r})")
         version = data.get("manifest_version")
         if version != MANIFEST_VERSION:
@@ -114,6 +125,7 @@ class Manifest:
             input_bytes=data.get("input_bytes", 0),
             timing=data.get("timing", {}),
             url=url,
+            format=data["format"],
         )
 
     @classmethod
@@ -206,6 +218,12 @@ def validate(data: dict, where: str) -> None:
     if "totals" in data:
         for field_name, actual in totals.items():
             _check_sum(where, f"totals.{field_name}", data["totals"].get(field_name), actual)
+    fields = data.get("tables", {}).get("fields")
+    if fields is not None:
+        if not isinstance(fields, dict) or not all(
+                isinstance(table, dict) and all(isinstance(entry, dict) and entry.get("kind") in KINDS
+                                                for entry in table.values()) for table in fields.values()):
+            raise ManifestError(f"{where}: tables.fields: expected {{split: {{member: {{kind: {'|'.join(KINDS)}, ...}}}}}}")
 
 
 def join_url(base: str, name: str) -> str:
@@ -217,3 +235,110 @@ def comparable(manifest: dict | Manifest) -> dict[str, Any]:
     data = manifest.to_dict() if isinstance(manifest, Manifest) else dict(manifest)
     data.pop("timing", None)
     return data
+
+
+# -- the per-field table (`tables["fields"]`)
+KINDS = ("array", "columns", "value")
+
+
+def describe_value(value: Any) -> dict:
+    """`{"kind": "array", "dtype", "shape"}`, `{"kind": "columns", "columns": {name: array entry}}`
+    (an `.npz` member) or `{"kind": "value"}` (msgpack/json)."""
+    from .codec import Columns
+
+    if isinstance(value, np.ndarray):
+        return {"kind": "array", "dtype": value.dtype.str, "shape": list(value.shape)}
+    if isinstance(value, Columns):
+        return {"kind": "columns", "columns": {name: describe_value(np.asarray(column)) for name, column in value.items()}}
+    return {"kind": "value"}
+
+
+def describe_fields(encoder, fields: dict) -> dict:
+    """{member suffix as written (`rays.npz.zst`): entry} of one sample's fields."""
+    return {encoder.field_name(name, value): describe_value(value) for name, value in fields.items()}
+
+
+def _merge_entry(a: dict, b: dict) -> dict:
+    if a == b:
+        return a
+    if a["kind"] != b["kind"]:
+        return {"kind": "value", "mixed": True}
+    if a["kind"] == "columns":
+        return {**a, "columns": merge_fields(a["columns"], b["columns"])}
+    if a["kind"] != "array":
+        return a
+    merged = dict(a)
+    if a["dtype"] != b["dtype"]:
+        merged["dtype"] = sorted(set(_as_list(a["dtype"])) | set(_as_list(b["dtype"])))
+    if a["shape"] is None or b["shape"] is None or len(a["shape"]) != len(b["shape"]):
+        merged["shape"] = None  # the rank varies
+    else:
+        merged["shape"] = [x if x == y else None for x, y in zip(a["shape"], b["shape"])]
+    return merged
+
+
+def _as_list(dtype) -> list:
+    return dtype if isinstance(dtype, list) else [dtype]
+
+
+def merge_fields(a: dict, b: dict) -> dict:
+    """Two field tables (of samples, units or splits) as one: dimensions that differ become `None`,
+    dtypes that differ a list, and a member not in both is marked `"missing_in_some": true`."""
+    merged = {}
+    for name in sorted(set(a) | set(b)):
+        if name in a and name in b:
+            merged[name] = _merge_entry(a[name], b[name])
+        else:
+            merged[name] = dict(a.get(name) or b[name], missing_in_some=True)
+    return merged
+
+
+def field_table_problems(table: dict, path: str = "") -> list[str]:
+    """What keeps a split's samples from sharing one schema (what Arrow readers need): members or
+    columns missing in some samples, dtypes or ranks that vary, a member that is sometimes not an array."""
+    problems = []
+    for name, entry in table.items():
+        where = f"{path}{name}"
+        if entry.get("missing_in_some"):
+            problems.append(f"{where}: missing in some samples")
+        if entry.get("mixed"):
+            problems.append(f"{where}: an array in some samples, not in others")
+        if isinstance(entry.get("dtype"), list):
+            problems.append(f"{where}: dtypes {', '.join(entry['dtype'])}")
+        if entry.get("kind") == "array" and entry.get("shape") is None:
+            problems.append(f"{where}: the number of dimensions varies")
+        if entry.get("kind") == "columns":
+            problems.extend(field_table_problems(entry["columns"], f"{where}:"))
+    return problems
+
+
+class FieldRecorder:
+    """Collects the field table of the samples a unit builds, per split (`Source.build` side):
+    `add(split, fields)` per sample, then `report(ctx)` once; `split_tables(unit_tables)` merges
+    what every unit reported into `{split: table}` (`Source.finalize` side)."""
+
+    TABLE = "fields"
+
+    def __init__(self, options: dict):
+        from .codec import Encoder
+
+        self.encoder = Encoder(options.get("codec", "zstd"))  # names members as the writer does
+        self.tables: dict[str, dict] = {}
+
+    def add(self, split: str, fields: dict) -> None:
+        described = describe_fields(self.encoder, fields)
+        seen = self.tables.get(split)
+        self.tables[split] = described if seen is None else merge_fields(seen, described)
+
+    def report(self, ctx) -> None:
+        for split, table in sorted(self.tables.items()):
+            ctx.add_table_entry(self.TABLE, {"split": split, "fields": table})
+
+    @classmethod
+    def split_tables(cls, unit_tables) -> dict[str, dict]:
+        merged: dict[str, dict] = {}
+        for tables in unit_tables:
+            for entry in tables.get(cls.TABLE, []):
+                seen = merged.get(entry["split"])
+                merged[entry["split"]] = entry["fields"] if seen is None else merge_fields(seen, entry["fields"])
+        return dict(sorted(merged.items()))

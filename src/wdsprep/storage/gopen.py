@@ -24,8 +24,7 @@ def register_webdataset_schemes() -> None:
     """Make `webdataset.gopen` read (and, where we write them, write) our `webdataset` schemes."""
     wds_gopen = sys.modules.get("webdataset.gopen")  # the module (the package exports a function)
     if wds_gopen is None:
-        if not any(isinstance(finder, _RegisterOnImport) for finder in sys.meta_path):
-            sys.meta_path.insert(0, _RegisterOnImport())
+        when_imported("webdataset.gopen", register_webdataset_schemes)
         return
     handlers = wds_gopen.gopen_schemes
     for name, scheme in list(SCHEMES.items()):
@@ -49,11 +48,21 @@ def _handler(scheme, previous):
     return gopen
 
 
+def when_imported(fullname: str, callback) -> None:
+    """Call `callback()` right after the module `fullname` is first imported (once per pair)."""
+    if not any(isinstance(f, _RegisterOnImport) and (f.fullname, f.callback) == (fullname, callback)
+               for f in sys.meta_path):
+        sys.meta_path.insert(0, _RegisterOnImport(fullname, callback))
+
+
 class _RegisterOnImport(importlib.abc.MetaPathFinder):
-    """Runs `register_webdataset_schemes` right after `webdataset.gopen` is first imported."""
+    """Runs a registration (`callback`) right after the module `fullname` is first imported."""
+
+    def __init__(self, fullname: str, callback):
+        self.fullname, self.callback = fullname, callback
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != "webdataset.gopen":
+        if fullname != self.fullname:
             return None
         sys.meta_path.remove(self)  # find the real module with the other finders
         try:
@@ -67,8 +76,8 @@ class _RegisterOnImport(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             original_exec(module)
-            sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _RegisterOnImport)]
-            register_webdataset_schemes()
+            sys.meta_path[:] = [f for f in sys.meta_path if f is not self]
+            self.callback()
 
         loader.exec_module = exec_module
         return spec

@@ -1,9 +1,21 @@
 """DeepReg native data -> shard samples (plan / build / finalize).
 
-One shard sample per pair (paired), per image (unpaired) or per group (grouped). Volumes are
-stored exactly as in the files (on-disk dtype, NIfTI scaling kept aside in `meta`), and `meta`
-carries what is needed to rebuild DeepReg's integer indices: the data index, obs name, dir, group
-index and in-group order, plus the NIfTI affine and zooms.
+One shard sample per pair (paired), per image (unpaired) or per group (grouped). Volumes keep the
+files' values (NIfTI scaling kept aside in `meta`), and `meta` carries what is needed to rebuild
+DeepReg's integer indices: the data index, obs name, dir, group index and in-group order, plus the
+NIfTI affine and zooms.
+
+Layout `deepreg/2`: every sample of a split has the same members, dtypes and ranks, so Arrow
+readers (HF datasets, Ray Data) take a split as one table:
+- a role's volumes have one dtype per split: the files' own when they agree, else the smallest
+  dtype that holds all of them (`np.result_type`, value-preserving; the field table says so);
+- labels are always 4-D `(X, Y, Z, C)`: a single 3-D label is stored with C = 1 (DeepReg squeezes
+  a trailing 1, and so does the reader);
+- a group is two members, `images` and `labels`: the group's volumes stacked along a new first
+  axis when every volume of that role in the split has one shape, else (`ragged`) each volume
+  raveled in C order and concatenated, its shape in `meta.volumes[i].<role>.shape`;
+- every NIfTI volume's meta has `scale` ([1.0, 0.0] when the file has none).
+The older layout (one `image_<i>`/`label_<i>` member per group position, 3-D single labels) still reads.
 """
 from __future__ import annotations
 
@@ -12,11 +24,15 @@ import os
 import re
 from typing import Iterator
 
+import numpy as np
+
 from ...errors import ConfigError, InputError
+from ...shards.manifest import FieldRecorder
 from ..base import Plan, PlanContext, Source, Unit, UnitContext, group_by_size
 from . import native
 from ._config import DatasetConfig, load_config, parse_section, read_yaml
 
+LAYOUT = "deepreg/2"
 CONFIG_NAME = "deepreg.yaml"
 MEMBER_OVERHEAD = 4096  # tar header + padding + zstd frame + msgpack meta share, per member  # a directory holding this file is converted from it
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
@@ -79,6 +95,7 @@ def _split_items(kind: str, split, out_split: str, dataset: str) -> tuple[list[d
     label_counts: dict[str, int] = {}  # role -> C seen first (unpaired/grouped: one C per split)
     first_label_file: dict[str, str] = {}
     described = []
+    role_infos: dict[str, list] = {}
     for obs in observations:
         volumes, size, counts = {}, 0, {}
         infos = {}
@@ -86,6 +103,7 @@ def _split_items(kind: str, split, out_split: str, dataset: str) -> tuple[list[d
             ref = obs.refs[folder]
             info = native.volume_info(ref)
             infos[role] = (ref, info)
+            role_infos.setdefault(role, []).append(info)
             if role.endswith("image"):
                 native.check_image_shape(ref, info, role.replace("_", " "))
             else:
@@ -119,7 +137,9 @@ def _split_items(kind: str, split, out_split: str, dataset: str) -> tuple[list[d
         "dirs": split.dirs,
         "obs": [[obs.index, obs.dir, obs.name] for obs, *_ in described],
     }
-    common = {"dataset": dataset, "split": split.name, "type": kind, "format": split.format}
+    common = {"dataset": dataset, "split": split.name, "type": kind, "format": split.format,
+              "stored": {role: stored_as(role, infos) for role, infos in sorted(role_infos.items())}}
+    table["stored"] = common["stored"]
     if kind != "grouped":
         items = [
             dict(common, key=f"{obs.index:05d}_{safe_name(obs.name)}", index=obs.index, name=obs.name, dir=obs.dir,
@@ -151,6 +171,18 @@ def _split_items(kind: str, split, out_split: str, dataset: str) -> tuple[list[d
     table["groups"] = [[d, g] for (d, g), _ in structure]
     table["num_groups"] = len(structure)
     return items, sizes, table
+
+
+def _stored_shape(role: str, shape: tuple) -> tuple:
+    return (*shape, 1) if role.endswith("label") and len(shape) == 3 else tuple(shape)
+
+
+def stored_as(role: str, infos: list) -> dict:
+    """How a role's volumes are stored in a split: one dtype (the files' own, or the smallest one
+    holding every file's values), the files' dtypes, and whether all have one shape (`stack`)."""
+    dtypes = sorted({np.dtype(info.dtype).newbyteorder("=").str for info in infos})
+    shapes = {_stored_shape(role, info.shape) for info in infos}
+    return {"dtype": np.result_type(*dtypes).str, "file_dtypes": dtypes, "stack": len(shapes) == 1}
 
 
 def _even_groups(items: list, sizes: list[int], target: int) -> list[list]:
@@ -241,7 +273,7 @@ class DeepRegSource(Source):
                     unit_bytes = sum(size_of[item["key"]] for item in group)
                     units.append(Unit(out_split, index, group, unit_bytes))
                     total += unit_bytes
-        config_json = {"datasets": {name or "": config.to_json() for name, config in datasets}}
+        config_json = {"layout": LAYOUT, "datasets": {name or "": config.to_json() for name, config in datasets}}
         return Plan(units, config_json, total, tables)
 
     def inputs(self, item: dict) -> list[str]:
@@ -249,6 +281,7 @@ class DeepRegSource(Source):
 
     def build(self, unit: Unit, ctx: UnitContext) -> Iterator[tuple[str, dict]]:
         handles: dict = {}
+        recorder = FieldRecorder(ctx.options)
         try:
             for item in unit.items:
                 try:
@@ -256,10 +289,17 @@ class DeepRegSource(Source):
                 except InputError as error:
                     ctx.skip_or_raise(item["key"], error)
                     continue
+                recorder.add(unit.split, sample)
                 yield item["key"], sample
         finally:
             for handle in handles.values():
                 handle.close()
+        recorder.report(ctx)
+
+    def finalize(self, plan: Plan, unit_tables) -> dict:
+        splits = plan.tables["splits"]
+        return {"fields": {split: declare_fields(table, splits[split]) for split, table
+                           in FieldRecorder.split_tables(unit_tables).items()}}
 
     def synth(self, directory: str, seed: int, size: str) -> None:
         from .synth import synth
@@ -267,16 +307,22 @@ class DeepRegSource(Source):
         synth(directory, seed, size)
 
 
-def _read(volume: dict, handles: dict, is_label: bool):
+def _read(volume: dict, handles: dict, is_label: bool, stored: dict):
     ref = native.VolumeRef(volume["path"], volume["key"])
     array, meta = native.read_volume(ref, handles)
     meta["file"] = volume["rel"]
     if is_label:
         native.check_label_values(array, ref, meta)
+        if array.ndim == 3:
+            array = array[..., None]  # (X, Y, Z, 1): every label of a split has the same rank
     else:
         if array.ndim != 3 or 0 in array.shape:
             raise InputError(f"{ref.describe()}: image has shape {array.shape}; DeepReg: image shape should be 3D "
                              f"and non-empty")
+    if array.dtype.str != stored["dtype"]:
+        array = array.astype(stored["dtype"])  # value-preserving (np.result_type of the split's dtypes)
+    if ref.key is None:
+        meta.setdefault("scale", [1.0, 0.0])  # every NIfTI volume's meta has the same keys
     return array, meta
 
 
@@ -284,26 +330,57 @@ def _build_item(item: dict, handles: dict) -> dict:
     meta = {k: item[k] for k in ("dataset", "split", "type", "format", "dir", "num_labels")}
     block_id, position, size = item["block"]
     meta["block"] = {"id": block_id, "position": position, "size": size}
+    stored = item["stored"]
     fields: dict = {}
     if item["type"] == "grouped":
         meta.update(group_index=item["group_index"], group=item["group"], names=item["names"],
                     num_groups=item["num_groups"],
                     data_indices=item["data_indices"], volumes=[])
-        for position, volumes in enumerate(item["volumes"]):
+        arrays: dict[str, list] = {}
+        for volumes in item["volumes"]:
             entry = {}
             for role, volume in sorted(volumes.items()):
-                array, volume_meta = _read(volume, handles, role == "label")
-                fields[f"{role}_{position:04d}"] = array
+                array, volume_meta = _read(volume, handles, role == "label", stored[role])
+                volume_meta["shape"] = list(array.shape)
+                arrays.setdefault(role, []).append(array)
                 entry[role] = volume_meta
             meta["volumes"].append(entry)
+        for role, group in arrays.items():
+            fields[role + "s"] = np.stack(group) if stored[role]["stack"] else np.concatenate([a.ravel() for a in group])
     else:
         meta.update(index=item["index"], name=item["name"], volumes={})
         for role, volume in sorted(item["volumes"].items()):
-            array, volume_meta = _read(volume, handles, role.endswith("label"))
+            array, volume_meta = _read(volume, handles, role.endswith("label"), stored[role])
             fields[role] = array
             meta["volumes"][role] = volume_meta
     fields["meta"] = meta
     return fields
+
+
+LABEL_NOTE = "(X, Y, Z, C), one channel per label: a single 3-D label has C = 1"
+
+
+def declare_fields(table: dict, split_table: dict) -> dict:
+    """A split's observed field table plus what a reader must know: the label rank rule, dtypes
+    promoted from several file dtypes, and how a group's volumes share one member."""
+    stored = split_table["stored"]
+    declared = {}
+    for member, entry in table.items():
+        entry = dict(entry)
+        field = member.split(".", 1)[0]
+        role = field[:-1] if split_table["type"] == "grouped" and field in ("images", "labels") else field
+        if role in stored:
+            if len(stored[role]["file_dtypes"]) > 1:
+                entry["promoted_from"] = stored[role]["file_dtypes"]
+            if role.endswith("label"):
+                entry["note"] = LABEL_NOTE
+            if role != field:
+                entry["encoding"] = {"name": "stack", "axis": 0, "count": {"member": "meta.mp", "key": "names"}} \
+                    if stored[role]["stack"] else \
+                    {"name": "ragged", "order": "C", "shape": {"member": "meta.mp", "key": f"volumes[i].{role}.shape"},
+                     "undo": "np.split(flat, np.cumsum(sizes)[:-1]) reshaped to each volume's shape"}
+        declared[member] = entry
+    return declared
 
 
 SOURCE = DeepRegSource()

@@ -78,19 +78,28 @@ def resize(volume: np.ndarray, shape: Iterable[int] | None) -> np.ndarray:
     return out
 
 
+IDENTITY_SCALE = [1.0, 0.0]
+
+
 def to_float32(array: np.ndarray, volume_meta: dict | None) -> np.ndarray:
     """The stored array as DeepReg reads it: NIfTI scaling applied, float32."""
     scale = (volume_meta or {}).get("scale")
-    if scale:
+    if scale and list(scale) != IDENTITY_SCALE:
         return (array.astype(np.float64) * scale[0] + scale[1]).astype(np.float32)
     return np.asarray(array, dtype=np.float32)
+
+
+def stored_label(array: np.ndarray) -> np.ndarray:
+    """A label as DeepReg holds it: a trailing channel of 1 squeezed (layout deepreg/2 stores every
+    label 4-D; DeepReg's loaders squeeze a trailing 1, so a true (X, Y, Z, 1) label never reaches here)."""
+    return array[..., 0] if array.ndim == 4 and array.shape[-1] == 1 else array
 
 
 # ----------------------------------------------------------------------- sample access
 class _Item:
     """A shard sample (raw bytes or decoded) whose members are decoded on demand."""
 
-    __slots__ = ("sample", "members", "meta", "key", "url")
+    __slots__ = ("sample", "members", "meta", "key", "url", "_groups")
 
     def __init__(self, sample: dict):
         self.sample = sample
@@ -102,10 +111,26 @@ class _Item:
         if not isinstance(meta, dict) or "type" not in meta:
             raise ConfigError(f"sample {self.key!r}: no deepreg `meta` member; is this a deepreg shard?")
         self.meta = meta
+        self._groups: dict[str, np.ndarray] = {}
 
     def get(self, field: str) -> Any:
         member = self.members.get(field)
         return None if member is None else decode_value(member, self.sample[member])
+
+    def grouped(self, role: str, position: int) -> np.ndarray | None:
+        """Volume `position` of this group's `role` ("image" or "label"), a fresh array: from the
+        group member `<role>s` (stacked, or ragged with shapes in meta), or the older per-position
+        member `<role>_<position:04d>`."""
+        if role + "s" not in self.members:
+            return self.get(f"{role}_{position:04d}")
+        group = self._groups.get(role)
+        if group is None:
+            group = self._groups[role] = self.get(role + "s")
+        if group.ndim > 1:
+            return group[position].copy()
+        shapes = [volume[role]["shape"] for volume in self.meta["volumes"]]
+        start = sum(int(np.prod(shape)) for shape in shapes[:position])
+        return group[start:start + int(np.prod(shapes[position]))].reshape(shapes[position]).copy()
 
     @property
     def order(self) -> int:
@@ -260,21 +285,22 @@ class _Pairs:
                 yield from self._grouped(block, rnd, draws)
 
     # -- volumes
-    def _image(self, item: _Item, field: str, volume_meta: dict, shape) -> np.ndarray:
-        array = item.get(field)
+    def _image(self, item: _Item, field: str, volume_meta: dict, shape, position: int | None = None) -> np.ndarray:
+        array = item.get(field) if position is None else item.grouped(field, position)
         if array is None:
             raise ConfigError(f"sample {item.key!r} has no {field!r} member")
         return resize(normalize(to_float32(array, volume_meta)), shape)
 
-    def _label(self, item: _Item, field: str, volume_meta: dict) -> tuple[np.ndarray, dict] | None:
+    def _label(self, item: _Item, field: str, volume_meta: dict,
+               position: int | None = None) -> tuple[np.ndarray, dict] | None:
         """The stored label and its metadata (converted to float32 only after a channel is picked)."""
         if not self.labeled:
             return None
-        array = item.get(field)
+        array = item.get(field) if position is None else item.grouped(field, position)
         if array is None:
             raise ConfigError(f"sample {item.key!r} has no {field!r}: the split was converted without labels; "
                               f"pass labeled=False")
-        return array, volume_meta
+        return stored_label(array), volume_meta
 
     def _emit(self, moving_image, fixed_image, moving_label, fixed_label, image_indices: tuple,
               draws: "_Draws") -> Iterator[dict]:
@@ -356,13 +382,13 @@ class _Pairs:
             cache_key = (group, position, None if shape is None else tuple(shape))
             if cache_key not in images:
                 item = block[group]
-                images[cache_key] = self._image(item, f"image_{position:04d}",
-                                                item.meta["volumes"][position].get("image"), shape)
+                images[cache_key] = self._image(item, "image", item.meta["volumes"][position].get("image"), shape,
+                                                position)
             return images[cache_key]
 
         def label(group: int, position: int):
             item = block[group]
-            return self._label(item, f"label_{position:04d}", item.meta["volumes"][position].get("label"))
+            return self._label(item, "label", item.meta["volumes"][position].get("label"), position)
 
         for first_group, first, second_group, second in indices:
             yield from self._emit(

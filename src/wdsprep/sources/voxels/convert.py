@@ -1,12 +1,20 @@
 """Native voxel-dataset-generator layout -> shard samples (one per (level, key) with a ray file).
 
-Each shard sample holds one subvolume (or, at level 0, one object) with all of its rays:
+Each shard sample (`voxels/2`) holds one subvolume (or, at level 0, one object) with all of its rays:
 
-- `voxels_packed.npy*`: the occupancy grid bit-packed in C order (`np.packbits`), lossless;
-- `origins`, `directions`, `distances`, `hits` and, when present, `face_ids`, `view_ids`,
-  `view_positions`: the ray file's arrays with their own dtypes and shapes (distances stay raw);
+- `voxels_packed.npy*`: the occupancy grid bit-packed in C order (`np.packbits`, big bit order),
+  lossless; undone by `np.unpackbits(packed, count=prod(grid_shape)).reshape(grid_shape)`, as the
+  manifest's field table says;
+- `rays.npz*`: the per-ray arrays as one standard `.npz`, one plain array per name (`origins`,
+  `directions`, `distances`, `hits`, `face_ids`, `view_ids` and any other (N, ...) numeric array
+  of the ray file) with their own dtypes and shapes (distances stay raw). Every sample has the same
+  names: a ray file without `face_ids` or `view_ids` gets a zero-length int32 array there (and
+  `meta.ray_fields` lists the arrays the file really had);
 - `meta.mp`: level, hash, grid shape, ray count, trivial flag, the splits that use the subvolume,
   and every other (small) array of the ray file with its dtype, so a ray file is rebuilt exactly.
+
+`voxels/1` samples (all per-ray arrays in one structured record array `rays.npy*`, which Arrow
+readers cannot hold) still read.
 
 Samples are split by `splits.json` the upstream way: an object goes to its split, a subvolume to
 every split one of its objects belongs to (and to all splits if trivial); the leakage this causes
@@ -25,6 +33,8 @@ from typing import Iterator
 import numpy as np
 
 from ...errors import ConfigError, InputError
+from ...shards.codec import Columns
+from ...shards.manifest import FieldRecorder
 from ..base import Plan, PlanContext, Source, Unit, UnitContext, group_by_size, input_size
 from .native import (
     DATASET_DIR,
@@ -38,11 +48,13 @@ from .native import (
     subvolume_path,
 )
 
-FORMAT = "voxels/1"
-# per-ray arrays, stored together as the structured `rays` member (any other (N, ...) numeric
-# array of the ray file joins them); the (V, 3) view_positions is small and goes into meta.mp
+FORMAT = "voxels/2"
+READ_FORMATS = ("voxels/1", FORMAT)  # voxels/1: the per-ray arrays as one structured record array
+# per-ray arrays, stored together as the columns of the `rays` .npz member (any other (N, ...)
+# numeric array of the ray file joins them); the (V, 3) view_positions is small and goes into meta.mp
 RAY_FIELDS = ("origins", "directions", "distances", "hits", "face_ids", "view_ids")
 REQUIRED_RAY_FIELDS = ("origins", "directions", "distances", "hits")
+ABSENT_RAY_DTYPE = np.dtype("<i4")  # an optional column (face_ids, view_ids) a ray file lacks: zero-length, upstream's dtype
 SMALL_EXTRA = 64  # ray-file arrays up to this many elements go into meta.mp, larger ones as members
 _LEVEL_DIR = re.compile(r"^level_(\d+)$")
 
@@ -136,14 +148,13 @@ def check_rays(arrays: dict, path: pathlib.Path, level: int, key: str, grid_shap
     return n
 
 
-def ray_table(rays: dict, names: list[str], num_rays: int) -> np.ndarray:
-    """The per-ray arrays as one packed structured array (one tar member), each field keeping its
-    own dtype and trailing shape, so every array comes back bit-exact as `table[name]`."""
-    dtype = np.dtype([(name, rays[name].dtype, rays[name].shape[1:]) for name in names])
-    table = np.empty(num_rays, dtype=dtype)
-    for name in names:
-        table[name] = rays[name]
-    return table
+def ray_columns(rays: dict, names: list[str]) -> Columns:
+    """The per-ray arrays as the columns of one `.npz` member, in the order of `names`; an optional
+    column the ray file lacks is a zero-length array (`ABSENT_RAY_DTYPE`), so every sample of a
+    split has the same columns."""
+    return Columns(
+        (name, np.ascontiguousarray(rays[name]) if name in rays else np.zeros(0, ABSENT_RAY_DTYPE)) for name in names
+    )
 
 
 def _describe_array(array: np.ndarray) -> dict:
@@ -306,6 +317,7 @@ class VoxelSource(Source):
 
     # ----------------------------------------------------------------------------------- build
     def build(self, unit: Unit, ctx: UnitContext) -> Iterator[tuple[str, dict]]:
+        recorder = FieldRecorder(ctx.options)
         for level, key, ray_file, voxel_file, is_trivial, splits, base_resolution in unit.items:
             try:
                 fields = build_fields(
@@ -318,7 +330,9 @@ class VoxelSource(Source):
             ctx.add_table_entry("samples", [unit.split, shard_key(level, key), level, meta["num_rays"]])
             if meta.get("trivial"):  # the reader skips these by default: its chunk counts need to know
                 ctx.add_table_entry("trivial", [unit.split, shard_key(level, key)])
+            recorder.add(unit.split, fields)
             yield shard_key(level, key), fields
+        recorder.report(ctx)
 
     def finalize(self, plan: Plan, unit_tables) -> dict:
         samples: dict[str, list] = {}
@@ -331,7 +345,8 @@ class VoxelSource(Source):
         for tables in unit_tables:
             for split, key in tables.get("trivial", []):
                 trivial[split].append(key)
-        return {"samples": samples, "rays": rays, "trivial": trivial}
+        return {"samples": samples, "rays": rays, "trivial": trivial,
+                "fields": {split: declare_fields(table) for split, table in FieldRecorder.split_tables(unit_tables).items()}}
 
     def synth(self, directory: str, seed: int = 0, size: str = "small") -> None:
         from .synth import synth
@@ -353,12 +368,12 @@ def build_fields(
     rays = load_npz(ray_file)
     num_rays = check_rays(rays, ray_file, level, key, voxels.shape)
     fields: dict = {"voxels_packed": np.packbits(voxels.reshape(-1))}
-    per_ray = [name for name in RAY_FIELDS if name in rays] + sorted(
+    per_ray = list(RAY_FIELDS) + sorted(
         name for name, array in rays.items()
         if name not in RAY_FIELDS and name != "view_positions" and array.ndim >= 1
         and array.shape[0] == num_rays and array.dtype.kind in "biuf"
     )
-    fields["rays"] = ray_table(rays, per_ray, num_rays)
+    fields["rays"] = ray_columns(rays, per_ray)
     extras = {}
     for name, array in rays.items():
         if name in per_ray:
@@ -383,6 +398,33 @@ def build_fields(
         "ray_extras": extras,
     }
     return fields
+
+
+PACKED_VOXELS = {  # how `voxels_packed` is undone, for readers without wdsprep (the manifest's field table)
+    "name": "packbits",
+    "dtype": "|b1",
+    "bitorder": "big",
+    "order": "C",
+    "shape": {"member": "meta.mp", "key": "grid_shape"},
+    "undo": "np.unpackbits(packed, count=prod(shape), bitorder='big').reshape(shape).astype(bool)",
+}
+ABSENT_COLUMN = ("a zero-length int32 array: the ray file has no such array "
+                 "(meta.mp `ray_fields` lists the arrays it has)")
+
+
+def declare_fields(table: dict) -> dict:
+    """A split's observed field table plus what a reader must know to undo: the packed voxel
+    encoding and the zero-length convention of the optional ray columns."""
+    declared = {}
+    for member, entry in table.items():
+        entry = dict(entry)
+        if member.startswith("voxels_packed."):
+            entry["encoding"] = PACKED_VOXELS
+        if member.startswith("rays.") and entry.get("kind") == "columns":
+            entry["columns"] = {name: dict(column, absent=ABSENT_COLUMN) if name in ("face_ids", "view_ids") else column
+                                for name, column in entry["columns"].items()}
+        declared[member] = entry
+    return declared
 
 
 def _parse_levels(value) -> set[int] | None:

@@ -23,7 +23,7 @@ import torch
 
 from ...errors import ConfigError, FormatError
 from ...shards.codec import decode_sample, decode_value
-from .convert import FORMAT, restore_array
+from .convert import FORMAT, READ_FORMATS, restore_array
 
 MODES = ("dense", "coo", "graph")
 READ_FIELDS = ("origins", "directions", "distances", "hits", "face_ids", "view_ids", "view_positions")
@@ -40,7 +40,7 @@ def decode_voxel_sample(sample: dict) -> dict:
     """A raw (bytes) or decoded shard sample -> decoded fields with extensions stripped."""
     decoded = decode_sample(sample)
     meta = decoded.get("meta")
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+    if not isinstance(meta, dict) or meta.get("format") not in READ_FORMATS:
         raise FormatError(f"sample {decoded.get('__key__')!r}: not a {FORMAT} voxel sample (meta.mp missing or foreign)")
     return decoded
 
@@ -53,14 +53,20 @@ def native_arrays(decoded: dict) -> tuple[np.ndarray, dict[str, np.ndarray]]:
 
 
 def ray_arrays(decoded: dict, copy: bool = False) -> dict[str, np.ndarray]:
-    """Every array of the native ray file, by name: the fields of the `rays` table (views unless
-    `copy`), the small ones kept in meta.mp, and any large `extra_<name>` member."""
+    """Every array of the native ray file, by name: the columns of the `rays` member (an `.npz`'s
+    dict in voxels/2; the fields of a structured array in voxels/1, views unless `copy`), the small
+    ones kept in meta.mp, and any large `extra_<name>` member. `meta.ray_fields` says which arrays
+    the file had (a zero-length column stands for one it had not)."""
     meta = decoded["meta"]
     table = decoded["rays"]
+    if isinstance(table, dict):
+        columns = table
+    else:  # voxels/1: a structured record array
+        columns = {name: np.ascontiguousarray(table[name]) if copy else table[name] for name in table.dtype.names or ()}
     rays = {}
     for name in meta["ray_fields"]:
-        if table.dtype.names and name in table.dtype.names:
-            rays[name] = np.ascontiguousarray(table[name]) if copy else table[name]
+        if name in columns:
+            rays[name] = columns[name]
         elif name in meta["ray_extras"]:
             rays[name] = restore_array(meta["ray_extras"][name])
         elif f"extra_{name}" in decoded:  # a reader may leave unused large arrays unread
