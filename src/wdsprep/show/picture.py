@@ -136,7 +136,7 @@ def picture(name: str, title: str, cells: np.ndarray, caption: str = "",
         if image.ndim == 2:
             image = np.repeat(image[..., None], 3, axis=2)
         size = max(1, scale // 2)
-        margin = (scale - size) // 2
+        margin = (scale - size + 1) // 2  # at scale 2 the dot is the lower right pixel: the cell's corner stays its colour
         rows, cols = np.asarray(dots, np.int64).T
         keep = (rows % step == 0) & (cols % step == 0)
         for r, c in zip(rows[keep] // step, cols[keep] // step):

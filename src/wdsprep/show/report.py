@@ -128,6 +128,9 @@ class FieldStats:
             return ""
         texts = []
         for rank in sorted({len(shape) for shape in self.shapes}):
+            if rank == 0:
+                texts.append("()")
+                continue
             shapes = np.array([shape for shape in self.shapes if len(shape) == rank], dtype=np.int64).reshape(-1, rank)
             axes = [str(low) if low == high else f"{low}..{high}" for low, high in zip(shapes.min(0), shapes.max(0))]
             texts.append("(" + ", ".join(axes) + ("," if rank == 1 else "") + ")")
@@ -223,7 +226,7 @@ font-size:.9em;vertical-align:top}th{background:#eee}td.n{text-align:right;font-
 pre{background:#fff;border:1px solid #ddd;padding:4px 6px;font-size:.8em;max-height:24em;overflow:auto;margin:0}
 .sample{background:#fff;border:1px solid #ccc;border-radius:4px;margin:1em 0;padding:.6em}
 .sample h3{font-size:1em;margin:0 0 .4em}.panels{display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start}
-.panel{max-width:540px}.panel .t{font-weight:600;font-size:.85em}.panel .c{font-size:.75em;color:#555;max-width:520px}
+.panel{max-width:540px}.panel .t{font-weight:600;font-size:.85em}.panel .c{font-size:.75em;color:#555;overflow-wrap:anywhere}
 .panel img{image-rendering:pixelated;display:block;border:1px solid #999}
 .problem{background:#fee;border:1px solid #c66;padding:.4em;color:#700}
 """
@@ -263,9 +266,11 @@ def _panel_html(panel: Panel) -> str:
         height, width = panel.image.shape[:2]
         body = (f'<img alt="{_e(panel.title)}" width="{width}" height="{height}" data-panel="{_e(panel.name)}" '
                 f'data-scale="{panel.scale}" data-step="{panel.step}" src="data:image/png;base64,{data}">')
+        size = f' style="width:{max(width, 160) + 2}px"'  # captions wrap at the picture's width
     else:
         body = f'<pre data-panel="{_e(panel.name)}">{_e(panel.text or "")}</pre>'
-    return f'<div class="panel"><div class="t">{_e(panel.title)}</div>{body}{caption}</div>'
+        size = ""
+    return f'<div class="panel"{size}><div class="t">{_e(panel.title)}</div>{body}{caption}</div>'
 
 
 def render_html(report: Report) -> str:

@@ -266,6 +266,12 @@ class DeepRegSource(Source):
 
         synth(directory, seed, size)
 
+    def show(self, sample: dict, context):
+        """`wdsprep show`: the reader's training sample drawn the way its users look at it (show.py)."""
+        from .show import show
+
+        return show(sample, context)
+
 
 def _read(volume: dict, handles: dict, is_label: bool):
     ref = native.VolumeRef(volume["path"], volume["key"])

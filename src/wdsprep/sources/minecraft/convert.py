@@ -320,5 +320,11 @@ class MinecraftSource(Source):
 
         synth(directory, seed=seed, size=size)
 
+    def show(self, sample: dict, context):
+        """`wdsprep show`: the reader's training sample drawn the way its users look at it (show.py)."""
+        from .show import show
+
+        return show(sample, context)
+
 
 SOURCE = MinecraftSource()

@@ -128,6 +128,12 @@ class NoisebaseSource(Source):
 
         synth(directory, seed=seed, size=size)
 
+    def show(self, sample: dict, context):
+        """`wdsprep show`: the reader's training sample drawn the way its users look at it (show.py)."""
+        from .show import show
+
+        return show(sample, context)
+
 
 def _read(group, file: str, name: str, frame=None) -> np.ndarray:
     """One array (or one frame of it); a corrupt chunk becomes an InputError naming file and frame."""

@@ -336,6 +336,12 @@ class RawNINDSource(Source):
 
         synth(directory, seed, size)
 
+    def show(self, sample: dict, context):
+        """`wdsprep show`: the reader's training sample drawn the way its users look at it (show.py)."""
+        from .show import show
+
+        return show(sample, context)
+
     def prepare_input(self, pipeline: dict, workdir: str) -> str:
         """synth a Dataverse directory -> serve it on 127.0.0.1 -> fetch through it -> the fetched dir.
 

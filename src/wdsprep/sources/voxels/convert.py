@@ -338,6 +338,12 @@ class VoxelSource(Source):
 
         synth(directory, seed, size)
 
+    def show(self, sample: dict, context):
+        """`wdsprep show`: the reader's training sample drawn the way its users look at it (show.py)."""
+        from .show import show
+
+        return show(sample, context)
+
 
 def build_fields(
     level: int,
