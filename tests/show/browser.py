@@ -194,8 +194,9 @@ class PageReport:
         return found
 
     def requests(self) -> list[str]:
-        return [event["params"]["request"]["url"][:80] for event in self.browser.events
+        urls = [event["params"]["request"]["url"] for event in self.browser.events
                 if event["method"] == "Network.requestWillBeSent"]
+        return [url[:40] if url.startswith("data:") else url for url in urls]
 
     def images(self) -> list[dict]:
         return self.browser.evaluate(
