@@ -195,3 +195,42 @@ def test_the_page_is_self_contained(voxel_page):
     assert "<script" not in text and "http://" not in text and "https://" not in text and "<link" not in text
     assert all(picture["png"].startswith(b"\x89PNG") for picture in page.pictures)
     assert isinstance(page, Page)
+
+
+def test_a_plugin_source_is_drawn_by_the_base_class_default(tmp_path):
+    plugin = "tests.core.plugin_source:SOURCE"
+    assert run_cli("synth", plugin, str(tmp_path / "native"), "--seed", "3")[0] == 0
+    code, out, err = run_cli("convert", plugin, str(tmp_path / "native"), str(tmp_path / "shards"), "--quiet")
+    assert code == 0, err
+    page = show(tmp_path / "shards", tmp_path / "report.html", "--split", "train", "--samples", "2")
+    lines = {line.split()[0]: [int(v) for v in line.split()[1:]]
+             for line in (tmp_path / "native" / "train.txt").read_text().splitlines()}
+    for sample in page.samples:
+        plot, _ = page.picture("values", sample["key"])
+        blue = (plot[..., 2] > 150) & (plot[..., 0] < 100)
+        assert blue.any(), "no line drawn"
+        values = lines[sample["key"]]
+        if max(values) > min(values):  # the line spans the plot's height: min at the bottom, max at the top
+            rows = np.nonzero(blue.any(axis=1))[0]
+            assert rows.min() <= 3 and rows.max() >= plot.shape[0] - 4
+        assert "line" in json.loads(page.panel_text("meta", sample["key"]))
+    # a manifest whose source is not loadable here: drawn by rank all the same, and the page says so
+    manifest = json.loads((tmp_path / "shards" / "manifest.json").read_text())
+    manifest["source"] = "not_installed_here:SOURCE"
+    (tmp_path / "shards" / "manifest.json").write_text(json.dumps(manifest))
+    page = show(tmp_path / "shards", tmp_path / "other.html", "--split", "train", "--samples", "2")
+    assert "not_installed_here:SOURCE" in page.text and "is not loadable here" in page.text
+    assert len([p for p in page.pictures if p["panel"] == "values"]) == 2
+
+
+def test_every_builtin_source_with_a_pipeline_draws_its_own():
+    from wdsprep.sources.base import Source
+    from wdsprep.sources.registry import NAMESPACES, load_source
+
+    from tests.conftest import REPO
+
+    assert Source.show_with is None  # the base class's default: every field by its rank
+    for source_id in NAMESPACES:
+        source = load_source(source_id)
+        assert source.show_with == f"wdsprep.sources.{source_id}.show:show", source_id
+        assert (REPO / "src" / "wdsprep" / "sources" / source_id / "show.py").is_file()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import abc
 import argparse
+import importlib
 import io
 import json
 import os
@@ -127,6 +128,9 @@ class Source(abc.ABC):
     whole_units: bool = False
     # default input fingerprint mode, "content" or "stat" (see wdsprep.inputs; --fingerprint overrides)
     fingerprint: str = "stat"
+    # the source's own drawing for `wdsprep show`, as "package.module:function" (`<id>/show.py`):
+    # named, not imported, so a converter never loads its readers (drawing uses them), like `lazy_exports`
+    show_with: str | None = None
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         """Add source-specific `wdsprep convert <id>` options. Default: none."""
@@ -167,9 +171,12 @@ class Source(abc.ABC):
         """Pictures of one raw shard sample for `wdsprep show` (`wdsprep.show.model`): the way the
         source's users look at it, ideally the training sample its reader yields, as `Panel`s, and
         that sample's fields for the report's field table. `context` has the manifest, the split,
-        the sample's index and an `rng` for the source's own choices. Default: every decoded field
-        by its rank (`wdsprep.show.defaults`: 2-D image, 3-D mid-slices, 1-D line plot, dicts as
-        text). A source draws its own in `<id>/show.py`."""
+        the sample's index and an `rng` for the source's own choices. Default: the function that
+        `show_with` names, or, without one, every decoded field by its rank
+        (`wdsprep.show.defaults`: 2-D image, 3-D mid-slices, 1-D line plot, dicts as text)."""
+        if self.show_with:
+            module, _, name = self.show_with.partition(":")
+            return getattr(importlib.import_module(module), name)(sample, context)
         from ..show.defaults import default_show
 
         return default_show(sample, context)

@@ -106,6 +106,7 @@ def _scan_episode(path: str, directory: str, frames: list) -> _EpisodeScan:
 
 class MinecraftSource(Source):
     id = "minecraft"
+    show_with = "wdsprep.sources.minecraft.show:show"  # `wdsprep show` draws the reader's sample (show.py)
     fingerprint = "content"  # plan reads every frame anyway; zip members are known by their CRC-32
 
     # ------------------------------------------------------------------------------ options
@@ -319,12 +320,6 @@ class MinecraftSource(Source):
         from .synth import synth
 
         synth(directory, seed=seed, size=size)
-
-    def show(self, sample: dict, context):
-        """`wdsprep show`: the reader's training sample drawn the way its users look at it (show.py)."""
-        from .show import show
-
-        return show(sample, context)
 
 
 SOURCE = MinecraftSource()

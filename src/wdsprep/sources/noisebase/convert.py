@@ -36,6 +36,7 @@ def frame_key(file: str, frame: int) -> str:
 
 class NoisebaseSource(Source):
     id = "noisebase"
+    show_with = "wdsprep.sources.noisebase.show:show"  # `wdsprep show` draws the reader's sample (show.py)
     fingerprint = "stat"  # a sequence zip is hundreds of MB: content hashing would read it twice
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -127,12 +128,6 @@ class NoisebaseSource(Source):
         from .synth import synth
 
         synth(directory, seed=seed, size=size)
-
-    def show(self, sample: dict, context):
-        """`wdsprep show`: the reader's training sample drawn the way its users look at it (show.py)."""
-        from .show import show
-
-        return show(sample, context)
 
 
 def _read(group, file: str, name: str, frame=None) -> np.ndarray:

@@ -241,6 +241,7 @@ def _scene_tiles(item, gt, noisy_rggb, pairs: list[PairMetadata], tile: int, sto
 
 class RawNINDSource(Source):
     id = "rawnind"
+    show_with = "wdsprep.sources.rawnind.show:show"  # `wdsprep show` draws the reader's sample (show.py)
     fingerprint = "stat"  # raw captures are tens of MB each: content hashing would read them twice
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -335,12 +336,6 @@ class RawNINDSource(Source):
         from .synth import synth
 
         synth(directory, seed, size)
-
-    def show(self, sample: dict, context):
-        """`wdsprep show`: the reader's training sample drawn the way its users look at it (show.py)."""
-        from .show import show
-
-        return show(sample, context)
 
     def prepare_input(self, pipeline: dict, workdir: str) -> str:
         """synth a Dataverse directory -> serve it on 127.0.0.1 -> fetch through it -> the fetched dir.

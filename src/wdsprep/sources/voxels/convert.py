@@ -207,6 +207,7 @@ class VoxelSource(Source):
     """`wdsprep convert voxels INPUT OUTPUT`: INPUT holds `dataset/` and `ray_dataset_hierarchical/`."""
 
     id = "voxels"
+    show_with = "wdsprep.sources.voxels.show:show"  # `wdsprep show` draws the reader's sample (show.py)
     fingerprint = "stat"  # ray files are large: content hashing would read the input twice
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -337,12 +338,6 @@ class VoxelSource(Source):
         from .synth import synth
 
         synth(directory, seed, size)
-
-    def show(self, sample: dict, context):
-        """`wdsprep show`: the reader's training sample drawn the way its users look at it (show.py)."""
-        from .show import show
-
-        return show(sample, context)
 
 
 def build_fields(
