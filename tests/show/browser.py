@@ -13,6 +13,7 @@ import base64
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -107,13 +108,18 @@ class Browser:
                 self.socket.close()
             except Exception:
                 pass
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        if self.process is not None:
+            # the browser and its helper processes: the process group this test started it in
+            for signal_number in (signal.SIGTERM, signal.SIGKILL):
+                try:
+                    os.killpg(self.process.pid, signal_number)
+                except ProcessLookupError:
+                    break
+                try:
+                    self.process.wait(timeout=10)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
         shutil.rmtree(self.profile, ignore_errors=True)
 
     def __enter__(self) -> "Browser":
