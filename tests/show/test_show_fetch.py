@@ -201,3 +201,19 @@ def test_field_table_over_the_shown_samples(shards, tmp_path):
     assert float(cells[4]) == pytest.approx(values.max(), rel=1e-5)
     assert float(cells[5]) == pytest.approx(values.mean(), rel=1e-4, abs=1e-6)
     assert cells[6] == "9"
+
+
+def test_a_bounded_range_read_resumes_within_its_range_after_a_drop(shards, monkeypatch):
+    from wdsprep.storage import read_range, resuming
+
+    monkeypatch.setattr(resuming, "MAX_DELAY", 0.05)
+    name = json.loads((shards / "manifest.json").read_text())["splits"]["train"]["shards"][1]["name"]
+    data = (shards / name).read_bytes()
+    with RangeHTTPServer(shards) as server:
+        server.drop_once(name, 700)
+        got = read_range(server.url_of(name), 1000, 5000)
+        assert got == data[1000:6000]
+        ranges = [r["range"] for r in server.requests]
+        assert ranges == ["bytes=1000-5999", "bytes=1700-5999"]  # the rest of the range, no more
+        assert read_range(server.url_of(name), len(data) - 10, 100) == data[-10:]  # past the end: what there is
+    assert read_range(str(shards / name), 1000, 5000) == data[1000:6000]
