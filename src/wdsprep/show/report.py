@@ -12,7 +12,8 @@ locally or over http(s)/s3. (A shard without an index, from an older manifest, i
 start up to the last picked sample.)
 
 Drawing. Each raw sample goes to its source's `Source.show` hook (the manifest names the source;
-a source that cannot be loaded here is drawn by the default hook, and the page says so). A sample
+built-in sources draw in `sources/<id>/show.py`, named by `Source.show_with`; a source that cannot
+be loaded here is drawn by the default hook, by rank, and the page says so). A sample
 that cannot be drawn is shown as a problem box naming it, and `wdsprep show` exits non-zero.
 
 The page. Inline CSS, pictures as `data:image/png;base64` URIs, no script, no external reference:
@@ -102,7 +103,8 @@ class FieldStats:
         value = as_numpy(value)
         self.present += 1
         if isinstance(value, np.ndarray):
-            kind, shape = str(value.dtype), tuple(value.shape)
+            names = value.dtype.names
+            kind, shape = (f"record({', '.join(names)})" if names else str(value.dtype)), tuple(value.shape)
             numeric = value.dtype.kind in "biuf"
             data = value.astype(np.float64) if numeric else None
         elif isinstance(value, (bool, int, float, np.number)):
@@ -190,7 +192,7 @@ def build_report(location: str, splits: list[str] | None = None, count: int = 4,
     if count < 0:
         raise ConfigError(f"--samples must be 0 or more (got {count})")
     manifest = load_manifest(location)
-    chosen = list(splits) if splits else sorted(manifest.splits)
+    chosen = list(dict.fromkeys(splits)) if splits else sorted(manifest.splits)
     for split in chosen:
         manifest.shards(split)  # an unknown split: one line naming the known ones
     source_note = ""
