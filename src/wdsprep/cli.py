@@ -1,4 +1,4 @@
-"""`wdsprep convert | synth | inspect | verify | pipeline | upload`, and the sources' own commands.
+"""`wdsprep convert | synth | inspect | verify | show | pipeline | upload`, and the sources' own commands.
 
 A source's extra commands (`Source.commands()`, e.g. rawnind's `fetch rawnind` and `serve dataverse`)
 are mounted as `wdsprep VERB NAME ...`: the core knows no source by name, built-in ids come from
@@ -188,6 +188,15 @@ def cmd_verify(argv: Sequence[str]) -> int:
     return 1 if report.bad else 0
 
 
+def cmd_show(argv: Sequence[str]) -> int:
+    from .show.report import add_arguments, main
+
+    parser = argparse.ArgumentParser(prog="wdsprep show", description="draw samples of a dataset into one HTML file")
+    add_arguments(parser)
+    _add_common(parser)
+    return main(parser.parse_args(argv))
+
+
 def cmd_pipeline(argv: Sequence[str]) -> int:
     from .conversion import convert
 
@@ -267,6 +276,7 @@ COMMANDS = {
     "synth": cmd_synth,
     "inspect": cmd_inspect,
     "verify": cmd_verify,
+    "show": cmd_show,
     "pipeline": cmd_pipeline,
     "upload": cmd_upload,
 }
@@ -281,6 +291,7 @@ def usage() -> str:
         ("synth SOURCE DIR", "write synthetic native data"),
         ("inspect DIR_OR_URL", "splits, counts, sizes, sample fields"),
         ("verify DIR_OR_URL", "sha256, counts, every member decodes"),
+        ("show DIR_OR_URL", "samples drawn as pictures, one HTML file"),
         ("pipeline pipelines/X.toml", "synth/fetch + convert as one declared step"),
         ("upload SHARD_DIR URL", f"copy shards to {describe_schemes(writable=True)}; verified, manifest last"),
     ]

@@ -120,7 +120,7 @@ def test_every_builtin_source_is_a_source_with_its_id(source_id):
     assert type(source).__module__ == f"wdsprep.sources.{source_id}.convert"
 
 
-ROLE_FILES = {"convert.py", "read.py", "synth.py", "native.py", "mapstyle.py"}
+ROLE_FILES = {"convert.py", "read.py", "synth.py", "native.py", "mapstyle.py", "show.py"}
 OLD_ROLE_NAMES = {"_convert.py", "_read.py", "_synth.py", "_native.py", "_layout.py", "_format.py", "stage.py", "source.py"}
 
 

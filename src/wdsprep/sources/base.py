@@ -23,15 +23,19 @@ from __future__ import annotations
 
 import abc
 import argparse
+import importlib
 import io
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from ..errors import ConfigError, InputError
+
+if TYPE_CHECKING:
+    from ..show.model import ShowContext, Shown
 
 NPY_MAGIC = b"\x93NUMPY"
 
@@ -124,6 +128,9 @@ class Source(abc.ABC):
     whole_units: bool = False
     # default input fingerprint mode, "content" or "stat" (see wdsprep.inputs; --fingerprint overrides)
     fingerprint: str = "stat"
+    # the source's own drawing for `wdsprep show`, as "package.module:function" (`<id>/show.py`):
+    # named, not imported, so a converter never loads its readers (drawing uses them), like `lazy_exports`
+    show_with: str | None = None
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         """Add source-specific `wdsprep convert <id>` options. Default: none."""
@@ -159,6 +166,20 @@ class Source(abc.ABC):
         """Make the native input of a `wdsprep pipeline` spec (its table, with `input` resolved) and
         return its path; `workdir` is the repository's `data/`. Default: the input as it is."""
         return pipeline["input"]
+
+    def show(self, sample: dict, context: "ShowContext") -> "Shown":
+        """Pictures of one raw shard sample for `wdsprep show` (`wdsprep.show.model`): the way the
+        source's users look at it, ideally the training sample its reader yields, as `Panel`s, and
+        that sample's fields for the report's field table. `context` has the manifest, the split,
+        the sample's index and an `rng` for the source's own choices. Default: the function that
+        `show_with` names, or, without one, every decoded field by its rank
+        (`wdsprep.show.defaults`: 2-D image, 3-D mid-slices, 1-D line plot, dicts as text)."""
+        if self.show_with:
+            module, _, name = self.show_with.partition(":")
+            return getattr(importlib.import_module(module), name)(sample, context)
+        from ..show.defaults import default_show
+
+        return default_show(sample, context)
 
     def commands(self) -> dict[tuple[str, str], Command]:
         """Extra CLI commands, keyed by their first two words `(VERB, NAME)`; the CLI mounts them as

@@ -6,7 +6,7 @@
     s3      s3.py      s3://BUCKET/KEY              read (Range-resuming), write (`S3Store`)
     pipe    pipe.py    pipe:COMMAND                 read (a shell command's standard output)
 
-Reading (`open_url`, `open_from`, `read_url`, `local_path`, `exists`: shards, manifests, the cache)
+Reading (`open_url`, `open_from`, `read_range`, `read_url`, `local_path`, `exists`: shards, manifests, the cache)
 and writing (`open_store`: conversion output, upload destination) look the scheme up in the same
 table, in one line each. A new scheme is one module with a `Scheme` (and, if it is writable, a
 `Store`; both in `storage/base.py`), entered with `register_scheme` or in the table below.
@@ -77,6 +77,11 @@ def open_from(url: str, offset: int) -> BinaryIO:
     return scheme_for(url).open_from(url, offset)
 
 
+def read_range(url: str, offset: int, length: int) -> bytes:
+    """Up to `length` bytes of `url` from `offset`: one bounded read (a Range request remotely)."""
+    return scheme_for(url).read_range(url, offset, length)
+
+
 def read_url(url: str) -> bytes:
     with open_url(url) as stream:
         return stream.read()
@@ -115,6 +120,7 @@ __all__ = [
     "open_from",
     "open_store",
     "open_url",
+    "read_range",
     "read_url",
     "register_opener",
     "register_scheme",

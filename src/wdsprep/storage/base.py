@@ -178,6 +178,13 @@ class Scheme:
             offset -= skipped
         return stream
 
+    def read_range(self, url: str, offset: int, length: int) -> bytes:
+        """Up to `length` bytes of the object from byte `offset` (fewer only where it ends sooner).
+        Default: `open_from`, then read. Remote schemes ask for exactly that range, so a picked
+        sample costs its own bytes and no more (`wdsprep show`)."""
+        with self.open_from(url, offset) as stream:
+            return stream.read(length)
+
     def local_path(self, url: str) -> str | None:
         """The local file behind `url`, for random access (mmap, map-style datasets), or None."""
         return None

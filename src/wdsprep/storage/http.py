@@ -12,12 +12,15 @@ from .files import BUFFER
 from .resuming import ResumingScheme, close_quietly
 
 
-def http_open_at(url: str):
-    """`open_at(offset)` for `ResumingStream`: one GET (with `Range` past 0) -> (body, total, etag)."""
+def http_open_at(url: str, end: int | None = None):
+    """`open_at(offset)` for `ResumingStream`: one GET (with `Range` past 0, or up to `end`
+    exclusive when it is given) -> (body, total, etag)."""
 
     def open_at(offset: int):
         request = urllib.request.Request(url, headers={"User-Agent": "wdsprep"})
-        if offset:
+        if end is not None:
+            request.add_header("Range", f"bytes={offset}-{max(end, offset + 1) - 1}")
+        elif offset:
             request.add_header("Range", f"bytes={offset}-")
         try:
             response = urllib.request.urlopen(request, timeout=resuming.TIMEOUT)
@@ -53,8 +56,8 @@ class HttpScheme(ResumingScheme):
     webdataset = True
     example = "https://HOST/PATH"
 
-    def open_at(self, url: str):
-        return http_open_at(url)
+    def open_at(self, url: str, end: int | None = None):
+        return http_open_at(url, end)
 
 
 SCHEME = HttpScheme()

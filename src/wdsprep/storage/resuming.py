@@ -169,10 +169,11 @@ def open_resuming(url: str, open_at: Callable[[int], tuple], start: int = 0) -> 
 
 
 class ResumingScheme(Scheme):
-    """A scheme read through `ResumingStream` (http(s), s3): a subclass gives `open_at(url)`, the
-    function that opens the object's body at a byte offset."""
+    """A scheme read through `ResumingStream` (http(s), s3): a subclass gives `open_at(url, end)`,
+    the function that opens the object's body at a byte offset (up to byte `end`, exclusive, when
+    `end` is given: a bounded Range request; to the object's end otherwise)."""
 
-    def open_at(self, url: str) -> Callable[[int], tuple]:
+    def open_at(self, url: str, end: int | None = None) -> Callable[[int], tuple]:
         raise NotImplementedError
 
     def open(self, url: str) -> io.BufferedReader:
@@ -180,3 +181,18 @@ class ResumingScheme(Scheme):
 
     def open_from(self, url: str, offset: int) -> io.BufferedReader:
         return open_resuming(url, self.open_at(url), start=offset)
+
+    def read_range(self, url: str, offset: int, length: int) -> bytes:
+        """One bounded request (resumed within its range if the connection drops). Unbuffered: a
+        read-ahead past the range would look like a dropped connection and ask again."""
+        data = bytearray(max(length, 0))
+        view, filled = memoryview(data), 0
+        if length > 0:
+            stream = ResumingStream(url, self.open_at(url, end=offset + length), start=offset)
+            try:
+                while filled < length and (n := stream.readinto(view[filled:])):
+                    filled += n
+            finally:
+                stream.close()
+        view.release()
+        return bytes(data[:filled])

@@ -103,17 +103,19 @@ PERMANENT_S3 = {"NoSuchKey", "404", "NoSuchBucket", "AccessDenied", "403", "Inva
                 "SignatureDoesNotMatch", "PreconditionFailed", "412"}
 
 
-def _s3_open_at(url: str):
+def _s3_open_at(url: str, end: int | None = None):
     bucket, key = split_s3(url)
     state: dict = {}
 
     def open_at(offset: int):
         client = s3_client()
         kwargs = {"Bucket": bucket, "Key": key}
-        if offset:
+        if end is not None:
+            kwargs["Range"] = f"bytes={offset}-{max(end, offset + 1) - 1}"
+        elif offset:
             kwargs["Range"] = f"bytes={offset}-"
-            if state.get("etag"):
-                kwargs["IfMatch"] = state["etag"]  # the same object, or a clear error
+        if offset and state.get("etag"):
+            kwargs["IfMatch"] = state["etag"]  # the same object, or a clear error
         try:
             response = client.get_object(**kwargs)
         except Exception as error:
@@ -400,8 +402,8 @@ class S3Scheme(ResumingScheme):
     webdataset = True
     example = "s3://BUCKET/PREFIX"
 
-    def open_at(self, url: str):
-        return _s3_open_at(url)
+    def open_at(self, url: str, end: int | None = None):
+        return _s3_open_at(url, end)
 
     def store(self, url: str, **options) -> S3Store:
         return S3Store(url, **options)

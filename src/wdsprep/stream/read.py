@@ -20,7 +20,8 @@ differ from its manifest row raises `ShardError` before its first sample.
   rename, never rewritten).
   Remote shards are read sample by sample: each member's data straight into its own bytearray
   (`readinto`), its header and padding into a scratch block, the three digested as they arrive.
-  A mismatch names the shard and the member.
+  A mismatch names the shard and the member. `sample_at` reads one sample alone the same way
+  (one bounded read of its bytes: what `wdsprep show` fetches of a picked sample).
 - Shards without an index (older manifests): the tar is walked by `tarformat.TarCursor` (samples
   grouped by `tarformat.group_samples`, the one grouping) while its bytes are hashed with sha256; the piece's last sample is held back until the whole shard was
   read and its size, sha256 and sample count match the row. Corruption inside a sample is then
@@ -39,7 +40,7 @@ from ..errors import ShardError
 from ..shards.codec import DECODE_ERRORS, member_decoder
 from ..shards.index import ShardIndex, digest_of, has_index, xxh3_64
 from ..shards.tarformat import BLOCK, TarCursor, group_samples
-from ..storage import open_from
+from ..storage import open_from, read_range
 
 
 def _read_from(url: str, offset: int, length: int) -> bytes:
@@ -197,6 +198,14 @@ def _streamed(url: str, index: ShardIndex, i: int, end: int, stream: BinaryIO, s
     if at != end:
         raise ShardError(url, f"index: sample {key!r} ends at byte {at}, the next one starts at {end}")
     return sample
+
+
+def sample_at(url: str, index: ShardIndex, i: int) -> dict:
+    """Raw sample i of an indexed shard, fetched alone: one bounded read of exactly its bytes (a
+    Range request remotely), checked against the index like every streamed sample."""
+    start, end = index.offsets[i], index.sample_end(i)
+    data = read_range(url, start, end - start)
+    return _streamed(url, index, i, end, io.BytesIO(data), memoryview(bytearray(BLOCK)))
 
 
 def _fill(stream: BinaryIO, buffer) -> int:

@@ -232,6 +232,7 @@ class DeepRegSource(Source):
     """The `deepreg` source: DeepReg paired / unpaired / grouped datasets, NIfTI or H5."""
 
     id = "deepreg"
+    show_with = "wdsprep.sources.deepreg.show:show"  # `wdsprep show` draws the reader's sample (show.py)
     # pairs are drawn within a shard (a block), so a unit must never roll over into a second shard:
     # `_even_groups` / `_at_least_two` may plan a unit above the target size
     whole_units = True

@@ -106,6 +106,7 @@ def _scan_episode(path: str, directory: str, frames: list) -> _EpisodeScan:
 
 class MinecraftSource(Source):
     id = "minecraft"
+    show_with = "wdsprep.sources.minecraft.show:show"  # `wdsprep show` draws the reader's sample (show.py)
     fingerprint = "content"  # plan reads every frame anyway; zip members are known by their CRC-32
 
     # ------------------------------------------------------------------------------ options

@@ -36,6 +36,7 @@ def frame_key(file: str, frame: int) -> str:
 
 class NoisebaseSource(Source):
     id = "noisebase"
+    show_with = "wdsprep.sources.noisebase.show:show"  # `wdsprep show` draws the reader's sample (show.py)
     fingerprint = "stat"  # a sequence zip is hundreds of MB: content hashing would read it twice
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:

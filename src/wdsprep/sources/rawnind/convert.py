@@ -306,6 +306,7 @@ def _scene_tiles(item, gt, noisy_rggb, pairs: list[PairMetadata], tile: int, sto
 
 class RawNINDSource(Source):
     id = "rawnind"
+    show_with = "wdsprep.sources.rawnind.show:show"  # `wdsprep show` draws the reader's sample (show.py)
     fingerprint = "stat"  # raw captures are tens of MB each: content hashing would read them twice
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:

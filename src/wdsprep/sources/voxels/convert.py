@@ -218,6 +218,7 @@ class VoxelSource(Source):
     """`wdsprep convert voxels INPUT OUTPUT`: INPUT holds `dataset/` and `ray_dataset_hierarchical/`."""
 
     id = "voxels"
+    show_with = "wdsprep.sources.voxels.show:show"  # `wdsprep show` draws the reader's sample (show.py)
     fingerprint = "stat"  # ray files are large: content hashing would read the input twice
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:

@@ -1,0 +1,15 @@
+"""`wdsprep show DIR_OR_URL`: a dataset's samples as pictures, in one self-contained HTML file.
+
+    model.py     what a source's `Source.show` hook gets (`ShowContext`) and gives (`Shown`, `Panel`s)
+    picture.py   arrays -> pictures at exact cell positions, PNG encoding (Pillow, the `show` extra)
+    defaults.py  the default hook: every field by its rank (2-D image, 3-D mid-slices, 1-D plot, text)
+    report.py    picking by seed, fetching only the picked samples, the field table, the page
+
+The core draws nothing source-specific: each source's own pictures are in `sources/<id>/show.py`,
+reached through the `Source.show` hook.
+"""
+from __future__ import annotations
+
+from .model import Panel, ShowContext, Shown
+
+__all__ = ["Panel", "ShowContext", "Shown"]
