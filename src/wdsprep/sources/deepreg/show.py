@@ -46,7 +46,7 @@ def _first_channel(label):
 
 def show(sample: dict, context: ShowContext) -> Shown:
     from ...shards.codec import decode_sample
-    from .read import normalize, pairs, to_float32
+    from .read import _Item, normalize, pairs, stored_label, to_float32
 
     decoded = decode_sample(sample)
     meta = decoded["meta"]
@@ -70,15 +70,18 @@ def show(sample: dict, context: ShowContext) -> Shown:
                                       f"the field table at the configured shapes {shapes}")
     volumes = meta["volumes"]
     if kind == "unpaired":
-        items = [("image", "label", volumes.get("image"), volumes.get("label"), "image")]
-    else:
+        items = [("image", "label", volumes.get("image"), volumes.get("label"), "image",
+                  decoded["image"], decoded.get("label"))]
+    else:  # a group's volumes, from its `images`/`labels` members (or the older per-position ones)
+        group = _Item(decoded)
         items = [(f"image_{i:04d}", f"label_{i:04d}", volumes[i].get("image"), volumes[i].get("label"),
-                  f"group {meta.get('group_index')}, image {i}") for i in range(min(len(volumes), MAX_GROUP_IMAGES))]
+                  f"group {meta.get('group_index')}, image {i}", group.grouped("image", i),
+                  group.grouped("label", i) if volumes[i].get("label") else None)
+                 for i in range(min(len(volumes), MAX_GROUP_IMAGES))]
     panels, fields = [], {}
-    for image_name, label_name, image_meta, label_meta, title in items:
-        image = normalize(to_float32(decoded[image_name], image_meta))
-        label = decoded.get(label_name)
-        label = None if label is None else to_float32(_first_channel(label), label_meta)
+    for image_name, label_name, image_meta, label_meta, title, image, label in items:
+        image = normalize(to_float32(image, image_meta))
+        label = None if label is None else to_float32(_first_channel(stored_label(label)), label_meta)
         panels += volume_panels(image_name, title, image, label)
         fields[image_name] = image
         if label is not None:
