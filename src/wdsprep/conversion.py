@@ -30,11 +30,10 @@ from .inputs import unit_input_fingerprints
 from .progress import Progress
 from .shards.codec import Encoder
 from .shards.manifest import MANIFEST_NAME, Manifest, shard_name_pattern
-from .shards.tarformat import BLOCK, END_OF_ARCHIVE, index_samples
-from .shards.writer import ShardRow, ShardWriter
+from .shards.writer import ShardWriter
 from .sources.base import DEFAULT_ON_ERROR, ON_ERROR, PlanContext, Unit, UnitContext
 from .sources.registry import load_source
-from .storage import Store, file_sha256, open_store
+from .storage import Store, open_store
 
 UNITS_NAME = "_units.json"
 CORE_CONFIG = ("shard_bytes", "codec", "zstd_level", "on_error")
@@ -91,61 +90,10 @@ def build_unit(source_id: str, unit: Unit, options: dict, output: str, digest: s
     with writer:
         for key, fields in source.build(unit, ctx):
             writer.write(key, fields)
-    shard_rows = list(writer.rows)
-    if len(shard_rows) > 1 and shard_rows[-1].bytes < options["shard_bytes"] / 2:
-        shard_rows[-2:] = balance_last_two(written[-2], written[-1], shard_rows[-2], shard_rows[-1], options["shard_bytes"])
-    for path, row in zip(written, shard_rows):
+    for path, row in zip(written, writer.rows):
         store.publish(path, row.name)
-    rows = [dict(row.as_dict(), unit=unit.index) for row in shard_rows]
+    rows = [dict(row.as_dict(), unit=unit.index) for row in writer.rows]
     return UnitResult(unit.split, unit.index, digest, rows, ctx.problems, ctx.tables, unit.input_bytes)
-
-
-def balance_last_two(first: str, second: str, first_row: ShardRow, second_row: ShardRow, shard_bytes: int) -> list[ShardRow]:
-    """Move whole samples from the end of a unit's full shard into its small tail shard so the two
-    halve their bytes (a unit whose real bytes overran its estimate would end in a near-empty shard).
-    Both stay within `shard_bytes`; the bytes are a function of the two shards, hence deterministic."""
-    ends = _sample_ends(first) + [first_row.bytes - len(END_OF_ARCHIVE) + end for end in _sample_ends(second)]
-    body = ends[-1]
-    cut = min(ends[:-1], key=lambda end: (abs(body - 2 * end), end))
-    head = first_row.bytes - len(END_OF_ARCHIVE)
-    if cut >= head or body - cut + len(END_OF_ARCHIVE) > shard_bytes:
-        return [first_row, second_row]
-    moved = second + ".balanced"
-    with open(first, "rb") as a, open(second, "rb") as b, open(moved, "wb") as out:
-        a.seek(cut)
-        _copy(a, head - cut, out)
-        _copy(b, second_row.bytes - len(END_OF_ARCHIVE), out)
-        out.write(END_OF_ARCHIVE)
-        out.flush()
-        os.fsync(out.fileno())
-    with open(first, "r+b") as a:
-        a.seek(cut)
-        a.write(END_OF_ARCHIVE)
-        a.truncate()
-        a.flush()
-        os.fsync(a.fileno())
-    os.replace(moved, second)
-    count = ends.index(cut) + 1
-    total = first_row.samples + second_row.samples
-    return [_row(first, first_row.name, count), _row(second, second_row.name, total - count)]
-
-
-def _sample_ends(path: str) -> list[int]:
-    """Byte offset where each sample of a shard ends (members are contiguous, padded to blocks)."""
-    return [max(offset + size + (-size % BLOCK) for offset, size in fields.values()) for _, fields in index_samples(path)]
-
-
-def _copy(source, length: int, target) -> None:
-    while length > 0:
-        chunk = source.read(min(length, 1 << 22))
-        if not chunk:
-            raise ConversionError(f"{source.name}: shorter than its row says")
-        target.write(chunk)
-        length -= len(chunk)
-
-
-def _row(path: str, name: str, samples: int) -> ShardRow:
-    return ShardRow(name, samples, os.path.getsize(path), file_sha256(path))
 
 
 def _unverified(store, rows: list[dict], *, full: bool) -> list[str]:
