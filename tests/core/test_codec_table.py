@@ -35,7 +35,7 @@ def numpy_reads(data: bytes):
 # A codec added to the table without an entry here fails `test_every_extension_has_an_independent_oracle`.
 ORACLES = {
     "npy": (npy_bytes, numpy_reads),
-    "npy.zst": (lambda value: zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(npy_bytes(value)),
+    "npy.zst": (lambda value: zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True).compress(npy_bytes(value)),
                 lambda data: numpy_reads(zstandard.ZstdDecompressor().decompress(data))),
     "mp": (lambda value: msgpack.packb(value, use_bin_type=True), lambda data: msgpack.unpackb(data, raw=False)),
     "json": (lambda value: json.dumps(value, sort_keys=True, separators=(",", ":")).encode(), json.loads),

@@ -194,18 +194,50 @@ def _without_index(manifest_path: pathlib.Path) -> None:
     manifest_path.write_bytes(manifest.dumps())
 
 
-def test_shards_without_an_index_are_checked_by_sha256_before_their_last_sample(tmp_path):
-    path = _write(tmp_path / "orig", "none")
-    original = _reference(path)
+def _read_with_loader_until_error(manifest) -> tuple[list[str], ShardError | None]:
+    keys: list[str] = []
+    loader = wdsprep.Loader(wdsprep.dataset(manifest, "train", shuffle_shards=False).compose(wdsprep.decode()), batch_size=None)
+    try:
+        for sample in loader:
+            keys.append(sample["__key__"])
+    except ShardError as error:
+        return keys, error
+    return keys, None
+
+
+def test_local_shards_without_an_index_yield_nothing_before_the_whole_shard_matched_its_row(tmp_path):
+    """An older manifest (rows without index fields): a local shard is hashed whole (size and
+    sha256 against its row) before its first sample, so a flipped byte anywhere in it -- in the
+    first sample, the last, or after the samples -- is a ShardError before anything is yielded,
+    through `wdsprep.dataset` and `wdsprep.Loader`."""
+    for codec in ("none", "zstd"):
+        path = _write(tmp_path / f"orig-{codec}", codec)
+        original = _reference(path)
+        _without_index(path.parent / "manifest.json")
+        intact = list(wdsprep.dataset(str(path.parent / "manifest.json"), "train", shuffle_shards=False).compose(wdsprep.decode()))
+        assert len(intact) == 3
+        _same_as_original(intact, original)
+        positions = {name: at for name, (at, _) in _byte_classes(path).items()}
+        assert len(positions) >= 20
+        for name, at in sorted(positions.items()):
+            variant = tmp_path / f"bad-{codec}-{at}"
+            _corrupt(path, variant, at)
+            yielded, error = _read_until_error(str(variant / "manifest.json"))
+            assert error is not None and SHARD in str(error) and "sha256" in str(error), (codec, name, error)
+            assert yielded == [], (codec, name, [s["__key__"] for s in yielded])
+        keys, error = _read_with_loader_until_error(str(variant / "manifest.json"))
+        assert error is not None and SHARD in str(error) and keys == []
+
+
+def test_remote_shards_without_an_index_are_refused_in_one_line_naming_reindex(tmp_path):
+    """Over HTTP an unindexed shard cannot be hashed before it is streamed: it is refused, naming
+    the command that gives it an index, and nothing of it is yielded."""
+    path = _write(tmp_path / "s", "none")
     _without_index(path.parent / "manifest.json")
-    intact = list(wdsprep.dataset(str(path.parent / "manifest.json"), "train", shuffle_shards=False).compose(wdsprep.decode()))
-    assert len(intact) == 3
-    _same_as_original(intact, original)
-    for at in (100, os.path.getsize(path) - 1):  # a header byte of the first sample; the last end block
-        _corrupt(path, tmp_path / f"bad{at}", at)
-        yielded, error = _read_until_error(str(tmp_path / f"bad{at}" / "manifest.json"))
-        assert error is not None and SHARD in str(error)
-        assert len(yielded) < 3  # the shard's last sample is never yielded
+    with RangeHTTPServer(tmp_path) as server:
+        yielded, error = _read_until_error(server.url_of("s/manifest.json"))
+    assert yielded == [] and error is not None
+    assert SHARD in str(error) and "wdsprep reindex" in str(error) and "\n" not in str(error)
 
 
 @pytest.mark.parametrize("with_index", [True, False])
