@@ -1,4 +1,4 @@
-"""`wdsprep convert | synth | inspect | verify | pipeline | upload`, and the sources' own commands.
+"""`wdsprep convert | synth | inspect | verify | pipeline | upload | reindex`, and the sources' own commands.
 
 A source's extra commands (`Source.commands()`, e.g. rawnind's `fetch rawnind` and `serve dataverse`)
 are mounted as `wdsprep VERB NAME ...`: the core knows no source by name, built-in ids come from
@@ -262,6 +262,15 @@ def cmd_upload(argv: Sequence[str]) -> int:
     return int(main(parser.parse_args(argv)) or 0)
 
 
+def cmd_reindex(argv: Sequence[str]) -> int:
+    from .reindex import add_arguments, main
+
+    parser = argparse.ArgumentParser(prog="wdsprep reindex", description="give the shards of an older conversion their sample index")
+    add_arguments(parser)
+    _add_common(parser)
+    return int(main(parser.parse_args(argv)) or 0)
+
+
 COMMANDS = {
     "convert": cmd_convert,
     "synth": cmd_synth,
@@ -269,6 +278,7 @@ COMMANDS = {
     "verify": cmd_verify,
     "pipeline": cmd_pipeline,
     "upload": cmd_upload,
+    "reindex": cmd_reindex,
 }
 
 
@@ -283,6 +293,7 @@ def usage() -> str:
         ("verify DIR_OR_URL", "sha256, counts, every member decodes"),
         ("pipeline pipelines/X.toml", "synth/fetch + convert as one declared step"),
         ("upload SHARD_DIR URL", f"copy shards to {describe_schemes(writable=True)}; verified, manifest last"),
+        ("reindex DIR_OR_URL", "give older shards their sample index (fast, checked reads)"),
     ]
     rows += [(f"{verb} {name} {command.usage}".rstrip(), command.summary) for (verb, name), command in mounted.items()]
     return "usage: wdsprep {" + ",".join(verbs) + "} ...\n" + "\n".join(f"  {words:<29} {text}" for words, text in rows)

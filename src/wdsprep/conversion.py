@@ -272,6 +272,23 @@ def _load_units(store, config: dict) -> dict[str, UnitResult]:
     return units
 
 
+def replace_unit_rows(store: Store, rows: dict[str, dict]) -> None:
+    """Give the shards named in `rows` (name -> new row fields) their new rows in `_units.json`, so a
+    re-run of the conversion still finds its units' shards as recorded (`wdsprep reindex`)."""
+    raw = store.read_bytes(UNITS_NAME)
+    if raw is None:
+        return
+    lines = raw.decode().splitlines()
+    for number, line in enumerate(lines[1:], 1):
+        try:
+            record = json.loads(line)
+            record["rows"] = [dict(row, **rows.get(row["name"], {})) for row in record["rows"]]
+        except (ValueError, TypeError, KeyError):
+            continue  # a torn line: that unit is rebuilt by the next conversion, as after a crash
+        lines[number] = json.dumps(record, sort_keys=True, default=str)
+    store.write_bytes(UNITS_NAME, ("\n".join(lines) + "\n").encode())
+
+
 class _UnitJournal:
     """Appends each finished unit to `_units.json` at once (stores that cannot append get the whole
     file rewritten at most once a second, and at the end). Nothing is written before the first unit
