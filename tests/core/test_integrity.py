@@ -22,6 +22,7 @@ from wdsprep.shards.index import INDEX_MEMBER, ROW_FIELDS
 from wdsprep.shards.manifest import Manifest
 from wdsprep.shards.writer import ShardWriter
 from wdsprep.testing import RangeHTTPServer, S3Server
+from wdsprep.testing.conformance import run_cli
 
 SHARD = "train-00000-00.tar"
 
@@ -432,3 +433,33 @@ def test_any_run_of_samples_reads_like_tarfile_on_every_path(tmp_path_factory, s
                     _reads(path, plain, start, stop, fallback)):
             assert len(got) == stop - start
             assert got == reference[start:stop]
+
+
+def test_plain_webdataset_with_wdsprep_decode_refuses_every_flipped_byte_of_a_npy_zst_member(tmp_path):
+    """Without the shard index (plain `wds.WebDataset` over the shard URLs), the zstd frame's own
+    content checksum is what catches a changed byte: each byte of a converted `.npy.zst` member
+    flipped in turn gives either a ShardError naming the member or the very same array, never a
+    different one (found with tarfile; the array compared with numpy's reading of the original)."""
+    native = tmp_path / "in" / "train"
+    native.mkdir(parents=True)
+    array = np.random.default_rng(3).standard_normal(100).astype(np.float32)
+    np.save(native / "k0.array.npy", array)
+    status, _, err = run_cli("convert", "generic", tmp_path / "in", tmp_path / "out", "--quiet")  # the default codec: zstd
+    assert status == 0, err
+    path = tmp_path / "out" / "train-00000-00.tar"
+    with tarfile.open(path) as tar:
+        info = tar.getmember("k0.array.npy.zst")
+    original = path.read_bytes()
+    refused = 0
+    for at in range(info.offset_data, info.offset_data + info.size):
+        data = bytearray(original)
+        data[at] ^= 0x10
+        path.write_bytes(bytes(data))
+        try:
+            (sample,) = list(wds.WebDataset(str(path), shardshuffle=False).compose(wdsprep.decode()))
+        except ShardError as error:
+            assert "k0.array.npy.zst" in str(error) and str(path) in str(error)
+            refused += 1
+            continue
+        np.testing.assert_array_equal(sample["array.npy.zst"], array)
+    assert refused >= info.size - 4, (refused, info.size)  # all but the odd frame-header bit zstd does not use
