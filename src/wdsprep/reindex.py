@@ -83,7 +83,7 @@ def reindex(location: str, *, quiet: bool = True) -> ReindexReport:
                 try:
                     written, resumed = _reindex_shard(store, row)
                 except ShardError as error:
-                    report.bad.append(str(error))
+                    report.bad.append(f"{error} (left as it is: convert it again)")
                 else:
                     new_rows[row["name"]] = written
                     manifest.splits[split][i] = dict(row, **written)
@@ -111,8 +111,7 @@ def _reindex_shard(store: Store, row: dict) -> tuple[dict, bool]:
                 pass
         samples.body.update(END_OF_ARCHIVE)
         if (samples.size + len(END_OF_ARCHIVE), samples.body.hexdigest(), shard.samples) != (row["bytes"], row["sha256"], row["samples"]):
-            raise ShardError(url, "its samples differ from the manifest row (size, sha256 or count): left as it is, "
-                                  "convert it again")
+            raise ShardError(url, "its samples differ from the manifest row (size, sha256 or sample count)")
         written = shard.finish().as_dict()
         del written["name"]
         if samples.indexed and (hashing.count, hashing.digest.hexdigest()) == (written["bytes"], written["sha256"]):
@@ -148,7 +147,7 @@ class _Samples:
             parts = split_key(member.name)
             if parts is None or member.start != self.size + len(blob) or member.offset != member.start + BLOCK:
                 raise ShardError(self.url, f"member {member.name!r} at byte {member.start} is not a plain member of a "
-                                           "sample written by wdsprep: cannot be indexed, convert it again")
+                                           "sample as wdsprep writes them: the shard cannot be indexed")
             if parts[0] != key and key is not None:
                 yield self._sample(key, blob, spans)
                 blob, spans = bytearray(), []
