@@ -463,3 +463,37 @@ def test_plain_webdataset_with_wdsprep_decode_refuses_every_flipped_byte_of_a_np
             continue
         np.testing.assert_array_equal(sample["array.npy.zst"], array)
     assert refused >= info.size - 4, (refused, info.size)  # all but the odd frame-header bit zstd does not use
+
+
+def test_npy_zst_members_of_older_shards_without_a_checksum_still_read(tmp_path):
+    """Frames written without the content checksum (older shards) decode on every path: fused into
+    `wdsprep.dataset`, staged, and through plain webdataset."""
+    import zstandard
+
+    array = np.arange(500, dtype=np.float32).reshape(20, 25)
+    npy = io.BytesIO()
+    np.save(npy, array)
+    frame = zstandard.ZstdCompressor(level=3).compress(npy.getvalue())
+    assert not zstandard.get_frame_parameters(frame).has_checksum
+    directory = tmp_path / "older"
+    directory.mkdir()
+    writer = ShardWriter(str(directory), "train-00000", shard_bytes=1 << 30, encoder=Encoder("zstd"))
+    with writer:
+        writer.write("k0", {"a.npy.zst": frame})  # encoded bytes are stored as they are
+    (directory / "manifest.json").write_bytes(Manifest("t", {}, "fp", {"train": [r.as_dict() for r in writer.rows]}).dumps())
+    manifest = str(directory / "manifest.json")
+    for samples in (list(wdsprep.dataset(manifest, "train").compose(wdsprep.decode())),
+                    list(wdsprep.dataset(manifest, "train").compose(lambda source: map(wdsprep.decode_sample, source))),
+                    list(wds.WebDataset(str(directory / writer.rows[0].name), shardshuffle=False).compose(wdsprep.decode()))):
+        (sample,) = samples
+        np.testing.assert_array_equal(sample["a.npy.zst"] if "a.npy.zst" in sample else sample["a"], array)
+
+
+def test_a_npy_zst_member_with_bytes_after_its_frame_is_refused():
+    """The decoder reads the frame to its end (where its checksum is) and a byte more: a member
+    longer than its frame is no silent truncation."""
+    member = Encoder("zstd").encode_fields("k", {"a": np.arange(10, dtype=np.int64)})[0][1]
+    assert wdsprep.decode_sample({"__key__": "k", "a.npy.zst": member})["a"].tolist() == list(range(10))
+    for extra in (b"\0", member):
+        with pytest.raises(ShardError, match=r"k\.a\.npy\.zst"):
+            wdsprep.decode_sample({"__key__": "k", "__url__": "x.tar", "a.npy.zst": member + extra})
