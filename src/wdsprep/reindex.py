@@ -10,11 +10,11 @@ The output is used only through `Store` methods (a local directory or `s3://`; l
 output). Order of events, so that nothing is lost and an interrupted run resumes:
 1. per shard without index fields: stream it, rebuilding its samples' bytes member by member into
    a staged new shard; the samples must be exactly the converted ones (their bytes, followed by the
-   end blocks, have the row's size and sha256, and the count matches), else the shard is left as
-   it is and reported (one line naming it);
-2. the new shard replaces the old one atomically (`Store.publish`). A shard that already ends with
-   the index this run builds (an interrupted run replaced it but never wrote the manifest) is
-   recognised by the same check on its samples and is not written again;
+   end blocks, have the row's size and sha256, and the count matches) and the object byte for byte
+   the row's shard, else the shard is left as it is and reported (one line naming it);
+2. the new shard replaces the old one atomically (`Store.publish`). A shard that is already byte
+   for byte what this run builds (an interrupted run replaced it but never wrote the manifest) is
+   recognised, its samples checked the same way, and is not written again;
 3. when every shard is done, `_units.json` (so a later `convert` re-run still reuses the units) and
    then `manifest.json` get the new rows, last.
 Between 2 and 3 the manifest still lists the old rows: a reader of a replaced shard then gets a
@@ -114,9 +114,12 @@ def _reindex_shard(store: Store, row: dict) -> tuple[dict, bool]:
             raise ShardError(url, "its samples differ from the manifest row (size, sha256 or sample count)")
         written = shard.finish().as_dict()
         del written["name"]
-        if samples.indexed and (hashing.count, hashing.digest.hexdigest()) == (written["bytes"], written["sha256"]):
+        found = (hashing.count, hashing.digest.hexdigest())
+        if found == (written["bytes"], written["sha256"]):  # an interrupted run's: already what this run writes
             shard.abort()
             return written, True
+        if samples.indexed or found != (row["bytes"], row["sha256"]):
+            raise ShardError(url, "differs from the manifest row (size or sha256) and from its indexed form")
         store.publish(shard.publish(), row["name"])
         return written, False
     except BaseException:

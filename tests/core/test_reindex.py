@@ -161,13 +161,21 @@ def test_an_interrupted_reindex_resumes_and_meanwhile_no_wrong_sample_is_read(co
     assert all(identities(work)[name] == before[name] for name in replaced)  # recognised, not written again
 
 
-def test_a_damaged_older_shard_is_named_and_left_as_it_is(conversions, tmp_path):
+@pytest.mark.parametrize("where", ["a tar header", "array data", "padding"])
+def test_a_damaged_older_shard_is_named_and_left_as_it_is(conversions, tmp_path, where):
+    """A flipped byte in a header breaks the walk; in data or padding only the check of the rebuilt
+    samples against the row's sha256 sees it. Either way: named, not indexed, not changed."""
     native, current, older = conversions
     work = tmp_path / "older"
     shutil.copytree(older, work)
     victim = sorted(work.glob("*.tar"))[1]
+    with tarfile.open(victim) as archive:
+        info = archive.getmembers()[7]
+    at = {"a tar header": info.offset + 3, "array data": info.offset_data + info.size // 2,
+          "padding": info.offset_data + info.size + (-info.size % 512) - 1}[where]
+    assert info.size % 512, "the member must have padding"
     data = bytearray(victim.read_bytes())
-    data[len(data) // 3] ^= 0x01
+    data[at] ^= 0x01
     victim.write_bytes(bytes(data))
     old_row = next(row for row in read_manifest(older)["splits"]["train"]["shards"] if row["name"] == victim.name)
     status, out, err = reindex(work)

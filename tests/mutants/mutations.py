@@ -171,6 +171,7 @@ MUTATIONS = [
              ("tests/core/test_reindex.py",)),
     Mutation("reindex-rewrites-on-resume", "a resumed reindex writes again the shards an interrupted run replaced",
              "src/wdsprep/reindex.py",
-             (("        if samples.indexed and (hashing.count", "        if False and (hashing.count"),),
+             (("        if found == (written[\"bytes\"], written[\"sha256\"]):", "        if False:"),
+              ("        if samples.indexed or found != (row[\"bytes\"], row[\"sha256\"]):", "        if not samples.indexed and found != (row[\"bytes\"], row[\"sha256\"]):")),
              ("tests/core/test_reindex.py",)),
 ]
