@@ -50,7 +50,7 @@ DEFAULT_SHARD_BYTES = "256MB"  # `wdsprep convert`'s default
 # `--shard-bytes` at which the workload's units overrun their planned size (tar headers and padding
 # are ~12% of W1's bytes and ~80% of W3's) and end in two balanced shards; W2's 1 MiB arrays are
 # their own size on disk, so no size makes its units overrun
-BALANCED_SHARD_BYTES = {"W1": sized("64MB", "1MB"), "W3": sized("12MB", "250KB")}
+BALANCED_SHARD_BYTES = {"W1": sized("64MB", "1MB"), "W3": sized("13MB", "280KB")}
 BATCH = 64
 
 
