@@ -75,8 +75,8 @@ def rebalanced(tmp_path_factory):
     output = root / "out"
     convert(native, output, "--shard-bytes", "200KB", "--codec", "none")
     assert balanced_units(output, 200_000) == ["train-00000"]
-    assert assert_rows_index_their_shards(output) >= 3
     rows = read_manifest(output)["splits"]["train"]["shards"]
+    assert len(rows) >= 3
     return output, [(row["name"], sample_spans(output / row["name"])) for row in rows]
 
 

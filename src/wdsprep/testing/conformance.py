@@ -177,7 +177,7 @@ def balanced_units(output: pathlib.Path, shard_bytes: int) -> list[str]:
             key, members = tar_samples(output / last["name"])[0]
             first = sum(512 + m.size + (-m.size % 512) for m in members)
             entry_room = 512 + len(key.encode()) + 16 + 16 * len(members)
-            if before["index_offset"] + first + before["index_bytes"] + entry_room + 1024 <= shard_bytes:
+            if before["bytes"] + first + entry_room <= shard_bytes:  # its index and end blocks counted in `bytes`
                 found.append(unit)
     return found
 
