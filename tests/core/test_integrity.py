@@ -24,6 +24,8 @@ from wdsprep.shards.writer import ShardWriter
 from wdsprep.testing import RangeHTTPServer, S3Server
 from wdsprep.testing.conformance import run_cli
 
+from .shardsets import keys_until_error
+
 SHARD = "train-00000-00.tar"
 
 
@@ -195,17 +197,6 @@ def _without_index(manifest_path: pathlib.Path) -> None:
     manifest_path.write_bytes(manifest.dumps())
 
 
-def _read_with_loader_until_error(manifest) -> tuple[list[str], ShardError | None]:
-    keys: list[str] = []
-    loader = wdsprep.Loader(wdsprep.dataset(manifest, "train", shuffle_shards=False).compose(wdsprep.decode()), batch_size=None)
-    try:
-        for sample in loader:
-            keys.append(sample["__key__"])
-    except ShardError as error:
-        return keys, error
-    return keys, None
-
-
 def test_local_shards_without_an_index_yield_nothing_before_the_whole_shard_matched_its_row(tmp_path):
     """An older manifest (rows without index fields): a local shard is hashed whole (size and
     sha256 against its row) before its first sample, so a flipped byte anywhere in it -- in the
@@ -226,7 +217,9 @@ def test_local_shards_without_an_index_yield_nothing_before_the_whole_shard_matc
             yielded, error = _read_until_error(str(variant / "manifest.json"))
             assert error is not None and SHARD in str(error) and "sha256" in str(error), (codec, name, error)
             assert yielded == [], (codec, name, [s["__key__"] for s in yielded])
-        keys, error = _read_with_loader_until_error(str(variant / "manifest.json"))
+        loader = wdsprep.Loader(wdsprep.dataset(str(variant / "manifest.json"), "train", shuffle_shards=False).compose(wdsprep.decode()),
+                                batch_size=None)
+        keys, error = keys_until_error(loader)
         assert error is not None and SHARD in str(error) and keys == []
 
 

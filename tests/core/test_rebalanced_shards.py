@@ -20,6 +20,8 @@ from wdsprep.shards.codec import Encoder
 from wdsprep.shards.writer import ShardWriter
 from wdsprep.testing.conformance import assert_rows_index_their_shards, balanced_units, read_manifest, run_cli
 
+from .shardsets import keys_until_error
+
 
 def write_small_samples(directory: pathlib.Path, count: int, seed: int = 0) -> pathlib.Path:
     """`count` samples of a 64-float32 `.npy` and a small `.json` in `train/` (generic source layout)."""
@@ -80,16 +82,6 @@ def rebalanced(tmp_path_factory):
     return output, [(row["name"], sample_spans(output / row["name"])) for row in rows]
 
 
-def _keys_until_error(iterable) -> tuple[list[str], BaseException | None]:
-    keys: list[str] = []
-    try:
-        for sample in iterable:
-            keys.append(sample["__key__"])
-    except ShardError as error:
-        return keys, error
-    return keys, None
-
-
 def test_a_flipped_byte_in_any_sample_of_a_rebalanced_conversion_is_refused_before_that_sample(rebalanced):
     """One sample at a time, in every shard: one byte flipped (its position walks through each
     sample's headers, data and padding), then the split read through `wdsprep.dataset` (raw and
@@ -114,7 +106,7 @@ def test_a_flipped_byte_in_any_sample_of_a_rebalanced_conversion_is_refused_befo
                     "loader": wdsprep.Loader(wdsprep.dataset(manifest, "train", shuffle_shards=False), batch_size=None),
                 }
                 for what, reader in readers.items():
-                    keys, error = _keys_until_error(reader)
+                    keys, error = keys_until_error(reader)
                     assert error is not None and name in str(error), (what, name, key, at)
                     assert keys == order[: len(keys)] and len(keys) <= order.index(key), (what, name, key, at)
             finally:
