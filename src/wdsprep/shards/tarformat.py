@@ -8,7 +8,7 @@ checksum is the template's byte sum plus those of the filled fields (no pass ove
 
 Reading: ONE header parser (`parse_header`) and ONE cursor (`TarCursor`) that every reader of
 shards uses (`iter_members`, `group_samples`/`iter_samples`, `index_samples`, the read path's
-fallback for shards without an index, noisebase's sequence reader). The
+fallback for shards without an index, `wdsprep reindex`, noisebase's sequence reader). The
 cursor walks members in order over any binary stream; a member's data is read whole, read in part
 (`readinto`, the rest skipped later) or skipped (seeked over when the stream can seek). It accepts
 what other writers produce: GNU long names (`L`), PAX `path`/`size` records (`x`; global `g`
