@@ -37,6 +37,7 @@ from .shards.manifest import MANIFEST_NAME, Manifest
 from .shards.tarformat import BLOCK, END_OF_ARCHIVE, TarCursor, padding, split_key
 from .shards.writer import ShardFile
 from .storage import BUFFER, Store, describe, open_store, open_url
+from .stream.manifests import load_manifest
 from .stream.read import Sha256Reader
 
 
@@ -66,9 +67,10 @@ def main(args: argparse.Namespace) -> int:
 
 
 def reindex(location: str, *, quiet: bool = True) -> ReindexReport:
+    load_manifest(location)  # a location without a manifest is refused before anything is made there
     store = open_store(location.removesuffix(MANIFEST_NAME).rstrip("/") or ".")
     with store.lock():
-        text = store.read_bytes(MANIFEST_NAME)
+        text = store.read_bytes(MANIFEST_NAME)  # again, under the lock
         if text is None:
             raise ManifestError(f"{store.name_url(MANIFEST_NAME)}: no manifest (is this a `wdsprep convert` output?)")
         manifest = Manifest.loads(text, store.name_url(MANIFEST_NAME))

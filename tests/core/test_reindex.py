@@ -250,3 +250,12 @@ def test_reindex_of_a_read_only_url_is_one_line(conversions):
         status, _, err = reindex(server.url_of("older"))
     assert status == 1 and len(err.strip().splitlines()) == 1 and "cannot write" in err, err
     assert os.path.exists(older / "manifest.json")
+
+
+def test_reindex_of_a_folder_without_a_manifest_is_one_line_and_makes_nothing(tmp_path):
+    for location in (tmp_path / "empty", tmp_path / "missing"):
+        if location.name == "empty":
+            location.mkdir()
+        status, _, err = reindex(location)
+        assert status == 1 and len(err.strip().splitlines()) == 1 and "manifest" in err, err
+        assert (sorted(p.name for p in location.iterdir()) if location.exists() else None) == ([] if location.name == "empty" else None)
