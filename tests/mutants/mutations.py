@@ -174,4 +174,9 @@ MUTATIONS = [
              (("        if found == (written[\"bytes\"], written[\"sha256\"]):", "        if False:"),
               ("        if samples.indexed or found != (row[\"bytes\"], row[\"sha256\"]):", "        if not samples.indexed and found != (row[\"bytes\"], row[\"sha256\"]):")),
              ("tests/core/test_reindex.py",)),
+    Mutation("map-style-pairs-unchecked", "MinecraftPairs reads its shards without the check against their rows",
+             "src/wdsprep/sources/minecraft/read.py",
+             (("        self._pairs = list(stage(iter(shard_samples)))",
+               "        from ...stream import iter_shard\n        self._pairs = list(stage(s for url in manifest.shard_urls(split) for s in iter_shard(url)))"),),
+             ("tests/minecraft/test_minecraft_reader.py",)),
 ]
