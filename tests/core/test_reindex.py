@@ -259,3 +259,47 @@ def test_reindex_of_a_folder_without_a_manifest_is_one_line_and_makes_nothing(tm
         status, _, err = reindex(location)
         assert status == 1 and len(err.strip().splitlines()) == 1 and "manifest" in err, err
         assert (sorted(p.name for p in location.iterdir()) if location.exists() else None) == ([] if location.name == "empty" else None)
+
+
+def test_a_shard_damaged_after_an_interrupted_run_replaced_it_is_named_not_blessed(conversions, tmp_path, monkeypatch):
+    """An interrupted run replaced the shards; then a data byte of one changed. The resumed run must
+    not take it for its own work (its index, rebuilt from the damaged bytes, would match them): its
+    samples are checked against the row of the converted shard, so it is named and left as it is."""
+    import wdsprep.reindex as module
+
+    native, current, older = conversions
+    work = tmp_path / "older"
+    shutil.copytree(older, work)
+    monkeypatch.setattr(module, "replace_unit_rows", lambda *args: (_ for _ in ()).throw(KeyboardInterrupt()))
+    assert reindex(work)[0] == 130
+    monkeypatch.undo()
+    victim = sorted(work.glob("*.tar"))[0]
+    with tarfile.open(victim) as archive:
+        info = archive.getmembers()[4]
+    data = bytearray(victim.read_bytes())
+    data[info.offset_data + info.size // 2] ^= 0x01
+    victim.write_bytes(bytes(data))
+    status, _, err = reindex(work)
+    assert status == 1 and len(err.strip().splitlines()) == 1 and victim.name in err, err
+    assert victim.read_bytes() == bytes(data)
+    row = next(row for row in read_manifest(work)["splits"]["train"]["shards"] if row["name"] == victim.name)
+    assert not any(field in row for field in INDEX_FIELDS)
+
+
+def test_an_indexed_shard_of_other_samples_under_an_older_row_is_named_not_taken(conversions, tmp_path):
+    """A shard that already has an index but holds other samples than its (older) row says -- here
+    the same-named shard of another conversion -- is not taken for an interrupted run's work."""
+    native, current, older = conversions
+    work = tmp_path / "older"
+    shutil.copytree(older, work)
+    other = write_input(tmp_path / "other-in")
+    np.save(other / "train" / "s0000.array.npy", np.zeros(64, np.float32))  # other samples, same sizes
+    status, _, err = run_cli("convert", "generic", other, tmp_path / "other", "--shard-bytes", "200KB", "--quiet")
+    assert status == 0, err
+    name = "train-00000-00.tar"
+    shutil.copy(tmp_path / "other" / name, work / name)
+    status, _, err = reindex(work)
+    assert status == 1 and len(err.strip().splitlines()) == 1 and name in err, err
+    assert (work / name).read_bytes() == (tmp_path / "other" / name).read_bytes()
+    row = next(row for row in read_manifest(work)["splits"]["train"]["shards"] if row["name"] == name)
+    assert row == next(row for row in read_manifest(older)["splits"]["train"]["shards"] if row["name"] == name)
