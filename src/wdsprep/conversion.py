@@ -4,7 +4,8 @@ Resumable: beside the manifest the driver keeps `_units.json`, the results of co
 by a digest of the unit (its items), the conversion config and the fingerprints of the native inputs
 that feed it (one rule for every source, `wdsprep.inputs`: content hashes or size + mtime_ns +
 ctime_ns + inode). A re-run reuses every unit whose record matches and whose shards still check out
-(size and sha256), and rebuilds the rest, so a changed input rebuilds exactly the units it feeds.
+(size, sha256, and an index in each), and rebuilds the rest, so a changed input rebuilds exactly the
+units it feeds (and a unit an older wdsprep wrote without shard indexes is built again).
 The manifest is removed at the start of a run that would change it and written only when every unit
 is done, so a manifest never lists a shard that was not written and verified.
 
@@ -29,6 +30,7 @@ from .executors import get_executor
 from .inputs import unit_input_fingerprints
 from .progress import Progress
 from .shards.codec import Encoder
+from .shards.index import has_index
 from .shards.manifest import MANIFEST_NAME, Manifest, shard_name_pattern
 from .shards.writer import ShardWriter
 from .sources.base import DEFAULT_ON_ERROR, ON_ERROR, PlanContext, Unit, UnitContext
@@ -96,13 +98,15 @@ def build_unit(source_id: str, unit: Unit, options: dict, output: str, digest: s
     return UnitResult(unit.split, unit.index, digest, rows, ctx.problems, ctx.tables, unit.input_bytes)
 
 
-def _unverified(store, rows: list[dict], *, full: bool) -> list[str]:
-    """Shards of a finished unit that are not in the store as reported: by size, and by sha256
-    when another machine may have written them (a local worker hashed what it wrote itself)."""
+def unverified_shards(store, rows: list[dict], *, full: bool) -> list[str]:
+    """Shards of a finished unit that are not in the store as a conversion writes them: by size, by
+    sha256 when another machine may have written them (a local worker hashed what it wrote itself),
+    and with their index (a unit an older wdsprep wrote without it is built again)."""
     return [
         row["name"]
         for row in rows
-        if store.stat(row["name"]) != row["bytes"] or (full and store.sha256(row["name"]) != row["sha256"])
+        if not has_index(row) or store.stat(row["name"]) != row["bytes"]
+        or (full and store.sha256(row["name"]) != row["sha256"])
     ]
 
 
@@ -166,7 +170,7 @@ def _convert(source_id, source, input, store, options, *, splits, fingerprint, e
     done: dict[str, UnitResult] = {}
     for digest in digests:
         record = previous.get(digest)
-        if record is not None and not _unverified(store, record.rows, full=True):
+        if record is not None and not unverified_shards(store, record.rows, full=True):
             done[digest] = record
 
     old_manifest = store.read_bytes(MANIFEST_NAME)
@@ -190,7 +194,7 @@ def _convert(source_id, source, input, store, options, *, splits, fingerprint, e
             if isinstance(result, BaseException):
                 failures.append((unit, result))
                 continue
-            bad = _unverified(store, result.rows, full=executor != "local")
+            bad = unverified_shards(store, result.rows, full=executor != "local")
             if bad:  # e.g. a worker on another node wrote to its own local disk
                 failures.append((unit, ConversionError(f"shard(s) {', '.join(bad)} reported written but not found with that size and sha256 at {store.url}")))
                 continue

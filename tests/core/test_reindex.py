@@ -303,3 +303,17 @@ def test_an_indexed_shard_of_other_samples_under_an_older_row_is_named_not_taken
     assert (work / name).read_bytes() == (tmp_path / "other" / name).read_bytes()
     row = next(row for row in read_manifest(work)["splits"]["train"]["shards"] if row["name"] == name)
     assert row == next(row for row in read_manifest(older)["splits"]["train"]["shards"] if row["name"] == name)
+
+
+def test_a_conversion_rerun_over_an_older_output_builds_its_units_again_with_their_index(conversions, tmp_path):
+    """Without `reindex`: converting again into an older output rebuilds the units whose recorded
+    shards have no index, so the manifest a conversion writes never lists a shard without one."""
+    native, current, older = conversions
+    work = tmp_path / "older"
+    shutil.copytree(older, work)
+    status, _, err = run_cli("convert", "generic", native, work, "--shard-bytes", "200KB", "--quiet")
+    assert status == 0, err
+    assert read_manifest(work)["timing"]["units_built"] == 1 and read_manifest(work)["timing"]["units_reused"] == 0
+    assert shard_bytes(work) == shard_bytes(current)
+    assert read_manifest(work)["splits"] == read_manifest(current)["splits"]
+    assert assert_rows_index_their_shards(work) == len(shard_bytes(work))

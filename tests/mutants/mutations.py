@@ -179,4 +179,8 @@ MUTATIONS = [
              (("        self._pairs = list(stage(iter(shard_samples)))",
                "        from ...stream import iter_shard\n        self._pairs = list(stage(s for url in manifest.shard_urls(split) for s in iter_shard(url)))"),),
              ("tests/minecraft/test_minecraft_reader.py",)),
+    Mutation("rerun-reuses-unindexed-units", "a conversion re-run reuses units whose shards have no index",
+             "src/wdsprep/conversion.py",
+             (("        if not has_index(row) or store.stat(row[\"name\"]) != row[\"bytes\"]", "        if store.stat(row[\"name\"]) != row[\"bytes\"]"),),
+             ("tests/core/test_reindex.py",)),
 ]
