@@ -1,18 +1,26 @@
 """Peers: wdsprep against LitData, MosaicML MDS and webdataset on the same samples, plus the floor.
 
 Workloads: W1 a 16 KiB float32 array + a small dict, W2 a 1 MiB array + dict, W3 a 256 B array +
-dict. Each system writes them with its own writer (uncompressed) and reads them back the way it is
-used for training: shuffled as it shuffles (wdsprep: per-epoch shard permutation + 1,000-sample
-block shuffle; LitData `shuffle=True`; MDS `shuffle=True` (py1e); webdataset `shardshuffle=100` +
+dict. wdsprep's datasets are what users get: the samples are written to disk as files in the
+`generic` source's layout (`train/<key>.array.npy`, `train/<key>.meta.json`) and converted with
+the `wdsprep convert` command line (`--codec none`), once at the default `--shard-bytes` and once
+at a size at which the conversion's units outgrow their target, roll over and have their last two
+shards balanced (the bench reads the manifest and says how many units were). The peers write the
+same samples with their own writers (uncompressed). Each system reads them back the way it is used
+for training: shuffled as it shuffles (wdsprep: per-epoch shard permutation + 1,000-sample block
+shuffle; LitData `shuffle=True`; MDS `shuffle=True` (py1e); webdataset `shardshuffle=100` +
 `.shuffle(1000)`), decoded to a numpy array and a dict, single process and through a 2-worker
 DataLoader with batch 64. The floor is a minimal Python loop that yields one writable array and the
 decoded dict per sample from precomputed offsets (`os.preadv` into a bytearray, `np.frombuffer`,
-msgpack) -- no format, no checks.
+msgpack) over wdsprep's default-size shards -- no format, no checks.
 
 Every measurement runs in its own process (so DataLoader workers and MDS's shared memory start
 clean); CPU is the measured loop's user+system time of the process and its workers. Systems are
-interleaved, repeated, best of the repeats; ratios compare numbers of this one run. Requires the
-`bench` extra (`make bench` installs it); a missing peer gets a row saying so.
+interleaved, repeated, best of the repeats; ratios compare numbers of this one run. Writes: CPU of
+each system's writer in-process; for wdsprep also `ShardWriter` in-process (the writer under
+`convert`, from the arrays in memory, like the peers) as well as the whole `wdsprep convert`
+process (imports and reading the input files included). Requires the `bench` extra (`make bench`
+installs it); a missing peer gets a row saying so.
 """
 from __future__ import annotations
 
@@ -34,10 +42,15 @@ WORKLOADS = {  # name -> (float32 elements, samples)
     "W2": (262_144, sized(250, 12)),
     "W3": (64, sized(20_000, 300)),
 }
-SYSTEMS = ("floor", "wdsprep", "litdata", "mds", "webdataset")
+SYSTEMS = ("floor", "wdsprep", "wdsprep-balanced", "litdata", "mds", "webdataset")
 MODES = ("single", "2 workers")
 REPEATS = sized(3, 1)
-SHARD_BYTES = 64_000_000
+SHARD_BYTES = 64_000_000  # the peers' shard / chunk size
+DEFAULT_SHARD_BYTES = "256MB"  # `wdsprep convert`'s default
+# `--shard-bytes` at which the workload's units overrun their planned size (tar headers and padding
+# are ~12% of W1's bytes and ~80% of W3's) and end in two balanced shards; W2's 1 MiB arrays are
+# their own size on disk, so no size makes its units overrun
+BALANCED_SHARD_BYTES = {"W1": sized("64MB", "1MB"), "W3": sized("13MB", "280KB")}
 BATCH = 64
 
 
@@ -48,17 +61,36 @@ def _samples(elements: int, count: int):
 
 
 # ------------------------------------------------------------------------------------------ writers
-def _write_wdsprep(directory: str, elements: int, count: int) -> None:
+def write_files(directory: pathlib.Path, elements: int, count: int) -> None:
+    """The samples as files in the generic source's layout: what `wdsprep convert generic` reads."""
+    train = directory / "train"
+    train.mkdir(parents=True)
+    for i, array, meta in _samples(elements, count):
+        np.save(train / f"s{i:07d}.array.npy", array)
+        (train / f"s{i:07d}.meta.json").write_text(json.dumps(meta))
+
+
+def convert_files(source: str, directory: str, shard_bytes: str) -> None:
+    """`wdsprep convert generic` in its own process, as a user runs it."""
+    command = [sys.executable, "-m", "wdsprep", "convert", "generic", source, directory,
+               "--shard-bytes", shard_bytes, "--codec", "none", "--quiet"]
+    result = subprocess.run(command, capture_output=True, text=True, env=_child_env())
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)}: {result.stderr.strip()[-200:]}")
+
+
+def _child_env() -> dict:
+    src = str(pathlib.Path(__file__).resolve().parent.parent / "src")
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])))
+
+
+def _write_shardwriter(directory: str, elements: int, count: int) -> None:
     from wdsprep.shards.codec import Encoder
-    from wdsprep.shards.manifest import Manifest
     from wdsprep.shards.writer import ShardWriter
 
-    writer = ShardWriter(directory, "train-00000", shard_bytes=SHARD_BYTES, encoder=Encoder("none"))
-    with writer:
+    with ShardWriter(directory, "train-00000", shard_bytes=SHARD_BYTES, encoder=Encoder("none")) as writer:
         for i, array, meta in _samples(elements, count):
             writer.write(f"s{i:07d}", {"array": array, "meta": meta})
-    manifest = Manifest("bench", {}, "", {"train": [row.as_dict() for row in writer.rows]})
-    pathlib.Path(directory, "manifest.json").write_bytes(manifest.dumps())
 
 
 def _write_litdata(directory: str, elements: int, count: int) -> None:
@@ -88,7 +120,7 @@ def _write_webdataset(directory: str, elements: int, count: int) -> None:
             sink.write({"__key__": f"s{i:07d}", "array.npy": array, "meta.mp": meta})
 
 
-WRITERS = {"wdsprep": _write_wdsprep, "litdata": _write_litdata, "mds": _write_mds, "webdataset": _write_webdataset}
+WRITERS = {"wdsprep-shardwriter": _write_shardwriter, "litdata": _write_litdata, "mds": _write_mds, "webdataset": _write_webdataset}
 
 
 def _import_streaming():
@@ -201,7 +233,8 @@ def _webdataset_loader(directory: str, mode: str):
     return wds.WebLoader(dataset.batched(BATCH), batch_size=None, num_workers=2)
 
 
-LOADERS = {"floor": _floor_loader, "wdsprep": _wdsprep_loader, "litdata": _litdata_loader, "mds": _mds_loader, "webdataset": _webdataset_loader}
+LOADERS = {"floor": _floor_loader, "wdsprep": _wdsprep_loader, "wdsprep-balanced": _wdsprep_loader, "litdata": _litdata_loader,
+           "mds": _mds_loader, "webdataset": _webdataset_loader}
 
 
 def _count(item) -> int:
@@ -216,7 +249,7 @@ def _warm_imports(system: str) -> None:
     """Import the writer's modules before the clock starts (conversion time excludes imports)."""
     if system == "mds":
         _import_streaming()
-    modules = {"wdsprep": ["wdsprep.shards.writer"], "litdata": ["litdata.streaming.writer"], "webdataset": ["webdataset"]}
+    modules = {"wdsprep-shardwriter": ["wdsprep.shards.writer"], "litdata": ["litdata.streaming.writer"], "webdataset": ["webdataset"]}
     for module in modules.get(system, []):
         __import__(module)
 
@@ -228,6 +261,10 @@ def _cpu() -> float:
 
 def child(job: dict) -> dict:
     """One measurement in this process: write (CPU s) or read (wall samples/s, CPU us/sample)."""
+    if job["task"] == "write" and "shard_bytes" in job:  # the command line, files on disk -> shards
+        start = _cpu()
+        convert_files(job["input"], job["directory"], job["shard_bytes"])
+        return {"cpu_s": _cpu() - start, **_shard_summary(job["directory"], job["shard_bytes"])}
     if job["task"] == "write":
         os.makedirs(job["directory"], exist_ok=True)
         _warm_imports(job["system"])
@@ -253,6 +290,18 @@ def _spawn(job: dict) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def _shard_summary(directory: str, shard_bytes: str) -> dict:
+    """Shards written, and the units whose last two shards were balanced (`balanced_units`: the
+    second-to-last shard left room for the last one's first sample, which a writer that only rolls
+    over never does)."""
+    from wdsprep.conversion import parse_size
+    from wdsprep.testing.conformance import balanced_units
+
+    rows = json.loads(pathlib.Path(directory, "manifest.json").read_text())["splits"]["train"]["shards"]
+    return {"shards": len(rows), "balanced": len(balanced_units(pathlib.Path(directory), parse_size(shard_bytes))),
+            "indexed": sum(row.get("index_offset") is not None for row in rows)}
+
+
 def _available(system: str) -> str | None:
     module = {"litdata": "litdata", "mds": "streaming", "webdataset": "webdataset"}.get(system)
     if module is None:
@@ -263,32 +312,53 @@ def _available(system: str) -> str | None:
     return None if probe.returncode == 0 else f"not installed (`make bench` installs the bench extra): {probe.stderr.strip().splitlines()[-1][:80]}"
 
 
+def _best(table: dict, key, result: dict, measure: str) -> None:
+    """Keep the lowest `measure` of the repeats (an error only where nothing else was measured)."""
+    best = table.get(key)
+    if best is None or "error" in best or ("error" not in result and result[measure] < best[measure]):
+        table[key] = result
+
+
+def _directory(workdir: pathlib.Path, workload: str, system: str) -> pathlib.Path:
+    return workdir / workload / ("wdsprep" if system == "floor" else system)
+
+
 def run(workdir: pathlib.Path) -> str:
     missing = {system: _available(system) for system in SYSTEMS}
     writes: dict = {}
     reads: dict = {}
     for workload, (elements, samples) in WORKLOADS.items():
+        files = workdir / workload / "files"
+        shutil.rmtree(files, ignore_errors=True)
+        write_files(files, elements, samples)
+        converts = {"wdsprep": DEFAULT_SHARD_BYTES}
+        if workload in BALANCED_SHARD_BYTES:
+            converts["wdsprep-balanced"] = BALANCED_SHARD_BYTES[workload]
         for repeat in range(REPEATS):  # writes too: interleaved, best of the repeats (the last one's shards are read)
-            for system in SYSTEMS[1:]:
-                directory = workdir / workload / system
+            for system, shard_bytes in converts.items():
+                directory = _directory(workdir, workload, system)
                 shutil.rmtree(directory, ignore_errors=True)
-                if missing[system]:
+                job = {"task": "write", "system": system, "directory": str(directory), "input": str(files), "shard_bytes": shard_bytes}
+                _best(writes, (workload, system), _spawn(job), "cpu_s")
+            for system in WRITERS:
+                directory = _directory(workdir, workload, system)
+                shutil.rmtree(directory, ignore_errors=True)
+                if missing.get(system):
                     writes[workload, system] = {"error": missing[system]}
                     continue
-                result = _spawn({"task": "write", "system": system, "directory": str(directory), "elements": elements, "samples": samples})
-                best = writes.get((workload, system))
-                if best is None or "error" in result or ("error" not in best and result["cpu_s"] < best["cpu_s"]):
-                    writes[workload, system] = result
+                job = {"task": "write", "system": system, "directory": str(directory), "elements": elements, "samples": samples}
+                _best(writes, (workload, system), _spawn(job), "cpu_s")
+        shutil.rmtree(workdir / workload / "wdsprep-shardwriter", ignore_errors=True)  # written to be timed, not read
         for repeat in range(REPEATS):
             for mode in MODES:
                 for system in SYSTEMS:  # interleaved: every system once per round
-                    if missing[system] or "error" in writes.get((workload, "wdsprep" if system == "floor" else system), {}):
+                    writer = "wdsprep" if system == "floor" else system
+                    if missing[system] or (workload, writer) not in writes or "error" in writes[workload, writer]:
                         continue
-                    directory = workdir / workload / ("wdsprep" if system == "floor" else system)
-                    result = _spawn({"task": "read", "system": system, "mode": mode, "directory": str(directory)})
-                    best = reads.get((workload, mode, system))
-                    if best is None or "error" in best or ("rate" in result and result["cpu_us"] < best["cpu_us"]):
-                        reads[workload, mode, system] = result
+                    job = {"task": "read", "system": system, "mode": mode, "directory": str(_directory(workdir, workload, system))}
+                    result = _spawn(job)
+                    if "rate" in result or (workload, mode, system) not in reads:
+                        _best(reads, (workload, mode, system), result, "cpu_us")
     return _table(writes, reads, missing)
 
 
@@ -298,34 +368,74 @@ def _fmt(result: dict | None, key: str, spec: str) -> str:
     return format(result[key], spec)
 
 
+NAMES = {"wdsprep": f"wdsprep (`convert`, --shard-bytes {DEFAULT_SHARD_BYTES})", "wdsprep-balanced": "wdsprep (`convert`, balanced: --shard-bytes {})"}
+
+
+def _name(system: str, workload: str) -> str:
+    return NAMES.get(system, system).format(BALANCED_SHARD_BYTES.get(workload))
+
+
+def _ratio(ours: dict | None, theirs: dict | None) -> str:
+    if ours and "cpu_us" in ours and theirs and "cpu_us" in theirs:
+        return f"{ours['cpu_us'] / theirs['cpu_us']:.2f}"
+    return "n/a"
+
+
 def _table(writes: dict, reads: dict, missing: dict) -> str:
     lines = [
         "## peers: wdsprep, LitData, MosaicML MDS, webdataset (and the floor)",
         "",
-        "Same samples written by each system's own writer (uncompressed), read back shuffled as each does it "
-        "for training, decoded to an array + dict, from local disk (page cache). "
+        "The same samples for every system. wdsprep's: written as files (`train/<key>.array.npy` + `<key>.meta.json`, "
+        "the generic source's layout) and converted by the command line, `wdsprep convert generic FILES OUT --codec none`, "
+        f"at the default `--shard-bytes {DEFAULT_SHARD_BYTES}` and at a size at which the conversion's units overrun "
+        "their target, roll over and end in two balanced shards (W2's 1 MiB arrays never overrun: no such size). "
+        "The peers': their own writers (uncompressed). Read back shuffled as each does it for training, decoded to an "
+        "array + dict, from local disk (page cache). "
         f"W1: 16 KiB float32 + dict ({WORKLOADS['W1'][1]:,} samples), W2: 1 MiB + dict ({WORKLOADS['W2'][1]:,}), "
         f"W3: 256 B + dict ({WORKLOADS['W3'][1]:,}). Each cell: best of {REPEATS} interleaved runs, each in a fresh "
-        "process; CPU counts the process and its DataLoader workers. Ratios: wdsprep CPU / that system's CPU.",
+        "process; CPU counts the process and its DataLoader workers. Ratios: wdsprep's CPU / that system's CPU.",
         "",
-        "| workload | mode | system | samples/s (wall) | CPU µs/sample | wdsprep CPU ÷ this |",
-        "|---|---|---|---:|---:|---:|",
+        "wdsprep's conversions (shards; units whose last two shards were balanced; shards with their index):",
+        "",
+        "| workload | --shard-bytes | shards | balanced units | shards with an index |",
+        "|---|---|---:|---:|---:|",
     ]
     for workload in WORKLOADS:
+        for system in ("wdsprep", "wdsprep-balanced"):
+            result = writes.get((workload, system))
+            if result and "shards" in result:
+                size = DEFAULT_SHARD_BYTES if system == "wdsprep" else BALANCED_SHARD_BYTES[workload]
+                lines.append(f"| {workload} | {size} | {result['shards']} | {result['balanced']} | {result['indexed']} |")
+    lines += ["", "wdsprep ÷ LitData, CPU per sample (the goal: at most 0.8 on W1 and W3):", "",
+              "| workload | mode | " + f"--shard-bytes {DEFAULT_SHARD_BYTES} | balanced |", "|---|---|---:|---:|"]
+    for workload in WORKLOADS:
         for mode in MODES:
-            ours = reads.get((workload, mode, "wdsprep"))
+            theirs = reads.get((workload, mode, "litdata"))
+            cells = [_ratio(reads.get((workload, mode, system)), theirs) for system in ("wdsprep", "wdsprep-balanced")]
+            lines.append(f"| {workload} | {mode} | {cells[0]} | {cells[1] if workload in BALANCED_SHARD_BYTES else '—'} |")
+    lines += ["", "| workload | mode | system | samples/s (wall) | CPU µs/sample | wdsprep (default size) ÷ this | wdsprep (balanced) ÷ this |",
+              "|---|---|---|---:|---:|---:|---:|"]
+    for workload in WORKLOADS:
+        for mode in MODES:
+            ours = [reads.get((workload, mode, system)) for system in ("wdsprep", "wdsprep-balanced")]
             for system in SYSTEMS:
+                if system == "wdsprep-balanced" and workload not in BALANCED_SHARD_BYTES:
+                    continue
                 result = reads.get((workload, mode, system))
                 note = missing.get(system) or (result or {}).get("error") or ""
-                ratio = "n/a"
-                if result and "cpu_us" in result and ours and "cpu_us" in ours:
-                    ratio = f"{ours['cpu_us'] / result['cpu_us']:.2f}"
-                name = system + (f" ({note})" if note and not (result and "rate" in result) else "")
-                lines.append(f"| {workload} | {mode} | {name} | {_fmt(result, 'rate', ',.0f')} | {_fmt(result, 'cpu_us', '.1f')} | {ratio} |")
-    lines += ["", f"Conversion: CPU seconds per 1,000 samples, each system's writer, in-process, uncompressed, best of {REPEATS} interleaved runs.", "",
-              "| workload | " + " | ".join(SYSTEMS[1:]) + " |", "|---|" + "---:|" * len(SYSTEMS[1:])]
+                name = _name(system, workload) + (f" ({note})" if note and not (result and "rate" in result) else "")
+                balanced = _ratio(ours[1], result) if workload in BALANCED_SHARD_BYTES else "—"
+                lines.append(f"| {workload} | {mode} | {name} | {_fmt(result, 'rate', ',.0f')} | {_fmt(result, 'cpu_us', '.1f')} "
+                             f"| {_ratio(ours[0], result)} | {balanced} |")
+    writers = ("wdsprep-shardwriter", "litdata", "mds", "webdataset")
+    lines += ["", f"Conversion: CPU seconds per 1,000 samples, best of {REPEATS} interleaved runs. Each system's writer in-process, "
+              "uncompressed, from the arrays in memory (wdsprep: `ShardWriter`, the writer `convert` uses); and the whole "
+              f"`wdsprep convert` command from the files (process start, imports and reading the input included), at --shard-bytes {DEFAULT_SHARD_BYTES}.",
+              "", "| workload | wdsprep ShardWriter | " + " | ".join(writers[1:]) + " | wdsprep convert (whole command) |",
+              "|---|" + "---:|" * (len(writers) + 1)]
     for workload, (_, samples) in WORKLOADS.items():
-        cells = [_fmt({"v": writes[workload, s]["cpu_s"] / samples * 1000} if "cpu_s" in writes.get((workload, s), {}) else None, "v", ".3f") for s in SYSTEMS[1:]]
+        cells = [_fmt({"v": writes[workload, s]["cpu_s"] / samples * 1000} if "cpu_s" in writes.get((workload, s), {}) else None, "v", ".3f")
+                 for s in (*writers, "wdsprep")]
         lines.append(f"| {workload} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -1,4 +1,4 @@
-"""`wdsprep convert | synth | inspect | verify | show | pipeline | upload`, and the sources' own commands.
+"""`wdsprep convert | synth | inspect | verify | show | pipeline | upload | reindex`, and the sources' own commands.
 
 A source's extra commands (`Source.commands()`, e.g. rawnind's `fetch rawnind` and `serve dataverse`)
 are mounted as `wdsprep VERB NAME ...`: the core knows no source by name, built-in ids come from
@@ -271,6 +271,15 @@ def cmd_upload(argv: Sequence[str]) -> int:
     return int(main(parser.parse_args(argv)) or 0)
 
 
+def cmd_reindex(argv: Sequence[str]) -> int:
+    from .reindex import add_arguments, main
+
+    parser = argparse.ArgumentParser(prog="wdsprep reindex", description="give the shards of an older conversion their sample index")
+    add_arguments(parser)
+    _add_common(parser)
+    return int(main(parser.parse_args(argv)) or 0)
+
+
 COMMANDS = {
     "convert": cmd_convert,
     "synth": cmd_synth,
@@ -279,6 +288,7 @@ COMMANDS = {
     "show": cmd_show,
     "pipeline": cmd_pipeline,
     "upload": cmd_upload,
+    "reindex": cmd_reindex,
 }
 
 
@@ -294,6 +304,7 @@ def usage() -> str:
         ("show DIR_OR_URL", "samples drawn as pictures, one HTML file"),
         ("pipeline pipelines/X.toml", "synth/fetch + convert as one declared step"),
         ("upload SHARD_DIR URL", f"copy shards to {describe_schemes(writable=True)}; verified, manifest last"),
+        ("reindex DIR_OR_URL", "give older shards their sample index (fast, checked reads)"),
     ]
     rows += [(f"{verb} {name} {command.usage}".rstrip(), command.summary) for (verb, name), command in mounted.items()]
     return "usage: wdsprep {" + ",".join(verbs) + "} ...\n" + "\n".join(f"  {words:<29} {text}" for words, text in rows)

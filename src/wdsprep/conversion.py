@@ -4,7 +4,8 @@ Resumable: beside the manifest the driver keeps `_units.json`, the results of co
 by a digest of the unit (its items), the conversion config and the fingerprints of the native inputs
 that feed it (one rule for every source, `wdsprep.inputs`: content hashes or size + mtime_ns +
 ctime_ns + inode). A re-run reuses every unit whose record matches and whose shards still check out
-(size and sha256), and rebuilds the rest, so a changed input rebuilds exactly the units it feeds.
+(size, sha256, and an index in each), and rebuilds the rest, so a changed input rebuilds exactly the
+units it feeds (and a unit an older wdsprep wrote without shard indexes is built again).
 The manifest is removed at the start of a run that would change it and written only when every unit
 is done, so a manifest never lists a shard that was not written and verified.
 
@@ -29,12 +30,12 @@ from .executors import get_executor
 from .inputs import unit_input_fingerprints
 from .progress import Progress
 from .shards.codec import Encoder
+from .shards.index import has_index
 from .shards.manifest import MANIFEST_NAME, Manifest, shard_name_pattern
-from .shards.tarformat import BLOCK, END_OF_ARCHIVE, index_samples
-from .shards.writer import ShardRow, ShardWriter
+from .shards.writer import ShardWriter
 from .sources.base import DEFAULT_ON_ERROR, ON_ERROR, PlanContext, Unit, UnitContext
 from .sources.registry import load_source
-from .storage import Store, file_sha256, open_store
+from .storage import Store, open_store
 
 UNITS_NAME = "_units.json"
 CORE_CONFIG = ("shard_bytes", "codec", "zstd_level", "on_error")
@@ -91,70 +92,21 @@ def build_unit(source_id: str, unit: Unit, options: dict, output: str, digest: s
     with writer:
         for key, fields in source.build(unit, ctx):
             writer.write(key, fields)
-    shard_rows = list(writer.rows)
-    if len(shard_rows) > 1 and shard_rows[-1].bytes < options["shard_bytes"] / 2:
-        shard_rows[-2:] = balance_last_two(written[-2], written[-1], shard_rows[-2], shard_rows[-1], options["shard_bytes"])
-    for path, row in zip(written, shard_rows):
+    for path, row in zip(written, writer.rows):
         store.publish(path, row.name)
-    rows = [dict(row.as_dict(), unit=unit.index) for row in shard_rows]
+    rows = [dict(row.as_dict(), unit=unit.index) for row in writer.rows]
     return UnitResult(unit.split, unit.index, digest, rows, ctx.problems, ctx.tables, unit.input_bytes)
 
 
-def balance_last_two(first: str, second: str, first_row: ShardRow, second_row: ShardRow, shard_bytes: int) -> list[ShardRow]:
-    """Move whole samples from the end of a unit's full shard into its small tail shard so the two
-    halve their bytes (a unit whose real bytes overran its estimate would end in a near-empty shard).
-    Both stay within `shard_bytes`; the bytes are a function of the two shards, hence deterministic."""
-    ends = _sample_ends(first) + [first_row.bytes - len(END_OF_ARCHIVE) + end for end in _sample_ends(second)]
-    body = ends[-1]
-    cut = min(ends[:-1], key=lambda end: (abs(body - 2 * end), end))
-    head = first_row.bytes - len(END_OF_ARCHIVE)
-    if cut >= head or body - cut + len(END_OF_ARCHIVE) > shard_bytes:
-        return [first_row, second_row]
-    moved = second + ".balanced"
-    with open(first, "rb") as a, open(second, "rb") as b, open(moved, "wb") as out:
-        a.seek(cut)
-        _copy(a, head - cut, out)
-        _copy(b, second_row.bytes - len(END_OF_ARCHIVE), out)
-        out.write(END_OF_ARCHIVE)
-        out.flush()
-        os.fsync(out.fileno())
-    with open(first, "r+b") as a:
-        a.seek(cut)
-        a.write(END_OF_ARCHIVE)
-        a.truncate()
-        a.flush()
-        os.fsync(a.fileno())
-    os.replace(moved, second)
-    count = ends.index(cut) + 1
-    total = first_row.samples + second_row.samples
-    return [_row(first, first_row.name, count), _row(second, second_row.name, total - count)]
-
-
-def _sample_ends(path: str) -> list[int]:
-    """Byte offset where each sample of a shard ends (members are contiguous, padded to blocks)."""
-    return [max(offset + size + (-size % BLOCK) for offset, size in fields.values()) for _, fields in index_samples(path)]
-
-
-def _copy(source, length: int, target) -> None:
-    while length > 0:
-        chunk = source.read(min(length, 1 << 22))
-        if not chunk:
-            raise ConversionError(f"{source.name}: shorter than its row says")
-        target.write(chunk)
-        length -= len(chunk)
-
-
-def _row(path: str, name: str, samples: int) -> ShardRow:
-    return ShardRow(name, samples, os.path.getsize(path), file_sha256(path))
-
-
-def _unverified(store, rows: list[dict], *, full: bool) -> list[str]:
-    """Shards of a finished unit that are not in the store as reported: by size, and by sha256
-    when another machine may have written them (a local worker hashed what it wrote itself)."""
+def unverified_shards(store, rows: list[dict], *, full: bool) -> list[str]:
+    """Shards of a finished unit that are not in the store as a conversion writes them: by size, by
+    sha256 when another machine may have written them (a local worker hashed what it wrote itself),
+    and with their index (a unit an older wdsprep wrote without it is built again)."""
     return [
         row["name"]
         for row in rows
-        if store.stat(row["name"]) != row["bytes"] or (full and store.sha256(row["name"]) != row["sha256"])
+        if not has_index(row) or store.stat(row["name"]) != row["bytes"]
+        or (full and store.sha256(row["name"]) != row["sha256"])
     ]
 
 
@@ -218,7 +170,7 @@ def _convert(source_id, source, input, store, options, *, splits, fingerprint, e
     done: dict[str, UnitResult] = {}
     for digest in digests:
         record = previous.get(digest)
-        if record is not None and not _unverified(store, record.rows, full=True):
+        if record is not None and not unverified_shards(store, record.rows, full=True):
             done[digest] = record
 
     old_manifest = store.read_bytes(MANIFEST_NAME)
@@ -242,7 +194,7 @@ def _convert(source_id, source, input, store, options, *, splits, fingerprint, e
             if isinstance(result, BaseException):
                 failures.append((unit, result))
                 continue
-            bad = _unverified(store, result.rows, full=executor != "local")
+            bad = unverified_shards(store, result.rows, full=executor != "local")
             if bad:  # e.g. a worker on another node wrote to its own local disk
                 failures.append((unit, ConversionError(f"shard(s) {', '.join(bad)} reported written but not found with that size and sha256 at {store.url}")))
                 continue
@@ -322,6 +274,23 @@ def _load_units(store, config: dict) -> dict[str, UnitResult]:
             continue  # a torn last line after a crash only costs a rebuild of that unit
         units[record.digest] = record
     return units
+
+
+def replace_unit_rows(store: Store, rows: dict[str, dict]) -> None:
+    """Give the shards named in `rows` (name -> new row fields) their new rows in `_units.json`, so a
+    re-run of the conversion still finds its units' shards as recorded (`wdsprep reindex`)."""
+    raw = store.read_bytes(UNITS_NAME)
+    if raw is None:
+        return
+    lines = raw.decode().splitlines()
+    for number, line in enumerate(lines[1:], 1):
+        try:
+            record = json.loads(line)
+            record["rows"] = [dict(row, **rows.get(row["name"], {})) for row in record["rows"]]
+        except (ValueError, TypeError, KeyError):
+            continue  # a torn line: that unit is rebuilt by the next conversion, as after a crash
+        lines[number] = json.dumps(record, sort_keys=True, default=str)
+    store.write_bytes(UNITS_NAME, ("\n".join(lines) + "\n").encode())
 
 
 class _UnitJournal:

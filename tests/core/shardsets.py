@@ -4,6 +4,7 @@ import os
 
 import numpy as np
 
+from wdsprep.errors import ShardError
 from wdsprep.shards.codec import Encoder
 from wdsprep.shards.manifest import Manifest
 from wdsprep.shards.writer import ShardWriter
@@ -29,3 +30,14 @@ def write_counted_shards(directory, counts, *, split="train", codec="zstd", tag=
     manifest = Manifest("test", {}, "fp", {split: rows})
     (directory / "manifest.json").write_bytes(manifest.dumps())
     return str(directory / "manifest.json")
+
+
+def keys_until_error(samples) -> tuple[list, BaseException | None]:
+    """The `__key__` of each sample until a ShardError, and that error (None if none came)."""
+    keys: list = []
+    try:
+        for sample in samples:
+            keys.append(sample["__key__"])
+    except ShardError as error:
+        return keys, error
+    return keys, None

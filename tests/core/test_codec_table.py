@@ -53,7 +53,7 @@ def numpy_reads_npz(data: bytes) -> dict:
 # A codec added to the table without an entry here fails `test_every_extension_has_an_independent_oracle`.
 ORACLES = {
     "npy": (npy_bytes, numpy_reads),
-    "npy.zst": (lambda value: zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(npy_bytes(value)),
+    "npy.zst": (lambda value: zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True).compress(npy_bytes(value)),
                 lambda data: numpy_reads(zstandard.ZstdDecompressor().decompress(data))),
     "npz": (npz_bytes, numpy_reads_npz),
     "npz.zst": (lambda value: zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(npz_bytes(value)),

@@ -22,6 +22,9 @@ from wdsprep.shards.index import INDEX_MEMBER, ROW_FIELDS
 from wdsprep.shards.manifest import Manifest
 from wdsprep.shards.writer import ShardWriter
 from wdsprep.testing import RangeHTTPServer, S3Server
+from wdsprep.testing.conformance import run_cli
+
+from .shardsets import keys_until_error
 
 SHARD = "train-00000-00.tar"
 
@@ -194,18 +197,41 @@ def _without_index(manifest_path: pathlib.Path) -> None:
     manifest_path.write_bytes(manifest.dumps())
 
 
-def test_shards_without_an_index_are_checked_by_sha256_before_their_last_sample(tmp_path):
-    path = _write(tmp_path / "orig", "none")
-    original = _reference(path)
+def test_local_shards_without_an_index_yield_nothing_before_the_whole_shard_matched_its_row(tmp_path):
+    """An older manifest (rows without index fields): a local shard is hashed whole (size and
+    sha256 against its row) before its first sample, so a flipped byte anywhere in it -- in the
+    first sample, the last, or after the samples -- is a ShardError before anything is yielded,
+    through `wdsprep.dataset` and `wdsprep.Loader`."""
+    for codec in ("none", "zstd"):
+        path = _write(tmp_path / f"orig-{codec}", codec)
+        original = _reference(path)
+        _without_index(path.parent / "manifest.json")
+        intact = list(wdsprep.dataset(str(path.parent / "manifest.json"), "train", shuffle_shards=False).compose(wdsprep.decode()))
+        assert len(intact) == 3
+        _same_as_original(intact, original)
+        positions = {name: at for name, (at, _) in _byte_classes(path).items()}
+        assert len(positions) >= 20
+        for name, at in sorted(positions.items()):
+            variant = tmp_path / f"bad-{codec}-{at}"
+            _corrupt(path, variant, at)
+            yielded, error = _read_until_error(str(variant / "manifest.json"))
+            assert error is not None and SHARD in str(error) and "sha256" in str(error), (codec, name, error)
+            assert yielded == [], (codec, name, [s["__key__"] for s in yielded])
+        loader = wdsprep.Loader(wdsprep.dataset(str(variant / "manifest.json"), "train", shuffle_shards=False).compose(wdsprep.decode()),
+                                batch_size=None)
+        keys, error = keys_until_error(loader)
+        assert error is not None and SHARD in str(error) and keys == []
+
+
+def test_remote_shards_without_an_index_are_refused_in_one_line_naming_reindex(tmp_path):
+    """Over HTTP an unindexed shard cannot be hashed before it is streamed: it is refused, naming
+    the command that gives it an index, and nothing of it is yielded."""
+    path = _write(tmp_path / "s", "none")
     _without_index(path.parent / "manifest.json")
-    intact = list(wdsprep.dataset(str(path.parent / "manifest.json"), "train", shuffle_shards=False).compose(wdsprep.decode()))
-    assert len(intact) == 3
-    _same_as_original(intact, original)
-    for at in (100, os.path.getsize(path) - 1):  # a header byte of the first sample; the last end block
-        _corrupt(path, tmp_path / f"bad{at}", at)
-        yielded, error = _read_until_error(str(tmp_path / f"bad{at}" / "manifest.json"))
-        assert error is not None and SHARD in str(error)
-        assert len(yielded) < 3  # the shard's last sample is never yielded
+    with RangeHTTPServer(tmp_path) as server:
+        yielded, error = _read_until_error(server.url_of("s/manifest.json"))
+    assert yielded == [] and error is not None
+    assert SHARD in str(error) and "wdsprep reindex" in str(error) and "\n" not in str(error)
 
 
 @pytest.mark.parametrize("with_index", [True, False])
@@ -400,3 +426,67 @@ def test_any_run_of_samples_reads_like_tarfile_on_every_path(tmp_path_factory, s
                     _reads(path, plain, start, stop, fallback)):
             assert len(got) == stop - start
             assert got == reference[start:stop]
+
+
+def test_plain_webdataset_with_wdsprep_decode_refuses_every_flipped_byte_of_a_npy_zst_member(tmp_path):
+    """Without the shard index (plain `wds.WebDataset` over the shard URLs), the zstd frame's own
+    content checksum is what catches a changed byte: each byte of a converted `.npy.zst` member
+    flipped in turn gives either a ShardError naming the member or the very same array, never a
+    different one (found with tarfile; the array compared with numpy's reading of the original)."""
+    native = tmp_path / "in" / "train"
+    native.mkdir(parents=True)
+    array = np.random.default_rng(3).standard_normal(100).astype(np.float32)
+    np.save(native / "k0.array.npy", array)
+    status, _, err = run_cli("convert", "generic", tmp_path / "in", tmp_path / "out", "--quiet")  # the default codec: zstd
+    assert status == 0, err
+    path = tmp_path / "out" / "train-00000-00.tar"
+    with tarfile.open(path) as tar:
+        info = tar.getmember("k0.array.npy.zst")
+    original = path.read_bytes()
+    refused = 0
+    for at in range(info.offset_data, info.offset_data + info.size):
+        data = bytearray(original)
+        data[at] ^= 0x10
+        path.write_bytes(bytes(data))
+        try:
+            (sample,) = list(wds.WebDataset(str(path), shardshuffle=False).compose(wdsprep.decode()))
+        except ShardError as error:
+            assert "k0.array.npy.zst" in str(error) and str(path) in str(error)
+            refused += 1
+            continue
+        np.testing.assert_array_equal(sample["array.npy.zst"], array)
+    assert refused >= info.size - 4, (refused, info.size)  # all but the odd frame-header bit zstd does not use
+
+
+def test_npy_zst_members_of_older_shards_without_a_checksum_still_read(tmp_path):
+    """Frames written without the content checksum (older shards) decode on every path: fused into
+    `wdsprep.dataset`, staged, and through plain webdataset."""
+    import zstandard
+
+    array = np.arange(500, dtype=np.float32).reshape(20, 25)
+    npy = io.BytesIO()
+    np.save(npy, array)
+    frame = zstandard.ZstdCompressor(level=3).compress(npy.getvalue())
+    assert not zstandard.get_frame_parameters(frame).has_checksum
+    directory = tmp_path / "older"
+    directory.mkdir()
+    writer = ShardWriter(str(directory), "train-00000", shard_bytes=1 << 30, encoder=Encoder("zstd"))
+    with writer:
+        writer.write("k0", {"a.npy.zst": frame})  # encoded bytes are stored as they are
+    (directory / "manifest.json").write_bytes(Manifest("t", {}, "fp", {"train": [r.as_dict() for r in writer.rows]}).dumps())
+    manifest = str(directory / "manifest.json")
+    for samples in (list(wdsprep.dataset(manifest, "train").compose(wdsprep.decode())),
+                    list(wdsprep.dataset(manifest, "train").compose(lambda source: map(wdsprep.decode_sample, source))),
+                    list(wds.WebDataset(str(directory / writer.rows[0].name), shardshuffle=False).compose(wdsprep.decode()))):
+        (sample,) = samples
+        np.testing.assert_array_equal(sample["a.npy.zst"] if "a.npy.zst" in sample else sample["a"], array)
+
+
+def test_a_npy_zst_member_with_bytes_after_its_frame_is_refused():
+    """The decoder reads the frame to its end (where its checksum is) and a byte more: a member
+    longer than its frame is no silent truncation."""
+    member = Encoder("zstd").encode_fields("k", {"a": np.arange(10, dtype=np.int64)})[0][1]
+    assert wdsprep.decode_sample({"__key__": "k", "a.npy.zst": member})["a"].tolist() == list(range(10))
+    for extra in (b"\0", member):
+        with pytest.raises(ShardError, match=r"k\.a\.npy\.zst"):
+            wdsprep.decode_sample({"__key__": "k", "__url__": "x.tar", "a.npy.zst": member + extra})

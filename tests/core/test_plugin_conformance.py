@@ -8,6 +8,7 @@ from wdsprep.testing.conformance import SourceTests
 class TestPluginSourceConformance(SourceTests):
     source = "tests.core.plugin_source:SOURCE"
     convert_args = ("--shard-bytes", "64KB")  # one unit per split: the edited file feeds exactly its unit
+    rebalance_shard_bytes = 64_000
 
     def corrupt_input(self, native):
         path = native / "train.txt"

@@ -1,7 +1,7 @@
 """The writer's bytes, pinned byte for byte against a reference writer built here from independent
 parts: Python's `tarfile` for the ustar headers (`TarInfo.tobuf`, USTAR format, the documented
 fields: mode 0644, uid/gid 0, empty user/group names, mtime 0), numpy's `np.save` for `.npy`,
-`zstandard` at the encoder's level for `.npy.zst`, `msgpack` for `.mp` and the index, `json` for
+`zstandard` at the encoder's level, with the frame's content checksum, for `.npy.zst`, `msgpack` for `.mp` and the index, `json` for
 `.json`, `hashlib`/`xxhash` for the manifest row -- and the layout of ARCHITECTURE.md and
 `shards/index.py`: a sample's members in sorted name order, data padded to 512 bytes, the index
 member last, two zero blocks, nothing after. Speed work on the writer must keep every byte."""
@@ -47,7 +47,7 @@ def member(name: str, value, codec: str) -> tuple[str, bytes]:
     if name.endswith(".json"):
         return name, value if isinstance(value, bytes) else json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
     if isinstance(value, np.ndarray):
-        return (f"{name}.npy", npy(value)) if codec == "none" else (f"{name}.npy.zst", zstandard.ZstdCompressor(level=3).compress(npy(value)))
+        return (f"{name}.npy", npy(value)) if codec == "none" else (f"{name}.npy.zst", zstandard.ZstdCompressor(level=3, write_checksum=True).compress(npy(value)))
     return f"{name}.mp", msgpack.packb(value, use_bin_type=True)
 
 

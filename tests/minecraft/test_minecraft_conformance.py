@@ -7,12 +7,22 @@ from wdsprep.sources.minecraft.synth import synth
 from wdsprep.testing.conformance import SourceTests
 from wdsprep.testing.edits import corrupt_zip_member, zip_with_member_replaced
 
-from .minecraft_testdata import edited_frame, zip_folder
+from .minecraft_testdata import edited_frame, make_episode_dir, zip_folder
 
 
 class TestMinecraftConformance(SourceTests):
     source = "minecraft"
     convert_args = ("--shard-bytes", "4000")
+    rebalance_shard_bytes = 30_000
+    rebalance_args = ("--window-frames", "4", "--window-overlap", "1")
+
+    def make_rebalance_input(self, directory):
+        """Frames of random blocks from 200 names: zstd makes far less of them than the 16x the
+        source's size estimate assumes, so units overrun; short windows give several samples a unit."""
+        names = tuple(f"block{i}" for i in range(200))
+        for episode in range(4):
+            make_episode_dir(directory / "native" / "data", f"creative:{episode + 10}", frames=20, side=9, seed=episode, names=names)
+        return zip_folder(directory / "native", directory / "data.zip")
 
     def make_input(self, directory):
         synth(str(directory / "native"), seed=3, layout="flat", episodes=6, side=9)

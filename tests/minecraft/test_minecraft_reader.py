@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pickle
+import tarfile
 
 import numpy as np
 import pytest
@@ -226,6 +227,33 @@ def test_stage_through_wdsprep_dataset_and_windows_equal_whole_episodes(tmp_path
                 assert np.array_equal(vocab.decode(pair["voxel"]), item["x_raw"])
                 assert np.array_equal(vocab.decode(pair["target"]), item["z_raw"])
                 assert pair["action"].tolist() == item["y_raw"].tolist()
+
+
+def test_map_style_pairs_equal_the_stage_and_refuse_a_corrupted_shard(tmp_path):
+    """`MinecraftPairs` reads every shard through the checked read path: the stage's pairs on the
+    unshuffled shard list, and a flipped byte in any shard is a ShardError naming it, not pairs."""
+    from wdsprep.sources.minecraft import MinecraftPairs
+
+    make_episode_dir(tmp_path / "data", "creative:1", 23, seed=1)
+    make_episode_dir(tmp_path / "data", "creative:2", 9, seed=2)
+    manifest = convert("minecraft", str(tmp_path), str(tmp_path / "out"), window_frames=7, window_overlap=4, shard_bytes=3000,
+                       codec="none")  # raw .npy members: a changed block id decodes as well as the right one
+    rows = manifest.splits["train"]
+    assert len(rows) > 2
+    expected = list(wds.WebDataset(wdsprep.urls(manifest.url, "train"), shardshuffle=False).compose(pairs(history_length=2)))
+    got = MinecraftPairs(manifest.url, history_length=2)
+    assert len(got) == len(expected)
+    for i, pair in enumerate(expected):
+        assert got[i]["__key__"] == pair["__key__"] and got[i]["t"] == pair["t"]
+        assert np.array_equal(got[i]["voxel"], pair["voxel"])
+    path = tmp_path / "out" / rows[-1]["name"]
+    with tarfile.open(path) as archive:
+        member = next(info for info in archive.getmembers() if info.name.endswith(".npy"))
+    data = bytearray(path.read_bytes())
+    data[member.offset_data + member.size - 1] ^= 0x01  # the last element of an array
+    path.write_bytes(bytes(data))
+    with pytest.raises(wdsprep.ShardError, match=rows[-1]["name"]):
+        MinecraftPairs(manifest.url, history_length=2)
 
 
 @settings(max_examples=60, deadline=None)

@@ -14,6 +14,7 @@ SEQUENCE = "sampleset_v1/train/scene0001.zip"
 class TestNoisebaseConformance(SourceTests):
     source = "noisebase"
     convert_args = ("--shard-bytes", "200KB")
+    rebalance_shard_bytes = 200_000
     synth_seed, synth_size = 3, "small"
 
     def corrupt_input(self, native):

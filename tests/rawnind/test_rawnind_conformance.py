@@ -12,6 +12,7 @@ from .rawnind_testdata import truth
 class TestRawNINDConformance(SourceTests):
     source = "rawnind"
     convert_args = ("--tile-size", "128")
+    rebalance_shard_bytes = 400_000  # a scene's six ~90 KB tiles: 4 + 2 rolled over, balanced to 3 + 3
     synth_seed, synth_size = 1, "tiny"
 
     def corrupt_input(self, native):

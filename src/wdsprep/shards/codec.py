@@ -1,5 +1,9 @@
 """Member codecs of the wdsprep format: `.mp`, `.npy`, `.npy.zst`, `.npz`, `.npz.zst`, `.json`. Never pickle.
 
+A `.npy.zst` member is one zstd frame with its content checksum (xxh64 of the .npy bytes, checked
+by the decoder at the frame's end), so a flipped byte is refused on every read path, including
+plain webdataset + `wdsprep.decode()`, which has no shard index to check against.
+
 A member name is `<key>.<field>.<ext>`; the field's extension says how its bytes decode, so the
 format describes itself. Decoding returns writable numpy arrays (reading straight into them where
 possible) because training code may modify a sample in place.
@@ -133,9 +137,11 @@ class Encoder:
         self._plans: dict[tuple[str, type], tuple[str, Callable[[Any], bytes]]] = {}
 
     def compress(self, data: bytes) -> bytes:
-        """zstd at this encoder's level; the compressor is made on first use and kept."""
+        """One zstd frame at this encoder's level, with its content checksum (`decode_npy_zst` checks
+        it, so a reader without the shard index, e.g. plain webdataset, still refuses a changed
+        byte); the compressor is made on first use and kept."""
         if self._compressor is None:
-            self._compressor = zstandard.ZstdCompressor(level=self.zstd_level)
+            self._compressor = zstandard.ZstdCompressor(level=self.zstd_level, write_checksum=True)
         return self._compressor.compress(data)
 
     def field_name(self, name: str, value: Any) -> str:
@@ -304,9 +310,17 @@ def decompressor() -> zstandard.ZstdDecompressor:
 
 
 def decode_npy_zst(data: bytes | memoryview) -> np.ndarray:
-    """Decompress straight into the array's own buffer (no intermediate copy of the payload)."""
+    """Decompress straight into the array's own buffer (no intermediate copy of the payload).
+
+    The frame is read to its end, so its content checksum (written by `Encoder.compress`) is
+    checked before the array is returned; frames written without one (older shards) read as before.
+    """
     try:
-        return read_npy(decompressor().stream_reader(data).readinto)
+        reader = decompressor().stream_reader(data)
+        array = read_npy(reader.readinto)
+        if reader.read(1):
+            raise FormatError("the zstd frame holds more than its .npy array")
+        return array
     except zstandard.ZstdError as error:
         raise FormatError(f"corrupt zstd data: {error}") from None
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import gc
 import sys
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import msgpack
 import numpy as np
@@ -62,6 +62,13 @@ def _str_bytes(text: str) -> int:
     return n + (1 if n < 32 else 2 if n < 256 else 3 if n < 65536 else 5)
 
 
+FRAMING_BOUND = BLOCK + 256 + BLOCK  # the index member's header, msgpack framing and padding, at most
+
+
+def _layout_bound(names: tuple) -> int:
+    return 5 + sum(_str_bytes(name) for name in names)
+
+
 class IndexBuilder:
     """Collects the index columns of one shard while `ShardWriter` writes its samples."""
 
@@ -72,7 +79,7 @@ class IndexBuilder:
         self.layouts: dict[tuple, int] = {}
         self.sizes: list[int] = []
         self.digests: list[int] = []
-        self.bound = BLOCK + 256 + BLOCK  # index header, msgpack framing, padding: an upper bound
+        self.bound = FRAMING_BOUND  # len(encoded member) <= bound, kept up to date by `add`
 
     def add(self, key: str, offset: int, blob: bytes | bytearray, spans: list[tuple[str, int, int, int]]) -> None:
         """A sample written at `offset` as `blob`; `spans`: (member, data size, start, end) in `blob`."""
@@ -81,7 +88,7 @@ class IndexBuilder:
         layout = self.layouts.get(names)
         if layout is None:
             layout = self.layouts[names] = len(self.layouts)
-            self.bound += 5 + sum(_str_bytes(name) for name in names)
+            self.bound += _layout_bound(names)
         for _, size, start, end in spans:
             self.sizes.append(size)
             self.digests.append(digest_of(view[start:end]))
@@ -89,7 +96,24 @@ class IndexBuilder:
         self.keys.append(key)
         self.offsets.append(offset)
         self.layout.append(layout)
-        self.bound += _str_bytes(key) + 12 + 16 * len(spans)  # len(encode()) grows by at most this
+        self.bound += entry_bound(key, len(spans))
+
+    def bound_after(self, key: str, spans: list[tuple[str, int, int, int]]) -> int:
+        """What `bound` becomes when the sample `key` with these member spans is added."""
+        names = tuple([span[0] for span in spans])
+        return self.bound + entry_bound(key, len(spans)) + (0 if names in self.layouts else _layout_bound(names))
+
+    def layout_bound(self) -> int:
+        """What the distinct layouts (and the fixed framing) add to `bound`."""
+        return FRAMING_BOUND + sum(_layout_bound(names) for names in self.layouts)
+
+    def entries(self) -> Iterator[tuple[str, int, tuple, list[int]]]:
+        """(key, offset, member names, member data sizes) of each sample added, in order."""
+        names, k = list(self.layouts), 0
+        for key, offset, layout in zip(self.keys, self.offsets, self.layout):
+            members = names[layout]
+            yield key, offset, members, self.sizes[k : k + len(members)]
+            k += len(members)
 
     def encode(self) -> bytes:
         return msgpack.packb({
@@ -97,6 +121,11 @@ class IndexBuilder:
             "layout": _column_bytes(self.layout, "<u4"), "offsets": _column_bytes(self.offsets, "<u8"),
             "sizes": _column_bytes(self.sizes, "<u8"), "digests": _column_bytes(self.digests, "<u8"),
         })
+
+
+def entry_bound(key: str, members: int) -> int:
+    """At most what one sample with `members` members adds to the encoded index."""
+    return _str_bytes(key) + 12 + 16 * members
 
 
 def _column_bytes(values: list[int], dtype: str) -> bytes:

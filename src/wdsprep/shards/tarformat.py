@@ -8,7 +8,7 @@ checksum is the template's byte sum plus those of the filled fields (no pass ove
 
 Reading: ONE header parser (`parse_header`) and ONE cursor (`TarCursor`) that every reader of
 shards uses (`iter_members`, `group_samples`/`iter_samples`, `index_samples`, the read path's
-fallback for shards without an index, noisebase's sequence reader). The
+fallback for shards without an index, `wdsprep reindex`, noisebase's sequence reader). The
 cursor walks members in order over any binary stream; a member's data is read whole, read in part
 (`readinto`, the rest skipped later) or skipped (seeked over when the stream can seek). It accepts
 what other writers produce: GNU long names (`L`), PAX `path`/`size` records (`x`; global `g`
@@ -197,7 +197,9 @@ class TarCursor:
     `next()` moves to the next regular member (skipping what is left of the current one) and returns
     it, or None at the end of the archive. `read()` / `readinto()` consume the current member's
     data from where the last read stopped; `skip()` passes over the rest. `offset` is the archive
-    offset of the stream's current position (`start`: where the stream stands when handed over).
+    offset of the stream's current position (`start`: where the stream stands when handed over);
+    `header` is the last 512-byte header block read (the current member's own, after any GNU/PAX
+    records about it).
     """
 
     def __init__(self, stream: BinaryIO, url: str = "<stream>", *, start: int = 0):
@@ -211,6 +213,7 @@ class TarCursor:
         self._local = _is_file(stream)
         self._length: int | None = None
         self._block = bytearray(BLOCK)
+        self.header = b""
 
     def _what(self) -> str:
         return f"after member {self.member.name!r}" if self.member else "at the start"
@@ -281,7 +284,7 @@ class TarCursor:
             self.offset += n
         else:
             self.offset += BLOCK
-        block = bytes(self._block)
+        block = self.header = bytes(self._block)
         if not any(block):
             return None
         return (*parse_header(block, self.url, where), where)

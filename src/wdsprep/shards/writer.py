@@ -1,7 +1,18 @@
 """The shard writer: whole samples, deterministic bytes, bounded size, atomic completion.
 
 Every shard ends with its sample index (`shards/index.py`: member `__wdsprep_index__`, then the
-end-of-archive blocks); the index's position, size and digest go in the shard's manifest row.
+end-of-archive blocks); the index's position, size and digest go in the shard's manifest row. That
+holds by construction: `ShardFile` is the one place a shard's bytes are written, and its `finish()`
+is the only way a shard is completed, index included. `ShardWriter` (encoding, roll-over and the
+balance of the last two shards) and `wdsprep reindex` (older shards) both write through it.
+
+Balance. A writer that rolls over keeps its latest full shard complete but unpublished (under its
+temporary name) until it knows whether the next shard is the last one. When the last shard ends
+under half of `shard_bytes`, the two are written again through `ShardFile`, their samples (read
+back from the two files, already encoded) split where their bytes halve as closely as whole
+samples allow with both within `shard_bytes`; a unit whose samples overran its size estimate thus
+ends in two balanced shards, not a full one and a near-empty one. The split is a function of the
+samples' bytes, so shards stay byte-identical on every executor and worker count.
 
 Per-sample work is kept to what varies per sample (issue #15 measures it against MosaicML MDS):
 field names are checked and codecs picked once per (field, value class) (`Encoder`), the
@@ -11,14 +22,15 @@ through a 1 MiB buffer. None of it changes a byte (tests/core/test_writer_bytes.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
-from ..errors import FormatError
+from ..errors import FormatError, OutputError
 from . import tarformat
 from .codec import Encoder
-from .index import INDEX_MEMBER, IndexBuilder, digest_text
+from .index import INDEX_MEMBER, IndexBuilder, digest_text, entry_bound
 from ..storage.files import output_error, remove_quietly
 
 
@@ -49,14 +61,143 @@ def check_key(key: str) -> None:
         raise FormatError(f"sample key {key!r} is not a clean relative name")
 
 
+class ShardFile:
+    """One shard being written at `<directory>/<name>.tmp`: encoded samples appended in order, then
+    `finish()` appends the index member and the end-of-archive blocks, fsyncs and returns the row
+    (index fields included); `publish()` renames it to `name`; `abort()` removes it."""
+
+    def __init__(self, directory: str, name: str):
+        self.name = name
+        self.path = os.path.join(directory, name)
+        self.temporary = self.path + ".tmp"
+        try:
+            self._file = open(self.temporary, "wb", buffering=WRITE_BUFFER)
+        except OSError as error:
+            raise output_error(self.temporary, error) from None
+        self._hash = hashlib.sha256()
+        self.size = 0
+        self.index = IndexBuilder()
+        self._keys: set[str] = set()
+        self.row: ShardRow | None = None
+
+    @property
+    def samples(self) -> int:
+        return len(self.index.keys)
+
+    def _write(self, data: bytes | bytearray) -> None:
+        try:
+            self._file.write(data)
+        except OSError as error:
+            raise output_error(self.temporary, error) from None
+        self._hash.update(data)
+        self.size += len(data)
+
+    def append(self, key: str, blob: bytes | bytearray, spans: list[tuple[str, int, int, int]]) -> None:
+        """Sample `key` as its tar bytes `blob`; `spans`: (member, data size, start, end) in `blob`."""
+        if key in self._keys:
+            raise FormatError(f"duplicate sample key {key!r} in shard {self.name}")
+        self._keys.add(key)
+        self.index.add(key, self.size, blob, spans)
+        self._write(blob)
+
+    def finish(self) -> ShardRow:
+        """Append the index and the end blocks and make the file durable (under its temporary name)."""
+        index = self.index.encode()
+        index_offset = self.size
+        member = tarformat.header(INDEX_MEMBER, len(index)) + index + tarformat.padding(len(index))
+        self._write(member)
+        self._write(tarformat.END_OF_ARCHIVE)
+        try:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+        except OSError as error:
+            raise output_error(self.temporary, error) from None
+        self._file = None
+        self.row = ShardRow(self.name, self.samples, self.size, self._hash.hexdigest(), index_offset, len(member), digest_text(member))
+        return self.row
+
+    def publish(self) -> str:
+        """Rename the finished file to its final name; returns that path."""
+        try:
+            os.replace(self.temporary, self.path)
+        except OSError as error:
+            raise output_error(self.temporary, error) from None
+        return self.path
+
+    def abort(self) -> None:
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError:
+                pass  # flushing the buffer onto a full disk fails again; the file goes anyway
+            self._file = None
+        remove_quietly(self.temporary)
+
+    def sample_bytes(self) -> list[int]:
+        """Bytes each sample occupies (its members' headers, data and padding), in order."""
+        ends = [*self.index.offsets[1:], self.size - self.row.index_bytes - len(tarformat.END_OF_ARCHIVE)]
+        return [end - start for start, end in zip(self.index.offsets, ends)]
+
+    def detach(self) -> Iterator[tuple[str, bytes, list]]:
+        """(key, blob, spans) of each sample of the finished file, read back one at a time. The file
+        is opened and unlinked here (its bytes live until the last sample is read), so its name is
+        free at once for the shard that replaces it."""
+        handle = open(self.temporary, "rb")
+        remove_quietly(self.temporary)
+        return self._read_back(handle)
+
+    def _read_back(self, handle) -> Iterator[tuple[str, bytes, list]]:
+        with handle:
+            for (key, offset, names, sizes), length in zip(self.index.entries(), self.sample_bytes()):
+                blob = os.pread(handle.fileno(), length, offset)
+                if len(blob) != length:
+                    raise OutputError(f"{self.temporary}: shorter than written")
+                yield key, blob, _spans(names, sizes)
+
+
+def _spans(names: tuple, sizes: list[int]) -> list[tuple[str, int, int, int]]:
+    """(member, data size, start, end) of a sample's members laid out back to back."""
+    spans, at = [], 0
+    for name, size in zip(names, sizes):
+        end = at + tarformat.BLOCK + size + (-size % tarformat.BLOCK)
+        spans.append((name, size, at, end))
+        at = end
+    return spans
+
+
+def balance_cut(first: ShardFile, last: ShardFile, shard_bytes: int) -> int:
+    """How many samples the first of two finished shards keeps so that the two halve their bytes as
+    closely as whole samples allow, the second (with the first's moved samples) within `shard_bytes`
+    by an upper bound on its index. `first.samples` when no cut does better."""
+    spans = first.sample_bytes() + last.sample_bytes()
+    entries = [entry_bound(key, len(names)) for key, _, names, _ in (*first.index.entries(), *last.index.entries())]
+    total = sum(spans)
+    fixed = first.index.layout_bound() + last.index.layout_bound() + len(tarformat.END_OF_ARCHIVE)
+    head = sum(spans[: first.samples])
+    tail = total - head + sum(entries[first.samples :])  # the second shard's samples and index entries
+    best, best_gap = first.samples, abs(total - 2 * head)
+    for k in range(first.samples - 1, 0, -1):  # one more of the first shard's samples moves each step
+        head -= spans[k]
+        tail += spans[k] + entries[k]
+        if tail + fixed > shard_bytes:
+            break
+        gap = abs(total - 2 * head)
+        if gap >= best_gap:
+            break  # past the middle: moving more only unbalances
+        best, best_gap = k, gap
+    return best
+
+
 class ShardWriter:
     """Writes samples into shards `<stem>-<part:02d>.tar`, rolling over at `shard_bytes`.
 
-    Size is counted on the bytes actually written (headers, padding and end blocks included); a
-    shard holds at least one sample, so a sample bigger than the target gets a shard of its own.
-    Each shard is written to `<name>.tmp` and renamed when complete, so a final name never points
-    at a partial shard. A failed write (a full disk) raises `OutputError` naming the shard; leaving
-    the `with` block on any error removes the temporary file.
+    Size is counted on the bytes actually written (headers, padding, index and end blocks
+    included); a shard holds at least one sample, so a sample bigger than the target gets a shard
+    of its own. Each shard is written to `<name>.tmp` (a `ShardFile`) and renamed when complete, so
+    a final name never points at a partial shard; the last two are balanced (module docstring)
+    before they are renamed. A failed write (a full disk) raises `OutputError` naming the shard;
+    leaving the `with` block on any error removes the temporary files.
     """
 
     def __init__(
@@ -74,59 +215,44 @@ class ShardWriter:
         self.encoder = encoder
         self.on_complete = on_complete
         self.rows: list[ShardRow] = []
-        self._file = None
-        self._hash = None
-        self._size = 0
-        self._samples = 0
-        self._keys: set[str] = set()
-        self._index = IndexBuilder()
+        self._shard: ShardFile | None = None  # the shard being written
+        self._held: ShardFile | None = None  # the latest full shard: finished, not yet renamed
         self._part = 0
 
     # -- internal
-    def _name(self) -> str:
-        return f"{self.stem}-{self._part:02d}.tar"
+    def _name(self, part: int) -> str:
+        return f"{self.stem}-{part:02d}.tar"
 
-    def _open(self) -> None:
-        path = os.path.join(self.directory, self._name() + ".tmp")
-        try:
-            self._file = open(path, "wb", buffering=WRITE_BUFFER)
-        except OSError as error:
-            raise output_error(path, error) from None
-        self._hash = hashlib.sha256()
-        self._size = 0
-        self._samples = 0
-        self._keys = set()
-        self._index = IndexBuilder()
-
-    def _write(self, data: bytes) -> None:
-        try:
-            self._file.write(data)
-        except OSError as error:
-            raise output_error(self._file.name, error) from None
-        self._hash.update(data)
-        self._size += len(data)
-
-    def _close_shard(self) -> None:
-        index = self._index.encode()
-        index_offset = self._size
-        member = tarformat.header(INDEX_MEMBER, len(index)) + index + tarformat.padding(len(index))
-        self._write(member)
-        self._write(tarformat.END_OF_ARCHIVE)
-        name = self._name()
-        final = os.path.join(self.directory, name)
-        try:
-            self._file.flush()
-            os.fsync(self._file.fileno())
-            self._file.close()
-            os.replace(final + ".tmp", final)
-        except OSError as error:
-            raise output_error(final + ".tmp", error) from None
-        self._file = None
-        row = ShardRow(name, self._samples, self._size, self._hash.hexdigest(), index_offset, len(member), digest_text(member))
-        self.rows.append(row)
+    def _publish(self, shard: ShardFile) -> None:
+        path = shard.publish()
+        self.rows.append(shard.row)
         if self.on_complete:
-            self.on_complete(final, row)
+            self.on_complete(path, shard.row)
+
+    def _roll_over(self) -> None:
+        """The current shard is full: finish and hold it; the one held before is renamed."""
+        self._shard.finish()
+        if self._held is not None:
+            self._publish(self._held)
+        self._held, self._shard = self._shard, None
         self._part += 1
+
+    def _balance(self) -> None:
+        """The held shard and the last one written again through new `ShardFile`s of the same names,
+        their samples split at `balance_cut` (nothing changes when no cut does better)."""
+        first, last = self._held, self._shard
+        keep = balance_cut(first, last, self.shard_bytes)
+        if keep == first.samples:
+            return
+        samples = itertools.chain(first.detach(), last.detach())
+        self._held = ShardFile(self.directory, first.name)
+        for sample in itertools.islice(samples, keep):
+            self._held.append(*sample)
+        self._held.finish()
+        self._shard = ShardFile(self.directory, last.name)
+        for sample in samples:
+            self._shard.append(*sample)
+        self._shard.finish()
 
     # -- public
     def write(self, key: str, fields: dict[str, Any]) -> None:
@@ -136,7 +262,6 @@ class ShardWriter:
             raise FormatError(f"sample {key!r} has no fields")
         blob = bytearray()  # the sample's bytes, written (and hashed) in one call
         spans = []
-        entry_bound = len(key) + 16  # msgpack bytes of its index entry, at most
         stem = key + "."
         header, padding = tarformat.header, tarformat.padding
         for member, data in members:
@@ -146,33 +271,31 @@ class ShardWriter:
             blob += data
             blob += padding(size)
             spans.append((member, size, start, len(blob)))
-            entry_bound += len(member) + 24
-        tail = self._index.bound + entry_bound + len(tarformat.END_OF_ARCHIVE)
-        if self._file is not None and self._samples and self._size + len(blob) + tail > self.shard_bytes:
-            self._close_shard()
-        if self._file is None:
-            self._open()
-        if key in self._keys:
-            raise FormatError(f"duplicate sample key {key!r} in shard {self._name()}")
-        self._keys.add(key)
-        self._index.add(key, self._size, blob, spans)
-        self._write(blob)
-        self._samples += 1
+        shard = self._shard
+        if shard is not None and shard.samples:
+            tail = shard.index.bound_after(key, spans) + len(tarformat.END_OF_ARCHIVE)
+            if shard.size + len(blob) + tail > self.shard_bytes:
+                self._roll_over()
+        if self._shard is None:
+            self._shard = ShardFile(self.directory, self._name(self._part))
+        self._shard.append(key, blob, spans)
 
     def close(self) -> list[ShardRow]:
-        if self._file is not None:
-            self._close_shard()
+        if self._shard is not None:
+            self._shard.finish()
+            if self._held is not None and self._shard.size < self.shard_bytes / 2:
+                self._balance()
+        for shard in (self._held, self._shard):
+            if shard is not None:
+                self._publish(shard)
+        self._held = self._shard = None
         return self.rows
 
     def abort(self) -> None:
-        if self._file is not None:
-            path = self._file.name
-            try:
-                self._file.close()
-            except OSError:
-                pass  # flushing the buffer onto a full disk fails again; the file goes anyway
-            self._file = None
-            remove_quietly(path)
+        for shard in (self._held, self._shard):
+            if shard is not None:
+                shard.abort()
+        self._held = self._shard = None
 
     def __enter__(self):
         return self

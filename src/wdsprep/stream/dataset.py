@@ -126,7 +126,6 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
         rank: int | None = None,
         world_size: int | None = None,
         handler: Callable = wds.reraise_exception,
-        check_counts: bool = True,
         cache_dir: str | None = None,
         cache_bytes: int | float | None = None,
         outputs_per_sample: Sequence_[int] | Callable | None = None,
@@ -147,7 +146,6 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
         self.equalize = equalize
         self.rank_arg, self.world_arg = rank, world_size
         self.handler = handler
-        self.check_counts = check_counts
         self.shard_weights = self._shard_weights(outputs_per_sample)
         self._resume: dict[int, Position] = {}
         self._levels: list[Level] = []  # interrupted passes of this epoch that an elastic resume continues
@@ -332,7 +330,7 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
             url = self.urls[piece.shard]
             first = piece.start + skip
             try:
-                row = self.rows[piece.shard] if self.check_counts else {"name": self.rows[piece.shard]["name"]}
+                row = self.rows[piece.shard]
                 stream = self.cache.open(url, row.get("sha256"), row.get("bytes")) if self.cache else open_url(url)
                 with stream:
                     # every sample is checked against the row before it is yielded (stream/read.py)

@@ -22,11 +22,13 @@ differ from its manifest row raises `ShardError` before its first sample.
   (`readinto`), its header and padding into a scratch block, the three digested as they arrive.
   A mismatch names the shard and the member. `sample_at` reads one sample alone the same way
   (one bounded read of its bytes: what `wdsprep show` fetches of a picked sample).
-- Shards without an index (older manifests): the tar is walked by `tarformat.TarCursor` (samples
-  grouped by `tarformat.group_samples`, the one grouping) while its bytes are hashed with sha256; the piece's last sample is held back until the whole shard was
-  read and its size, sha256 and sample count match the row. Corruption inside a sample is then
-  reported before the shard's last sample, not before the sample itself; every piece of such a
-  shard reads the whole shard.
+- Shards without an index (older manifests, or a row that lost its index fields): no sample is
+  yielded before the whole shard matched its row. A local or cached one (the stream is a file) is
+  hashed whole (size and sha256) first, then walked by `tarformat.TarCursor` (samples grouped by
+  `tarformat.group_samples`, the one grouping), its sample count checked at the end. A remote one
+  is refused with one line naming `wdsprep reindex`, which gives it an index (spooling it to local
+  disk first would break the rule that a remote read writes nothing locally unless a cache is asked
+  for, and would make every piece of it download the whole shard).
 """
 from __future__ import annotations
 
@@ -38,9 +40,9 @@ from typing import BinaryIO, Iterator
 
 from ..errors import ShardError
 from ..shards.codec import DECODE_ERRORS, member_decoder
-from ..shards.index import ShardIndex, digest_of, has_index, xxh3_64
+from ..shards.index import ROW_FIELDS, ShardIndex, digest_of, has_index, xxh3_64
 from ..shards.tarformat import BLOCK, TarCursor, group_samples
-from ..storage import open_from, read_range
+from ..storage import BUFFER, open_from, read_range
 
 
 def _read_from(url: str, offset: int, length: int) -> bytes:
@@ -220,7 +222,7 @@ def _fill(stream: BinaryIO, buffer) -> int:
 
 
 class Sha256Reader(io.RawIOBase):
-    """Hashes what is read through it (`verify`, and the fallback check of shards without an index)."""
+    """Hashes what is read through it (`wdsprep verify`)."""
 
     def __init__(self, raw: BinaryIO):
         self.raw = raw
@@ -239,24 +241,31 @@ class Sha256Reader(io.RawIOBase):
 
 
 def _hashed(url: str, row: dict, start: int, stop: int, stream: BinaryIO) -> Iterator[dict]:
-    hashing = Sha256Reader(stream)
-    cursor = TarCursor(io.BufferedReader(hashing, 1 << 20), url)
-    held: dict | None = None
+    """Samples of a shard without an index, only once the whole shard matched its row (module docstring)."""
+    fd = _fileno(stream)
+    if fd is None:
+        raise ShardError(url, f"has no sample index (its manifest row has no {'/'.join(ROW_FIELDS)}), so it cannot "
+                              "be checked before its samples are streamed; run `wdsprep reindex` on its directory or URL once")
+    check_whole(url, row, fd)
+    stream.seek(0)
+    cursor = TarCursor(stream, url)
     count = 0
     for index, sample in group_samples(cursor, url, start, stop):
         count = index + 1
         if sample is not None:
-            if held is not None:
-                yield held
-            held = sample
-    cursor.skip()
-    while hashing.readinto(bytearray(1 << 20)):
-        pass
-    if "samples" in row and count != row["samples"]:
+            yield sample
+    if count != row["samples"]:
         raise ShardError(url, f"shard holds {count} samples, manifest says {row['samples']}")
-    if "bytes" in row and hashing.count != row["bytes"]:
-        raise ShardError(url, f"shard is {hashing.count} bytes, manifest says {row['bytes']}")
-    if row.get("sha256") and hashing.digest.hexdigest() != row["sha256"]:
+
+
+def check_whole(url: str, row: dict, fd: int) -> None:
+    """Raise `ShardError` unless the open file `fd` has exactly the row's size and sha256."""
+    size = os.fstat(fd).st_size
+    if size != row["bytes"]:
+        raise ShardError(url, f"shard is {size} bytes, manifest says {row['bytes']}")
+    digest, offset = hashlib.sha256(), 0
+    while chunk := os.pread(fd, BUFFER, offset):
+        digest.update(chunk)
+        offset += len(chunk)
+    if offset != size or digest.hexdigest() != row["sha256"]:
         raise ShardError(url, "sha256 differs from the manifest row (corrupt or changed shard)")
-    if held is not None:
-        yield held

@@ -8,6 +8,7 @@ then runs every test below against it. A new source is done when its subclass pa
     class TestVoxelsConformance(SourceTests):
         source = "voxels"                          # a built-in id or "package.module:OBJECT"
         convert_args = ("--shard-bytes", "150KB")  # small shards: several units from a small input
+        rebalance_shard_bytes = 150_000             # a size at which some unit rolls over (see below)
 
         def make_input(self, directory):           # a small native input, written into `directory`
             ...
@@ -23,8 +24,12 @@ The contract (one test each):
   bytes do not depend on `--workers` (inline vs. a process pool); the manifest rows agree.
 - The manifest tells the truth about its shards, read back with `tarfile`, `hashlib` and `json`
   only (never wdsprep's own reader): names, sizes, sha256, sample counts, deterministic tar headers
-  (mtime 0, uid/gid 0, no PAX, members of a sample adjacent and sorted, keys without dots), and
-  `wdsprep verify` accepts it and names a shard with one flipped byte.
+  (mtime 0, uid/gid 0, no PAX, members of a sample adjacent and sorted, keys without dots), every
+  row's index fields and the shard's index member (recomputed with `tarfile`, `xxhash`, `msgpack`),
+  and `wdsprep verify` accepts it and names a shard with one flipped byte.
+- At `rebalance_shard_bytes` a unit outgrows the target, rolls over and its last two shards are
+  balanced (a `whole_units` source: stays one shard): every shard still carries its index, matching
+  its bytes as above, and the bytes do not depend on `--workers`.
 - Streaming with `wdsprep.dataset` gives every shard sample once per epoch, and the source's reader
   resumes exactly: `state_dict()` mid-epoch, a new pipeline, `load_state_dict()` -> the remaining
   samples of the uninterrupted epoch, in order.
@@ -48,10 +53,13 @@ import io
 import json
 import pathlib
 import shutil
+import struct
 import tarfile
 from typing import Any
 
+import msgpack
 import pytest
+import xxhash
 
 from ..cli import main
 from ..sources.registry import load_source
@@ -92,6 +100,88 @@ def tar_samples(path: pathlib.Path) -> list[tuple[str, list[tarfile.TarInfo]]]:
     return samples
 
 
+INDEX_MEMBER = "__wdsprep_index__"  # the format's name for it (ARCHITECTURE.md), not imported from the code under test
+
+
+def _key_and_member(name: str) -> tuple[str, str]:
+    """webdataset's rule: the key is the path up to the first dot of the basename."""
+    directory, _, base = name.rpartition("/")
+    stem, _, member = base.partition(".")
+    return (directory + "/" if directory else "") + stem, member
+
+
+def assert_rows_index_their_shards(output: pathlib.Path) -> int:
+    """Every manifest row carries `index_offset`/`index_bytes`/`index_digest`, and they and the
+    shard's `__wdsprep_index__` member (format `wdsprep-index/2`) agree with the shard's bytes,
+    recomputed here with `tarfile`, `xxhash`, `msgpack` and `struct` only: the samples tile the
+    shard from byte 0, each member a 512-byte header, its data and zero padding; the index member
+    last, then exactly two zero blocks. Returns the number of rows checked."""
+    checked = 0
+    for split, entry in read_manifest(output)["splits"].items():
+        for row in entry["shards"]:
+            where = f"{split}/{row['name']}"
+            data = (output / row["name"]).read_bytes()
+            with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as archive:
+                members = archive.getmembers()
+            assert members and members[-1].name == INDEX_MEMBER, f"{where}: no {INDEX_MEMBER} member at the end"
+            index = members[-1]
+            end = index.offset_data + index.size + (-index.size % 512)
+            assert all(row.get(name) is not None for name in ("index_offset", "index_bytes", "index_digest")), \
+                f"{where}: row without index fields: {row}"
+            assert (row["index_offset"], row["index_bytes"]) == (index.offset, end - index.offset), where
+            assert row["index_digest"] == f"xxh3_64:{xxhash.xxh3_64_intdigest(data[index.offset:end]):016x}", where
+            assert len(data) == row["bytes"] == end + 1024 and data[end:] == bytes(1024), where
+            keys, offsets, layouts, layout, sizes, digests = [], [], [], [], [], []
+            at = 0
+            for member in members[:-1]:
+                assert (member.offset, member.offset_data) == (at, at + 512), f"{where}: {member.name} does not follow the member before"
+                key, name = _key_and_member(member.name)
+                if not keys or keys[-1] != key:
+                    keys.append(key)
+                    offsets.append(at)
+                    layout.append([])
+                layout[-1].append(name)
+                at = member.offset_data + member.size + (-member.size % 512)
+                assert data[member.offset_data + member.size : at] == bytes(at - member.offset_data - member.size), f"{where}: padding"
+                sizes.append(member.size)
+                digests.append(xxhash.xxh3_64_intdigest(data[member.offset : at]))
+            assert at == index.offset, where
+            for names in layout:
+                if names not in layouts:
+                    layouts.append(names)
+            ids = [layouts.index(names) for names in layout]
+            expected = {"format": "wdsprep-index/2", "digest": "xxh3_64", "keys": keys, "layouts": layouts,
+                        "layout": struct.pack(f"<{len(ids)}I", *ids), "offsets": struct.pack(f"<{len(offsets)}Q", *offsets),
+                        "sizes": struct.pack(f"<{len(sizes)}Q", *sizes), "digests": struct.pack(f"<{len(digests)}Q", *digests)}
+            got = msgpack.unpackb(data[index.offset_data : index.offset_data + index.size], raw=False)
+            assert got == expected, f"{where}: the index member differs from the shard's bytes"
+            assert row["samples"] == len(keys), where
+            checked += 1
+    return checked
+
+
+def balanced_units(output: pathlib.Path, shard_bytes: int) -> list[str]:
+    """Units whose second-to-last shard was not filled to the target: the first sample of the last
+    shard would have fitted in it (its header-to-padding bytes, one more index entry of at most
+    512 bytes of padding, the key and 16 bytes per member) -- what the writer's balance of the last
+    two shards leaves, and a writer that only rolls over never does."""
+    found = []
+    for entry in read_manifest(output)["splits"].values():
+        units: dict[str, list[dict]] = {}
+        for row in entry["shards"]:
+            units.setdefault(unit_of(row["name"]), []).append(row)
+        for unit, rows in units.items():
+            if len(rows) < 2:
+                continue
+            before, last = rows[-2], rows[-1]
+            key, members = tar_samples(output / last["name"])[0]
+            first = sum(512 + m.size + (-m.size % 512) for m in members)
+            entry_room = 512 + len(key.encode()) + 16 + 16 * len(members)
+            if before["bytes"] + first + entry_room <= shard_bytes:  # its index and end blocks counted in `bytes`
+                found.append(unit)
+    return found
+
+
 def shard_rows(output: pathlib.Path) -> dict[str, list[tuple]]:
     """Per split, the manifest's (name, samples, bytes, sha256) rows: what a reader relies on."""
     return {split: [(row["name"], row["samples"], row["bytes"], row["sha256"]) for row in entry["shards"]]
@@ -121,6 +211,11 @@ class SourceTests:
     resume_stops: tuple[float, ...] = (0.1, 0.5, 0.9)  # where to stop the epoch, as fractions of it
     synth_seed: int = 0  # the default `make_input`: `synth(directory, synth_seed, synth_size)`
     synth_size: str = "small"
+    # a `--shard-bytes` at which a unit of `make_rebalance_input`'s input outgrows the target, so that it
+    # rolls over and its last two shards are balanced (for a source with `whole_units`: one its units
+    # exceed, each still one shard); `rebalance_args`: further `convert` options for that conversion
+    rebalance_shard_bytes: int = 0
+    rebalance_args: tuple[str, ...] = ()
 
     # -- hooks -------------------------------------------------------------------------------
     def make_input(self, directory: pathlib.Path) -> pathlib.Path:
@@ -140,6 +235,12 @@ class SourceTests:
         the edit changes (the suite's oracle is a fresh conversion: a file that also feeds a unit
         whose bytes stay the same would rightly rebuild that unit too)."""
         raise NotImplementedError(f"{type(self).__name__}: edit_input is part of the contract")
+
+    def make_rebalance_input(self, directory: pathlib.Path) -> pathlib.Path:
+        """The input for the roll-over and balance test (default: `make_input`). A source whose size
+        estimates are at or above what it writes never rolls over on ordinary data: give it data that
+        compresses worse, or tiny samples whose tar headers outweigh them."""
+        return self.make_input(directory)
 
     def stream(self, manifest: str, split: str, seed: int, epoch: int) -> Any:
         """The training pipeline to test resume on: an iterable with `state_dict()` and
@@ -200,6 +301,7 @@ class SourceTests:
         assert_same_shards(converted, output, "--workers 2")
 
     def test_manifest_tells_the_truth_about_its_shards(self, converted):
+        assert assert_rows_index_their_shards(converted) == len(shard_bytes(converted))
         splits = read_manifest(converted)["splits"]
         listed = [row["name"] for entry in splits.values() for row in entry["shards"]]
         assert sorted(listed) == sorted(shard_bytes(converted)), "manifest rows vs. .tar files on disk"
@@ -226,6 +328,35 @@ class SourceTests:
                         assert member.isfile(), member.name
                         assert (member.mtime, member.uid, member.gid, member.uname, member.gname) == (0, 0, 0, "", ""), member.name
                         assert not member.pax_headers, member.name
+
+    def test_every_shard_carries_its_index_when_units_roll_over_and_rebalance(self, tmp_path):
+        """The shards a conversion writes when a unit outgrows `--shard-bytes` (it rolls over, and its
+        last two shards are balanced) each end with their index, and every row's index fields match
+        the shard's bytes (recomputed with tarfile + xxhash); the same bytes with `--workers 2`; every
+        sample streams once."""
+        import wdsprep
+
+        assert self.rebalance_shard_bytes, f"{type(self).__name__}: set rebalance_shard_bytes (part of the contract)"
+        native = self.make_rebalance_input(tmp_path / "native")
+        output, again = tmp_path / "out", tmp_path / "again"
+        options = ("--shard-bytes", str(self.rebalance_shard_bytes), *self.rebalance_args)
+        self.convert(native, output, *options)
+        names = sorted(shard_bytes(output))
+        assert assert_rows_index_their_shards(output) == len(names)
+        if load_source(self.source).whole_units:
+            assert all(name.endswith("-00.tar") for name in names), "a whole unit rolled over"
+            assert any(len(data) > self.rebalance_shard_bytes for data in shard_bytes(output).values()), \
+                "no unit outgrew rebalance_shard_bytes"
+        else:
+            assert any(not name.endswith("-00.tar") for name in names), "no unit rolled over at rebalance_shard_bytes"
+            assert balanced_units(output, self.rebalance_shard_bytes), "no unit's last two shards were balanced"
+        self.convert(native, again, *options, "--workers", "2")
+        assert_same_shards(output, again, "--workers 2, rolled over and balanced")
+        assert shard_rows(output) == shard_rows(again)
+        for split, entry in read_manifest(output)["splits"].items():
+            want = sorted(key for row in entry["shards"] for key, _ in tar_samples(output / row["name"]))
+            got = [sample["__key__"] for sample in wdsprep.dataset(str(output / "manifest.json"), split, seed=1, epoch=0)]
+            assert sorted(got) == want, split
 
     def test_verify_accepts_the_output_and_names_a_damaged_shard(self, converted, tmp_path):
         status, out, err = run_cli("verify", converted, "--quiet")
@@ -317,4 +448,5 @@ class SourceTests:
         assert read_manifest(incremental)["timing"]["units_built"] == len(changed_units)
 
 
-__all__ = ["SourceTests", "assert_same_shards", "run_cli", "read_manifest", "shard_bytes", "shard_rows", "tar_samples", "unit_of"]
+__all__ = ["SourceTests", "assert_rows_index_their_shards", "assert_same_shards", "balanced_units", "run_cli", "read_manifest",
+           "shard_bytes", "shard_rows", "tar_samples", "unit_of"]

@@ -278,13 +278,16 @@ class MinecraftPairs(torch.utils.data.Dataset):
     """
 
     def __init__(self, manifest: Any, split: str = "train", **pair_options: Any):
-        from ...stream import iter_shard, load_manifest
+        from ...stream import load_manifest
+        from ...stream.dataset import dataset
 
         if not hasattr(manifest, "shard_urls"):
             manifest = load_manifest(os.fspath(manifest))
         self.vocabulary = vocabulary(manifest)
         stage = pairs(**pair_options)
-        self._pairs = list(stage(sample for url in manifest.shard_urls(split) for sample in iter_shard(url)))
+        # every shard in manifest order, each sample checked against the shard's row before it is used
+        shard_samples = dataset(manifest, split, shuffle_shards=False, equalize=None, rank=0, world_size=1)
+        self._pairs = list(stage(iter(shard_samples)))
 
     def __len__(self) -> int:
         return len(self._pairs)

@@ -23,7 +23,7 @@ import os
 import time
 from dataclasses import asdict
 
-from ...conversion import UnitResult, build_unit, parse_size, unit_digest
+from ...conversion import UnitResult, build_unit, parse_size, unit_digest, unverified_shards
 from ...errors import ConversionError
 from ...shards.codec import Encoder
 from ...shards.manifest import MANIFEST_NAME, Manifest
@@ -71,10 +71,6 @@ class SceneConverter:
     def record_name(unit: Unit) -> str:
         return f"_scene-{unit.split}-{unit.index:05d}.json"
 
-    def _unverified(self, rows: list[dict]) -> list[str]:
-        return [row["name"] for row in rows
-                if self.store.stat(row["name"]) != row["bytes"] or self.store.sha256(row["name"]) != row["sha256"]]
-
     def record(self, scene: SceneInfo) -> UnitResult | None:
         """The scene's finished unit when its record matches this conversion and its shards check out."""
         unit = self.units[scene.key]
@@ -85,7 +81,7 @@ class SceneConverter:
             result = UnitResult(**json.loads(raw))
         except (ValueError, TypeError):
             return None
-        if result.digest != self.digests[scene.key] or self._unverified(result.rows):
+        if result.digest != self.digests[scene.key] or unverified_shards(self.store, result.rows, full=True):
             return None
         return result
 
@@ -94,7 +90,7 @@ class SceneConverter:
         unit = self.units[scene.key]
         digest = self.digests[scene.key]
         result = build_unit("rawnind", unit, self.options, self.store.url, digest)
-        bad = self._unverified(result.rows)
+        bad = unverified_shards(self.store, result.rows, full=True)
         if bad:
             raise ConversionError(f"{scene.key}: shard(s) {', '.join(bad)} not found at {self.store.url} with the size "
                                   "and sha256 written")
