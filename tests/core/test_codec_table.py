@@ -56,7 +56,7 @@ ORACLES = {
     "npy.zst": (lambda value: zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True).compress(npy_bytes(value)),
                 lambda data: numpy_reads(zstandard.ZstdDecompressor().decompress(data))),
     "npz": (npz_bytes, numpy_reads_npz),
-    "npz.zst": (lambda value: zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(npz_bytes(value)),
+    "npz.zst": (lambda value: zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True).compress(npz_bytes(value)),
                 lambda data: numpy_reads_npz(zstandard.ZstdDecompressor().decompress(data))),
     "mp": (lambda value: msgpack.packb(value, use_bin_type=True), lambda data: msgpack.unpackb(data, raw=False)),
     "json": (lambda value: json.dumps(value, sort_keys=True, separators=(",", ":")).encode(), json.loads),
