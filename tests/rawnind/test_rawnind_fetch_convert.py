@@ -184,14 +184,15 @@ def test_keep_raw_and_local_output(dataverse, tmp_path):
     with DataverseServer(str(dataverse)) as server:
         report = fetch(FetchOptions(dest=str(tmp_path / "raw"), dataverse=server.url, doi=server.doi, progress="none",
                                     convert=str(tmp_path / "out"), keep_raw=True,
-                                    convert_options={"tile_size": 128, "shard_bytes": "400KB"}))
+                                    convert_options={"tile_size": 128, "shard_bytes": "560KB"}))
     assert report["convert"]["manifest"] == str(tmp_path / "out" / "manifest.json")
-    # the shards a fetch converts are written like `convert`'s: a scene's six tiles outgrow 400KB, roll
-    # over and are balanced, and every shard carries its index (checked against its bytes with tarfile + xxhash)
+    # the shards a fetch converts are written like `convert`'s: the train scene's six ~107 KB tiles outgrow
+    # 560KB after five, roll over and are balanced 3 + 3, and every shard carries its index (checked
+    # against its bytes with tarfile + xxhash); the test split's one pre-crop tile makes one shard
     from wdsprep.testing.conformance import assert_rows_index_their_shards, balanced_units
 
-    assert assert_rows_index_their_shards(tmp_path / "out") == 4
-    assert balanced_units(tmp_path / "out", 400_000) == ["test-00000", "train-00000"]
+    assert assert_rows_index_their_shards(tmp_path / "out") == 3
+    assert balanced_units(tmp_path / "out", 560_000) == ["train-00000"]
     kept = [name for _, _, files in os.walk(tmp_path / "raw" / "Bayer") for name in files]
     assert len(kept) == 3  # the Bayer scene's clean and 2 noisy captures stay
     assert report["convert"]["raw_bytes_peak"] >= sum((dataverse / "files" / name).stat().st_size for name in kept)
