@@ -6,11 +6,19 @@ only when chosen and nothing here is imported back by it. An executor's `map_uno
 a generator of (task index, result or exception) in completion order; closing it stops the work.
 Output bytes never depend on the executor or the worker count: each unit writes its own shard from
 its own inputs, and the driver orders results by unit before writing the manifest.
+
+Ctrl-C belongs to the driver. A terminal sends SIGINT to every process of the foreground group,
+worker processes included; `process_pool`'s workers start with SIGINT blocked (the signal mask is
+inherited through fork and exec, so this holds from their first instruction on, while they import),
+so they never print a KeyboardInterrupt traceback. The driver gets the KeyboardInterrupt, and a
+pool left by any exception terminates its workers at once instead of waiting for their units.
 """
 from __future__ import annotations
 
 import concurrent.futures as futures
-import multiprocessing
+import contextlib
+import multiprocessing.context
+import signal
 from typing import Any, Callable, Iterator, Sequence
 
 from .errors import ConfigError
@@ -27,6 +35,52 @@ class InlineExecutor:
                 yield index, error
 
 
+class _WorkerProcess(multiprocessing.context.SpawnProcess):
+    """A spawned process that starts with SIGINT blocked (only the driver handles Ctrl-C)."""
+
+    def start(self) -> None:
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            super().start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+class _WorkerContext(multiprocessing.context.SpawnContext):
+    """The spawn context, with `_WorkerProcess` workers; remembers them so they can be stopped."""
+
+    def __init__(self):
+        super().__init__()
+        self.started: list[_WorkerProcess] = []
+
+    def Process(self, *args, **kwargs):  # noqa: N802 - the multiprocessing context's name
+        process = _WorkerProcess(*args, **kwargs)
+        self.started.append(process)
+        return process
+
+
+@contextlib.contextmanager
+def process_pool(workers: int) -> Iterator[futures.ProcessPoolExecutor]:
+    """A pool of `workers` spawned processes that ignore Ctrl-C (see the module docstring). Leaving
+    the block normally waits for the pool; leaving it by an exception (Ctrl-C, a closed generator,
+    a full disk) cancels what has not started and terminates the workers, so nothing they were
+    writing outlives the driver's clean-up."""
+    context = _WorkerContext()
+    pool = futures.ProcessPoolExecutor(max_workers=workers, mp_context=context)
+    try:
+        yield pool
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in context.started:
+            if process.is_alive():
+                process.terminate()
+        for process in context.started:
+            process.join()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
 class LocalExecutor:
     """A process pool of `workers` processes (spawned, so no state leaks in from the driver)."""
 
@@ -41,18 +95,12 @@ class LocalExecutor:
         if self.workers == 1 or len(tasks) <= 1:
             yield from InlineExecutor().map_unordered(fn, tasks)
             return
-        context = multiprocessing.get_context("spawn")
-        with futures.ProcessPoolExecutor(max_workers=self.workers, mp_context=context) as pool:
+        with process_pool(self.workers) as pool:
             pending = {pool.submit(fn, *args): index for index, args in enumerate(tasks)}
-            try:
-                for future in futures.as_completed(pending):
-                    index = pending[future]
-                    error = future.exception()
-                    yield index, (error if error is not None else future.result())
-            except BaseException:
-                for future in pending:
-                    future.cancel()
-                raise
+            for future in futures.as_completed(pending):
+                index = pending[future]
+                error = future.exception()
+                yield index, (error if error is not None else future.result())
 
 
 def _ray(workers: int = 1, **options: Any):

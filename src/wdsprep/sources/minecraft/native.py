@@ -91,21 +91,25 @@ class EpisodeListing:
     frames: list[tuple[int, str, int]] = field(default_factory=list)  # (t, relative path, size), by t
 
 
-def list_episodes(tree: NativeTree, report) -> list[EpisodeListing]:
+def list_episodes(tree: NativeTree, report, ignore) -> list[EpisodeListing]:
     """Find every `creative:*` folder and its `*.npy` frames, ordered by folder name.
 
     Ordered by the folder's own name (like upstream on the flat layout) so the bucket folders never
     change the result. `report(item, message)` is called for a bad item; it raises in raise mode.
+    `ignore(path, reason)` is called for every other file found (see `PlanContext.ignore`).
     """
     episodes: dict[str, EpisodeListing] = {}
     directories: dict[str, str] = {}  # folder path -> episode name, to catch the same name twice
     for relpath, size in tree.files():
         parts = relpath.split("/")
+        path = os.path.join(tree.path, relpath)
         if any(part.startswith(".") or part == "__MACOSX" for part in parts):
-            continue  # hidden files and macOS zip resource forks (._000001.npy) are never frames
+            ignore(path, "hidden, or a macOS resource fork")  # never frames (._000001.npy)
+            continue
         parent, _, filename = relpath.rpartition("/")
         folder = parent.rpartition("/")[2]
         if not folder.startswith(EPISODE_PREFIX):
+            ignore(path, f"not in a {EPISODE_PREFIX}* episode folder")
             continue
         if parent not in directories:
             if folder in episodes:
@@ -114,8 +118,11 @@ def list_episodes(tree: NativeTree, report) -> list[EpisodeListing]:
                 continue
             directories[parent] = folder
             episodes[folder] = EpisodeListing(folder, parent)
-        if not directories[parent] or not filename.endswith(".npy"):
-            continue  # upstream globs *.npy only; other files are not frames
+        if not directories[parent]:
+            continue  # a duplicate folder, reported above
+        if not filename.endswith(".npy"):
+            ignore(path, "not a frame .npy (upstream reads *.npy only)")
+            continue
         match = FRAME_NAME.match(filename)
         if match is None:
             report(relpath, f"frame name {filename!r} is not a number (expected e.g. 000007.npy)")
