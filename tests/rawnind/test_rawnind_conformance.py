@@ -14,6 +14,9 @@ class TestRawNINDConformance(SourceTests):
     convert_args = ("--tile-size", "128")
     synth_seed, synth_size = 1, "tiny"
 
+    def plan_files(self, native):
+        return ("dataset_index.yaml",)
+
     def corrupt_input(self, native):
         victim = sorted((native / "files").glob("*ISO*.dng"))[-1]
         victim.write_bytes(b"not a raw file")

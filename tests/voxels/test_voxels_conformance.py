@@ -19,6 +19,9 @@ class TestVoxelsConformance(SourceTests):
     def make_input(self, directory):
         return make_tiny(directory, seed=1)
 
+    def plan_files(self, native):
+        return ("dataset/splits.json", "dataset/metadata.json")
+
     def corrupt_input(self, native):
         corrupt_zip_member(str(native / RAY_FILE), "distances.npy")
         return str(native / RAY_FILE)
