@@ -19,6 +19,7 @@ import concurrent.futures as futures
 import contextlib
 import multiprocessing.context
 import signal
+import threading
 from typing import Any, Callable, Iterator, Sequence
 
 from .errors import ConfigError
@@ -35,19 +36,44 @@ class InlineExecutor:
                 yield index, error
 
 
+@contextlib.contextmanager
+def _ctrl_c_held():
+    """Hold a Ctrl-C that arrives inside the block until its end, in the main thread (where Python
+    runs signal handlers); elsewhere a no-op. Starting a worker is thereby never cut in half."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if held and callable(previous):
+            previous(signal.SIGINT, None)  # Python's default handler raises KeyboardInterrupt here
+
+
 class _WorkerProcess(multiprocessing.context.SpawnProcess):
     """A spawned process that starts with SIGINT blocked (only the driver handles Ctrl-C)."""
 
+    started: list | None = None  # the context's list of started workers, set by `_WorkerContext`
+
     def start(self) -> None:
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        try:
-            super().start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        with _ctrl_c_held():
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # inherited by the child
+            try:
+                super().start()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+            if self.started is not None:
+                self.started.append(self)
+
+    def __getstate__(self) -> dict:  # what spawn sends the child: the parent's bookkeeping stays here
+        return {name: value for name, value in self.__dict__.items() if name != "started"}
 
 
 class _WorkerContext(multiprocessing.context.SpawnContext):
-    """The spawn context, with `_WorkerProcess` workers; remembers them so they can be stopped."""
+    """The spawn context, with `_WorkerProcess` workers; remembers the started ones to stop them."""
 
     def __init__(self):
         super().__init__()
@@ -55,7 +81,7 @@ class _WorkerContext(multiprocessing.context.SpawnContext):
 
     def Process(self, *args, **kwargs):  # noqa: N802 - the multiprocessing context's name
         process = _WorkerProcess(*args, **kwargs)
-        self.started.append(process)
+        process.started = self.started
         return process
 
 

@@ -62,7 +62,7 @@ from typing import Any
 import pytest
 
 from ..cli import _convert_parser, main
-from ..options import check_core_options
+from ..options import parse_size
 from ..sources.base import PlanContext
 from ..sources.registry import load_source
 from .edits import corrupt_zip_member, failing_convert, overwrite_keeping_size, rewritten_shards, shard_identities
@@ -175,8 +175,7 @@ class SourceTests:
         `plan_files` entry."""
         source = load_source(self.source)
         args = vars(_convert_parser(self.source).parse_args([str(native), "unused", *self.convert_args]))
-        core = {name: args[name] for name in ("shard_bytes", "codec", "zstd_level", "on_error")}
-        options = dict(args, **check_core_options(core), workers=1)
+        options = dict(args, shard_bytes=parse_size(args["shard_bytes"]), workers=1)
         plan = source.plan(str(native), PlanContext(options))
         feeds: dict[Any, set] = {}
         kinds: dict[str, list] = {}
