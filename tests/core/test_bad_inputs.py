@@ -54,6 +54,25 @@ def _not_utf8_json(root):
     return root / "train" / "k2.meta.json", "not valid JSON"
 
 
+def _json_beyond_64_bits(root):
+    (root / "train" / "k2.meta.json").write_text(json.dumps({"count": 2**64}))  # msgpack holds -2**63 .. 2**64-1
+    return root / "train" / "k2.meta.json", r"a value a shard cannot hold .*integers must lie within"
+
+
+def _json_nested_too_deeply(root):
+    (root / "train" / "k2.meta.json").write_text("[" * 100_000 + "]" * 100_000)
+    return root / "train" / "k2.meta.json", r"not valid JSON here \(nested deeper than"
+
+
+def _npy_header_asks_for_too_much(root):
+    path = root / "train" / "k1.array.npy"
+    data = path.read_bytes()
+    huge = data.replace(b"(4,), }" + b" " * 16, b"(99999999999999999,), }")  # same header length
+    assert len(huge) == len(data) and huge != data
+    path.write_bytes(huge)
+    return path, r"truncated or malformed .npy"
+
+
 def _directory_as_file(root):
     (root / "train" / "k1.array.npy").unlink()
     (root / "train" / "k1.array.npy").mkdir()
@@ -66,7 +85,8 @@ def _same_field_twice(root):
 
 
 CASES = {f.__name__[1:]: f for f in (_dangling, _zero_byte, _text_as_npy, _truncated_npy, _object_npy, _bad_json,
-                                      _not_utf8_json, _directory_as_file, _same_field_twice)}
+                                      _not_utf8_json, _json_beyond_64_bits, _json_nested_too_deeply,
+                                      _npy_header_asks_for_too_much, _directory_as_file, _same_field_twice)}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
