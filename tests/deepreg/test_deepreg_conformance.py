@@ -25,6 +25,9 @@ class TestDeepRegConformance(SourceTests):
                 write_nifti(directory / "train" / role / f"case{i}.nii", volume)
         return directory
 
+    def stray_entries(self, native):
+        return ("validation/", "train/notes.txt", "train/moving_images/case3.mha", "train/fixed_images/.DS_Store")
+
     def corrupt_input(self, native):
         path = native / CASE
         data = path.read_bytes()
@@ -60,6 +63,9 @@ class TestDeepRegH5Conformance(SourceTests):
                 handle.create_dataset(f"case{i}", data=rng.integers(0, 4, (8, 8, 8)).astype(np.float32),
                                       chunks=(8, 8, 8), fletcher32=True)
         return directory
+
+    def stray_entries(self, native):
+        return ("train/images.nii.gz", "train/labels/", "README")
 
     def corrupt_input(self, native):
         path = native / "train" / "images.h5"

@@ -38,6 +38,9 @@ The contract (one test each):
   `plan_files` read while planning), broken (`break_file`: cut to half its size; a zip member: its
   deflate stream corrupted), makes `wdsprep convert` fail the same way, the one line naming that
   file: whatever native reader (h5py, nibabel, rawpy, zipfile, numpy, zarr, json, yaml) meets it.
+- Entries a user may leave in the input that the source does not take (`stray_entries`: a `.png`
+  beside the arrays, notes, a nested or hidden folder) are each listed in the manifest's
+  `problems` and in a warning line, and change no shard.
 - A re-run over unchanged input rebuilds nothing; an equal-size edit of one input file, with its
   modification time put back, rebuilds exactly the units whose shards a fresh conversion of the
   edited input changes, and the result is byte-identical to that fresh conversion.
@@ -118,6 +121,31 @@ def assert_same_shards(expected: pathlib.Path, output: pathlib.Path, what: str) 
     assert shard_rows(expected) == shard_rows(output), what
 
 
+def _plant(copy: pathlib.Path, strays: tuple[str, ...]) -> list[tuple[str, str]]:
+    """Create each stray entry in the input `copy` (a folder, or a zip archive: as members); returns
+    (the folder it lies in, its name as a report shows it: a folder with a trailing `/`)."""
+    planted = []
+    for stray in strays:
+        parent, name = os.path.split(stray.rstrip("/"))
+        if copy.is_file():
+            import zipfile
+
+            with zipfile.ZipFile(copy, "a") as archive:
+                archive.writestr(stray, b"not part of the dataset\n")
+            planted.append((os.path.join(str(copy), parent), name))
+            continue
+        path = copy / stray
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if stray.endswith("/"):
+            path.mkdir()
+            (path / "notes.txt").write_bytes(b"not part of the dataset\n")
+            name += "/"
+        else:
+            path.write_bytes(b"not part of the dataset\n")
+        planted.append((str(copy / parent) if parent else str(copy), name))
+    return planted
+
+
 def _in_copy(path: str, native: pathlib.Path, copy: pathlib.Path) -> pathlib.Path:
     """Where the input file `path` (as the plan of `native` names it) lies in `copy_input`'s copy."""
     return copy / pathlib.Path(path).relative_to(native) if native.is_dir() else copy
@@ -193,6 +221,13 @@ class SourceTests:
         root = native if native.is_dir() else native.parent
         chosen.update({f"plan file {name}": str(root / name) for name in self.plan_files(native)})
         return chosen
+
+    def stray_entries(self, native: pathlib.Path) -> tuple[str, ...]:
+        """Entries a user may leave in the input that the source does not take, as paths relative to
+        the input folder (a folder ends in `/`; for a zip input, members of the archive). The suite
+        plants each and expects it reported in the folder that holds it. Default: none (a source
+        that reads its input through an index lists no folder), and that test is skipped."""
+        return ()
 
     def break_file(self, path: pathlib.Path) -> None:
         """Damage one input file of a copy for the broken-input test. Default: cut it to half its
@@ -350,6 +385,22 @@ class SourceTests:
             if not any(name in line for name in names):
                 unnamed.append(f"{kind} ({names[0]}): {line}")
         assert not unnamed, "errors that do not name the broken file:\n" + "\n".join(unnamed)
+
+    def test_entries_the_source_does_not_take_are_reported_and_change_no_shard(self, native, converted, tmp_path):
+        strays = self.stray_entries(native)
+        if not strays:
+            pytest.skip(f"{type(self).__name__} declares no stray_entries: its source lists no folder")
+        copy = self.copy_input(native, tmp_path / "input")
+        planted = _plant(copy, strays)
+        output = tmp_path / "out"
+        status, _, err = run_cli("convert", self.source, copy, output, *self.convert_args, "--quiet")
+        assert status == 0, err
+        problems = read_manifest(output).get("problems", [])
+        for folder, name in planted:
+            assert any(p["item"] == folder and name in p["message"] for p in problems), (folder, name, problems)
+            assert any(folder in line and name in line for line in err.splitlines()), (folder, name, err)
+        assert all(line.startswith(("wdsprep: warning: ", "  ")) for line in err.splitlines()), err
+        assert shard_bytes(output) == shard_bytes(converted), "a stray entry changed the shards"
 
     def test_skip_mode_reports_the_bad_item_and_converts_the_rest(self, native, converted, tmp_path):
         copy = self.copy_input(native, tmp_path / "input")
