@@ -8,6 +8,11 @@ ctime_ns + inode). A re-run reuses every unit whose record matches and whose sha
 The manifest is removed at the start of a run that would change it and written only when every unit
 is done, so a manifest never lists a shard that was not written and verified.
 
+Nothing is done before every option is checked (`wdsprep.options`: one line naming a bad value, the
+output not yet touched) and the plan passes the core's rules (`sources.base.check_plan`: split
+names, a split without samples reported, nothing to convert refused). A Ctrl-C at any moment stops
+the pool's workers and leaves no temporary file (`executors.process_pool`, `convert`).
+
 One conversion at a time per local output directory (an `flock` the kernel releases when the process
 dies; stores without `supports_lock`, such as `s3://` outputs, have no lock). The driver uses the
 output only through `wdsprep.storage.Store`'s methods and capability flags, never by probing it.

@@ -51,6 +51,8 @@ def _ctrl_c_held():
         signal.signal(signal.SIGINT, previous)
         if held and callable(previous):
             previous(signal.SIGINT, None)  # Python's default handler raises KeyboardInterrupt here
+        elif held and previous == signal.SIG_DFL:
+            signal.raise_signal(signal.SIGINT)  # what the held signal would have done
 
 
 class _WorkerProcess(multiprocessing.context.SpawnProcess):
