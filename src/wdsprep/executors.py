@@ -39,7 +39,8 @@ class InlineExecutor:
 @contextlib.contextmanager
 def _ctrl_c_held():
     """Hold a Ctrl-C that arrives inside the block until its end, in the main thread (where Python
-    runs signal handlers); elsewhere a no-op. Starting a worker is thereby never cut in half."""
+    runs signal handlers); elsewhere a no-op. The pool's bookkeeping (a worker started, its thread
+    started, a task queued) is thereby never cut in half. Nested holds pass the signal outwards."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -87,26 +88,34 @@ class _WorkerContext(multiprocessing.context.SpawnContext):
         return process
 
 
+class _Pool(futures.ProcessPoolExecutor):
+    """A process pool whose `submit` (which may start a worker and the pool's own thread) is never
+    cut in half by Ctrl-C: the signal is held until it returns (`Executor.map` submits through it)."""
+
+    def submit(self, fn, /, *args, **kwargs):
+        with _ctrl_c_held():
+            return super().submit(fn, *args, **kwargs)
+
+
 @contextlib.contextmanager
 def process_pool(workers: int) -> Iterator[futures.ProcessPoolExecutor]:
     """A pool of `workers` spawned processes that ignore Ctrl-C (see the module docstring). Leaving
     the block normally waits for the pool; leaving it by an exception (Ctrl-C, a closed generator,
-    a full disk) cancels what has not started and terminates the workers, so nothing they were
+    a full disk) terminates the workers and cancels what has not started, so nothing they were
     writing outlives the driver's clean-up."""
     context = _WorkerContext()
-    pool = futures.ProcessPoolExecutor(max_workers=workers, mp_context=context)
+    with _ctrl_c_held():
+        pool = _Pool(max_workers=workers, mp_context=context)
     try:
         yield pool
     except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
         for process in context.started:
             if process.is_alive():
-                process.terminate()
-        for process in context.started:
-            process.join()
+                process.terminate()  # the pool sees its workers gone and fails what is left
         raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    finally:  # one shutdown that waits for the pool's own thread (quick: no unit is left running), so
+        with _ctrl_c_held():  # that no thread of it is left at exit, even on a second Ctrl-C
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 class LocalExecutor:

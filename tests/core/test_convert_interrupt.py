@@ -105,3 +105,21 @@ def test_ctrl_c_mid_shard_removes_the_shard_being_written(tmp_path, generic_inpu
     finally:
         _ctrl_c(process, out)
     assert any(name.endswith(".tar") for name in os.listdir(out)), "finished shards stay for the resume"
+
+
+@pytest.mark.parametrize("delay", [0.1, 0.3, 0.6, 1.0, 1.5])
+def test_ctrl_c_while_units_finish_is_one_line_or_the_conversion_is_whole(tmp_path, generic_input, delay):
+    """A plain conversion of many small units: results flow back while the signal comes (the pool's
+    own thread is busy); a run that finished first must have written a whole, verified output."""
+    out = tmp_path / "out"
+    command = CLI + ["convert", "generic", generic_input, str(out), "--shard-bytes", "40KB", "--workers", "2", "--quiet"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        wait_for(lambda: (out / ".wdsprep.lock").exists() or process.poll() is not None, "the conversion to take its lock")
+        time.sleep(delay)
+    finally:
+        if process.poll() is None:
+            _ctrl_c(process, out)
+    if process.returncode == 0:  # it finished before the signal: the output is whole
+        assert process.stderr.read() == b""
+        assert subprocess.run(CLI + ["verify", str(out), "--quiet"], capture_output=True).returncode == 0
