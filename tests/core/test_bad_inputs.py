@@ -4,11 +4,17 @@ import json
 import os
 import re
 
+import io
+
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from wdsprep.cli import main
 from wdsprep.conversion import _describe_items
+from wdsprep.errors import InputError
+from wdsprep.sources.base import read_json_file, read_npy_file
 
 
 def _good(root, count=3):
@@ -132,3 +138,36 @@ def test_skip_mode_drops_the_bad_samples_lists_them_and_converts_the_rest(tmp_pa
                             f"{train / 'k5.array.json'} and {train / 'k5.array.npy'}", str(train / "k9.array.npy")])
     keys = [s["__key__"] for s in wdsprep.dataset(str(tmp_path / "out"), "train", shuffle_shards=False)]
     assert sorted(keys) == ["k0", "k3", "k6"]
+
+
+def _npy_bytes():
+    buffer = io.BytesIO()
+    np.save(buffer, np.arange(12, dtype=np.float32).reshape(3, 4))
+    return buffer.getvalue()
+
+
+NPY = _npy_bytes()
+JSON = json.dumps({"index": 7, "label": [1, 2, {"x": None}], "name": "k7"}).encode()
+DAMAGE = st.tuples(st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1, max_size=4),
+                   st.one_of(st.none(), st.integers(0, 10**6)))
+
+
+def _damaged(data: bytes, damage) -> bytes:
+    edits, cut = damage
+    out = bytearray(data)
+    for position, value in edits:
+        out[position % len(out)] = value
+    return bytes(out[: cut % len(out)] if cut is not None else out)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(damage=DAMAGE, kind=st.sampled_from(["npy", "json"]))
+def test_a_damaged_array_or_json_file_reads_or_is_one_input_error_naming_it(tmp_path, damage, kind):
+    """Whatever numpy's header parser or json meets (bytes changed anywhere, the file cut short), the
+    reader returns a value or raises InputError naming the file: never another exception."""
+    path = tmp_path / f"k0.field.{kind}"
+    path.write_bytes(_damaged(NPY if kind == "npy" else JSON, damage))
+    try:
+        (read_npy_file if kind == "npy" else read_json_file)(str(path))
+    except InputError as error:
+        assert str(error).startswith(f"{path}: "), error

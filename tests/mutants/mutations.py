@@ -188,4 +188,12 @@ MUTATIONS = [
              (("    except (OutputError, KeyboardInterrupt):", "    except OutputError:"),
               ("            store.clean_temporaries()\n            raise\n", "            raise\n")),
              ("tests/core/test_convert_interrupt.py",)),
+    Mutation("npy-header-error-unwrapped", "a damaged .npy header escapes as tokenize's TokenError, naming no file",
+             "src/wdsprep/sources/base.py",
+             (("    except Exception as error:  # numpy's header parser raises EOFError, SyntaxError, TokenError, MemoryError...",
+               "    except (EOFError, SyntaxError, OSError) as error:"),), ("tests/core/test_bad_inputs.py",)),
+    Mutation("frame-header-error-unwrapped", "a damaged frame header escapes as tokenize's TokenError, naming no file",
+             "src/wdsprep/sources/minecraft/native.py",
+             (("    except Exception as error:  # numpy's header parser raises ValueError, EOFError, SyntaxError, TokenError...",
+               "    except (ValueError, EOFError, SyntaxError) as error:"),), ("tests/minecraft/test_minecraft_bad_inputs.py",)),
 ]

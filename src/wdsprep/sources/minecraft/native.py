@@ -167,7 +167,7 @@ def _unpickle_npy(data: bytes) -> object:
         version = np.lib.format.read_magic(buffer)
         read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
         shape, _fortran, dtype = read_header(buffer)
-    except (ValueError, EOFError, SyntaxError) as error:
+    except Exception as error:  # numpy's header parser raises ValueError, EOFError, SyntaxError, TokenError...
         raise ValueError(f"not a .npy file ({error})") from None
     if not dtype.hasobject:
         raise ValueError(f"holds a plain {dtype} array of shape {shape}, expected a pickled dict")
