@@ -62,7 +62,8 @@ class NativeTree:
                 with open(os.path.join(self.path, relpath), "rb") as handle:
                     return handle.read()
             return self._archive().read(relpath)
-        except (OSError, KeyError, zipfile.BadZipFile, zlib.error, EOFError) as error:
+        except (OSError, KeyError, zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError) as error:
+            # RuntimeError: an encrypted member; NotImplementedError: a compression zipfile lacks
             if self.kind == "zip":  # a bad CRC or deflate stream: name the archive and the member
                 raise InputError(f"{self.path}: member {relpath}: corrupt or unreadable ({error})") from None
             raise InputError(f"{relpath}: cannot read: {error}") from None
