@@ -9,8 +9,8 @@ Every entry of the input is either converted or reported (`ctx.ignore`, the mani
 each folder of INPUT is a split (its name must follow the split-name rule, `check_plan`), a hidden
 entry (`.ipynb_checkpoints/`, `.DS_Store`) and a file beside the split folders are skipped with a
 note, and so are, inside a split, files that are not `<key>.<field>.npy|json` (`.png`, `.npz`,
-`.NPY`) and nested folders. A JSON value that a shard cannot hold (an integer outside 64 bits, a
-nesting deeper than msgpack's limit) is an error naming its file, found when the file is read.
+`.NPY`) and nested folders. A JSON file nested deeper than Python can read, or holding a value a
+shard cannot hold (an integer outside 64 bits), is an error naming the file when it is read.
 """
 from __future__ import annotations
 
