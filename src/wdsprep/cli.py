@@ -89,15 +89,11 @@ def cmd_convert(argv: Sequence[str]) -> int:
         **options,
     )
     _print_summary(manifest)
-    if manifest.problems:
-        print(f"{len(manifest.problems)} bad input items skipped (listed in the manifest's 'problems'):", file=sys.stderr)
-        for problem in manifest.problems[:10]:
-            item, message = str(problem.get("item")), str(problem.get("message"))
-            print(f"  {message if message.startswith(item) else f'{item}: {message}'}", file=sys.stderr)
     return 0
 
 
-def _print_summary(manifest) -> None:
+def _print_summary(manifest, shown: int = 10) -> None:
+    """Counts per split on stdout; what the input held and the shards do not, as warnings on stderr."""
     from .progress import human_bytes
 
     total = manifest.bytes()
@@ -105,6 +101,18 @@ def _print_summary(manifest) -> None:
         print(f"{split}: {len(manifest.shards(split))} shards, {manifest.samples(split)} samples, {human_bytes(manifest.bytes(split))}")
     if manifest.input_bytes:
         print(f"input {human_bytes(manifest.input_bytes)} -> shards {human_bytes(total)} (ratio {manifest.input_bytes / max(total, 1):.2f}x)")
+    lines = []
+    for problem in manifest.problems:
+        item, message = str(problem.get("item")), str(problem.get("message"))
+        lines.append(message if message.startswith(item) else f"{item}: {message}")
+    if len(lines) == 1:
+        print(f"wdsprep: warning: {lines[0]}", file=sys.stderr)
+    elif lines:
+        print(f"wdsprep: warning: {len(lines)} input items not converted (listed in the manifest's 'problems'):", file=sys.stderr)
+        for line in lines[:shown]:
+            print(f"  {line}", file=sys.stderr)
+        if len(lines) > shown:
+            print(f"  ... and {len(lines) - shown} more", file=sys.stderr)
 
 
 def cmd_synth(argv: Sequence[str]) -> int:
@@ -142,7 +150,7 @@ def cmd_inspect(argv: Sequence[str]) -> int:
     if manifest.tables:
         print("tables: " + ", ".join(f"{name} ({len(value) if hasattr(value, '__len__') else value})" for name, value in sorted(manifest.tables.items())))
     if manifest.problems:
-        print(f"problems: {len(manifest.problems)} bad input items were skipped")
+        print(f"problems: {len(manifest.problems)} input items were not converted (listed in the manifest)")
     for split in sorted(manifest.splits):
         urls = manifest.shard_urls(split)
         if not urls:

@@ -9,6 +9,11 @@ units it feeds (and a unit an older wdsprep wrote without shard indexes is built
 The manifest is removed at the start of a run that would change it and written only when every unit
 is done, so a manifest never lists a shard that was not written and verified.
 
+Nothing is done before every option is checked (`wdsprep.options`: one line naming a bad value, the
+output not yet touched) and the plan passes the core's rules (`sources.base.check_plan`: split
+names, a split without samples reported, nothing to convert refused). A Ctrl-C at any moment stops
+the pool's workers and leaves no temporary file (`executors.process_pool`, `convert`).
+
 One conversion at a time per local output directory (an `flock` the kernel releases when the process
 dies; stores without `supports_lock`, such as `s3://` outputs, have no lock). The driver uses the
 output only through `wdsprep.storage.Store`'s methods and capability flags, never by probing it.
@@ -20,20 +25,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .errors import ConfigError, ConversionError, OutputError
-from .executors import get_executor
+from .errors import ConversionError, OutputError
 from .inputs import unit_input_fingerprints
+from .options import check_core_options, check_run_options, parse_size  # noqa: F401 (parse_size: re-exported)
 from .progress import Progress
 from .shards.codec import Encoder
 from .shards.index import has_index
 from .shards.manifest import MANIFEST_NAME, Manifest, shard_name_pattern
 from .shards.writer import ShardWriter
-from .sources.base import DEFAULT_ON_ERROR, ON_ERROR, PlanContext, Unit, UnitContext
+from .sources.base import DEFAULT_ON_ERROR, PlanContext, Unit, UnitContext, check_converted, check_plan
 from .sources.registry import load_source
 from .storage import Store, open_store
 
@@ -50,19 +54,6 @@ class UnitResult:
     problems: list[dict] = field(default_factory=list)
     tables: dict = field(default_factory=dict)
     input_bytes: int = 0
-
-
-def parse_size(text: str | int) -> int:
-    if isinstance(text, int):
-        return text
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B?)?\s*", str(text), re.I)
-    if not match:
-        raise ConfigError(f"cannot read size {text!r} (e.g. 256MB, 1GiB, 65536)")
-    number, unit = float(match.group(1)), (match.group(2) or "").upper()
-    powers = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4}
-    letter = unit[:1] if unit[:1] in "KMGT" and unit else ""
-    base = 1024 if "I" in unit else 1000
-    return int(number * base ** powers[letter])
 
 
 def _digest(value: Any) -> str:
@@ -128,36 +119,30 @@ def convert(
     **source_options: Any,
 ) -> Manifest:
     started = time.time()
+    source = load_source(source_id)
+    # every option is checked (wdsprep.options) before the output is opened or the input read
+    workers, runner = check_run_options(input=input, output=output, workers=workers, executor=executor,
+                                        fingerprint=fingerprint, splits=splits, executor_options=executor_options)
+    core = check_core_options(dict(shard_bytes=shard_bytes, codec=codec, zstd_level=zstd_level, on_error=on_error))
+    options = dict(source_options, **core, workers=workers)
+    source.check_options(options)
     if "://" not in str(input):
         input = os.path.abspath(input)  # units carry paths that workers on other nodes can resolve
-    source = load_source(source_id)
-    if on_error not in ON_ERROR:
-        raise ConfigError(f"--on-error must be one of {', '.join(ON_ERROR)} (got {on_error!r})")
-    options = dict(
-        source_options,
-        shard_bytes=parse_size(shard_bytes),
-        codec=codec,
-        zstd_level=int(zstd_level),
-        on_error=on_error,
-        workers=workers,
-    )
-    Encoder(codec, int(zstd_level))  # validates the codec before any work
     store = open_store(output)
     with store.lock():
-        return _convert(source_id, source, input, store, options, splits=splits, fingerprint=fingerprint,
-                        executor=executor, workers=workers, executor_options=executor_options, quiet=quiet,
-                        started=started)
+        try:
+            return _convert(source_id, source, input, store, options, splits=splits, fingerprint=fingerprint,
+                            executor=executor, runner=runner, quiet=quiet, started=started)
+        except KeyboardInterrupt:  # Ctrl-C at any moment: leave no temporary file (the lock keeps others out)
+            store.clean_temporaries()
+            raise
 
 
-def _convert(source_id, source, input, store, options, *, splits, fingerprint, executor, workers,
-             executor_options, quiet, started) -> Manifest:
+def _convert(source_id, source, input, store, options, *, splits, fingerprint, executor, runner, quiet,
+             started) -> Manifest:
     plan_ctx = PlanContext(options)
     plan = source.plan(input, plan_ctx)
-    if splits:
-        unknown = set(splits) - {unit.split for unit in plan.units}
-        if unknown:
-            raise ConfigError(f"{input}: no split(s) {', '.join(sorted(unknown))} in the input")
-        plan.units = [unit for unit in plan.units if unit.split in splits]
+    check_plan(plan, plan_ctx, input, splits)  # split names, empty splits, nothing to convert
     config = dict(plan.config)
     config.update({name: options[name] for name in CORE_CONFIG})
     store.clean_temporaries()  # ours only: the lock excludes another run
@@ -183,7 +168,6 @@ def _convert(source_id, source, input, store, options, *, splits, fingerprint, e
     progress = Progress(f"convert {source_id}", len(plan.units), plan.input_bytes, quiet=quiet)
     progress.advance(len(done), sum(r.input_bytes for r in done.values()))
     failures: list[tuple[Unit, BaseException]] = []
-    runner = get_executor(executor, workers=workers, **(executor_options or {}))
     journal = _UnitJournal(store, config, done) if todo else None
     results_stream = runner.map_unordered(build_unit, tasks)
     try:
@@ -203,7 +187,7 @@ def _convert(source_id, source, input, store, options, *, splits, fingerprint, e
             progress.advance(1, result.input_bytes)
         if journal is not None:
             journal.close()
-    except OutputError:
+    except (OutputError, KeyboardInterrupt):
         results_stream.close()  # stops the pool before cleaning up
         store.clean_temporaries()
         raise
@@ -230,6 +214,7 @@ def _convert(source_id, source, input, store, options, *, splits, fingerprint, e
     tables = dict(plan.tables)
     tables.update(source.finalize(plan, [r.tables for r in results]))
     problems = plan_ctx.problems + [p for r in results for p in r.problems]
+    splits = check_converted(splits, plan, problems, input)  # a split whose every item was skipped
     manifest = Manifest(
         source=source_id,
         config=config,

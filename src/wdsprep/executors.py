@@ -6,11 +6,20 @@ only when chosen and nothing here is imported back by it. An executor's `map_uno
 a generator of (task index, result or exception) in completion order; closing it stops the work.
 Output bytes never depend on the executor or the worker count: each unit writes its own shard from
 its own inputs, and the driver orders results by unit before writing the manifest.
+
+Ctrl-C belongs to the driver. A terminal sends SIGINT to every process of the foreground group,
+worker processes included; `process_pool`'s workers start with SIGINT blocked (the signal mask is
+inherited through fork and exec, so this holds from their first instruction on, while they import),
+so they never print a KeyboardInterrupt traceback. The driver gets the KeyboardInterrupt, and a
+pool left by any exception terminates its workers at once instead of waiting for their units.
 """
 from __future__ import annotations
 
 import concurrent.futures as futures
-import multiprocessing
+import contextlib
+import multiprocessing.context
+import signal
+import threading
 from typing import Any, Callable, Iterator, Sequence
 
 from .errors import ConfigError
@@ -27,6 +36,88 @@ class InlineExecutor:
                 yield index, error
 
 
+@contextlib.contextmanager
+def _ctrl_c_held():
+    """Hold a Ctrl-C that arrives inside the block until its end, in the main thread (where Python
+    runs signal handlers); elsewhere a no-op. The pool's bookkeeping (a worker started, its thread
+    started, a task queued) is thereby never cut in half. Nested holds pass the signal outwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if held and callable(previous):
+            previous(signal.SIGINT, None)  # Python's default handler raises KeyboardInterrupt here
+        elif held and previous == signal.SIG_DFL:
+            signal.raise_signal(signal.SIGINT)  # what the held signal would have done
+
+
+class _WorkerProcess(multiprocessing.context.SpawnProcess):
+    """A spawned process that starts with SIGINT blocked (only the driver handles Ctrl-C)."""
+
+    started: list | None = None  # the context's list of started workers, set by `_WorkerContext`
+
+    def start(self) -> None:
+        with _ctrl_c_held():
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # inherited by the child
+            try:
+                super().start()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+            if self.started is not None:
+                self.started.append(self)
+
+    def __getstate__(self) -> dict:  # what spawn sends the child: the parent's bookkeeping stays here
+        return {name: value for name, value in self.__dict__.items() if name != "started"}
+
+
+class _WorkerContext(multiprocessing.context.SpawnContext):
+    """The spawn context, with `_WorkerProcess` workers; remembers the started ones to stop them."""
+
+    def __init__(self):
+        super().__init__()
+        self.started: list[_WorkerProcess] = []
+
+    def Process(self, *args, **kwargs):  # noqa: N802 - the multiprocessing context's name
+        process = _WorkerProcess(*args, **kwargs)
+        process.started = self.started
+        return process
+
+
+class _Pool(futures.ProcessPoolExecutor):
+    """A process pool whose `submit` (which may start a worker and the pool's own thread) is never
+    cut in half by Ctrl-C: the signal is held until it returns (`Executor.map` submits through it)."""
+
+    def submit(self, fn, /, *args, **kwargs):
+        with _ctrl_c_held():
+            return super().submit(fn, *args, **kwargs)
+
+
+@contextlib.contextmanager
+def process_pool(workers: int) -> Iterator[futures.ProcessPoolExecutor]:
+    """A pool of `workers` spawned processes that ignore Ctrl-C (see the module docstring). Leaving
+    the block normally waits for the pool; leaving it by an exception (Ctrl-C, a closed generator,
+    a full disk) terminates the workers and cancels what has not started, so nothing they were
+    writing outlives the driver's clean-up."""
+    context = _WorkerContext()
+    with _ctrl_c_held():
+        pool = _Pool(max_workers=workers, mp_context=context)
+    try:
+        yield pool
+    except BaseException:
+        for process in context.started:
+            if process.is_alive():
+                process.terminate()  # the pool sees its workers gone and fails what is left
+        raise
+    finally:  # one shutdown that waits for the pool's own thread (quick: no unit is left running), so
+        with _ctrl_c_held():  # that no thread of it is left at exit, even on a second Ctrl-C
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
 class LocalExecutor:
     """A process pool of `workers` processes (spawned, so no state leaks in from the driver)."""
 
@@ -41,18 +132,12 @@ class LocalExecutor:
         if self.workers == 1 or len(tasks) <= 1:
             yield from InlineExecutor().map_unordered(fn, tasks)
             return
-        context = multiprocessing.get_context("spawn")
-        with futures.ProcessPoolExecutor(max_workers=self.workers, mp_context=context) as pool:
+        with process_pool(self.workers) as pool:
             pending = {pool.submit(fn, *args): index for index, args in enumerate(tasks)}
-            try:
-                for future in futures.as_completed(pending):
-                    index = pending[future]
-                    error = future.exception()
-                    yield index, (error if error is not None else future.result())
-            except BaseException:
-                for future in pending:
-                    future.cancel()
-                raise
+            for future in futures.as_completed(pending):
+                index = pending[future]
+                error = future.exception()
+                yield index, (error if error is not None else future.result())
 
 
 def _ray(workers: int = 1, **options: Any):

@@ -91,7 +91,8 @@ class InputFingerprints:
             return [info.file_size, digest.hexdigest()]
         except KeyError:
             raise InputError(f"{archive}: no member {member}") from None
-        except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as error:
+        except (OSError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError) as error:
+            # RuntimeError: an encrypted member; NotImplementedError: a compression zipfile lacks
             raise InputError(f"{archive}: member {member}: corrupt or unreadable ({error})") from None
 
     def close(self) -> None:

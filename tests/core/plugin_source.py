@@ -34,10 +34,13 @@ class LinesSource(Source):
 
     def plan(self, input: str, ctx: PlanContext) -> Plan:
         units, total = [], 0
+        splits = {}
         for name in sorted(os.listdir(input)):
-            if not name.endswith(".txt"):
-                continue
             path = os.path.join(input, name)
+            if not name.endswith(".txt"):
+                ctx.ignore(path + "/" * os.path.isdir(path), "not a <split>.txt file")  # reported, not dropped
+                continue
+            splits[name.removesuffix(".txt")] = path
             items = []
             for number, line in enumerate(_lines(path), 1):
                 key, *values = line.split()
@@ -48,7 +51,7 @@ class LinesSource(Source):
             for index, group in enumerate(group_by_size(items, [LINE_BYTES] * len(items), ctx.options["shard_bytes"])):
                 units.append(Unit(name.removesuffix(".txt"), index, group, LINE_BYTES * len(group)))
                 total += LINE_BYTES * len(group)
-        return Plan(units, {"scale": ctx.options.get("scale", 1)}, total)
+        return Plan(units, {"scale": ctx.options.get("scale", 1)}, total, splits=splits)
 
     def inputs(self, item: list) -> list[str]:
         return [item[0]]

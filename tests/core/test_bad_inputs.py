@@ -4,11 +4,17 @@ import json
 import os
 import re
 
+import io
+
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from wdsprep.cli import main
 from wdsprep.conversion import _describe_items
+from wdsprep.errors import InputError
+from wdsprep.sources.base import read_json_file, read_npy_file
 
 
 def _good(root, count=3):
@@ -54,6 +60,25 @@ def _not_utf8_json(root):
     return root / "train" / "k2.meta.json", "not valid JSON"
 
 
+def _json_beyond_64_bits(root):
+    (root / "train" / "k2.meta.json").write_text(json.dumps({"count": 2**64}))  # msgpack holds -2**63 .. 2**64-1
+    return root / "train" / "k2.meta.json", r"a value a shard cannot hold .*integers must lie within"
+
+
+def _json_nested_too_deeply(root):
+    (root / "train" / "k2.meta.json").write_text("[" * 100_000 + "]" * 100_000)
+    return root / "train" / "k2.meta.json", r"not valid JSON here \(nested deeper than"
+
+
+def _npy_header_asks_for_too_much(root):
+    path = root / "train" / "k1.array.npy"
+    data = path.read_bytes()
+    huge = data.replace(b"(4,), }" + b" " * 16, b"(99999999999999999,), }")  # same header length
+    assert len(huge) == len(data) and huge != data
+    path.write_bytes(huge)
+    return path, r"truncated or malformed .npy"
+
+
 def _directory_as_file(root):
     (root / "train" / "k1.array.npy").unlink()
     (root / "train" / "k1.array.npy").mkdir()
@@ -66,7 +91,8 @@ def _same_field_twice(root):
 
 
 CASES = {f.__name__[1:]: f for f in (_dangling, _zero_byte, _text_as_npy, _truncated_npy, _object_npy, _bad_json,
-                                      _not_utf8_json, _directory_as_file, _same_field_twice)}
+                                      _not_utf8_json, _json_beyond_64_bits, _json_nested_too_deeply,
+                                      _npy_header_asks_for_too_much, _directory_as_file, _same_field_twice)}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -112,3 +138,36 @@ def test_skip_mode_drops_the_bad_samples_lists_them_and_converts_the_rest(tmp_pa
                             f"{train / 'k5.array.json'} and {train / 'k5.array.npy'}", str(train / "k9.array.npy")])
     keys = [s["__key__"] for s in wdsprep.dataset(str(tmp_path / "out"), "train", shuffle_shards=False)]
     assert sorted(keys) == ["k0", "k3", "k6"]
+
+
+def _npy_bytes():
+    buffer = io.BytesIO()
+    np.save(buffer, np.arange(12, dtype=np.float32).reshape(3, 4))
+    return buffer.getvalue()
+
+
+NPY = _npy_bytes()
+JSON = json.dumps({"index": 7, "label": [1, 2, {"x": None}], "name": "k7"}).encode()
+DAMAGE = st.tuples(st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1, max_size=4),
+                   st.one_of(st.none(), st.integers(0, 10**6)))
+
+
+def _damaged(data: bytes, damage) -> bytes:
+    edits, cut = damage
+    out = bytearray(data)
+    for position, value in edits:
+        out[position % len(out)] = value
+    return bytes(out[: cut % len(out)] if cut is not None else out)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(damage=DAMAGE, kind=st.sampled_from(["npy", "json"]))
+def test_a_damaged_array_or_json_file_reads_or_is_one_input_error_naming_it(tmp_path, damage, kind):
+    """Whatever numpy's header parser or json meets (bytes changed anywhere, the file cut short), the
+    reader returns a value or raises InputError naming the file: never another exception."""
+    path = tmp_path / f"k0.field.{kind}"
+    path.write_bytes(_damaged(NPY if kind == "npy" else JSON, damage))
+    try:
+        (read_npy_file if kind == "npy" else read_json_file)(str(path))
+    except InputError as error:
+        assert str(error).startswith(f"{path}: "), error

@@ -18,6 +18,14 @@ class TestPluginSourceConformance(SourceTests):
         path.write_text("\n".join(lines) + "\n")
         return f"{path}:6"
 
+    def stray_entries(self, native):
+        return ("notes.md", "train.txt.orig", "old/")
+
+    def break_file(self, path):
+        """Text lines cut anywhere stay lines: cut to half, then end on a value that is not an integer."""
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2] + b" x\n")
+
     def edit_input(self, native):
         path = native / "valid.txt"
         lines = path.read_text().splitlines()

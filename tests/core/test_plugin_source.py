@@ -86,3 +86,18 @@ def test_a_plugin_object_that_is_no_source_is_refused_in_one_line(tmp_path):
         "wdsprep: error: plugin_source:LINE_BYTES is int, not an instance of a wdsprep.sources.base.Source subclass")
     failed = run("convert", "plugin_source:NOPE", tmp_path, tmp_path / "out", expect=1)
     assert "cannot load source plugin 'plugin_source:NOPE'" in failed.stderr
+
+
+def test_a_plugin_source_gets_the_base_rules_for_split_names_and_empty_splits(tmp_path):
+    """One rule, in the base class (`check_plan`), for every source: the plugin only names its splits."""
+    native = tmp_path / "native"
+    run("synth", PLUGIN, native, "--seed", "1")
+    (native / "test.txt").write_text("")  # a split with no sample beside full ones
+    done = run("convert", PLUGIN, native, tmp_path / "out", "--quiet")
+    assert done.stderr.strip() == f"wdsprep: warning: {native / 'test.txt'}: split 'test' has no sample to convert; it is left out of the manifest"
+    assert sorted(json.loads((tmp_path / "out" / "manifest.json").read_text())["splits"]) == ["train", "valid"]
+    (native / "test.txt").unlink()
+    (native / "v1.0.txt").write_text("k0 1 2\n")
+    refused = run("convert", PLUGIN, native, tmp_path / "out2", "--quiet", expect=1)
+    assert refused.stderr.strip().startswith(f"wdsprep: error: {native / 'v1.0.txt'}: 'v1.0' is not a split name")
+    assert not (tmp_path / "out2" / "manifest.json").exists()

@@ -34,6 +34,10 @@ class TestMinecraftConformance(SourceTests):
             episodes = sorted({name.split("/")[1] for name in handle.namelist() if name.count("/") == 2})
         return f"data/{episodes[episode_index]}/{frame:06d}.npy"
 
+    def stray_entries(self, native):
+        episode = self._frame(native).rpartition("/")[0]
+        return ("data/README.md", f"{episode}/notes.txt", f"__MACOSX/{episode}/._000001.npy")
+
     def corrupt_input(self, native):
         member = self._frame(native)
         corrupt_zip_member(str(native), member)

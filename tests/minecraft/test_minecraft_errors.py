@@ -183,7 +183,7 @@ def _pairs(manifest, **options):
 def test_gap_splits_the_episode_into_segments_and_is_reported(tmp_path):
     make_episode_dir(tmp_path / "data", "creative:5", 5)  # 0..4
     make_episode_dir(tmp_path / "data", "creative:5", 3, start=7, seed=2)  # 7..9
-    manifest = convert("minecraft", str(tmp_path), str(tmp_path / "out"))
+    manifest = convert("minecraft", str(tmp_path / "data"), str(tmp_path / "out"))
     assert manifest.tables["gaps"] == [{"episode": "creative:5", "after": 4, "before": 7}]
     assert manifest.tables["episodes"][0]["segments"] == [[0, 4], [7, 9]]
     assert sum(row["samples"] for row in manifest.splits["train"]) == 2
@@ -198,11 +198,11 @@ def test_skip_mode_records_bad_frames_and_converts_the_rest(tmp_path):
     save_object(tmp_path / "data" / "creative:1" / "000003.npy", {"action": np.array([0, 5, 0]), "voxel": GOOD_VOXEL})
     save_object(tmp_path / "data" / "creative:2" / "notes.npy", {"action": GOOD_ACTION, "voxel": GOOD_VOXEL})
     with pytest.raises(InputError, match=r"creative:2/notes\.npy: frame name"):
-        convert("minecraft", str(tmp_path), str(tmp_path / "strict"))
-    manifest = convert("minecraft", str(tmp_path), str(tmp_path / "out"), on_error="skip")
+        convert("minecraft", str(tmp_path / "data"), str(tmp_path / "strict"))
+    manifest = convert("minecraft", str(tmp_path / "data"), str(tmp_path / "out"), on_error="skip")
     assert manifest.problems == [
-        {"item": "data/creative:2/notes.npy", "message": "frame name 'notes.npy' is not a number (expected e.g. 000007.npy)"},
-        {"item": "data/creative:1/000003.npy", "message": "action [0, 5, 0] out of range: pan must be one of 0, 1, 2"},
+        {"item": "creative:2/notes.npy", "message": "frame name 'notes.npy' is not a number (expected e.g. 000007.npy)"},
+        {"item": "creative:1/000003.npy", "message": "action [0, 5, 0] out of range: pan must be one of 0, 1, 2"},
     ]
     assert manifest.tables["episodes"][0]["segments"] == [[0, 2], [4, 5]]
     assert manifest.tables["gaps"] == [{"episode": "creative:1", "after": 2, "before": 4}]
@@ -214,7 +214,7 @@ def test_skip_mode_records_bad_frames_and_converts_the_rest(tmp_path):
 def test_skip_mode_mixed_sizes_keeps_the_majority(tmp_path):
     make_episode_dir(tmp_path / "data", "creative:1", 4)
     write_frame(str(tmp_path / "data" / "creative:1" / "000000.npy"), GOOD_ACTION, np.full((3, 3, 3), "air"))
-    manifest = convert("minecraft", str(tmp_path), str(tmp_path / "out"), on_error="skip")
-    assert [p["item"] for p in manifest.problems] == ["data/creative:1/000000.npy"]
+    manifest = convert("minecraft", str(tmp_path / "data"), str(tmp_path / "out"), on_error="skip")
+    assert [p["item"] for p in manifest.problems] == ["creative:1/000000.npy"]
     assert [p["t"] for p in _pairs(manifest)] == [1, 2]
     assert tuple(_pairs(manifest)[0]["voxel"].shape) == (5, 5, 5)

@@ -174,7 +174,7 @@ def test_windows_spans():
 # ------------------------------------------------------------------- vocabulary and collate
 def test_vocabulary_from_every_kind_of_manifest_handle(tmp_path):
     make_episode_dir(tmp_path / "data", "creative:1", 3, names=("stone", "air", "zinc", "Dirt"))
-    manifest = convert("minecraft", str(tmp_path), str(tmp_path / "out"))
+    manifest = convert("minecraft", str(tmp_path / "data"), str(tmp_path / "out"))
     assert manifest.tables["blocks"] == ["air", "Dirt", "stone", "zinc"]  # air first, then sorted
     for handle in (manifest, manifest.url, str(tmp_path / "out"), manifest.tables):
         vocab = vocabulary(handle)
@@ -189,7 +189,7 @@ def test_vocabulary_from_every_kind_of_manifest_handle(tmp_path):
 
 def test_collate_stacks_and_moves_batches(tmp_path):
     make_episode_dir(tmp_path / "data", "creative:1", 6)
-    manifest = convert("minecraft", str(tmp_path), str(tmp_path / "out"))
+    manifest = convert("minecraft", str(tmp_path / "data"), str(tmp_path / "out"))
     urls = wdsprep.urls(manifest.url, "train")
     loader = wds.WebDataset(urls, shardshuffle=False).compose(pairs(history_length=2)).batched(
         4, collation_fn=collate_fn(device="cpu"), partial=True)
@@ -211,8 +211,8 @@ def test_collate_stacks_and_moves_batches(tmp_path):
 def test_stage_through_wdsprep_dataset_and_windows_equal_whole_episodes(tmp_path):
     make_episode_dir(tmp_path / "data", "creative:1", 23, seed=1)
     make_episode_dir(tmp_path / "data", "creative:2", 9, seed=2)
-    whole = convert("minecraft", str(tmp_path), str(tmp_path / "whole"))
-    cut = convert("minecraft", str(tmp_path), str(tmp_path / "cut"), window_frames=7, window_overlap=4,
+    whole = convert("minecraft", str(tmp_path / "data"), str(tmp_path / "whole"))
+    cut = convert("minecraft", str(tmp_path / "data"), str(tmp_path / "cut"), window_frames=7, window_overlap=4,
                   shard_bytes=3000)
     assert len(cut.splits["train"]) > 1
     for history in (1, 4):

@@ -17,6 +17,9 @@ class TestNoisebaseConformance(SourceTests):
     rebalance_shard_bytes = 200_000
     synth_seed, synth_size = 3, "small"
 
+    def stray_entries(self, native):
+        return ("sampleset_v1/train/scene0009.zip.part", "sampleset_v1/train/notes.txt", "sampleset_v1/train/old/")
+
     def corrupt_input(self, native):
         path = str(native / SEQUENCE)
         with open(path, "r+b") as handle:

@@ -15,6 +15,9 @@ class TestRawNINDConformance(SourceTests):
     rebalance_shard_bytes = 400_000  # a scene's six ~90 KB tiles: 4 + 2 rolled over, balanced to 3 + 3
     synth_seed, synth_size = 1, "tiny"
 
+    def plan_files(self, native):
+        return ("dataset_index.yaml",)
+
     def corrupt_input(self, native):
         victim = sorted((native / "files").glob("*ISO*.dng"))[-1]
         victim.write_bytes(b"not a raw file")

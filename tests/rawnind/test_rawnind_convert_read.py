@@ -196,11 +196,12 @@ def test_tile_origins():
 
 
 def test_plan_errors_name_the_problem(tmp_path, synth_tiny):
+    (tmp_path / "empty").mkdir()
     with pytest.raises(InputError, match="dataset_index.yaml: no index"):
-        convert("rawnind", str(tmp_path), str(tmp_path / "out"))
+        convert("rawnind", str(tmp_path / "empty"), str(tmp_path / "out"))
     native = tmp_path / "native"
     shutil.copytree(synth_tiny, native)
-    with pytest.raises(InputError, match="--tile-size 30 must be a multiple of 4"):
+    with pytest.raises(ConfigError, match="--tile-size 30 must be a multiple of 4"):  # before the input is read
         convert("rawnind", str(native), str(tmp_path / "out"), tile_size=30)
     for path in (native / "files").glob("*.dng"):
         path.unlink()

@@ -20,6 +20,13 @@ class TestVoxelsConformance(SourceTests):
     def make_input(self, directory):
         return make_tiny(directory, seed=1)
 
+    def plan_files(self, native):
+        return ("dataset/splits.json", "dataset/metadata.json")
+
+    def stray_entries(self, native):
+        return ("ray_dataset_hierarchical/notes.txt", "ray_dataset_hierarchical/old/",
+                "ray_dataset_hierarchical/level_0/00/0003_rays.npz.bak")
+
     def corrupt_input(self, native):
         corrupt_zip_member(str(native / RAY_FILE), "distances.npy")
         return str(native / RAY_FILE)

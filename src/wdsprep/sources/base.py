@@ -18,6 +18,15 @@ with one rule (`wdsprep.inputs`) and rebuilds exactly the units whose inputs cha
 Bad native items, at plan and at build time alike, go through one rule, `skip_or_raise` on the
 context the hook gets: `--on-error raise` (the default) stops with the item's one-line error,
 `--on-error skip` leaves the item out and lists it in the manifest's `problems`.
+
+Nothing the input holds is dropped without a word. A source that lists folders reports what it
+found and does not take with `ctx.ignore` (a `.png` beside the arrays, a nested or hidden folder),
+and names the splits it found in `Plan.splits`, so the driver's `check_plan` can report a split
+that yields no sample. `check_plan` also applies the split-name rule to every planned split and
+refuses a plan with nothing to convert, all before anything is written; `check_converted` reports
+a split whose every item was skipped at build time and refuses a conversion with no sample at all.
+Ignored entries and empty splits are `problems` entries as well (and warning lines of the CLI), in
+either `--on-error` mode: they are not errors, but the manifest says what it does not hold.
 """
 from __future__ import annotations
 
@@ -32,7 +41,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ..errors import ConfigError, InputError
+from ..errors import ConfigError, ConversionError, InputError
+from ..shards.codec import encode_msgpack
+from ..shards.manifest import SPLIT_NAME
 
 if TYPE_CHECKING:
     from ..show.model import ShowContext, Shown
@@ -54,6 +65,9 @@ class Plan:
     config: dict  # the conversion config, recorded in the manifest (JSON-serializable)
     input_bytes: int = 0
     tables: dict = field(default_factory=dict)  # source-level tables known at plan time
+    # every split found in the input -> where (its folder, file or config entry), also one that
+    # yields no unit: the driver reports that one instead of leaving it out without a word
+    splits: dict = field(default_factory=dict)
 
 
 ON_ERROR = ("raise", "skip")
@@ -67,6 +81,23 @@ class _Context:
         self.options = options
         self.on_error = options.get("on_error") or DEFAULT_ON_ERROR
         self.problems: list[dict] = []
+        self._ignored: dict[tuple[str, str], tuple[int, list[str]]] = {}  # (folder, reason) -> (entry, names)
+
+    def ignore(self, path: str, reason: str) -> None:
+        """Note an entry the source found in the input and does not take (`reason`: why, e.g.
+        "not <key>.<field>.npy|json"; a folder's path ends in `/`). Not an error in either
+        `--on-error` mode: the entries of one folder ignored for one reason make one `problems`
+        entry, `{"item": folder, "message": "not converted (reason): a.png, b.NPY"}`."""
+        folder, name = os.path.split(path.rstrip("/"))
+        name += "/" if path.endswith("/") else ""
+        position, names = self._ignored.setdefault((folder, reason), (len(self.problems), []))
+        names.append(name)
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        entry = {"item": folder, "message": f"not converted ({reason}): {shown}"}
+        if position == len(self.problems):
+            self.problems.append(entry)
+        else:
+            self.problems[position] = entry
 
     def report_bad(self, item: str, message: str) -> None:
         """Record an item that was left out in the manifest's `problems`, as `{"item", "message"}`
@@ -135,6 +166,10 @@ class Source(abc.ABC):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         """Add source-specific `wdsprep convert <id>` options. Default: none."""
 
+    def check_options(self, options: dict) -> None:
+        """Check the source's own options (those `add_arguments` adds, or `convert()` keywords) before
+        any work starts; a bad value raises ConfigError naming the option. Default: nothing to check."""
+
     @abc.abstractmethod
     def plan(self, input: str, ctx: PlanContext) -> Plan:
         """Scan the native input and split it into units. A bad item goes to `ctx.skip_or_raise`;
@@ -185,6 +220,53 @@ class Source(abc.ABC):
         """Extra CLI commands, keyed by their first two words `(VERB, NAME)`; the CLI mounts them as
         `wdsprep VERB NAME ...` (a plugin's as `wdsprep VERB package.module:OBJECT ...`). Default: none."""
         return {}
+
+
+def check_split_name(split: Any, where: str, error: type = InputError) -> None:
+    """The split-name rule of wdsprep/1 (a split names shards and manifest keys), applied before
+    anything is written; `where` names what holds the name (a folder, an option)."""
+    if not isinstance(split, str) or not SPLIT_NAME.fullmatch(split):
+        raise error(f"{where}: {split!r} is not a split name (letters, digits, '_' and '-', "
+                    "starting with a letter or a digit)")
+
+
+def check_plan(plan: Plan, ctx: PlanContext, input: str, selected: Sequence[str] | None = None) -> None:
+    """The driver's rules for every source's plan, before anything is written: every planned split
+    follows the split-name rule; `selected` (`--split`) keeps those splits' units; a split the input
+    holds without a unit is listed in `ctx.problems`; a plan left with no unit is an InputError."""
+    planned = {unit.split for unit in plan.units}
+    found = planned | set(plan.splits)
+    if selected:
+        unknown = set(selected) - found
+        if unknown:
+            raise ConfigError(f"{input}: no split(s) {', '.join(sorted(unknown))} in the input")
+        plan.units = [unit for unit in plan.units if unit.split in selected]
+        planned &= set(selected)
+        found &= set(selected)
+    for split in sorted(found, key=str):
+        check_split_name(split, plan.splits.get(split) or input)
+    for split in sorted(found - planned):
+        ctx.report_bad(plan.splits[split], f"split {split!r} has no sample to convert; it is left out of the manifest")
+    if not plan.units:
+        raise InputError(f"{input}: nothing to convert ({_first_problems(ctx.problems) or 'no sample found'})")
+
+
+def check_converted(splits: dict[str, list[dict]], plan: Plan, problems: list[dict], input: str) -> dict[str, list[dict]]:
+    """The splits of a finished conversion without those whose every item was skipped (each listed
+    in `problems`); a conversion that wrote no sample at all is a ConversionError."""
+    kept = {split: rows for split, rows in splits.items() if sum(row["samples"] for row in rows)}
+    if not kept:
+        raise ConversionError(f"{input}: nothing converted, every item was skipped ({_first_problems(problems)}); "
+                              "no manifest written")
+    for split in sorted(set(splits) - set(kept)):
+        where = plan.splits.get(split, split)
+        problems.append({"item": where, "message": f"split {split!r}: every item was skipped; it is left out of the manifest"})
+    return kept
+
+
+def _first_problems(problems: list[dict], count: int = 3) -> str:
+    shown = [f"{p['item']}: {p['message']}" for p in problems[:count]]
+    return "; ".join(shown) + (f"; and {len(problems) - count} more" if len(problems) > count else "")
 
 
 # Units are planned to fill this fraction of the target by the sources' estimates: a unit whose
@@ -260,21 +342,30 @@ def read_npy_file(path: str) -> np.ndarray:
     if not data.startswith(NPY_MAGIC):
         raise InputError(f"{path}: not a .npy file (does not start with the \\x93NUMPY magic)")
     try:
-
         return np.load(io.BytesIO(data), allow_pickle=False)
     except ValueError as error:
         if "allow_pickle" in str(error):
             raise InputError(f"{path}: holds pickled (object) data; only plain arrays are read") from None
         raise InputError(f"{path}: truncated or malformed .npy ({error})") from None
-    except (EOFError, SyntaxError, OSError) as error:
-        raise InputError(f"{path}: truncated or malformed .npy ({error})") from None
+    except Exception as error:  # numpy's header parser raises EOFError, SyntaxError, TokenError, MemoryError...
+        raise InputError(f"{path}: truncated or malformed .npy ({str(error) or type(error).__name__})") from None
 
 
 def read_json_file(path: str) -> Any:
+    """A JSON file whose value a shard can hold (it is stored as msgpack: integers within 64 bits);
+    an empty, malformed or too deeply nested file, or a value msgpack cannot hold, is an InputError."""
     data = read_input_bytes(path)
     if not data:
         raise InputError(f"{path}: empty file (0 bytes), expected JSON")
     try:
-        return json.loads(data)
+        value = json.loads(data)
+    except RecursionError:
+        raise InputError(f"{path}: not valid JSON here (nested deeper than Python's recursion limit)") from None
     except ValueError as error:  # JSONDecodeError and UnicodeDecodeError alike
         raise InputError(f"{path}: not valid JSON ({error})") from None
+    try:
+        encode_msgpack(value)
+    except (TypeError, ValueError, OverflowError) as error:
+        raise InputError(f"{path}: a value a shard cannot hold ({error}; integers must lie within "
+                         "-2**63 .. 2**64-1)") from None
+    return value

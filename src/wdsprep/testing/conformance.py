@@ -35,8 +35,17 @@ The contract (one test each):
   samples of the uninterrupted epoch, in order.
 - Bad input (`corrupt_input`): `wdsprep convert` fails with exit 1 and one line naming the file,
   leaving no manifest and no partial shard; with `--on-error skip` it reports exactly one problem
-  naming the file, converts the rest (some shards byte-identical to the clean conversion's, not
-  all) and the output verifies.
+  naming the file (and a note for a split that held nothing else, left out of the manifest),
+  converts the rest (some shards byte-identical to the clean conversion's, not all) and the
+  output verifies.
+- Every kind of input the source reads (`input_kinds`: per file suffix among the inputs
+  `Source.inputs` names for the planned units, a zip archive and its members apart, and the
+  `plan_files` read while planning), broken (`break_file`: cut to half its size; a zip member: its
+  deflate stream corrupted), makes `wdsprep convert` fail the same way, the one line naming that
+  file: whatever native reader (h5py, nibabel, rawpy, zipfile, numpy, zarr, json, yaml) meets it.
+- Entries a user may leave in the input that the source does not take (`stray_entries`: a `.png`
+  beside the arrays, notes, a nested or hidden folder) are each listed in the manifest's
+  `problems` and in a warning line, and change no shard.
 - A re-run over unchanged input rebuilds nothing; an equal-size edit of one input file, with its
   modification time put back, rebuilds exactly the units whose shards a fresh conversion of the
   edited input changes, and the result is byte-identical to that fresh conversion.
@@ -51,7 +60,9 @@ import contextlib
 import hashlib
 import io
 import json
+import os
 import pathlib
+import re
 import shutil
 import struct
 import tarfile
@@ -61,9 +72,11 @@ import msgpack
 import pytest
 import xxhash
 
-from ..cli import main
+from ..cli import _convert_parser, main
+from ..options import parse_size
+from ..sources.base import PlanContext
 from ..sources.registry import load_source
-from .edits import failing_convert, overwrite_keeping_size, rewritten_shards, shard_identities
+from .edits import corrupt_zip_member, failing_convert, overwrite_keeping_size, rewritten_shards, shard_identities
 
 
 def run_cli(*argv: str) -> tuple[int, str, str]:
@@ -198,6 +211,42 @@ def assert_same_shards(expected: pathlib.Path, output: pathlib.Path, what: str) 
     assert shard_rows(expected) == shard_rows(output), what
 
 
+def _plant(copy: pathlib.Path, strays: tuple[str, ...]) -> list[tuple[str, str]]:
+    """Create each stray entry in the input `copy` (a folder, or a zip archive: as members); returns
+    (the folder it lies in, its name as a report shows it: a folder with a trailing `/`)."""
+    planted = []
+    for stray in strays:
+        parent, name = os.path.split(stray.rstrip("/"))
+        if copy.is_file():
+            import zipfile
+
+            with zipfile.ZipFile(copy, "a") as archive:
+                archive.writestr(stray, b"not part of the dataset\n")
+            planted.append((os.path.join(str(copy), parent), name))
+            continue
+        path = copy / stray
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if stray.endswith("/"):
+            path.mkdir()
+            (path / "notes.txt").write_bytes(b"not part of the dataset\n")
+            name += "/"
+        else:
+            path.write_bytes(b"not part of the dataset\n")
+        planted.append((str(copy / parent) if parent else str(copy), name))
+    return planted
+
+
+def _in_copy(path: str, native: pathlib.Path, copy: pathlib.Path) -> pathlib.Path:
+    """Where the input file `path` (as the plan of `native` names it) lies in `copy_input`'s copy."""
+    return copy / pathlib.Path(path).relative_to(native) if native.is_dir() else copy
+
+
+def _suffix(path: str) -> str:
+    """`.nii.gz`, `.npy`, `.zip`...: what tells the kinds of input apart."""
+    name = os.path.basename(path)
+    return ".nii.gz" if name.endswith(".nii.gz") else os.path.splitext(name)[1] or name
+
+
 def unit_of(shard_name: str) -> str:
     """`train-00003-01.tar` -> `train-00003`: the parts of one unit share this stem."""
     return shard_name.rsplit("-", 1)[0]
@@ -241,6 +290,51 @@ class SourceTests:
         estimates are at or above what it writes never rolls over on ordinary data: give it data that
         compresses worse, or tiny samples whose tar headers outweigh them."""
         return self.make_input(directory)
+
+    def plan_files(self, native: pathlib.Path) -> tuple[str, ...]:
+        """Files (relative to the input folder) the source reads while planning but that feed no unit
+        item, e.g. a split list or an index: `input_kinds` breaks each of them too. Default: none."""
+        return ()
+
+    def input_kinds(self, native: pathlib.Path) -> dict[str, Any]:
+        """One input of each kind the source reads, by kind: a file path, or an (archive, member) pair
+        for a zip member. Default: among the inputs `Source.inputs` names for the units of a plan of
+        `native` (made with `convert_args`), one per file suffix, the one feeding the fewest units (a
+        failure of one unit is one line); a zip archive's own kind besides its members'; and every
+        `plan_files` entry."""
+        source = load_source(self.source)
+        args = vars(_convert_parser(self.source).parse_args([str(native), "unused", *self.convert_args]))
+        options = dict(args, shard_bytes=parse_size(args["shard_bytes"]), workers=1)
+        plan = source.plan(str(native), PlanContext(options))
+        feeds: dict[Any, set] = {}
+        kinds: dict[str, list] = {}
+        for unit in plan.units:
+            for item in unit.items:
+                for ref in source.inputs(item):
+                    ref = tuple(ref) if isinstance(ref, (list, tuple)) else os.fspath(ref)
+                    feeds.setdefault(ref, set()).add((unit.split, unit.index))
+                    if isinstance(ref, tuple):
+                        kinds.setdefault("zip archive", []).append(ref[0])
+                        kinds.setdefault(f"zip member {_suffix(ref[1])}", []).append(ref)
+                    else:
+                        kinds.setdefault(f"file {_suffix(ref)}", []).append(ref)
+        chosen = {kind: min(sorted(set(refs)), key=lambda ref: len(feeds.get(ref, ()))) for kind, refs in kinds.items()}
+        root = native if native.is_dir() else native.parent
+        chosen.update({f"plan file {name}": str(root / name) for name in self.plan_files(native)})
+        return chosen
+
+    def stray_entries(self, native: pathlib.Path) -> tuple[str, ...]:
+        """Entries a user may leave in the input that the source does not take, as paths relative to
+        the input folder (a folder ends in `/`; for a zip input, members of the archive). The suite
+        plants each and expects it reported in the folder that holds it. Default: none (a source
+        that reads its input through an index lists no folder), and that test is skipped."""
+        return ()
+
+    def break_file(self, path: pathlib.Path) -> None:
+        """Damage one input file of a copy for the broken-input test. Default: cut it to half its
+        size (a truncated download or copy); a source of line-based text overrides this."""
+        with open(path, "r+b") as handle:
+            handle.truncate(os.path.getsize(path) // 2)
 
     def stream(self, manifest: str, split: str, seed: int, epoch: int) -> Any:
         """The training pipeline to test resume on: an iterable with `state_dict()` and
@@ -403,6 +497,42 @@ class SourceTests:
         line = failing_convert([self.source, str(copy), str(output), *self.convert_args], str(output))
         assert line.startswith("wdsprep: error: ") and str(named) in line, line
 
+    def test_a_broken_input_of_each_kind_is_one_line_naming_it(self, native, tmp_path):
+        kinds = self.input_kinds(native)
+        assert kinds, "input_kinds found nothing to break"
+        unnamed = []
+        for number, (kind, ref) in enumerate(sorted(kinds.items())):
+            copy = self.copy_input(native, tmp_path / f"input{number}")
+            root = copy if native.is_dir() else copy.parent
+            path = _in_copy(ref[0] if isinstance(ref, tuple) else ref, native, copy)
+            if isinstance(ref, tuple):  # a zip member: its deflate stream corrupted, the archive intact
+                corrupt_zip_member(str(path), ref[1])
+                names = (ref[1],)
+            else:
+                self.break_file(path)
+                names = (str(path), str(path.relative_to(root)))
+            output = tmp_path / f"out{number}"
+            line = failing_convert([self.source, str(copy), str(output), *self.convert_args], str(output))
+            if not any(name in line for name in names):
+                unnamed.append(f"{kind} ({names[0]}): {line}")
+        assert not unnamed, "errors that do not name the broken file:\n" + "\n".join(unnamed)
+
+    def test_entries_the_source_does_not_take_are_reported_and_change_no_shard(self, native, converted, tmp_path):
+        strays = self.stray_entries(native)
+        if not strays:
+            pytest.skip(f"{type(self).__name__} declares no stray_entries: its source lists no folder")
+        copy = self.copy_input(native, tmp_path / "input")
+        planted = _plant(copy, strays)
+        output = tmp_path / "out"
+        status, _, err = run_cli("convert", self.source, copy, output, *self.convert_args, "--quiet")
+        assert status == 0, err
+        problems = read_manifest(output).get("problems", [])
+        for folder, name in planted:
+            assert any(p["item"] == folder and name in p["message"] for p in problems), (folder, name, problems)
+            assert any(folder in line and name in line for line in err.splitlines()), (folder, name, err)
+        assert all(line.startswith(("wdsprep: warning: ", "  ")) for line in err.splitlines()), err
+        assert shard_bytes(output) == shard_bytes(converted), "a stray entry changed the shards"
+
     def test_skip_mode_reports_the_bad_item_and_converts_the_rest(self, native, converted, tmp_path):
         copy = self.copy_input(native, tmp_path / "input")
         named = self.corrupt_input(copy)
@@ -410,6 +540,10 @@ class SourceTests:
         self.convert(copy, output, "--on-error", "skip")
         manifest = read_manifest(output)
         problems = manifest.get("problems", [])
+        emptied = [p for p in problems if re.fullmatch(r"split '([^']*)': every item was skipped; .*", p["message"])]
+        for note in emptied:  # a split that held only the bad item is named as left out, and is
+            assert note["message"].split("'")[1] not in manifest["splits"], note
+        problems = [p for p in problems if p not in emptied]
         assert len(problems) == 1, problems
         assert str(named) in problems[0]["item"] + " " + problems[0]["message"], problems
         clean, skipped = shard_bytes(converted), shard_bytes(output)

@@ -58,11 +58,14 @@ class DatasetConfig:
 
 def read_yaml(path: str):
     """The YAML document in `path`; a syntax error is one ConfigError line naming the file."""
-    with open(path, encoding="utf-8") as handle:
-        try:
+    try:
+        with open(path, encoding="utf-8") as handle:
             return yaml.safe_load(handle)
-        except yaml.YAMLError as error:
-            raise ConfigError(f"{path}: not valid YAML: {error}") from None
+    except OSError as error:
+        raise InputError(f"{path}: cannot read ({error.strerror or error})") from None
+    except (yaml.YAMLError, ValueError, RecursionError) as error:  # UnicodeDecodeError is a ValueError
+        reason = " ".join(str(error).split()) if not isinstance(error, RecursionError) else "nested too deeply"
+        raise ConfigError(f"{path}: not valid YAML: {reason}") from None
 
 
 def _as_bool(value, where: str) -> bool | None:
@@ -142,10 +145,9 @@ def _detect_type(path: str, fmt: str) -> str:
     if "moving_images" in names or "moving_images.h5" in names:
         return "paired"
     if fmt == "h5" and "images.h5" in names:
-        import h5py
+        from .native import h5_keys
 
-        with h5py.File(os.path.join(path, "images.h5"), "r") as f:
-            keys = list(f.keys())
+        keys = h5_keys(os.path.join(path, "images.h5"))
         return "grouped" if keys and all(k.startswith("group-") and k.count("-") == 2 for k in keys) else "unpaired"
     images = os.path.join(path, "images")
     if os.path.isdir(images):
@@ -153,6 +155,14 @@ def _detect_type(path: str, fmt: str) -> str:
         subdirs = [n for n in os.listdir(images) if os.path.isdir(os.path.join(images, n))]
         return "grouped" if subdirs and not top else "unpaired"
     raise InputError(f"{path}: neither moving_images/ nor images/ found; cannot tell the dataset type")
+
+
+def check_options(options: dict) -> None:
+    """`--type`, `--format` and `--labeled`, checked before any work (see wdsprep.options)."""
+    for name, option, allowed in (("deepreg_type", "--type", TYPES), ("deepreg_format", "--format", FORMATS)):
+        if options.get(name) is not None and options[name] not in allowed:
+            raise ConfigError(f"{option} must be one of {', '.join(allowed)} (got {options[name]!r})")
+    _as_bool(options.get("deepreg_labeled"), "--labeled")
 
 
 def load_config(input: str, options: dict) -> DatasetConfig:

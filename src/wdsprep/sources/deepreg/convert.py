@@ -30,7 +30,7 @@ from ...errors import ConfigError, InputError
 from ...shards.manifest import FieldRecorder
 from ..base import Plan, PlanContext, Source, Unit, UnitContext, group_by_size
 from . import native
-from ._config import DatasetConfig, load_config, parse_section, read_yaml
+from ._config import SPLITS, DatasetConfig, check_options, load_config, parse_section, read_yaml
 
 LAYOUT = "deepreg/2"
 CONFIG_NAME = "deepreg.yaml"
@@ -88,9 +88,9 @@ def _estimated_bytes(ref: native.VolumeRef, info: native.VolumeInfo) -> int:
     return info.nbytes
 
 
-def _split_items(kind: str, split, out_split: str, dataset: str) -> tuple[list[dict], list[int], dict]:
+def _split_items(kind: str, split, out_split: str, dataset: str, ignore) -> tuple[list[dict], list[int], dict]:
     """The items (one per shard sample) of a split, their raw sizes, and the split's table."""
-    observations = native.scan_split(split, kind)
+    observations = native.scan_split(split, kind, ignore)
     roles = list(ROLES[kind]) + (list(LABEL_ROLES[kind]) if split.labeled else [])
     label_counts: dict[str, int] = {}  # role -> C seen first (unpaired/grouped: one C per split)
     first_label_file: dict[str, str] = {}
@@ -246,16 +246,24 @@ class DeepRegSource(Source):
         parser.add_argument("--labeled", dest="deepreg_labeled", choices=["true", "false"],
                             help="whether labels are converted (default: the YAML's value, else when present)")
 
+    def check_options(self, options: dict) -> None:
+        check_options(options)
+
     def plan(self, input: str, ctx: PlanContext) -> Plan:
         options = ctx.options
         datasets = load_datasets(input, options)
+        if os.path.isdir(input) and not os.path.isfile(os.path.join(input, CONFIG_NAME)):
+            for name in sorted(os.listdir(input)):  # a directory input: its split folders only
+                if name not in SPLITS:
+                    path = os.path.join(input, name)
+                    ctx.ignore(path + "/" * os.path.isdir(path), f"not one of the split folders {', '.join(SPLITS)}")
         units: list[Unit] = []
         tables: dict = {"splits": {}}
         total = 0
         for dataset, config in datasets:
             for split_name, split in config.splits.items():
                 out_split = f"{dataset}_{split_name}" if dataset else split_name
-                items, sizes, table = _split_items(config.type, split, out_split, dataset)
+                items, sizes, table = _split_items(config.type, split, out_split, dataset, ctx.ignore)
                 table["reader"] = config.reader
                 tables["splits"][out_split] = table
                 # raw bytes + headers bound the written size, so a unit is near the target size

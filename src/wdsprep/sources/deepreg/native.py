@@ -6,6 +6,11 @@ Index rules follow DeepReg's file loaders (see docs/deepreg.md):
 - H5: `<dir>/<name>.h5`, keys sorted as strings per file, dirs concatenated in config order.
 - Grouped: a group is (dir, leaf folder) or (dir, X of key `group-X-Y`); groups are sorted by that
   pair of strings, images within a group keep the data-index order.
+
+What DeepReg's globs pass over is reported, not dropped without a word (`ignore(path, reason)`, the
+plan's `ctx.ignore`): an entry of a split directory that is none of the type's folders or H5 files,
+and a file of an image or label folder that is not `.nii`/`.nii.gz`. Every error of h5py and
+nibabel on a file is an InputError naming the file (and the H5 key).
 """
 from __future__ import annotations
 
@@ -50,12 +55,18 @@ class Obs:
     refs: dict = field(default_factory=dict)  # role -> VolumeRef (image/label or moving_image/...)
 
 
-def _nifti_splits(dirs: list[str], paths: list[str], name: str, grouped: bool = False) -> list[tuple]:
+def _nifti_splits(dirs: list[str], paths: list[str], name: str, grouped: bool, ignore) -> list[tuple]:
     splits = []
     for dir_string, path in zip(dirs, paths):
         top = os.path.join(path, name)
         if not os.path.isdir(top):
             raise InputError(f"{top}: directory does not exist (DeepReg expects a {name}/ folder here)")
+        for root, folders, files in os.walk(top):
+            folders.sort()
+            for file in sorted(files):
+                hidden = any(part.startswith(".") for part in os.path.relpath(os.path.join(root, file), top).split(os.sep))
+                if hidden or not file.endswith(tuple("." + suffix for suffix in NIFTI_SUFFIXES)):
+                    ignore(os.path.join(root, file), "hidden" if hidden else "not a .nii or .nii.gz image")
         seen: dict[str, str] = {}
         for suffix in NIFTI_SUFFIXES:
             for file in sorted(glob.glob(os.path.join(glob.escape(top), "**", "*." + suffix), recursive=True)):
@@ -81,20 +92,24 @@ def _split_group(relative: str) -> tuple[str, str]:
     return group, file_name
 
 
-def _h5_keys(paths: list[str], name: str) -> list[tuple]:
+def h5_keys(file: str) -> list[str]:
+    """The keys of an H5 file, sorted as strings; any h5py error is an InputError naming the file."""
     import h5py
 
+    try:
+        with h5py.File(file, "r") as handle:
+            return sorted(handle.keys())
+    except Exception as error:  # h5py raises OSError, KeyError, RuntimeError... for a damaged file
+        raise InputError(f"{file}: not a readable HDF5 file: {' '.join(str(error).split())}") from None
+
+
+def _h5_keys(paths: list[str], name: str) -> list[tuple]:
     splits = []
     for index, path in enumerate(paths):
         file = os.path.join(path, name + ".h5")
         if not os.path.isfile(file):
             raise InputError(f"{file}: h5 file does not exist (DeepReg expects {name}.h5 here)")
-        try:
-            with h5py.File(file, "r") as handle:
-                keys = sorted(handle.keys())
-        except OSError as error:
-            raise InputError(f"{file}: not a readable HDF5 file: {error}") from None
-        splits.extend((index, key, file) for key in keys)
+        splits.extend((index, key, file) for key in h5_keys(file))
     if not splits:
         raise InputError(f"{', '.join(os.path.join(p, name + '.h5') for p in paths)}: No data collected from "
                          f"{name}, please verify the path is correct (empty h5 file)")
@@ -108,11 +123,11 @@ def _group_of_key(key: str, file: str) -> tuple[str, str]:
     return parts[1], parts[2]
 
 
-def _collect(split, name: str, grouped: bool) -> list[Obs]:
+def _collect(split, name: str, grouped: bool, ignore) -> list[Obs]:
     """All observations of one top folder/file (`images`, `moving_labels`, ...) in DeepReg's order."""
     observations = []
     if split.format == "nifti":
-        for index, (dir_string, relative, _suffix, file) in enumerate(_nifti_splits(split.dirs, split.paths, name, grouped)):
+        for index, (dir_string, relative, _suffix, file) in enumerate(_nifti_splits(split.dirs, split.paths, name, grouped, ignore)):
             group = _split_group(relative)[0] if grouped else None
             observations.append(Obs(index, dir_string, relative, group, {name: VolumeRef(file)}))
     else:
@@ -142,8 +157,9 @@ def _top_locations(split, name: str) -> list[str]:
     return [os.path.join(p, name) + suffix for p in split.paths]
 
 
-def scan_split(split, kind: str) -> list[Obs]:
-    """Observations of a split with all roles attached, after DeepReg's ID checks."""
+def scan_split(split, kind: str, ignore) -> list[Obs]:
+    """Observations of a split with all roles attached, after DeepReg's ID checks; `ignore(path,
+    reason)` hears of every entry of the split's directories that DeepReg would pass over."""
     roles = {
         "paired": ["moving_images", "fixed_images"],
         "unpaired": ["images"],
@@ -160,7 +176,13 @@ def scan_split(split, kind: str) -> list[Obs]:
         split.labeled = labeled
     names = roles + (labels if labeled else [])
     grouped = kind == "grouped"
-    collected = {name: _collect(split, name, grouped) for name in names}
+    known = {name + (".h5" if split.format == "h5" else "") for name in roles + labels}
+    for path in split.paths:
+        for entry in sorted(os.listdir(path)):
+            if entry not in known:
+                full = os.path.join(path, entry)
+                ignore(full + "/" * os.path.isdir(full), f"not one of {', '.join(sorted(known))}")
+    collected = {name: _collect(split, name, grouped, ignore) for name in names}
     base = collected[names[0]]
     for name in names[1:]:
         _check_identical(base, collected[name], f"{names[0].replace('_', ' ')} and {name.replace('_', ' ')}",
@@ -206,11 +228,16 @@ def volume_info(ref: VolumeRef) -> VolumeInfo:
     else:
         import h5py
 
-        with h5py.File(ref.path, "r") as handle:
-            dataset = handle[ref.key]
-            if not isinstance(dataset, h5py.Dataset):
-                raise InputError(f"{ref.describe()}: is an HDF5 group, not an array (DeepReg uses flat keys)")
-            shape, dtype = tuple(int(s) for s in dataset.shape), dataset.dtype
+        try:
+            with h5py.File(ref.path, "r") as handle:
+                dataset = handle[ref.key]
+                if not isinstance(dataset, h5py.Dataset):
+                    raise InputError(f"{ref.describe()}: is an HDF5 group, not an array (DeepReg uses flat keys)")
+                shape, dtype = tuple(int(s) for s in dataset.shape), dataset.dtype
+        except InputError:
+            raise
+        except Exception as error:  # h5py raises OSError, KeyError, RuntimeError... for a damaged file
+            raise InputError(f"{ref.describe()}: not a readable HDF5 dataset: {' '.join(str(error).split())}") from None
     if len(shape) == 4 and shape[-1] == 1:
         shape = shape[:3]
     return VolumeInfo(shape, dtype.str, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
@@ -259,12 +286,15 @@ def read_volume(ref: VolumeRef, h5_handles: dict | None = None) -> tuple[np.ndar
     else:
         if h5_handles is None:
             h5_handles = {}
-        handle = h5_handles.get(ref.path)
-        if handle is None:
-            import h5py
+        try:
+            handle = h5_handles.get(ref.path)
+            if handle is None:
+                import h5py
 
-            handle = h5_handles[ref.path] = h5py.File(ref.path, "r")
-        array = handle[ref.key][()]
+                handle = h5_handles[ref.path] = h5py.File(ref.path, "r")
+            array = handle[ref.key][()]
+        except Exception as error:  # h5py raises OSError, KeyError, RuntimeError... for a damaged file
+            raise InputError(f"{ref.describe()}: cannot read HDF5 data: {' '.join(str(error).split())}") from None
     array = np.asarray(array)
     if array.dtype.byteorder not in ("=", "|"):
         array = array.astype(array.dtype.newbyteorder("="))

@@ -4,6 +4,13 @@ This is the unpacked form of a webdataset (one file per member). It backs the co
 benchmarks and is useful on its own for data that is already arrays on disk. A field given twice
 (`x.a.npy` and `x.a.json`) is an error naming both files; with `--on-error skip` a sample with a bad
 file is dropped and listed in the manifest's `problems`. Inputs are fingerprinted by content.
+
+Every entry of the input is either converted or reported (`ctx.ignore`, the manifest's `problems`):
+each folder of INPUT is a split (its name must follow the split-name rule, `check_plan`), a hidden
+entry (`.ipynb_checkpoints/`, `.DS_Store`) and a file beside the split folders are skipped with a
+note, and so are, inside a split, files that are not `<key>.<field>.npy|json` (`.png`, `.npz`,
+`.NPY`) and nested folders. A JSON file nested deeper than Python can read, or holding a value a
+shard cannot hold (an integer outside 64 bits), is an error naming the file when it is read.
 """
 from __future__ import annotations
 
@@ -14,21 +21,30 @@ from ...errors import InputError
 from ..base import Plan, PlanContext, Source, Unit, UnitContext, group_by_size, input_size, read_json_file, read_npy_file
 
 EXTENSIONS = (".npy", ".json")
+LAYOUT = "<key>.<field>.npy|json"
 
 
 class GenericSource(Source):
     id = "generic"
     fingerprint = "content"  # files are read once more while planning: cheap next to the conversion
 
-    def _samples(self, split_dir: str, report) -> dict[str, list[str]]:
+    def _samples(self, split_dir: str, report, ctx: PlanContext) -> dict[str, list[str]]:
         samples: dict[str, list[str]] = {}
         bad: set[str] = set()
         for name in sorted(os.listdir(split_dir)):
+            path = os.path.join(split_dir, name)
+            if name.startswith("."):
+                ctx.ignore(path + "/" * os.path.isdir(path), "hidden")
+                continue
             if not name.endswith(EXTENSIONS):
+                if os.path.isdir(path):
+                    ctx.ignore(path + "/", "a folder inside a split: only its own files are read")
+                else:
+                    ctx.ignore(path, f"not {LAYOUT}")
                 continue
             key, _, rest = name.partition(".")
             if not rest or "." not in rest:
-                raise InputError(f"{os.path.join(split_dir, name)}: expected <key>.<field>.npy|json")
+                raise InputError(f"{path}: expected {LAYOUT}")
             field = rest.rsplit(".", 1)[0]
             for other in samples.get(key, []):
                 if other.partition(".")[2].rsplit(".", 1)[0] == field:
@@ -41,7 +57,15 @@ class GenericSource(Source):
     def plan(self, input: str, ctx: PlanContext) -> Plan:
         if not os.path.isdir(input):
             raise InputError(f"{input}: not a directory")
-        splits = sorted(d for d in os.listdir(input) if os.path.isdir(os.path.join(input, d)))
+        splits = []
+        for name in sorted(os.listdir(input)):
+            path = os.path.join(input, name)
+            if name.startswith("."):
+                ctx.ignore(path + "/" * os.path.isdir(path), "hidden")
+            elif os.path.isdir(path):
+                splits.append(name)  # its name is checked by the driver (check_plan)
+            else:
+                ctx.ignore(path, "a file beside the split folders")
         if not splits:
             raise InputError(f"{input}: no split directories (expected e.g. {input}/train/)")
 
@@ -53,7 +77,7 @@ class GenericSource(Source):
         for split in splits:
             split_dir = os.path.join(input, split)
             items, sizes = [], []
-            for key, files in self._samples(split_dir, report).items():
+            for key, files in self._samples(split_dir, report, ctx).items():
                 try:
                     size = sum(input_size(os.path.join(split_dir, f)) for f in files)
                 except InputError as error:
@@ -66,7 +90,8 @@ class GenericSource(Source):
             for index, group in enumerate(group_by_size(items, sizes, ctx.options["shard_bytes"])):
                 unit_bytes = sum(item[3] for item in group)
                 units.append(Unit(split, index, [[input, *item[:3]] for item in group], unit_bytes))
-        return Plan(units, {"layout": "<split>/<key>.<field>.npy|json"}, total)
+        return Plan(units, {"layout": f"<split>/{LAYOUT}"}, total,
+                    splits={split: os.path.join(input, split) for split in splits})
 
     def inputs(self, item) -> list[str]:
         root, split, _, files = item

@@ -9,6 +9,9 @@ A gap in the frame numbers (or a frame dropped with `--on-error skip`) splits an
 segments; no pair is ever made across a segment boundary. A segment longer than
 `window_frames` is cut into windows that share `window_overlap` frames, so that every pair with a
 history of up to `window_overlap` frames lies whole inside one window.
+
+A file of the input that is not a frame (outside a `creative:*` folder, not `*.npy`, hidden, a macOS
+resource fork) is reported, not dropped without a word (`ctx.ignore`, the manifest's `problems`).
 """
 from __future__ import annotations
 
@@ -120,6 +123,9 @@ class MinecraftSource(Source):
             help="frames consecutive windows share; pairs with history_length <= this are all kept",
         )
 
+    def check_options(self, options: dict) -> None:
+        self._window_options(options)
+
     @staticmethod
     def _window_options(options: dict) -> tuple[int, int]:
         frames = int(options.get("window_frames", DEFAULT_WINDOW_FRAMES) or 0)
@@ -143,7 +149,7 @@ class MinecraftSource(Source):
 
         tree = NativeTree(input)
         try:
-            listing = list_episodes(tree, report)
+            listing = list_episodes(tree, report, ctx.ignore)
         finally:
             tree.close()
         names: set[str] = set()
@@ -228,9 +234,9 @@ class MinecraftSource(Source):
         if workers <= 1 or len(tasks) <= 1:
             yield from (_scan_episode(*task) for task in tasks)
             return
-        from concurrent.futures import ProcessPoolExecutor
+        from ...executors import process_pool  # workers that leave Ctrl-C to the driver
 
-        with ProcessPoolExecutor(max_workers=min(workers, len(tasks))) as pool:
+        with process_pool(min(workers, len(tasks))) as pool:
             yield from pool.map(_scan_episode, *zip(*tasks))
 
     @staticmethod

@@ -62,7 +62,8 @@ class NativeTree:
                 with open(os.path.join(self.path, relpath), "rb") as handle:
                     return handle.read()
             return self._archive().read(relpath)
-        except (OSError, KeyError, zipfile.BadZipFile, zlib.error, EOFError) as error:
+        except (OSError, KeyError, zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError) as error:
+            # RuntimeError: an encrypted member; NotImplementedError: a compression zipfile lacks
             if self.kind == "zip":  # a bad CRC or deflate stream: name the archive and the member
                 raise InputError(f"{self.path}: member {relpath}: corrupt or unreadable ({error})") from None
             raise InputError(f"{relpath}: cannot read: {error}") from None
@@ -91,21 +92,25 @@ class EpisodeListing:
     frames: list[tuple[int, str, int]] = field(default_factory=list)  # (t, relative path, size), by t
 
 
-def list_episodes(tree: NativeTree, report) -> list[EpisodeListing]:
+def list_episodes(tree: NativeTree, report, ignore) -> list[EpisodeListing]:
     """Find every `creative:*` folder and its `*.npy` frames, ordered by folder name.
 
     Ordered by the folder's own name (like upstream on the flat layout) so the bucket folders never
     change the result. `report(item, message)` is called for a bad item; it raises in raise mode.
+    `ignore(path, reason)` is called for every other file found (see `PlanContext.ignore`).
     """
     episodes: dict[str, EpisodeListing] = {}
     directories: dict[str, str] = {}  # folder path -> episode name, to catch the same name twice
     for relpath, size in tree.files():
         parts = relpath.split("/")
+        path = os.path.join(tree.path, relpath)
         if any(part.startswith(".") or part == "__MACOSX" for part in parts):
-            continue  # hidden files and macOS zip resource forks (._000001.npy) are never frames
+            ignore(path, "hidden, or a macOS resource fork")  # never frames (._000001.npy)
+            continue
         parent, _, filename = relpath.rpartition("/")
         folder = parent.rpartition("/")[2]
         if not folder.startswith(EPISODE_PREFIX):
+            ignore(path, f"not in a {EPISODE_PREFIX}* episode folder")
             continue
         if parent not in directories:
             if folder in episodes:
@@ -114,8 +119,11 @@ def list_episodes(tree: NativeTree, report) -> list[EpisodeListing]:
                 continue
             directories[parent] = folder
             episodes[folder] = EpisodeListing(folder, parent)
-        if not directories[parent] or not filename.endswith(".npy"):
-            continue  # upstream globs *.npy only; other files are not frames
+        if not directories[parent]:
+            continue  # a duplicate folder, reported above
+        if not filename.endswith(".npy"):
+            ignore(path, "not a frame .npy (upstream reads *.npy only)")
+            continue
         match = FRAME_NAME.match(filename)
         if match is None:
             report(relpath, f"frame name {filename!r} is not a number (expected e.g. 000007.npy)")
@@ -160,7 +168,7 @@ def _unpickle_npy(data: bytes) -> object:
         version = np.lib.format.read_magic(buffer)
         read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
         shape, _fortran, dtype = read_header(buffer)
-    except (ValueError, EOFError, SyntaxError) as error:
+    except Exception as error:  # numpy's header parser raises ValueError, EOFError, SyntaxError, TokenError...
         raise ValueError(f"not a .npy file ({error})") from None
     if not dtype.hasobject:
         raise ValueError(f"holds a plain {dtype} array of shape {shape}, expected a pickled dict")

@@ -12,6 +12,9 @@ source's `[C, H, W, S]`, so a reader that wants the first `samples` samples deco
 prefix of each member. Camera values, the exposure, the rendering size and the previous frame's
 camera go to `meta.mp` (float32 values are exact in msgpack's float64), so a frame sample is
 self-contained: any reader, in any order, can build the training frame from it alone.
+
+An entry beside the sequence files that is not one (`scene1.zip.part`, `notes.txt`) is reported,
+not dropped without a word (`ctx.ignore`, the manifest's `problems`).
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ import os
 
 import numpy as np
 
-from ...errors import InputError
+from ...errors import ConfigError, InputError
 from ..base import Plan, PlanContext, Source, Unit, UnitContext, group_by_size
 from . import native
 from .native import CAMERA_ARRAYS, RENDERING_HEIGHT, RENDERING_WIDTH, SAMPLE_ARRAYS
@@ -45,13 +48,19 @@ class NoisebaseSource(Source):
         parser.add_argument("--rendering-width", dest="rendering_width", type=int, default=RENDERING_WIDTH,
                             help="width of the full rendered frame (sampleset_v1: 1920)")
 
+    def check_options(self, options: dict) -> None:
+        for name in ("rendering_height", "rendering_width"):
+            value = options.get(name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigError(f"--{name.replace('_', '-')} must be a positive number of pixels (got {value!r})")
+
     # ------------------------------------------------------------------------------------ plan
     def plan(self, input: str, ctx: PlanContext) -> Plan:
         options = ctx.options
         root = os.path.abspath(input)
         height = int(options.get("rendering_height") or RENDERING_HEIGHT)
         width = int(options.get("rendering_width") or RENDERING_WIDTH)
-        found = native.find_sequences(root)
+        found = native.find_sequences(root, ctx.ignore)
         sequences, sizes = [], []
         shape = None
         for index, rel in found:

@@ -64,7 +64,17 @@ def open_sequence(path: str):
 
 
 def check_sequence(path: str, group) -> dict:
-    """Validate one sequence's arrays against the format; returns its shape facts."""
+    """Validate one sequence's arrays against the format; returns its shape facts. Any error of zarr
+    on the sequence's metadata is an InputError naming the file, like a broken rule."""
+    try:
+        return _check_sequence(path, group)
+    except InputError:
+        raise
+    except Exception as error:  # zarr, zipfile and json raise many types for damaged metadata
+        raise InputError(f"{path}: not a readable sampleset_v1 sequence ({type(error).__name__}: {error})") from None
+
+
+def _check_sequence(path: str, group) -> dict:
     names = set(group.array_keys())
     missing = [name for name in (*SAMPLE_ARRAYS, *FRAME_ARRAYS, *CAMERA_ARRAYS) if name not in names]
     if missing:
@@ -95,21 +105,27 @@ def check_sequence(path: str, group) -> dict:
     return {"frames": int(frames), "crop": int(height), "samples": int(samples)}
 
 
-def find_sequences(root: str) -> list[tuple[int, str]]:
+def find_sequences(root: str, ignore) -> list[tuple[int, str]]:
     """(index, path relative to root) of every `scene{index}.zip`, sorted by index.
 
-    Accepts the noisebase data folder (holding `sampleset_v1/train/`) or the folder of zips itself.
+    Accepts the noisebase data folder (holding `sampleset_v1/train/`) or the folder of zips itself;
+    every other entry of the folder the sequences are in goes to `ignore(path, reason)`.
     """
     if not os.path.isdir(root):
         raise InputError(f"{root}: input is not a directory")
     candidates = []
     for base in (os.path.join(root, "sampleset_v1", "train"), root):
         if os.path.isdir(base):
+            others = []
             for name in sorted(os.listdir(base)):
                 match = _SCENE_NAME.match(name)
                 if match:
                     candidates.append((int(match.group(1)), os.path.relpath(os.path.join(base, name), root)))
+                else:
+                    others.append(os.path.join(base, name) + "/" * os.path.isdir(os.path.join(base, name)))
             if candidates:
+                for path in others:
+                    ignore(path, "not a sequence file scene<index>.zip")
                 break
     if not candidates:
         raise InputError(f"{root}: no sampleset_v1 sequences (scene<index>.zip) in it or in sampleset_v1/train/")

@@ -52,7 +52,7 @@ from ..base import Command, Plan, PlanContext, Source, Unit, UnitContext, group_
 from .index import INDEX_FILENAME, build_scenes, load_index
 from .metadata import MetadataCache, PairMetadata, scene_metadata, scene_pairs
 from .raw import EA_HALO, RawImage, cam_to_lin_rec2020, demosaic, mono_to_rggb, read_raw, value_range
-from .units import DEFAULT_TILE, LAYOUTS, conversion_config, merge_pairs, scene_item
+from .units import DEFAULT_TILE, LAYOUTS, STORE_DTYPES, check_options, conversion_config, merge_pairs, scene_item
 
 HALO = {True: EA_HALO, False: 6}  # by is_bayer: OpenCV's EA reads 2 px (measured); LibRaw's VNG 2-3
 # tools/crop_datasets.py: pre-crops of PREPROCESS_RAW_SIZE half-resolution (RGGB) pixels on a
@@ -315,10 +315,13 @@ class RawNINDSource(Source):
         parser.add_argument("--layout", choices=LAYOUTS, default="mosaic",
                             help="mosaic: the recorded uint16 mosaics, targets made at read time (default); "
                                  "legacy: float32 Rec.2020/RGGB tiles (Bayer only)")
-        parser.add_argument("--store-dtype", dest="store_dtype", choices=["float32", "float16"], default="float32",
+        parser.add_argument("--store-dtype", dest="store_dtype", choices=STORE_DTYPES, default="float32",
                             help="legacy layout: dtype of the stored image tiles (float16 halves the shards)")
         parser.add_argument("--no-metadata-cache", dest="metadata_cache", action="store_false",
                             help="do not read or write metadata_cache.jsonl in the input directory")
+
+    def check_options(self, options: dict) -> None:
+        check_options(options)
 
     def plan(self, input: str, ctx: PlanContext) -> Plan:
         options = ctx.options
@@ -326,12 +329,7 @@ class RawNINDSource(Source):
         index_path = os.path.join(root, INDEX_FILENAME)
         if not os.path.isfile(index_path):
             raise InputError(f"{index_path}: no index (run `wdsprep fetch rawnind {input} ...` first)")
-        tile = int(options.get("tile_size") or DEFAULT_TILE)
-        if tile < 8 or tile % 4:
-            raise InputError(f"{input}: --tile-size {tile} must be a multiple of 4, at least 8")
         layout = options.get("layout") or "mosaic"
-        if layout not in LAYOUTS:
-            raise InputError(f"{input}: --layout {layout!r} is not one of {', '.join(LAYOUTS)}")
         scenes = build_scenes(load_index(index_path), None)
         by_split: dict[str, list[tuple[dict, int]]] = {"train": [], "test": []}
         for scene in scenes:

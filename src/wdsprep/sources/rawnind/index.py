@@ -87,8 +87,10 @@ def parse_index(text: str | bytes, source: str) -> dict[str, dict[str, dict]]:
     """Parse and validate the index YAML; errors name `source`, the scene and the rule."""
     try:
         data = yaml.load(text, Loader=_SafeLoader)
-    except yaml.YAMLError as error:
-        raise InputError(f"{source}: not valid YAML ({error})") from None
+    except RecursionError:
+        raise InputError(f"{source}: not valid YAML here (nested too deeply)") from None
+    except (yaml.YAMLError, ValueError) as error:
+        raise InputError(f"{source}: not valid YAML ({' '.join(str(error).split())})") from None
     if not isinstance(data, dict) or not data:
         raise InputError(f"{source}: expected a mapping of CFA type to scenes at the top level")
     for cfa, scenes in data.items():

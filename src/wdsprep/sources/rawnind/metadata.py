@@ -249,7 +249,7 @@ class MetadataCache:
         self._lock = threading.Lock()
         self._entries: dict[str, dict] = {}
         if os.path.exists(self.path):
-            with open(self.path, encoding="utf-8") as handle:
+            with open(self.path, encoding="utf-8", errors="replace") as handle:  # a damaged line is a miss
                 for line in handle:
                     try:
                         entry = json.loads(line)
@@ -265,12 +265,12 @@ class MetadataCache:
         value = self._entries.get(key)
         if value is None or not os.path.exists(self.mask_path(key)):
             return None
-        try:
+        try:  # a damaged cache entry is a miss: the pair is computed again from the raw files
             packed = np.load(self.mask_path(key), allow_pickle=False)
-        except (OSError, ValueError):
+            height, width = value["mask_shape"]
+            mask = np.unpackbits(packed, count=height * width).reshape(height, width).astype(bool)
+        except Exception:  # noqa: BLE001 - numpy raises many types for a damaged file
             return None
-        height, width = value["mask_shape"]
-        mask = np.unpackbits(packed, count=height * width).reshape(height, width).astype(bool)
         record = {name: item for name, item in value.items() if name not in ("version", "mask_shape")}
         return PairMetadata(record=record, mask=mask)
 

@@ -23,26 +23,22 @@ import os
 import time
 from dataclasses import asdict
 
-from ...conversion import UnitResult, build_unit, parse_size, unit_digest, unverified_shards
+from ...conversion import UnitResult, build_unit, unit_digest, unverified_shards
 from ...errors import ConversionError
-from ...shards.codec import Encoder
+from ...options import CORE_DEFAULTS, check_core_options
 from ...shards.manifest import MANIFEST_NAME, Manifest
 from ...storage import open_store
-from ..base import DEFAULT_ON_ERROR, Unit
+from ..base import Unit
 from .index import SceneInfo
-from .units import DEFAULT_TILE, conversion_config, merge_pairs, scene_item
-
-CORE_DEFAULTS = {"shard_bytes": "256MB", "codec": "zstd", "zstd_level": 3, "on_error": DEFAULT_ON_ERROR}
+from .units import DEFAULT_TILE, check_options, conversion_config, merge_pairs, scene_item
 
 
 class SceneConverter:
     """Units, records and the manifest of a fetch that converts as it goes."""
 
     def __init__(self, output: str, dest: str, scenes: list[SceneInfo], options: dict | None = None):
-        options = {**CORE_DEFAULTS, "tile_size": DEFAULT_TILE, "layout": "mosaic", **(options or {})}
-        options["shard_bytes"] = parse_size(options["shard_bytes"])
-        options["zstd_level"] = int(options["zstd_level"])
-        Encoder(options["codec"], options["zstd_level"])  # a bad codec fails before any download
+        options = check_core_options({"tile_size": DEFAULT_TILE, "layout": "mosaic", **(options or {})})
+        check_options(options)  # a bad option fails before any download
         self.options = options
         self.store = open_store(output)
         self.store.clean_temporaries()  # a shard a killed run was writing

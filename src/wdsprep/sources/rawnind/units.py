@@ -4,8 +4,22 @@ agree byte for byte. Kept apart from the Source class so that fetching does not 
 Source's commands import the fetcher)."""
 from __future__ import annotations
 
+from ...errors import ConfigError
+
 DEFAULT_TILE = 1024
 LAYOUTS = ("mosaic", "legacy")
+STORE_DTYPES = ("float32", "float16")
+
+
+def check_options(options: dict) -> None:
+    """`--tile-size`, `--layout` and `--store-dtype`, checked before any work (see wdsprep.options)."""
+    tile = options.get("tile_size") or DEFAULT_TILE
+    if isinstance(tile, bool) or not isinstance(tile, int) or tile < 8 or tile % 4:
+        raise ConfigError(f"--tile-size {tile} must be a multiple of 4, at least 8")
+    if (options.get("layout") or "mosaic") not in LAYOUTS:
+        raise ConfigError(f"--layout {options['layout']!r} is not one of {', '.join(LAYOUTS)}")
+    if options.get("store_dtype", "float32") not in STORE_DTYPES:
+        raise ConfigError(f"--store-dtype {options['store_dtype']!r} is not one of {', '.join(STORE_DTYPES)}")
 
 
 def scene_item(root: str, scene, relpaths: dict[str, str]) -> dict:

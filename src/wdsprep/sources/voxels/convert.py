@@ -19,6 +19,11 @@ readers cannot hold) still read.
 Samples are split by `splits.json` the upstream way: an object goes to its split, a subvolume to
 every split one of its objects belongs to (and to all splits if trivial); the leakage this causes
 is counted in the manifest table `leakage`.
+
+Every file of the ray directory is converted or reported (`ctx.ignore`, the manifest's `problems`):
+an entry that is not a `level_<n>/` folder (upstream's `processing_summary.json` aside), a file of a
+level folder that is not a `*_rays.npz` ray file, and a ray file that no object of `splits.json`
+uses; a split of `splits.json` that gets no sample is reported by the driver (`Plan.splits`).
 """
 from __future__ import annotations
 
@@ -26,8 +31,6 @@ import argparse
 import json
 import pathlib
 import re
-import zipfile
-import zlib
 from typing import Iterator
 
 import numpy as np
@@ -35,7 +38,7 @@ import numpy as np
 from ...errors import ConfigError, InputError
 from ...shards.codec import Columns
 from ...shards.manifest import FieldRecorder
-from ..base import Plan, PlanContext, Source, Unit, UnitContext, group_by_size, input_size
+from ..base import Plan, PlanContext, Source, Unit, UnitContext, check_split_name, group_by_size, input_size
 from .native import (
     DATASET_DIR,
     RAY_DIR,
@@ -57,6 +60,7 @@ REQUIRED_RAY_FIELDS = ("origins", "directions", "distances", "hits")
 ABSENT_RAY_DTYPE = np.dtype("<i4")  # an optional column (face_ids, view_ids) a ray file lacks: zero-length, upstream's dtype
 SMALL_EXTRA = 64  # ray-file arrays up to this many elements go into meta.mp, larger ones as members
 _LEVEL_DIR = re.compile(r"^level_(\d+)$")
+LAYOUT_FILES = ("processing_summary.json",)  # upstream's files of the ray directory that hold no sample
 
 
 # ---------------------------------------------------------------------------------- native I/O
@@ -65,7 +69,11 @@ def read_json(path: pathlib.Path, what: str):
         return json.loads(path.read_text())
     except FileNotFoundError:
         raise InputError(f"{path}: {what} not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+    except OSError as error:
+        raise InputError(f"{path}: {what} cannot be read ({error.strerror or error})") from None
+    except RecursionError:
+        raise InputError(f"{path}: {what} is nested deeper than Python's recursion limit") from None
+    except ValueError as error:  # JSONDecodeError and UnicodeDecodeError alike
         raise InputError(f"{path}: {what} is not valid JSON ({error})") from None
 
 
@@ -80,8 +88,8 @@ def load_npz(path: pathlib.Path) -> dict[str, np.ndarray]:
         raise InputError(f"{path}: file not found") from None
     except InputError:
         raise
-    except (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError, KeyError) as error:
-        raise InputError(f"{path}: not a readable .npz file ({error})") from None
+    except Exception as error:  # zipfile, zlib and numpy raise many types for a damaged archive
+        raise InputError(f"{path}: not a readable .npz file ({str(error) or type(error).__name__})") from None
 
 
 def check_voxels(arrays: dict, path: pathlib.Path, level: int, key: str, base_resolution: int | None) -> np.ndarray:
@@ -195,8 +203,7 @@ def read_splits(dataset_dir: pathlib.Path) -> dict:
     if not isinstance(doc, dict) or not isinstance(doc.get("object_splits"), dict):
         raise InputError(f"{path}: expected an object with 'object_splits' (object id -> split)")
     for object_id, split in doc["object_splits"].items():
-        if not isinstance(split, str) or not re.fullmatch(r"[A-Za-z0-9_]+", split):
-            raise InputError(f"{path}: object {object_id!r} has split {split!r}, expected a name like 'train'")
+        check_split_name(split, f"{path}: object {object_id!r}")
     usage = doc.get("hash_object_usage", {})
     if not isinstance(usage, dict) or not all(isinstance(v, dict) for v in usage.values()):
         raise InputError(f"{path}: 'hash_object_usage' must map hash -> {{object id: split}}")
@@ -229,6 +236,9 @@ class VoxelSource(Source):
         parser.add_argument("--levels", dest="levels", default=None,
                             help="comma-separated hierarchy levels to convert (default all)")
 
+    def check_options(self, options: dict) -> None:
+        _parse_levels(options.get("levels"))
+
     # ------------------------------------------------------------------------------------ plan
     def plan(self, input: str, ctx: PlanContext) -> Plan:
         options = ctx.options
@@ -249,7 +259,7 @@ class VoxelSource(Source):
         unassigned = []
         leakage = {"samples_in_several_splits": 0, "by_splits": {}}
         level_counts = {split: {} for split in all_splits}
-        for level, ray_file in _ray_files(ray_dir, levels):
+        for level, ray_file in _ray_files(ray_dir, levels, ctx):
             key = ray_file.name[: -len(RAY_SUFFIX)]
             relative_ray = ray_file.relative_to(ray_dir).as_posix()
             if level == 0:
@@ -265,6 +275,7 @@ class VoxelSource(Source):
                 )
             if not splits:
                 unassigned.append(relative_ray)
+                ctx.ignore(str(ray_file), "no object of splits.json uses it")
                 continue
             try:
                 voxel_bytes = voxel_file.stat().st_size
@@ -310,7 +321,8 @@ class VoxelSource(Source):
             "ray_dir": ray_dir.name,
             "levels": sorted(levels) if levels is not None else None,
         }
-        return Plan(units, config, total_bytes, tables)
+        splits_file = str(dataset_dir / "splits.json")
+        return Plan(units, config, total_bytes, tables, splits=dict.fromkeys(all_splits, splits_file))
 
     def inputs(self, item) -> list[str]:
         """A sample reads its ray file and its voxel file (the split files only shape the items)."""
@@ -439,18 +451,24 @@ def _parse_levels(value) -> set[int] | None:
         raise ConfigError(f"--levels must be integers like 0,1,2 (got {value!r})") from None
 
 
-def _ray_files(ray_dir: pathlib.Path, levels: set[int] | None) -> Iterator[tuple[int, pathlib.Path]]:
-    """(level, ray file) in sorted (level, name) order, whatever the file system returns."""
+def _ray_files(ray_dir: pathlib.Path, levels: set[int] | None, ctx: PlanContext) -> Iterator[tuple[int, pathlib.Path]]:
+    """(level, ray file) in sorted (level, name) order, whatever the file system returns; any other
+    entry goes to `ctx.ignore` (levels left out by `--levels` are the user's choice: not reported)."""
     found = []
-    for entry in ray_dir.iterdir():
+    for entry in sorted(ray_dir.iterdir()):
         match = _LEVEL_DIR.match(entry.name)
         if not match or not entry.is_dir():
+            if entry.name not in LAYOUT_FILES:
+                ctx.ignore(str(entry) + "/" * entry.is_dir(), "not a level_<n> folder")
             continue
         level = int(match.group(1))
         if levels is not None and level not in levels:
             continue
-        for ray_file in entry.rglob(f"*{RAY_SUFFIX}"):
-            found.append((level, ray_file.name, ray_file))
+        for path in sorted(entry.rglob("*")):
+            if path.name.endswith(RAY_SUFFIX) and not path.is_dir():
+                found.append((level, path.name, path))
+            elif not path.is_dir():
+                ctx.ignore(str(path), f"not a *{RAY_SUFFIX} ray file")
     found.sort()
     for level, _, ray_file in found:
         yield level, ray_file

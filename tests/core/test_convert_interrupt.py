@@ -1,0 +1,125 @@
+"""Ctrl-C at any moment of `wdsprep convert`: exactly one line, exit 130, no traceback, no temporary
+file, no process left behind.
+
+A terminal's Ctrl-C sends SIGINT to the whole foreground process group, the pool's workers
+included: each run here is a session of its own and gets `killpg(SIGINT)`, as from a terminal. The
+conversion is the stalling plugin source of test_conversion (unit train/2 stops half-way through its
+shard for an hour), so it never finishes on its own and every moment can be hit without a race:
+while the pool's workers start (they are still importing), at several points after the lock is
+taken (planning, fingerprinting, units in flight), and mid-shard, with a pool and inline."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.timeouts import EVENT, wait_for
+
+from .test_conversion import STALLING_SOURCE
+
+CLI = [sys.executable, "-m", "wdsprep"]
+INTERRUPTED = ["wdsprep: interrupted (re-run the same command to resume)"]
+
+
+def _start(tmp_path, generic_input, workers):
+    (tmp_path / "stallingsource.py").write_text(STALLING_SOURCE)
+    out, marker = tmp_path / "out", tmp_path / "stalled"
+    env = dict(os.environ, STALL_MARKER=str(marker), PYTHONPATH=f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    command = CLI + ["convert", "stallingsource:SOURCE", generic_input, str(out), "--shard-bytes", "300KB",
+                     "--workers", str(workers), "--quiet"]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    return process, out, marker
+
+
+def _group(pgid: int) -> list[int]:
+    """Live (not zombie) processes of a process group, from /proc."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    fields = handle.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # it exited while we looked
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                found.append(int(entry))
+    return found
+
+
+def _children(pid: int) -> list[int]:
+    children = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as handle:
+                children += [int(child) for child in handle.read().split()]
+        except OSError:
+            continue
+    return children
+
+
+def _ctrl_c(process, out):
+    """SIGINT to the process group, as Ctrl-C does; then the contract."""
+    assert process.poll() is None, process.stderr.read().decode()
+    os.killpg(process.pid, signal.SIGINT)
+    try:
+        _, err = process.communicate(timeout=EVENT)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    lines = err.decode().splitlines()
+    assert (process.returncode, lines) == (130, INTERRUPTED), err.decode()
+    left = sorted(os.listdir(out)) if out.exists() else []
+    assert not [name for name in left if name.endswith(".tmp") or name == "manifest.json"], left
+    wait_for(lambda: not _group(process.pid), "every process of the conversion to exit")
+
+
+pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads /proc")
+
+
+def test_ctrl_c_while_the_pool_starts_is_one_line(tmp_path, generic_input):
+    process, out, _ = _start(tmp_path, generic_input, workers=2)
+    try:  # the resource tracker and the first worker exist: that worker has only begun to start up
+        wait_for(lambda: len(_children(process.pid)) >= 2 or process.poll() is not None, "the pool's first worker to start")
+    finally:
+        _ctrl_c(process, out)
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.15, 0.4, 0.8])
+def test_ctrl_c_at_any_moment_after_the_start_is_one_line(tmp_path, generic_input, delay):
+    process, out, _ = _start(tmp_path, generic_input, workers=2)
+    try:
+        wait_for(lambda: (out / ".wdsprep.lock").exists() or process.poll() is not None, "the conversion to take its lock")
+        time.sleep(delay)  # some moment of planning, fingerprinting, pool start or units in flight
+    finally:
+        _ctrl_c(process, out)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_ctrl_c_mid_shard_removes_the_shard_being_written(tmp_path, generic_input, workers):
+    process, out, marker = _start(tmp_path, generic_input, workers)
+    try:
+        wait_for(lambda: marker.exists() and any(n.endswith(".tmp") for n in os.listdir(out)) or process.poll() is not None,
+                 "unit train/2 to stall half-way through its shard")
+    finally:
+        _ctrl_c(process, out)
+    assert any(name.endswith(".tar") for name in os.listdir(out)), "finished shards stay for the resume"
+
+
+@pytest.mark.parametrize("delay", [0.1, 0.3, 0.6, 1.0, 1.5])
+def test_ctrl_c_while_units_finish_is_one_line_or_the_conversion_is_whole(tmp_path, generic_input, delay):
+    """A plain conversion of many small units: results flow back while the signal comes (the pool's
+    own thread is busy); a run that finished first must have written a whole, verified output."""
+    out = tmp_path / "out"
+    command = CLI + ["convert", "generic", generic_input, str(out), "--shard-bytes", "40KB", "--workers", "2", "--quiet"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        wait_for(lambda: (out / ".wdsprep.lock").exists() or process.poll() is not None, "the conversion to take its lock")
+        time.sleep(delay)
+    finally:
+        if process.poll() is None:
+            _ctrl_c(process, out)
+    if process.returncode == 0:  # it finished before the signal: the output is whole
+        assert process.stderr.read() == b""
+        assert subprocess.run(CLI + ["verify", str(out), "--quiet"], capture_output=True).returncode == 0
