@@ -55,6 +55,7 @@ class TestDeepRegH5Conformance(SourceTests):
 
     source = "deepreg"
     convert_args = ("--shard-bytes", "5KB")
+    rebalance_shard_bytes = 5_000  # whole units, as above: each stays one indexed shard
 
     def make_input(self, directory):
         rng = np.random.default_rng(1)

@@ -234,9 +234,9 @@ def test_map_style_pairs_equal_the_stage_and_refuse_a_corrupted_shard(tmp_path):
     unshuffled shard list, and a flipped byte in any shard is a ShardError naming it, not pairs."""
     from wdsprep.sources.minecraft import MinecraftPairs
 
-    make_episode_dir(tmp_path / "data", "creative:1", 23, seed=1)
-    make_episode_dir(tmp_path / "data", "creative:2", 9, seed=2)
-    manifest = convert("minecraft", str(tmp_path), str(tmp_path / "out"), window_frames=7, window_overlap=4, shard_bytes=3000,
+    make_episode_dir(tmp_path / "in" / "data", "creative:1", 23, seed=1)
+    make_episode_dir(tmp_path / "in" / "data", "creative:2", 9, seed=2)
+    manifest = convert("minecraft", str(tmp_path / "in"), str(tmp_path / "out"), window_frames=7, window_overlap=4, shard_bytes=3000,
                        codec="none")  # raw .npy members: a changed block id decodes as well as the right one
     rows = manifest.splits["train"]
     assert len(rows) > 2

@@ -204,7 +204,10 @@ def load_frame(relpath: str, data: bytes) -> Frame:
 
 
 def check_action(relpath: str, action) -> np.ndarray:
-    action = np.asarray(action)
+    try:
+        action = np.asarray(action)
+    except (ValueError, TypeError) as error:  # a ragged or odd pickled value numpy cannot make one array of
+        raise InputError(f"{relpath}: action is not an array of 3 integers ({error})") from None
     if action.shape != (3,):
         raise InputError(f"{relpath}: action has shape {action.shape}, expected (3,)")
     if action.dtype.kind not in "iu":
