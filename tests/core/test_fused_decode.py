@@ -1,5 +1,5 @@
 """`wdsprep.decode()` placed right after `wdsprep.dataset(...)` runs fused into the reader
-(`MappedShard.take_decoded`): it must give exactly what the stage gives when it runs on its own
+(`LocalShard.decode_members`): it must give exactly what the stage gives when it runs on its own
 (the reference: the same stage behind an identity stage, which is never fused), checked here
 sample by sample and position by position, plus against `tarfile` + `numpy.load` + msgpack."""
 import io
@@ -18,7 +18,7 @@ from wdsprep.errors import ShardError
 from wdsprep.shards.codec import Encoder
 from wdsprep.shards.manifest import Manifest
 from wdsprep.shards.writer import ShardWriter
-from wdsprep.stream.read import MappedShard
+from wdsprep.stream.read import LocalShard
 
 
 def _identity(source):
@@ -78,11 +78,11 @@ def test_the_fused_decode_gives_what_the_stage_gives(counted_shards, counts, shu
 
 
 def test_the_fused_decode_is_the_path_taken(counted_shards, monkeypatch):
-    """A spy on `take_decoded`: every sample of the fused pipeline comes from it, none of the staged one's."""
+    """A spy on `decode_members`: every sample of the fused pipeline comes from it, none of the staged one's."""
     manifest = counted_shards([5, 4, 6])
     calls = []
-    original = MappedShard.take_decoded
-    monkeypatch.setattr(MappedShard, "take_decoded", lambda self, *args: calls.append(args[0]) or original(self, *args))
+    original = LocalShard.decode_members
+    monkeypatch.setattr(LocalShard, "decode_members", lambda self, *args: calls.append(args[0]) or original(self, *args))
     for shuffle_buffer in (0, 4):
         fused, staged = _pair(manifest, {"strip": True}, shuffle_buffer=shuffle_buffer, equalize=None)
         calls.clear()

@@ -447,15 +447,19 @@ class Decode:
     def sample(self, sample: dict) -> dict:
         return decode_sample(sample, strip=self.strip, torch=self.torch)
 
+    def skips(self, error: ShardError) -> bool:
+        """A sample that does not decode: true skips it, false ends the stream (`handler`); without
+        a handler the error is raised."""
+        if self.handler is None:
+            raise error
+        return bool(self.handler(error))
+
     def __call__(self, source):
-        handler = self.handler
         for sample in source:
             try:
                 decoded = self.sample(sample)
             except ShardError as error:
-                if handler is None:
-                    raise
-                if handler(error):
+                if self.skips(error):
                     continue
                 return
             yield decoded

@@ -31,13 +31,14 @@ from __future__ import annotations
 
 import hashlib
 import io
-import mmap
 import os
+import threading
+from bisect import bisect_right
 from typing import BinaryIO, Iterator
 
 from ..errors import ShardError
 from ..shards.codec import DECODE_ERRORS, member_decoder
-from ..shards.index import ShardIndex, digest_of, has_index, xxh3_64
+from ..shards.index import ShardIndex, digest_of, has_index, member_span, xxh3_64
 from ..shards.tarformat import BLOCK, TarCursor, group_samples
 from ..storage import open_from
 
@@ -65,7 +66,8 @@ def _fileno(stream: BinaryIO) -> int | None:
         return None
 
 
-def read_samples(url: str, row: dict, start: int, stop: int, stream: BinaryIO, *, lazy: bool = False) -> Iterator:
+def read_samples(url: str, row: dict, start: int, stop: int, stream: BinaryIO, *, lazy: bool = False,
+                 in_order: bool = True) -> Iterator:
     """Raw samples `start` to `stop` (exclusive) of the shard `row` describes, read from `stream`.
 
     With `lazy`, a mapped (local or cached) shard yields one `MappedShard` and nothing else: its
@@ -73,11 +75,11 @@ def read_samples(url: str, row: dict, start: int, stop: int, stream: BinaryIO, *
     copies it out when wanted. Samples read from a stream are dicts either way.
     """
     if has_index(row):
-        return _indexed(url, row, start, stop, stream, lazy)
+        return _indexed(url, row, start, stop, stream, lazy, in_order)
     return _hashed(url, row, start, stop, stream)
 
 
-def _indexed(url: str, row: dict, start: int, stop: int, stream: BinaryIO, lazy: bool) -> Iterator:
+def _indexed(url: str, row: dict, start: int, stop: int, stream: BinaryIO, lazy: bool, in_order: bool) -> Iterator:
     fd = _fileno(stream)
     index = load_index(url, row, fd)
     stop = min(stop, len(index))
@@ -86,9 +88,9 @@ def _indexed(url: str, row: dict, start: int, stop: int, stream: BinaryIO, lazy:
     if start == 0 and index.offsets[0] != 0:
         raise ShardError(url, f"index: the first sample starts at byte {index.offsets[0]}, not 0")
     if fd is not None:
-        # local or cached: check and copy members straight out of the mapped shard; the mapping is
-        # not closed here but unmapped when its last view goes (lazy samples may outlive this loop)
-        shard = MappedShard(url, index, memoryview(mmap.mmap(fd, 0, prot=mmap.PROT_READ)), start, stop)
+        # local or cached: read with pread from a descriptor of the shard's own (it outlives this
+        # loop and the stream: lazy samples are taken after it), closed when the LocalShard goes
+        shard = LocalShard(url, index, fd, start, stop, in_order=in_order or not lazy)
         if lazy:
             yield shard
             return
@@ -104,71 +106,268 @@ def _indexed(url: str, row: dict, start: int, stop: int, stream: BinaryIO, lazy:
         yield _streamed(url, index, i, end, stream, scratch)
 
 
-def _copy_out(url: str, index: ShardIndex, i: int, view: memoryview) -> dict:
-    """The checked sample i of a mapped shard, each member's data in its own bytearray (the
-    caller's own, writable copy: decoders build arrays on it without another)."""
-    at, k, sizes = index.offsets[i], index.first[i], index.sizes
-    sample = {"__key__": index.keys[i], "__url__": url}
-    for name in index.layouts[index.layout[i]]:
-        size = sizes[k]
-        sample[name] = bytearray(view[at + BLOCK : at + BLOCK + size])
-        at += BLOCK + size + (-size % BLOCK)
-        k += 1
-    return sample
+WINDOW = 256 << 10  # bytes of a local shard read at a time: whole samples; a larger sample is read alone
+KEEP = 16 << 20  # bytes of checked samples a LocalShard taken in any order holds for `take` (and pools)
+IOV_MAX = 1020  # buffers per preadv call (the kernel allows 1024)
 
 
-class MappedShard:
-    """Samples [start, stop) of a mapped shard: `checked()` checks them in order, `take(i)` copies
-    sample i out as a raw sample and `take_decoded(i, ...)` as a decoded one (only samples that
-    `checked()` yielded). Holding it keeps the shard mapped."""
+def _preadv(url: str, fd: int, buffers: list, offset: int) -> None:
+    """Fill `buffers` (memoryviews) from the shard's bytes at `offset`, or raise `ShardError`: a
+    shard that ends early was cut (or is being rewritten) since its index was read."""
+    want = sum(map(len, buffers))
+    try:
+        done = os.preadv(fd, buffers[:IOV_MAX], offset)
+        while done < want:  # a read cut short (by a signal, the iovec limit or the end of the file)
+            rest, skip = [], done
+            for buffer in buffers:
+                if skip >= len(buffer):
+                    skip -= len(buffer)
+                else:
+                    rest.append(buffer[skip:])
+                    skip = 0
+            got = os.preadv(fd, rest[:IOV_MAX], offset + done)
+            if got == 0:
+                raise ShardError(url, f"shard ends at byte {offset + done}, before the end of the samples its index "
+                                      f"lists (byte {offset + want}): cut or rewritten while being read")
+            done += got
+    except OSError as error:
+        raise ShardError(url, f"read error at byte {offset}: {error.strerror or error}") from None
 
-    __slots__ = ("url", "index", "view", "start", "stop", "plans")
 
-    def __init__(self, url: str, index: ShardIndex, view: memoryview, start: int, stop: int):
-        self.url, self.index, self.view, self.start, self.stop = url, index, view, start, stop
+class _Buffers:
+    """Read buffers that LocalShards are done with, for the next ones (fresh memory costs a page
+    fault per 4 KiB, about as much as copying into it): at most `KEEP` bytes, reused by size."""
+
+    def __init__(self):
+        self.free: list[memoryview] = []
+        self.bytes = 0
+        self.lock = threading.Lock()
+
+    def get(self, length: int) -> memoryview:
+        with self.lock:
+            for n, buffer in enumerate(self.free):
+                if len(buffer) >= length:
+                    del self.free[n]
+                    self.bytes -= len(buffer)
+                    return buffer
+        return memoryview(bytearray(max(length, WINDOW)))
+
+    def put(self, buffers) -> None:
+        with self.lock:
+            for buffer in buffers:
+                if self.bytes + len(buffer) <= KEEP:
+                    self.free.append(buffer)
+                    self.bytes += len(buffer)
+
+
+_buffers = _Buffers()
+
+
+class LocalShard:
+    """Samples [start, stop) of a local (or cached) shard: `checked()` checks them in order,
+    `take(i)` copies sample i out as a raw sample and `decode_members(i, members(i), ...)` decodes
+    it (only samples that `checked()` yielded). Holding it keeps a descriptor of the shard open.
+
+    The file is read with `os.preadv` into buffers of its own, never mapped: a shard cut while it
+    is read gives a short read and one rewritten gives a digest mismatch, each a `ShardError`
+    naming it (a mapping would fault instead: SIGBUS kills the process). `checked()` reads whole
+    samples, up to `WINDOW` bytes at a time, and digests each member where it landed; `take` copies
+    or decodes from there. A sample larger than `WINDOW` is read alone: taken in order (`in_order`:
+    the dataset without a shuffle buffer) straight into its members' own bytearrays, which `take`
+    hands over (no second copy). Taken in any order (a shuffle buffer holds sample numbers), the
+    last `KEEP` bytes read stay for `take`; a sample no longer there is read again, a small one
+    digested again, a large one (where digesting twice would cost more than reading) refused if
+    the file's size, mtime or ctime changed since it was opened: what is taken is what was checked."""
+
+    __slots__ = ("url", "index", "fd", "start", "stop", "plans", "in_order", "keep", "begins", "windows",
+                 "kept", "ready", "limit", "spare", "stamp")
+
+    def __init__(self, url: str, index: ShardIndex, fd: int, start: int, stop: int, in_order: bool = True):
+        self.fd = -1
+        self.url, self.index, self.start, self.stop, self.in_order = url, index, start, stop, in_order
         self.plans: dict[tuple, tuple] = {}  # (layout, strip, torch) -> ((member, field, decode), ...)
+        self.keep = 0 if in_order else KEEP
+        self.begins: list[int] = []  # first byte of each window held, oldest first
+        self.windows: list[tuple] = []  # (first byte, end byte, memoryview of its buffer)
+        self.kept = 0
+        self.ready: tuple | None = None  # (i, members): a large sample read straight into its bytearrays
+        self.spare: memoryview | None = None  # where a sample that is not kept is read
+        self.limit = index.sample_end(stop - 1)
+        self.fd = os.dup(fd)
+        self.stamp = _stamp(os.fstat(self.fd))
+
+    def __del__(self):
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        _buffers.put([window[2] for window in self.windows] + ([self.spare] if self.spare is not None else []))
+
+    # -- reading
+    def _window(self, i: int) -> tuple:
+        """(first byte, end byte, buffer) of whole samples from sample i on (at most `WINDOW`
+        bytes) read into a buffer, dropping (and reusing) the oldest held beyond `keep` bytes."""
+        offsets = self.index.offsets
+        begin = offsets[i]
+        j = bisect_right(offsets, begin + WINDOW, i + 1, self.stop)  # samples i..j-1 start within WINDOW
+        end = offsets[j - 1] if j - 1 > i else self.index.sample_end(i)  # samples i..j-2 end within it
+        if j == self.stop and self.limit <= begin + WINDOW:
+            end = self.limit
+        length = end - begin
+        buffer = None
+        while self.windows and self.kept + length > self.keep:
+            old = self.windows.pop(0)[2]
+            del self.begins[0]
+            self.kept -= len(old)
+            if buffer is None and len(old) >= length:
+                buffer = old
+            else:
+                _buffers.put([old])
+        if buffer is None:
+            buffer = _buffers.get(length)
+        _preadv(self.url, self.fd, [buffer[:length]], begin)
+        window = (begin, end, buffer)
+        self.begins.append(begin)
+        self.windows.append(window)
+        self.kept += len(buffer)
+        return window
+
+    def _alone(self, i: int) -> memoryview:
+        """Sample i read into the spare buffer (a sample not kept in a window)."""
+        at = self.index.offsets[i]
+        span = self.index.sample_end(i) - at
+        spare = self.spare
+        if spare is None or len(spare) < span:
+            if spare is not None:
+                _buffers.put([spare])
+            spare = self.spare = _buffers.get(span)
+        _preadv(self.url, self.fd, [spare[:span]], at)
+        return spare
+
+    def _direct(self, i: int, check: bool) -> list:
+        """Sample i's members read straight into their own bytearrays (one preadv); digested when
+        `check`, else refused if the file changed since it was opened."""
+        index = self.index
+        k, names = index.first[i], index.names(i)
+        scratch = memoryview(bytearray(2 * BLOCK * len(names)))
+        members, buffers = [], []
+        for m, size in enumerate(index.sizes[k : k + len(names)]):
+            data = bytearray(size)
+            members.append(data)
+            buffers += (scratch[2 * m * BLOCK : (2 * m + 1) * BLOCK], memoryview(data),
+                        scratch[(2 * m + 1) * BLOCK : (2 * m + 1) * BLOCK + (-size % BLOCK)])
+        _preadv(self.url, self.fd, buffers, index.offsets[i])
+        if not check:
+            if _stamp(os.fstat(self.fd)) != self.stamp:
+                raise ShardError(self.url, "shard changed while being read (its size or modification time differ)")
+            return members
+        for m, name in enumerate(names):
+            digest = xxh3_64()
+            for part in buffers[3 * m : 3 * m + 3]:
+                digest.update(part)
+            if digest.intdigest() != index.digests[k + m]:
+                raise ShardError(self.url, f"member {index.keys[i]}.{name}: corrupt (its header, data or padding differ from the shard's index)")
+        return members
+
+    def _check(self, i: int, view: memoryview, at: int) -> int:
+        """Digest sample i's members, whose first header is at `at` in `view`; where they end."""
+        index = self.index
+        first, sizes, digests = index.first, index.sizes, index.digests
+        for k in range(first[i], first[i + 1]):
+            size = sizes[k]
+            end = at + BLOCK + size + (-size % BLOCK)
+            if digest_of(view[at:end]) != digests[k]:
+                raise ShardError(self.url, f"member {index.keys[i]}.{index.names(i)[k - first[i]]}: corrupt "
+                                           "(its header, data or padding differ from the shard's index)")
+            at = end
+        return at
+
+    def members(self, i: int) -> tuple:
+        """Sample i's bytes: (buffer, where its first header is in it), or (its members' own
+        bytearrays, None)."""
+        ready = self.ready
+        if ready is not None and ready[0] == i:
+            self.ready = None
+            return ready[1], None
+        index = self.index
+        at = index.offsets[i]
+        w = bisect_right(self.begins, at) - 1
+        if w >= 0:
+            begin, end, view = self.windows[w]
+            if at < end:
+                return view, at - begin
+        if index.sample_end(i) - at > WINDOW:
+            return self._direct(i, check=False), None
+        spare = self._alone(i)
+        self._check(i, spare, 0)
+        return spare, 0
 
     def checked(self, tag: int = 0) -> Iterator[int]:
         """`tag | i` for each sample i, once every byte it occupies (each member's header, data and
         padding) matched its digest in the index, and the sample ends where the next one starts."""
-        index, view, url = self.index, self.view, self.url
-        offsets, first, sizes, digests = index.offsets, index.first, index.sizes, index.digests
-        count, k = len(offsets), first[self.start]
+        index, url, offsets, check = self.index, self.url, self.index.offsets, self._check
+        count = len(offsets)
+        begin = end = 0
+        view = None
         for i in range(self.start, self.stop):
-            at, last = offsets[i], first[i + 1]
-            while k < last:
-                size = sizes[k]
-                end = at + BLOCK + size + (-size % BLOCK)
-                if digest_of(view[at:end]) != digests[k]:
-                    name = index.names(i)[k - first[i]]
-                    raise ShardError(url, f"member {index.keys[i]}.{name}: corrupt (its header, data or padding differ from the shard's index)")
-                at = end
-                k += 1
-            if at != (offsets[i + 1] if i + 1 < count else index.index_offset):
-                raise ShardError(url, f"index: sample {index.keys[i]!r} ends at byte {at}, the next one starts at {index.sample_end(i)}")
+            at = offsets[i]
+            next_at = offsets[i + 1] if i + 1 < count else index.index_offset
+            if at >= end:  # windows hold whole samples: sample i is in the current one or in none
+                if next_at - at <= WINDOW:
+                    begin, end, view = self._window(i)
+                elif self.in_order:
+                    self.ready = (i, self._direct(i, check=True))
+                    begin, end, view = at, 0, None
+                else:
+                    begin, end, view = at, 0, self._alone(i)
+            if view is not None:
+                at = begin + check(i, view, at - begin)
+            else:
+                at += sum(map(member_span, index.sizes[index.first[i] : index.first[i + 1]]))
+            if at != next_at:
+                raise ShardError(url, f"index: sample {index.keys[i]!r} ends at byte {at}, the next one starts at {next_at}")
             yield tag | i
 
     def take(self, i: int) -> dict:
-        return _copy_out(self.url, self.index, i, self.view)
+        """Sample i, each member's data in its own bytearray (the caller's own, writable copy:
+        decoders build arrays on it without another)."""
+        index = self.index
+        buffer, at = self.members(i)
+        sample = {"__key__": index.keys[i], "__url__": self.url}
+        if at is None:
+            sample.update(zip(index.names(i), buffer))
+            return sample
+        k, sizes = index.first[i], index.sizes
+        for name in index.names(i):
+            size = sizes[k]
+            sample[name] = bytearray(buffer[at + BLOCK : at + BLOCK + size])
+            at += BLOCK + size + (-size % BLOCK)
+            k += 1
+        return sample
 
-    def take_decoded(self, i: int, strip: bool, torch: bool) -> dict:
-        """Sample i decoded (`member_decoder`) straight from the mapping: what `decode_sample(take(i))`
-        gives, without the raw sample in between (decoders copy what they keep: arrays stay writable)."""
-        index, view = self.index, self.view
+    def decode_members(self, i: int, members: tuple, strip: bool, torch: bool) -> dict:
+        """Sample i decoded from `members(i)` (split from it so that a caller can tell a shard that
+        cannot be read, raised by `members`, from a member that does not decode, raised here)."""
+        index = self.index
         layout = index.layout[i]
         plan = self.plans.get((layout, strip, torch))
         if plan is None:
             plan = self.plans[layout, strip, torch] = tuple(
                 (name, *member_decoder(name, strip, torch)) for name in index.layouts[layout])
-        key, at, k, sizes = index.keys[i], index.offsets[i], index.first[i], index.sizes
+        buffer, at = members
+        key = index.keys[i]
         sample = {"__key__": key, "__url__": self.url}
         try:
+            if at is None:
+                for (name, field, decode), data in zip(plan, buffer):
+                    sample[field] = decode(data)
+                return sample
+            k, sizes = index.first[i], index.sizes
             for name, field, decode in plan:
                 size = sizes[k]
                 k += 1
                 start = at + BLOCK
                 at = start + size + (-size % BLOCK)
-                sample[field] = decode(view[start : start + size])
+                sample[field] = decode(buffer[start : start + size])
         except DECODE_ERRORS as error:
             raise ShardError(self.url, f"member {key}.{name}: {error}") from None
         return sample
@@ -251,3 +450,7 @@ def _hashed(url: str, row: dict, start: int, stop: int, stream: BinaryIO) -> Ite
         raise ShardError(url, "sha256 differs from the manifest row (corrupt or changed shard)")
     if held is not None:
         yield held
+
+
+def _stamp(info: os.stat_result) -> tuple:
+    return info.st_size, info.st_mtime_ns, info.st_ctime_ns
