@@ -162,7 +162,7 @@ class ResumingStream(io.RawIOBase):
         while True:
             started = time.monotonic()
             try:
-                n = self._body.readinto(buffer) if hasattr(self._body, "readinto") else self._read_fallback(buffer)
+                n = _read_some(self._body, buffer)
             except ShardError:
                 raise
             except Exception as error:
@@ -186,15 +186,21 @@ class ResumingStream(io.RawIOBase):
             time.sleep(min(0.05 * 2**failures, MAX_DELAY))
             self._body, _, _ = self._request(self.offset)
 
-    def _read_fallback(self, buffer) -> int:
-        data = self._body.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
-
     def close(self) -> None:
         if not self.closed:
             close_quietly(self._body)
         super().close()
+
+
+def _read_some(body, buffer) -> int:
+    """Read into `buffer` what one read of the connection gives (`readinto1`, `read1`), so that a
+    slow body is judged between reads (`readinto` would wait until the whole buffer is filled)."""
+    readinto1 = getattr(body, "readinto1", None)
+    if readinto1 is not None:
+        return readinto1(buffer)
+    data = (getattr(body, "read1", None) or body.read)(len(buffer))
+    buffer[: len(data)] = data
+    return len(data)
 
 
 def close_quietly(body) -> None:
