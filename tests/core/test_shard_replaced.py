@@ -1,9 +1,11 @@
 """Shards replaced under a reader: a local shard cut short, rewritten in place, or replaced by rename
 while `wdsprep.dataset` / `wdsprep.Loader` read it (shards made by `wdsprep convert generic`).
 
-A cut or rewrite is a `ShardError` naming the shard, in the process that reads, with DataLoader
-workers too; every sample delivered before it is one of the input's samples, byte for byte (checked
-against the `.npy` files the shards were converted from, not against anything the reader made).
+A cut, or a rewrite in place (another conversion's shard of the same size copied over it, so that
+only array values differ), is a `ShardError` naming the shard, in the process that reads, with
+DataLoader workers too; every sample delivered before it is one of the input's samples, byte for
+byte (checked against the `.npy` files the shards were converted from, not against anything the
+reader made).
 A shard replaced by rename is read to its end from the file that was opened.
 
 Every case runs in a child process: a reader that maps shards is killed by SIGBUS when the file
@@ -37,11 +39,9 @@ def act():
     shard = args["shard"]
     if args["action"] == "truncate":  # at a page boundary, as a copy growing in blocks leaves it
         os.truncate(shard, os.path.getsize(shard) // 3 // 4096 * 4096)
-    elif args["action"] == "rewrite":  # in place, same size, other bytes (what `cp other shard` leaves)
-        with open(shard, "r+b") as handle:
-            data = handle.read()
-            handle.seek(0)
-            handle.write(bytes(b ^ 0x5A for b in data))
+    elif args["action"] == "rewrite":  # `cp other shard`: in place, the same size and layout, other arrays
+        with open(args["other"], "rb") as source, open(shard, "r+b") as handle:
+            handle.write(source.read())
     elif args["action"] == "rename":
         with open(shard, "rb") as handle:
             data = handle.read()
@@ -75,10 +75,12 @@ def converted(tmp_path_factory):
     from wdsprep.sources.generic import SOURCE
 
     root = tmp_path_factory.mktemp("replaced")
-    SOURCE.synth(str(root / "in"), 0, "small")
-    assert cli.main(["convert", "generic", str(root / "in"), str(root / "out"), "--codec", "none", "--quiet"]) == 0
+    for seed, name in ((0, ""), (1, "-other")):  # the other: the same layout and sizes, other values
+        SOURCE.synth(str(root / f"in{name}"), seed, "small")
+        assert cli.main(["convert", "generic", str(root / f"in{name}"), str(root / f"out{name}"), "--codec", "none", "--quiet"]) == 0
     manifest = Manifest.loads((root / "out" / "manifest.json").read_bytes())
     (row,) = manifest.splits["train"]
+    assert (root / "out-other" / row["name"]).stat().st_size == row["bytes"]
     expected = {}
     for name in os.listdir(root / "in" / "train"):
         if name.endswith(".array.npy"):
@@ -96,7 +98,7 @@ def _read(converted, tmp_path, *, action, buffer=0, workers=0, after=1, patch=No
     for file in os.listdir(out):
         (here / file).write_bytes((out / file).read_bytes())
     args = {"manifest": str(here / "manifest.json"), "shard": str(here / name), "action": action, "buffer": buffer,
-            "workers": workers, "after": after, "patch": patch or {}}
+            "workers": workers, "after": after, "patch": patch or {}, "other": str(out.parent / "out-other" / name)}
     result = subprocess.run([sys.executable, "-c", CHILD, json.dumps(args)], capture_output=True, text=True,
                             timeout=SUBPROCESS)
     assert result.returncode == 0, f"the reader died (rc {result.returncode}):\n{result.stderr[-3000:]}"

@@ -164,6 +164,8 @@ def npy_header_span(prefix: bytes | bytearray | memoryview) -> tuple[int, int]:
         raise FormatError(f"unknown .npy format version {major}" if major is not None else "truncated .npy header")
     if len(prefix) < start:
         raise FormatError(f"truncated .npy header ({len(prefix)} bytes)")
+    if prefix[7]:  # numpy writes and reads versions 1.0, 2.0 and 3.0 only
+        raise FormatError(f"unknown .npy format version {major}.{prefix[7]}")
     return start, int.from_bytes(prefix[8:start], "little")
 
 
@@ -250,8 +252,8 @@ def read_npy(readinto: Callable, leading: int | None = None) -> np.ndarray:
             raise FormatError("a partial read of a Fortran-ordered array")
         shape = (min(leading, shape[0]), *shape[1:])
     array = np.empty(shape, dtype=dtype, order="F" if fortran else "C")
-    if array.size:
-        _read_exact(readinto, memoryview(array.reshape(-1, order="A")).cast("B"), ".npy data")
+    if array.size:  # its bytes in memory order, as uint8 (a memoryview refuses datetime dtypes)
+        _read_exact(readinto, memoryview(array.reshape(-1, order="A").view(np.uint8)), ".npy data")
     return array
 
 
