@@ -115,9 +115,9 @@ def _delivered_are_the_inputs(got, expected):
 
 
 # the read paths of stream/read.py that a change can meet: in order (one buffer reused; a sample
-# larger than the window read straight into its own bytearrays), and through a shuffle buffer
-# (windows kept; a sample read again when its window was dropped: small ones digested again,
-# large ones checked against the file's size and times)
+# larger than the window read straight into its own bytearrays as it is checked), and through a
+# shuffle buffer (windows kept; a sample read and digested again when its window was dropped; a
+# sample larger than the window read and digested only when it is taken)
 PATHS = {
     "in order": dict(buffer=0),
     "in order, samples larger than a window": dict(buffer=0, patch={"WINDOW": 4096}),

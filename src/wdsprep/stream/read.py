@@ -6,18 +6,29 @@ differ from its manifest row raises `ShardError` before its first sample.
 
 - Indexed shards (rows with `index_offset`/`index_bytes`/`index_digest`, see `shards/index.py`):
   the index and the end-of-archive blocks are read first (one read locally, one Range request
-  remotely) and checked against the row. No tar header is parsed after that.
-  Local and cached shards are memory-mapped: `MappedShard.checked()` digests each member's bytes
-  (header, data, padding) where they lie, reading the index's columns in place, then each member's
-  data is copied once into its own bytearray (the one copy; decoders build writable arrays on it
-  without another). With `lazy=True` (the dataset) the check is done as the sample is read but the
-  copy only when `MappedShard.take(i)` is called, so a shuffle buffer of 1,000 samples holds sample
-  numbers (plain ints: no bytes, and nothing the cyclic GC tracks), and each copy lands in memory
-  the previous sample freed. `take_decoded(i)` decodes each member straight from the mapping
-  instead (the dataset's fused `wdsprep.decode()`): the same values as `decode_sample(take(i))`,
-  without the raw sample in between. The mapping is unmapped when its last view goes. A shard must
-  not be truncated in place while mapped (shards are immutable; cache entries are replaced by
-  rename, never rewritten).
+  remotely; one byte more than the row's size is asked for, so a longer shard is caught as well as
+  a shorter) and checked against the row. No tar header is parsed after that.
+  Local and cached shards are read with `os.preadv` from a descriptor of their own (`LocalShard`),
+  never memory-mapped: a mapping turns a shard cut short under a reader into SIGBUS, which kills
+  the process (no Python handler can recover from it), where a read returns short. So a shard cut
+  or rewritten in place while it is read is a `ShardError` naming it (a short read, or a digest
+  that no longer matches), raised in the process or DataLoader worker that reads it, and a shard
+  replaced by rename is read to its end from the file that was opened. `LocalShard.checked()`
+  reads whole samples, `WINDOW` bytes at a time, into buffers it reuses (pooled across shards:
+  fresh memory costs a page fault per 4 KiB) and digests each member where it landed, reading the
+  index's columns in place; each member's data is then copied once into its own bytearray (the one
+  copy; decoders build writable arrays on it without another). With `lazy=True` (the dataset) the
+  check is done as the sample is read but the copy only when `LocalShard.take(i)` is called, so a
+  shuffle buffer of 1,000 samples holds sample numbers (plain ints: nothing the cyclic GC tracks),
+  and each copy lands in memory the previous sample freed; the last `KEEP` bytes read are kept for
+  those takes, and a sample no longer among them is read and digested again. `decode_members(i,
+  members(i), ...)` decodes each member straight from the buffer instead (the dataset's fused
+  `wdsprep.decode()`): the same values as `decode_sample(take(i))`, without the raw sample in
+  between. A sample larger than `WINDOW` is read alone, straight into its members' own bytearrays,
+  and digested there: as `checked()` reaches it when the samples are taken in order, when it is
+  taken otherwise (a shuffle buffer: a second read of a large sample would cost more than it
+  saves), so for such samples the error comes when the sample is taken, still before it is yielded.
+  What is taken is always what was digested.
   Remote shards are read sample by sample: each member's data straight into its own bytearray
   (`readinto`), its header and padding into a scratch block, the three digested as they arrive.
   A mismatch names the shard and the member.
@@ -32,7 +43,6 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-import threading
 from bisect import bisect_right
 from typing import BinaryIO, Iterator
 
@@ -135,29 +145,24 @@ def _preadv(url: str, fd: int, buffers: list, offset: int) -> None:
 
 
 class _Buffers:
-    """Read buffers that LocalShards are done with, for the next ones (fresh memory costs a page
-    fault per 4 KiB, about as much as copying into it): at most `KEEP` bytes, reused by size."""
+    """`WINDOW`-byte read buffers that LocalShards are done with, for the next ones (fresh memory
+    costs a page fault per 4 KiB, about as much as copying into it): at most `KEEP` bytes. Lock-free
+    (a list's append and pop are atomic): `LocalShard.__del__` gives its buffers back, and a
+    finalizer the cyclic GC runs may interrupt any code, including this class's own."""
 
     def __init__(self):
         self.free: list[memoryview] = []
-        self.bytes = 0
-        self.lock = threading.Lock()
 
-    def get(self, length: int) -> memoryview:
-        with self.lock:
-            for n, buffer in enumerate(self.free):
-                if len(buffer) >= length:
-                    del self.free[n]
-                    self.bytes -= len(buffer)
-                    return buffer
-        return memoryview(bytearray(max(length, WINDOW)))
+    def get(self) -> memoryview:
+        try:
+            return self.free.pop()
+        except IndexError:
+            return memoryview(bytearray(WINDOW))
 
     def put(self, buffers) -> None:
-        with self.lock:
-            for buffer in buffers:
-                if self.bytes + len(buffer) <= KEEP:
-                    self.free.append(buffer)
-                    self.bytes += len(buffer)
+        for buffer in buffers:
+            if len(buffer) == WINDOW and len(self.free) * WINDOW < KEEP:
+                self.free.append(buffer)
 
 
 _buffers = _Buffers()
@@ -170,17 +175,18 @@ class LocalShard:
 
     The file is read with `os.preadv` into buffers of its own, never mapped: a shard cut while it
     is read gives a short read and one rewritten gives a digest mismatch, each a `ShardError`
-    naming it (a mapping would fault instead: SIGBUS kills the process). `checked()` reads whole
-    samples, up to `WINDOW` bytes at a time, and digests each member where it landed; `take` copies
-    or decodes from there. A sample larger than `WINDOW` is read alone: taken in order (`in_order`:
-    the dataset without a shuffle buffer) straight into its members' own bytearrays, which `take`
-    hands over (no second copy). Taken in any order (a shuffle buffer holds sample numbers), the
-    last `KEEP` bytes read stay for `take`; a sample no longer there is read again, a small one
-    digested again, a large one (where digesting twice would cost more than reading) refused if
-    the file's size, mtime or ctime changed since it was opened: what is taken is what was checked."""
+    naming it (a mapping would fault instead: SIGBUS kills the process). Samples of up to `WINDOW`
+    bytes are read whole, `WINDOW` bytes at a time, digested where they landed as `checked()` goes,
+    and copied or decoded from there by `take`; taken in order (`in_order`: the dataset without a
+    shuffle buffer) one buffer is reused, taken in any order (a shuffle buffer holds sample
+    numbers) the last `KEEP` bytes read stay, and a sample no longer there is read and digested
+    again. A larger sample is read alone, straight into its members' own bytearrays, and digested
+    there (no second copy): taken in order as `checked()` reaches it, taken in any order when it is
+    taken (`checked()` then checks only that it ends where the next one starts). Either way what is
+    taken is what was digested."""
 
     __slots__ = ("url", "index", "fd", "start", "stop", "plans", "in_order", "keep", "begins", "windows",
-                 "kept", "ready", "limit", "spare", "stamp")
+                 "kept", "ready", "limit", "spare")
 
     def __init__(self, url: str, index: ShardIndex, fd: int, start: int, stop: int, in_order: bool = True):
         self.fd = -1
@@ -188,13 +194,12 @@ class LocalShard:
         self.plans: dict[tuple, tuple] = {}  # (layout, strip, torch) -> ((member, field, decode), ...)
         self.keep = 0 if in_order else KEEP
         self.begins: list[int] = []  # first byte of each window held, oldest first
-        self.windows: list[tuple] = []  # (first byte, end byte, memoryview of its buffer)
+        self.windows: list[tuple] = []  # (first byte, end byte, its WINDOW-byte buffer)
         self.kept = 0
         self.ready: tuple | None = None  # (i, members): a large sample read straight into its bytearrays
-        self.spare: memoryview | None = None  # where a sample that is not kept is read
+        self.spare: memoryview | None = None  # where a small sample no longer held is read again
         self.limit = index.sample_end(stop - 1)
         self.fd = os.dup(fd)
-        self.stamp = _stamp(os.fstat(self.fd))
 
     def __del__(self):
         if self.fd >= 0:
@@ -212,40 +217,26 @@ class LocalShard:
         end = offsets[j - 1] if j - 1 > i else self.index.sample_end(i)  # samples i..j-2 end within it
         if j == self.stop and self.limit <= begin + WINDOW:
             end = self.limit
-        length = end - begin
         buffer = None
-        while self.windows and self.kept + length > self.keep:
+        while self.windows and self.kept + WINDOW > self.keep:
             old = self.windows.pop(0)[2]
             del self.begins[0]
-            self.kept -= len(old)
-            if buffer is None and len(old) >= length:
+            self.kept -= WINDOW
+            if buffer is None:
                 buffer = old
             else:
                 _buffers.put([old])
         if buffer is None:
-            buffer = _buffers.get(length)
-        _preadv(self.url, self.fd, [buffer[:length]], begin)
+            buffer = _buffers.get()
+        _preadv(self.url, self.fd, [buffer[: end - begin]], begin)
         window = (begin, end, buffer)
         self.begins.append(begin)
         self.windows.append(window)
-        self.kept += len(buffer)
+        self.kept += WINDOW
         return window
 
-    def _alone(self, i: int) -> memoryview:
-        """Sample i read into the spare buffer (a sample not kept in a window)."""
-        at = self.index.offsets[i]
-        span = self.index.sample_end(i) - at
-        spare = self.spare
-        if spare is None or len(spare) < span:
-            if spare is not None:
-                _buffers.put([spare])
-            spare = self.spare = _buffers.get(span)
-        _preadv(self.url, self.fd, [spare[:span]], at)
-        return spare
-
-    def _direct(self, i: int, check: bool) -> list:
-        """Sample i's members read straight into their own bytearrays (one preadv); digested when
-        `check`, else refused if the file changed since it was opened."""
+    def _direct(self, i: int) -> list:
+        """Sample i's members read straight into their own bytearrays (one preadv) and digested."""
         index = self.index
         k, names = index.first[i], index.names(i)
         scratch = memoryview(bytearray(2 * BLOCK * len(names)))
@@ -256,10 +247,6 @@ class LocalShard:
             buffers += (scratch[2 * m * BLOCK : (2 * m + 1) * BLOCK], memoryview(data),
                         scratch[(2 * m + 1) * BLOCK : (2 * m + 1) * BLOCK + (-size % BLOCK)])
         _preadv(self.url, self.fd, buffers, index.offsets[i])
-        if not check:
-            if _stamp(os.fstat(self.fd)) != self.stamp:
-                raise ShardError(self.url, "shard changed while being read (its size or modification time differ)")
-            return members
         for m, name in enumerate(names):
             digest = xxh3_64()
             for part in buffers[3 * m : 3 * m + 3]:
@@ -295,11 +282,14 @@ class LocalShard:
             begin, end, view = self.windows[w]
             if at < end:
                 return view, at - begin
-        if index.sample_end(i) - at > WINDOW:
-            return self._direct(i, check=False), None
-        spare = self._alone(i)
-        self._check(i, spare, 0)
-        return spare, 0
+        span = index.sample_end(i) - at
+        if span > WINDOW:
+            return self._direct(i), None
+        if self.spare is None:
+            self.spare = _buffers.get()
+        _preadv(self.url, self.fd, [self.spare[:span]], at)
+        self._check(i, self.spare, 0)
+        return self.spare, 0
 
     def checked(self, tag: int = 0) -> Iterator[int]:
         """`tag | i` for each sample i, once every byte it occupies (each member's header, data and
@@ -314,11 +304,10 @@ class LocalShard:
             if at >= end:  # windows hold whole samples: sample i is in the current one or in none
                 if next_at - at <= WINDOW:
                     begin, end, view = self._window(i)
-                elif self.in_order:
-                    self.ready = (i, self._direct(i, check=True))
+                else:  # read alone: now when taken in order, else when taken
+                    if self.in_order:
+                        self.ready = (i, self._direct(i))
                     begin, end, view = at, 0, None
-                else:
-                    begin, end, view = at, 0, self._alone(i)
             if view is not None:
                 at = begin + check(i, view, at - begin)
             else:
@@ -450,7 +439,3 @@ def _hashed(url: str, row: dict, start: int, stop: int, stream: BinaryIO) -> Ite
         raise ShardError(url, "sha256 differs from the manifest row (corrupt or changed shard)")
     if held is not None:
         yield held
-
-
-def _stamp(info: os.stat_result) -> tuple:
-    return info.st_size, info.st_mtime_ns, info.st_ctime_ns
