@@ -138,7 +138,9 @@ def test_a_shard_cut_or_rewritten_while_it_is_read_is_a_shard_error_naming_it(co
 
 def test_with_dataloader_workers_the_error_names_the_shard_not_shared_memory(converted, tmp_path):
     got, error, name = _read(converted, tmp_path, action="truncate", workers=2, after=4)
-    assert error is not None and name in error and "cut or rewritten while being read" in error, error
+    # raised in the worker that met the cut (mid-read, or on opening the shard: its index is gone)
+    assert error is not None and "ShardError" in error, error
+    assert f"{name}: " in error and ("cut or rewritten while being read" in error or "__wdsprep_index__" in error), error
     _delivered_are_the_inputs(got, converted[2])
 
 
