@@ -177,7 +177,7 @@ MUTATIONS = [
              ("tests/objectstore/test_objectstore_stream.py", "tests/objectstore")),
     Mutation("reread-sample-not-redigested", "a sample read again for a shuffle buffer is not digested again (a shard rewritten in between is yielded)",
              "src/wdsprep/stream/read.py",
-             (("        self._check(i, spare, 0)\n", ""),),
+             (("        self._check(i, self.spare, 0)\n", ""),),
              REPLACED),
     Mutation("large-sample-not-digested", "a sample larger than a read window is not digested (read alone, straight into its bytearrays)",
              "src/wdsprep/stream/read.py",
