@@ -20,11 +20,11 @@ differ from its manifest row raises `ShardError` before its first sample.
   copy; decoders build writable arrays on it without another). With `lazy=True` (the dataset) the
   check is done as the sample is read but the copy only when `LocalShard.take(i)` is called, so a
   shuffle buffer of 1,000 samples holds sample numbers (plain ints: nothing the cyclic GC tracks),
-  and each copy lands in memory the previous sample freed; the last `KEEP` bytes read are kept for
-  those takes, and a sample no longer among them is read and digested again. `decode_members(i,
-  members(i), ...)` decodes each member straight from the buffer instead (the dataset's fused
-  `wdsprep.decode()`): the same values as `decode_sample(take(i))`, without the raw sample in
-  between. A sample larger than `WINDOW` is read alone, straight into its members' own bytearrays,
+  and each copy lands in memory the previous sample freed; the windows of the last `KEEP` bytes
+  read are kept for those takes, and a sample no longer among them is read and digested again.
+  `decode_members(i, members(i), ...)` decodes each member straight from the buffer instead (the
+  dataset's fused `wdsprep.decode()`): the same values as `decode_sample(take(i))`, without the raw
+  sample in between. A sample larger than `WINDOW` is read alone, straight into its members' own bytearrays,
   and digested there: as `checked()` reaches it when the samples are taken in order, when it is
   taken otherwise (a shuffle buffer: a second read of a large sample would cost more than it
   saves), so for such samples the error comes when the sample is taken, still before it is yielded.
@@ -117,7 +117,7 @@ def _indexed(url: str, row: dict, start: int, stop: int, stream: BinaryIO, lazy:
 
 
 WINDOW = 256 << 10  # bytes of a local shard read at a time: whole samples; a larger sample is read alone
-KEEP = 16 << 20  # bytes of checked samples a LocalShard taken in any order holds for `take` (and pools)
+KEEP = 16 << 20  # bytes of read windows a LocalShard taken in any order keeps for `take` (and the pool keeps)
 IOV_MAX = 1020  # buffers per preadv call (the kernel allows 1024)
 
 
@@ -179,14 +179,14 @@ class LocalShard:
     bytes are read whole, `WINDOW` bytes at a time, digested where they landed as `checked()` goes,
     and copied or decoded from there by `take`; taken in order (`in_order`: the dataset without a
     shuffle buffer) one buffer is reused, taken in any order (a shuffle buffer holds sample
-    numbers) the last `KEEP` bytes read stay, and a sample no longer there is read and digested
-    again. A larger sample is read alone, straight into its members' own bytearrays, and digested
-    there (no second copy): taken in order as `checked()` reaches it, taken in any order when it is
-    taken (`checked()` then checks only that it ends where the next one starts). Either way what is
-    taken is what was digested."""
+    numbers) the windows of the last `KEEP` bytes read stay. A larger sample, and a small one whose
+    window was dropped, is read alone, straight into its members' own bytearrays, and digested
+    there (no second copy): a large one taken in order as `checked()` reaches it, otherwise when it
+    is taken (`checked()` then checks only that it ends where the next one starts). Either way what
+    is taken is what was digested."""
 
     __slots__ = ("url", "index", "fd", "start", "stop", "plans", "in_order", "keep", "begins", "windows",
-                 "kept", "ready", "limit", "spare")
+                 "kept", "ready", "limit")
 
     def __init__(self, url: str, index: ShardIndex, fd: int, start: int, stop: int, in_order: bool = True):
         self.fd = -1
@@ -197,7 +197,6 @@ class LocalShard:
         self.windows: list[tuple] = []  # (first byte, end byte, its WINDOW-byte buffer)
         self.kept = 0
         self.ready: tuple | None = None  # (i, members): a large sample read straight into its bytearrays
-        self.spare: memoryview | None = None  # where a small sample no longer held is read again
         self.limit = index.sample_end(stop - 1)
         self.fd = os.dup(fd)
 
@@ -205,7 +204,7 @@ class LocalShard:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
-        _buffers.put([window[2] for window in self.windows] + ([self.spare] if self.spare is not None else []))
+        _buffers.put([window[2] for window in self.windows])
 
     # -- reading
     def _window(self, i: int) -> tuple:
@@ -255,51 +254,31 @@ class LocalShard:
                 raise ShardError(self.url, f"member {index.keys[i]}.{name}: corrupt (its header, data or padding differ from the shard's index)")
         return members
 
-    def _check(self, i: int, view: memoryview, at: int) -> int:
-        """Digest sample i's members, whose first header is at `at` in `view`; where they end."""
-        index = self.index
-        first, sizes, digests = index.first, index.sizes, index.digests
-        for k in range(first[i], first[i + 1]):
-            size = sizes[k]
-            end = at + BLOCK + size + (-size % BLOCK)
-            if digest_of(view[at:end]) != digests[k]:
-                raise ShardError(self.url, f"member {index.keys[i]}.{index.names(i)[k - first[i]]}: corrupt "
-                                           "(its header, data or padding differ from the shard's index)")
-            at = end
-        return at
-
     def members(self, i: int) -> tuple:
-        """Sample i's bytes: (buffer, where its first header is in it), or (its members' own
+        """Sample i's bytes: (a buffer, where its first header is in it), or (its members' own
         bytearrays, None)."""
         ready = self.ready
         if ready is not None and ready[0] == i:
             self.ready = None
             return ready[1], None
-        index = self.index
-        at = index.offsets[i]
+        at = self.index.offsets[i]
         w = bisect_right(self.begins, at) - 1
         if w >= 0:
             begin, end, view = self.windows[w]
             if at < end:
                 return view, at - begin
-        span = index.sample_end(i) - at
-        if span > WINDOW:
-            return self._direct(i), None
-        if self.spare is None:
-            self.spare = _buffers.get()
-        _preadv(self.url, self.fd, [self.spare[:span]], at)
-        self._check(i, self.spare, 0)
-        return self.spare, 0
+        return self._direct(i), None  # read alone and digested: large, or its window was dropped
 
     def checked(self, tag: int = 0) -> Iterator[int]:
         """`tag | i` for each sample i, once every byte it occupies (each member's header, data and
         padding) matched its digest in the index, and the sample ends where the next one starts."""
-        index, url, offsets, check = self.index, self.url, self.index.offsets, self._check
-        count = len(offsets)
+        index, url = self.index, self.url
+        offsets, first, sizes, digests = index.offsets, index.first, index.sizes, index.digests
+        count, k = len(offsets), first[self.start]
         begin = end = 0
         view = None
         for i in range(self.start, self.stop):
-            at = offsets[i]
+            at, last = offsets[i], first[i + 1]
             next_at = offsets[i + 1] if i + 1 < count else index.index_offset
             if at >= end:  # windows hold whole samples: sample i is in the current one or in none
                 if next_at - at <= WINDOW:
@@ -307,11 +286,19 @@ class LocalShard:
                 else:  # read alone: now when taken in order, else when taken
                     if self.in_order:
                         self.ready = (i, self._direct(i))
-                    begin, end, view = at, 0, None
-            if view is not None:
-                at = begin + check(i, view, at - begin)
-            else:
-                at += sum(map(member_span, index.sizes[index.first[i] : index.first[i + 1]]))
+                    at += sum(map(member_span, sizes[k:last]))
+                    k, end = last, 0
+            if k < last:
+                at -= begin
+                while k < last:
+                    size = sizes[k]
+                    stop = at + BLOCK + size + (-size % BLOCK)
+                    if digest_of(view[at:stop]) != digests[k]:
+                        name = index.names(i)[k - first[i]]
+                        raise ShardError(url, f"member {index.keys[i]}.{name}: corrupt (its header, data or padding differ from the shard's index)")
+                    at = stop
+                    k += 1
+                at += begin
             if at != next_at:
                 raise ShardError(url, f"index: sample {index.keys[i]!r} ends at byte {at}, the next one starts at {next_at}")
             yield tag | i
