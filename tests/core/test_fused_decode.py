@@ -116,6 +116,39 @@ def test_the_fused_decode_matches_tarfile_numpy_and_msgpack(counted_shards):
         np.testing.assert_array_equal(again[key]["value"], reference["value"])
 
 
+READ_PATHS = {  # stream/read.py's read paths for local shards, forced on tiny shards
+    "windows": {},
+    "windows dropped before the take": {"KEEP": 0},
+    "samples read alone": {"WINDOW": 512},
+}
+
+
+@pytest.mark.parametrize("path", sorted(READ_PATHS))
+@pytest.mark.parametrize("shuffle_buffer", [0, 4])
+def test_every_local_read_path_gives_what_tarfile_and_numpy_read(counted_shards, monkeypatch, path, shuffle_buffer):
+    import wdsprep.stream.read as read
+
+    for name, value in READ_PATHS[path].items():
+        monkeypatch.setattr(read, name, value)
+    manifest = counted_shards([9, 4, 7], codec="none")
+    root = manifest.rsplit("/", 1)[0]
+    expected = {}
+    for row in Manifest.loads(open(manifest, "rb").read()).splits["train"]:
+        with tarfile.open(f"{root}/{row['name']}") as archive:
+            for member in archive.getmembers():
+                if not member.name.startswith("__") and member.name.endswith(".npy"):
+                    expected[member.name.split(".")[0]] = np.load(io.BytesIO(archive.extractfile(member).read()))
+    fused, staged = _pair(manifest, {"strip": True}, shuffle_buffer=shuffle_buffer, equalize=None, seed=1)
+    for pipeline in (fused, staged):
+        got = {s["__key__"]: s["value"] for s in pipeline}
+        assert sorted(got) == sorted(expected)
+        for key, value in got.items():
+            np.testing.assert_array_equal(value, expected[key], err_msg=key)
+    raw = {s["__key__"]: s for s in wdsprep.dataset(manifest, "train", shuffle_buffer=shuffle_buffer, equalize=None)}
+    assert {key: np.load(io.BytesIO(bytes(s["value.npy"]))).tolist() for key, s in raw.items()} == {
+        key: value.tolist() for key, value in expected.items()}
+
+
 def test_torch_and_kept_extensions_fuse_the_same(counted_shards):
     manifest = counted_shards([4, 3], codec="zstd")
     for decode_args in ({"torch": True, "strip": True}, {"torch": True}, {}):

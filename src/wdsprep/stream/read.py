@@ -154,10 +154,14 @@ class _Buffers:
         self.free: list[memoryview] = []
 
     def get(self) -> memoryview:
-        try:
-            return self.free.pop()
-        except IndexError:
-            return memoryview(bytearray(WINDOW))
+        while self.free:
+            try:
+                buffer = self.free.pop()
+            except IndexError:  # taken meanwhile by another thread
+                break
+            if len(buffer) >= WINDOW:
+                return buffer
+        return memoryview(bytearray(WINDOW))
 
     def put(self, buffers) -> None:
         for buffer in buffers:
