@@ -116,28 +116,46 @@ def test_the_fused_decode_matches_tarfile_numpy_and_msgpack(counted_shards):
         np.testing.assert_array_equal(again[key]["value"], reference["value"])
 
 
-READ_PATHS = {  # stream/read.py's read paths for local shards, forced on tiny shards
-    "windows": {},
-    "windows dropped before the take": {"KEEP": 0},
-    "samples read alone": {"WINDOW": 512},
+READ_PATHS = {  # stream/read.py's read paths for local shards, forced on small shards (2 KiB window)
+    "windows": {"WINDOW": 2048},
+    "windows dropped before the take": {"WINDOW": 2048, "KEEP": 0},
 }
 
 
+@pytest.fixture(scope="module")
+def mixed_sizes(tmp_path_factory):
+    """Two shards whose samples alternate between smaller and larger than a 2 KiB window."""
+    directory = tmp_path_factory.mktemp("mixed")
+    rows = []
+    for shard in range(2):
+        writer = ShardWriter(str(directory), f"train-{shard:05d}", shard_bytes=1 << 40, encoder=Encoder("none"))
+        with writer:
+            for i in range(11):
+                size = 3000 if (i + shard) % 3 == 0 else 40
+                writer.write(f"s{shard}x{i:02d}", {"value": np.arange(size, dtype=np.int16) * (i + 1), "meta": {"i": i}})
+        rows += [r.as_dict() for r in writer.rows]
+    (directory / "manifest.json").write_bytes(Manifest("t", {}, "fp", {"train": rows}).dumps())
+    expected = {}
+    for row in rows:
+        with tarfile.open(directory / row["name"]) as archive:
+            for member in archive.getmembers():
+                if member.name.endswith(".npy"):
+                    expected[member.name.split(".")[0]] = np.load(io.BytesIO(archive.extractfile(member).read()))
+    return str(directory / "manifest.json"), expected
+
+
 @pytest.mark.parametrize("path", sorted(READ_PATHS))
-@pytest.mark.parametrize("shuffle_buffer", [0, 4])
-def test_every_local_read_path_gives_what_tarfile_and_numpy_read(counted_shards, monkeypatch, path, shuffle_buffer):
+@pytest.mark.parametrize("shuffle_buffer", [0, 4, 30])
+def test_every_local_read_path_gives_what_tarfile_and_numpy_read(mixed_sizes, monkeypatch, path, shuffle_buffer):
+    """Samples inside read windows, samples read alone (larger than a window) between them, and
+    samples read again because their window was dropped: fused, staged and raw, the values tarfile
+    and numpy read."""
     import wdsprep.stream.read as read
 
     for name, value in READ_PATHS[path].items():
         monkeypatch.setattr(read, name, value)
-    manifest = counted_shards([9, 4, 7], codec="none")
-    root = manifest.rsplit("/", 1)[0]
-    expected = {}
-    for row in Manifest.loads(open(manifest, "rb").read()).splits["train"]:
-        with tarfile.open(f"{root}/{row['name']}") as archive:
-            for member in archive.getmembers():
-                if not member.name.startswith("__") and member.name.endswith(".npy"):
-                    expected[member.name.split(".")[0]] = np.load(io.BytesIO(archive.extractfile(member).read()))
+    manifest, expected = mixed_sizes
+    assert {len(v) > 1000 for v in expected.values()} == {True, False}
     fused, staged = _pair(manifest, {"strip": True}, shuffle_buffer=shuffle_buffer, equalize=None, seed=1)
     for pipeline in (fused, staged):
         got = {s["__key__"]: s["value"] for s in pipeline}
