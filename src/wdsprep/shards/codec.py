@@ -387,7 +387,7 @@ _MEMBER_DECODERS: dict[tuple, tuple[str, Callable]] = {}  # (member, strip, torc
 
 def member_decoder(name: str, strip: bool = True, torch: bool = False) -> tuple[str, Callable]:
     """(field name, raw bytes -> value) for members named `name`; names repeat in every sample: cached.
-    The function takes bytes, a bytearray or a memoryview (e.g. into a mapped shard) and returns a
+    The function takes bytes, a bytearray or a memoryview (e.g. into a shard's read buffer) and returns a
     value that does not keep a memoryview (decoders copy what they keep; undecoded bytes are copied
     into a bytearray); it raises one of `DECODE_ERRORS` on bytes that do not decode."""
     found = _MEMBER_DECODERS.get((name, strip, torch))
@@ -437,7 +437,7 @@ def decode_sample(sample: dict, *, strip: bool = True, torch: bool = False) -> d
 
 class Decode:
     """The `wdsprep.decode()` pipeline stage. Placed right after `wdsprep.dataset(...)`, the dataset
-    runs it fused into its reader (`decode_member` on each member where it lies in a mapped shard,
+    runs it fused into its reader (each member decoded where it lies in the shard's read buffer,
     no raw sample in between); anywhere else it maps raw samples with `decode_sample`. Both give
     the same samples, and a sample that does not decode goes to `handler` either way."""
 

@@ -80,9 +80,10 @@ def read_samples(url: str, row: dict, start: int, stop: int, stream: BinaryIO, *
                  in_order: bool = True) -> Iterator:
     """Raw samples `start` to `stop` (exclusive) of the shard `row` describes, read from `stream`.
 
-    With `lazy`, a mapped (local or cached) shard yields one `MappedShard` and nothing else: its
-    `checked()` yields each sample's number (an int) once its bytes are checked, and `take(number)`
-    copies it out when wanted. Samples read from a stream are dicts either way.
+    With `lazy`, a local (or cached) shard yields one `LocalShard` and nothing else: its `checked()`
+    yields each sample's number (an int) once its bytes are checked, and `take(number)` copies it
+    out when wanted; `in_order` says the numbers are taken in the order they come, each before the
+    next is asked for (no shuffle buffer). Samples read from a stream are dicts either way.
     """
     if has_index(row):
         return _indexed(url, row, start, stop, stream, lazy, in_order)
