@@ -215,6 +215,28 @@ def test_a_shard_cut_inside_its_end_blocks_is_an_error_naming_it(tmp_path):
     _cut_and_read(manifest, path, whole, range(len(whole) - 2 * BLOCK, len(whole)))
 
 
+@pytest.mark.parametrize("extra", [1, 511, 512, 1024, 4096])
+def test_a_shard_longer_than_its_row_is_an_error_naming_it(tmp_path, extra):
+    """Bytes after the end blocks (a shard appended to, or a longer file copied over it): every sample
+    is intact but the file is not the one its row describes; refused before the first sample, locally
+    and over HTTP, also where the read starts inside the shard."""
+    from wdsprep.testing import RangeHTTPServer
+
+    manifest, path, row = one_shard(tmp_path, [5, 600, 7])
+    with open(path, "ab") as handle:
+        handle.write(b"\0" * (extra - 1) + b"x")
+    assert path.stat().st_size == row.bytes + extra
+    for shuffle_buffer in (0, 2):
+        with pytest.raises(wdsprep.ShardError, match=path.name):
+            list(wdsprep.dataset(manifest, "train", shuffle_shards=False, equalize=None, shuffle_buffer=shuffle_buffer))
+    second = wdsprep.dataset(manifest, "train", shuffle_shards=False, equalize=None, rank=1, world_size=2)
+    with pytest.raises(wdsprep.ShardError, match=path.name):
+        list(second)
+    with RangeHTTPServer(tmp_path) as server:
+        with pytest.raises(wdsprep.ShardError, match=path.name):
+            list(wdsprep.dataset(server.url_of("manifest.json"), "train", shuffle_shards=False, equalize=None))
+
+
 def test_a_shard_cut_inside_a_member_is_an_error_also_where_reading_seeks_over_it(tmp_path):
     """A resumed reader (or a worker starting mid-shard) passes over the first samples without reading
     their data; a cut inside any member, skipped or read, is still an error naming the shard.

@@ -1,5 +1,5 @@
 """`wdsprep.decode()` placed right after `wdsprep.dataset(...)` runs fused into the reader
-(`MappedShard.take_decoded`): it must give exactly what the stage gives when it runs on its own
+(`LocalShard.decode_members`): it must give exactly what the stage gives when it runs on its own
 (the reference: the same stage behind an identity stage, which is never fused), checked here
 sample by sample and position by position, plus against `tarfile` + `numpy.load` + msgpack."""
 import io
@@ -18,7 +18,7 @@ from wdsprep.errors import ShardError
 from wdsprep.shards.codec import Encoder
 from wdsprep.shards.manifest import Manifest
 from wdsprep.shards.writer import ShardWriter
-from wdsprep.stream.read import MappedShard
+from wdsprep.stream.read import LocalShard
 
 
 def _identity(source):
@@ -78,11 +78,11 @@ def test_the_fused_decode_gives_what_the_stage_gives(counted_shards, counts, shu
 
 
 def test_the_fused_decode_is_the_path_taken(counted_shards, monkeypatch):
-    """A spy on `take_decoded`: every sample of the fused pipeline comes from it, none of the staged one's."""
+    """A spy on `decode_members`: every sample of the fused pipeline comes from it, none of the staged one's."""
     manifest = counted_shards([5, 4, 6])
     calls = []
-    original = MappedShard.take_decoded
-    monkeypatch.setattr(MappedShard, "take_decoded", lambda self, *args: calls.append(args[0]) or original(self, *args))
+    original = LocalShard.decode_members
+    monkeypatch.setattr(LocalShard, "decode_members", lambda self, *args: calls.append(args[0]) or original(self, *args))
     for shuffle_buffer in (0, 4):
         fused, staged = _pair(manifest, {"strip": True}, shuffle_buffer=shuffle_buffer, equalize=None)
         calls.clear()
@@ -114,6 +114,57 @@ def test_the_fused_decode_matches_tarfile_numpy_and_msgpack(counted_shards):
     assert len(again) == 8
     for key, reference in expected.items():
         np.testing.assert_array_equal(again[key]["value"], reference["value"])
+
+
+READ_PATHS = {  # stream/read.py's read paths for local shards, forced on small shards (2 KiB window)
+    "windows": {"WINDOW": 2048},
+    "windows dropped before the take": {"WINDOW": 2048, "KEEP": 0},
+}
+
+
+@pytest.fixture(scope="module")
+def mixed_sizes(tmp_path_factory):
+    """Two shards whose samples alternate between smaller and larger than a 2 KiB window."""
+    directory = tmp_path_factory.mktemp("mixed")
+    rows = []
+    for shard in range(2):
+        writer = ShardWriter(str(directory), f"train-{shard:05d}", shard_bytes=1 << 40, encoder=Encoder("none"))
+        with writer:
+            for i in range(11):
+                size = 3000 if (i + shard) % 3 == 0 else 40
+                writer.write(f"s{shard}x{i:02d}", {"value": np.arange(size, dtype=np.int16) * (i + 1), "meta": {"i": i}})
+        rows += [r.as_dict() for r in writer.rows]
+    (directory / "manifest.json").write_bytes(Manifest("t", {}, "fp", {"train": rows}).dumps())
+    expected = {}
+    for row in rows:
+        with tarfile.open(directory / row["name"]) as archive:
+            for member in archive.getmembers():
+                if member.name.endswith(".npy"):
+                    expected[member.name.split(".")[0]] = np.load(io.BytesIO(archive.extractfile(member).read()))
+    return str(directory / "manifest.json"), expected
+
+
+@pytest.mark.parametrize("path", sorted(READ_PATHS))
+@pytest.mark.parametrize("shuffle_buffer", [0, 4, 30])
+def test_every_local_read_path_gives_what_tarfile_and_numpy_read(mixed_sizes, monkeypatch, path, shuffle_buffer):
+    """Samples inside read windows, samples read alone (larger than a window) between them, and
+    samples read again because their window was dropped: fused, staged and raw, the values tarfile
+    and numpy read."""
+    import wdsprep.stream.read as read
+
+    for name, value in READ_PATHS[path].items():
+        monkeypatch.setattr(read, name, value)
+    manifest, expected = mixed_sizes
+    assert {len(v) > 1000 for v in expected.values()} == {True, False}
+    fused, staged = _pair(manifest, {"strip": True}, shuffle_buffer=shuffle_buffer, equalize=None, seed=1)
+    for pipeline in (fused, staged):
+        got = {s["__key__"]: s["value"] for s in pipeline}
+        assert sorted(got) == sorted(expected)
+        for key, value in got.items():
+            np.testing.assert_array_equal(value, expected[key], err_msg=key)
+    raw = {s["__key__"]: s for s in wdsprep.dataset(manifest, "train", shuffle_buffer=shuffle_buffer, equalize=None)}
+    assert {key: np.load(io.BytesIO(bytes(s["value.npy"]))).tolist() for key, s in raw.items()} == {
+        key: value.tolist() for key, value in expected.items()}
 
 
 def test_torch_and_kept_extensions_fuse_the_same(counted_shards):

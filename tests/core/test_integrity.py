@@ -143,7 +143,7 @@ def test_every_corrupted_byte_class_is_a_shard_error_locally(corrupted):
 
 
 def test_every_corrupted_byte_class_is_a_shard_error_through_the_shuffle_buffer(corrupted):
-    """The shuffle buffer holds samples of mapped shards as offsets and copies them out later: they
+    """The shuffle buffer holds samples of local shards as numbers and copies them out later: they
     are checked on entering it, so a corrupt sample still stops the stream before it is yielded."""
     root, cases = corrupted
     assert len(cases) >= 30

@@ -36,6 +36,9 @@ ORACLE = ("tests/core/test_plan_oracle.py", "tests/core")
 FORMAT = ("tests/core/test_format_oracle.py", "tests/core")
 CONVERSION = ("tests/core/test_conversion_oracle.py", "tests/core")
 UPLOAD = ("tests/objectstore/test_upload_oracle.py", "tests/objectstore")
+LOADER = ("tests/core/test_loader_oracle.py", "tests/core")
+NPY = ("tests/core/test_npy_oracle.py", "tests/core")
+REPLACED = ("tests/core/test_shard_replaced.py", "tests/core")
 
 MUTATIONS = [
     # -- the stream plan
@@ -365,4 +368,49 @@ MUTATIONS = [
              "src/wdsprep/sources/minecraft/native.py",
              (("    except Exception as error:  # numpy's header parser raises ValueError, EOFError, SyntaxError, TokenError...",
                "    except (ValueError, EOFError, SyntaxError) as error:"),), ("tests/minecraft/test_minecraft_bad_inputs.py",)),
+    # -- issue 24, items 5-6: shards replaced under a reader, remote reads too slow, and the planted
+    # bugs the tests once walked through (loader resume order, epochs, .npy members, shard tails, uploads)
+    Mutation("loader-rotation-reversed", "wdsprep.Loader restores its workers in the wrong order on resume (visible with 3+ workers)",
+             "src/wdsprep/stream/loader.py",
+             (("logical = (slot + self.rotation) % self.num_workers", "logical = (slot - self.rotation) % self.num_workers"),),
+             LOADER),
+    Mutation("loader-positions-kept-past-epoch", "wdsprep.Loader's state after an epoch's loop keeps that epoch's positions (the next epoch resumes at its end)",
+             "src/wdsprep/stream/loader.py",
+             (("        self._positions = {}\n        self._levels = []\n        self._next_worker = 0\n\n    def state_dict",
+               "        self._levels = []\n        self._next_worker = 0\n\n    def state_dict"),),
+             LOADER),
+    Mutation("state-at-epoch-end-not-next-epoch", "a dataset's state saved at the very end of an epoch resumes at the end of the next one",
+             DATASET,
+             (("            self._counter = None  # the state now points at the start of the next epoch", "            pass"),),
+             LOADER),
+    Mutation("single-rank-epoch-not-restored", "a single rank's saved state does not restore its epoch",
+             DATASET,
+             (('            self.epoch = int(first["epoch"])\n            self._levels', "            self._levels"),),
+             LOADER),
+    Mutation("npy-byte-order-ignored", ".npy members with a non-native byte order read as native", "src/wdsprep/shards/codec.py",
+             (('dtype = np.dtype(meta["descr"])', 'dtype = np.dtype(meta["descr"]).newbyteorder("=")'),),
+             NPY),
+    Mutation("npy-magic-first-byte-only", "the .npy magic check looks at its first byte only", "src/wdsprep/shards/codec.py",
+             (("if bytes(prefix[:6]) != NPY_MAGIC:", "if bytes(prefix[:1]) != NPY_MAGIC[:1]:"),),
+             NPY),
+    Mutation("shard-longer-than-row-silent", "a shard longer than its manifest row (bytes after the end blocks) is read without a word",
+             "src/wdsprep/stream/read.py",
+             (('row["bytes"] - row["index_offset"] + 1', 'row["bytes"] - row["index_offset"]'),),
+             FORMAT),
+    Mutation("store-upload-in-place", "Store.upload_file writes the object's final name in place (cleaned up on failure)",
+             "src/wdsprep/storage/base.py",
+             (('temporary = os.path.join(self.staging_dir(), f".{name}.{secrets.token_hex(4)}.tmp")',
+               "temporary = os.path.join(self.staging_dir(), name)"),),
+             UPLOAD),
+    Mutation("slow-stream-never-fails", "a remote body trickling below the rate floor is never given up", "src/wdsprep/storage/resuming.py",
+             (("if received >= self.rate * waited:", "if True:"),),
+             ("tests/objectstore/test_objectstore_stream.py", "tests/objectstore")),
+    Mutation("dropped-window-served", "a sample whose read window was dropped is taken from another window",
+             "src/wdsprep/stream/read.py",
+             (("            if at < end:\n                return view, at - begin", "            if True:\n                return view, at - begin"),),
+             ("tests/core/test_fused_decode.py", "tests/core")),
+    Mutation("large-sample-not-digested", "a sample larger than a read window is not digested (read alone, straight into its bytearrays)",
+             "src/wdsprep/stream/read.py",
+             (("            if digest.intdigest() != index.digests[k + m]:", "            if False:"),),
+             REPLACED),
 ]

@@ -23,8 +23,10 @@ def s3(s3_server, monkeypatch):
     s3_server.faults.gate = None
     s3_server.faults.drops.clear()
     s3_server.faults.put_faults.clear()
+    s3_server.faults.trickles.clear()
     yield s3_server
     s3_server.faults.gate = None
+    s3_server.faults.trickles.clear()
 
 
 @pytest.fixture

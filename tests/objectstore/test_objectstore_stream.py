@@ -1,12 +1,14 @@
 """Streaming shards from http:// and s3://: Range resume after a dropped connection, clear errors,
-plain webdataset over s3://."""
+a floor on the rate a body arrives at, plain webdataset over s3://."""
 import json
+import threading
+import time
 
 import pytest
 import webdataset as wds
 
 import wdsprep
-from tests.timeouts import SUBPROCESS
+from tests.timeouts import EVENT, SUBPROCESS
 from wdsprep.errors import ShardError
 from wdsprep.shards.tarformat import iter_samples
 from wdsprep.storage import gopen, resuming
@@ -176,3 +178,74 @@ def test_a_server_that_never_answers_is_given_up_after_its_retries(monkeypatch):
         url = f"http://127.0.0.1:{silent.getsockname()[1]}/x.tar"
         with pytest.raises(ShardError, match=f"{url}: giving up after 2 attempts"):
             resuming.ResumingStream(url, http_open_at(url), retries=1)
+
+
+def _read_in_thread(make):
+    """`list(make())` in a thread: (result or raised exception), or a failed test when it has not
+    ended after EVENT seconds (a read that never ends must fail, not hang the session)."""
+    outcome = []
+
+    def run():
+        try:
+            outcome.append(list(make()))
+        except Exception as error:  # noqa: BLE001 -- handed to the test
+            outcome.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(EVENT)
+    assert outcome, f"the read had not ended after {EVENT:.0f} s"
+    return outcome[0]
+
+
+@pytest.mark.parametrize("scheme", ["http", "s3"])
+def test_a_server_that_trickles_bytes_ends_in_one_error(monkeypatch, http_server, s3, bucket, generic_shards, scheme):
+    """A body that never stops arriving but comes at 100 bytes/s: each window of waiting below the
+    floor re-requests the rest (like a dropped connection), and after `retries` such windows in a
+    row the read fails with one error naming the URL and the rate (the per-read timeout alone
+    never fires: a byte comes every 0.1 s)."""
+    monkeypatch.setattr(resuming, "MIN_RATE", 2000.0)
+    monkeypatch.setattr(resuming, "RATE_WINDOW", 0.5)
+    name = _rows(generic_shards)[1]["name"]
+    if scheme == "http":
+        manifest, url = http_server.url_of("manifest.json"), http_server.url_of(name)
+        http_server.trickle(name, 100)
+    else:
+        upload(str(generic_shards), f"s3://{bucket}/g")
+        manifest, url = f"s3://{bucket}/g/manifest.json", f"s3://{bucket}/g/{name}"
+        s3.trickle_gets(bucket, f"g/{name}", 100)
+        s3.clear_log()
+    outcome = _read_in_thread(lambda: wdsprep.dataset(manifest, "train", shuffle_shards=False, equalize=None))
+    assert isinstance(outcome, ShardError), outcome
+    message = str(outcome)
+    assert message.startswith(f"{url}: stream failed at byte ") and "slower than 2000 bytes/s" in message, message
+    assert "6 times in a row" in message  # the default 5 retries, then the error
+    if scheme == "http":
+        ranges = [r["range"] for r in http_server.requests_for(name)]
+    else:
+        ranges = [r["range"] for r in s3.requests if r["method"] == "GET" and r["key"] == f"g/{name}"]
+    ranges = [r for r in ranges if r is not None]  # (the shard's own stream is opened, unread, first)
+    assert len(ranges) == 6 and all(r.startswith("bytes=") for r in ranges)  # the index's read, re-requested 5 times
+    starts = [int(r[6:].split("-")[0]) for r in ranges]
+    assert starts == sorted(starts)  # each re-request goes on from the bytes already received
+
+
+def test_a_consumer_that_pauses_between_samples_is_not_a_slow_stream(monkeypatch, http_server, generic_shards):
+    """Only time spent waiting for the body counts: a training step between samples does not."""
+    monkeypatch.setattr(resuming, "MIN_RATE", 1e6)
+    monkeypatch.setattr(resuming, "RATE_WINDOW", 0.2)
+    rows = _rows(generic_shards)[:3]
+
+    def slowly():
+        for sample in wdsprep.dataset(http_server.url_of("manifest.json"), "train", shuffle_shards=False, equalize=None):
+            if sample["__url__"].endswith(rows[2]["name"]):
+                return
+            time.sleep(0.05)  # 24 samples: 1.2 s of pauses against a 0.2 s window
+            yield sample
+
+    got = _read_in_thread(slowly)
+    assert not isinstance(got, Exception), got
+    expected = _local_samples(generic_shards / rows[0]["name"]) + _local_samples(generic_shards / rows[1]["name"])
+    _same_samples(got, expected)
+    for row in rows[:2]:  # one request for the index, one for the samples: nothing re-requested
+        assert len(http_server.requests_for(row["name"])) == 2

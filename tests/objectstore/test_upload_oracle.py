@@ -3,6 +3,7 @@ gets, verification after upload (a corrupted stored object is caught and sent ag
 uploads that never leave a partial file under a shard's final name."""
 import hashlib
 import json
+import os
 import shutil
 
 import pytest
@@ -101,4 +102,35 @@ def test_file_url_upload_never_leaves_a_partial_shard_under_its_name(generic_sha
     assert report.manifest_written
     assert sorted(p.name for p in destination.iterdir()) == sorted([r["name"] for r in rows] + ["manifest.json"])
     for row in rows:
+        assert (destination / row["name"]).read_bytes() == (generic_shards / row["name"]).read_bytes()
+
+
+def test_file_url_upload_writes_beside_the_final_name_and_renames(generic_shards, tmp_path, monkeypatch):
+    """While a shard is copied, its final name holds what it held before (nothing, or an older
+    object that differs) -- never the bytes on their way -- and afterwards the new shard whole."""
+    rows = _rows(generic_shards)
+    destination = tmp_path / "copy"
+    destination.mkdir()
+    stale = rows[1]["name"]
+    (destination / stale).write_bytes(b"an older object under this name")
+    seen = {}
+
+    def watching(source, target, length=0):
+        name = source.name.rsplit("/", 1)[-1]
+        final = destination / name
+        before = final.read_bytes() if final.exists() else None
+        target.write(source.read(1000))  # part of the shard is on its way
+        target.flush()
+        during = final.read_bytes() if final.exists() else None
+        seen[name] = (before, during, os.readlink(f"/proc/self/fd/{target.fileno()}"))  # the file written
+        return REAL_COPY(source, target, length or 1 << 20)
+
+    monkeypatch.setattr(shutil, "copyfileobj", watching)
+    report = upload(str(generic_shards), f"file://{destination}", retries=0, workers=1)
+    assert report.manifest_written and sorted(seen) == sorted(row["name"] for row in rows)
+    for row in rows:
+        before, during, written = seen[row["name"]]
+        held = b"an older object under this name" if row["name"] == stale else None
+        assert (before, during) == (held, held), row["name"]
+        assert written != str(destination / row["name"]), written
         assert (destination / row["name"]).read_bytes() == (generic_shards / row["name"]).read_bytes()

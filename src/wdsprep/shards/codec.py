@@ -207,6 +207,8 @@ def npy_header_span(prefix: bytes | bytearray | memoryview) -> tuple[int, int]:
         raise FormatError(f"unknown .npy format version {major}" if major is not None else "truncated .npy header")
     if len(prefix) < start:
         raise FormatError(f"truncated .npy header ({len(prefix)} bytes)")
+    if prefix[7]:  # numpy writes and reads versions 1.0, 2.0 and 3.0 only
+        raise FormatError(f"unknown .npy format version {major}.{prefix[7]}")
     return start, int.from_bytes(prefix[8:start], "little")
 
 
@@ -293,8 +295,8 @@ def read_npy(readinto: Callable, leading: int | None = None) -> np.ndarray:
             raise FormatError("a partial read of a Fortran-ordered array")
         shape = (min(leading, shape[0]), *shape[1:])
     array = np.empty(shape, dtype=dtype, order="F" if fortran else "C")
-    if array.size:
-        _read_exact(readinto, memoryview(array.reshape(-1, order="A")).cast("B"), ".npy data")
+    if array.size:  # its bytes in memory order, as uint8 (a memoryview refuses datetime dtypes)
+        _read_exact(readinto, memoryview(array.reshape(-1, order="A").view(np.uint8)), ".npy data")
     return array
 
 
@@ -463,7 +465,7 @@ _MEMBER_DECODERS: dict[tuple, tuple[str, Callable]] = {}  # (member, strip, torc
 
 def member_decoder(name: str, strip: bool = True, torch: bool = False) -> tuple[str, Callable]:
     """(field name, raw bytes -> value) for members named `name`; names repeat in every sample: cached.
-    The function takes bytes, a bytearray or a memoryview (e.g. into a mapped shard) and returns a
+    The function takes bytes, a bytearray or a memoryview (e.g. into a shard's read buffer) and returns a
     value that does not keep a memoryview (decoders copy what they keep; undecoded bytes are copied
     into a bytearray); it raises one of `DECODE_ERRORS` on bytes that do not decode."""
     found = _MEMBER_DECODERS.get((name, strip, torch))
@@ -513,7 +515,7 @@ def decode_sample(sample: dict, *, strip: bool = True, torch: bool = False) -> d
 
 class Decode:
     """The `wdsprep.decode()` pipeline stage. Placed right after `wdsprep.dataset(...)`, the dataset
-    runs it fused into its reader (`decode_member` on each member where it lies in a mapped shard,
+    runs it fused into its reader (each member decoded where it lies in the shard's read buffer,
     no raw sample in between); anywhere else it maps raw samples with `decode_sample`. Both give
     the same samples, and a sample that does not decode goes to `handler` either way."""
 
@@ -525,15 +527,19 @@ class Decode:
     def sample(self, sample: dict) -> dict:
         return decode_sample(sample, strip=self.strip, torch=self.torch)
 
+    def skips(self, error: ShardError) -> bool:
+        """A sample that does not decode: true skips it, false ends the stream (`handler`); without
+        a handler the error is raised."""
+        if self.handler is None:
+            raise error
+        return bool(self.handler(error))
+
     def __call__(self, source):
-        handler = self.handler
         for sample in source:
             try:
                 decoded = self.sample(sample)
             except ShardError as error:
-                if handler is None:
-                    raise
-                if handler(error):
+                if self.skips(error):
                     continue
                 return
             yield decoded

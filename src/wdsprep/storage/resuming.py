@@ -2,7 +2,10 @@
 
 A `ResumingStream` reads a remote object sequentially. When the connection drops or a transient
 error occurs mid-body, it re-requests the object with `Range: bytes=<offset>-` and carries on, up to
-`retries` times in a row with exponential backoff; every request has connect/read timeouts. A resumed
+`retries` times in a row with exponential backoff; every request has connect/read timeouts. A body
+that keeps arriving, but too slowly, counts as such a failure too (`RateFloor`: fewer than
+`MIN_RATE` bytes/s over `RATE_WINDOW` seconds spent waiting for it), so a server that trickles
+bytes ends in one error instead of a read that never ends. A resumed
 request must describe the same object (same total size, and same ETag where the server gives one),
 so a shard replaced mid-read is an error rather than a silent splice. Nothing is written to disk. A
 missing object (404 / NoSuchKey) fails at once with an error naming the URL.
@@ -22,6 +25,37 @@ TIMEOUT = float(os.environ.get("WDSPREP_TIMEOUT", "30"))
 MAX_DELAY = 5.0
 SKIP_BY_READING = int(os.environ.get("WDSPREP_SKIP_BY_READING", 1 << 20))  # shorter forward seeks read through
 REMOTE_BUFFER = 256 << 10  # read-ahead of remote streams: small enough that skipping a large member skips its bytes
+MIN_RATE = float(os.environ.get("WDSPREP_MIN_RATE", "1024"))  # bytes/s a remote body must arrive at...
+RATE_WINDOW = float(os.environ.get("WDSPREP_RATE_WINDOW", "30"))  # ...over this many seconds of waiting for it
+
+
+class RateFloor:
+    """The time a stream spent waiting inside body reads and the bytes they brought, judged every
+    `window` seconds of waiting: fewer than `rate` bytes per second is too slow (`slow` counts such
+    windows in a row). Only waiting counts, so a consumer that pauses between reads (a training
+    step) never makes a stream slow."""
+
+    def __init__(self, rate: float | None = None, window: float | None = None):
+        self.rate = MIN_RATE if rate is None else rate
+        self.window = RATE_WINDOW if window is None else window
+        self.waited = 0.0
+        self.got = 0
+        self.slow = 0
+
+    def add(self, got: int, seconds: float) -> str | None:
+        """Count one read; a message when the window it completes was too slow, else None."""
+        self.waited += seconds
+        self.got += got
+        if self.waited < self.window:
+            return None
+        waited, received = self.waited, self.got
+        self.waited, self.got = 0.0, 0
+        if received >= self.rate * waited:
+            self.slow = 0
+            return None
+        self.slow += 1
+        return (f"slower than {self.rate:g} bytes/s ({received} bytes in {waited:.1f} s of waiting; "
+                "WDSPREP_MIN_RATE and WDSPREP_RATE_WINDOW set the limit)")
 
 
 class ResumingStream(io.RawIOBase):
@@ -41,6 +75,7 @@ class ResumingStream(io.RawIOBase):
         self.offset = start  # the logical position (what tell() says)
         self._body_pos = 0  # where the open body's next byte lies
         self.resumes = 0  # how many times the stream re-requested after a failure (for tests and logs)
+        self.rate = RateFloor()  # a too-slow window re-requests, like a dropped connection
         self.seeks = 0  # how many times a seek was served by a new Range request
         self.etag: str | None = None
         self.size: int | None = None
@@ -125,13 +160,19 @@ class ResumingStream(io.RawIOBase):
     def _readinto_body(self, buffer) -> int:
         failures = 0
         while True:
+            started = time.monotonic()
             try:
-                n = self._body.readinto(buffer) if hasattr(self._body, "readinto") else self._read_fallback(buffer)
+                n = _read_some(self._body, buffer)
             except ShardError:
                 raise
             except Exception as error:
                 n, last_error = -1, error
-            else:
+            slow = self.rate.add(max(n, 0), time.monotonic() - started)
+            if slow is not None:
+                if self.rate.slow > self.retries:
+                    raise ShardError(self.url, f"stream failed at byte {self.offset}: {slow}, {self.rate.slow} times in a row")
+                n, last_error = -1, TimeoutError(slow)
+            if n >= 0:
                 if n or self.size is None or self.offset >= self.size:
                     self.offset += n
                     self._body_pos += n
@@ -145,15 +186,21 @@ class ResumingStream(io.RawIOBase):
             time.sleep(min(0.05 * 2**failures, MAX_DELAY))
             self._body, _, _ = self._request(self.offset)
 
-    def _read_fallback(self, buffer) -> int:
-        data = self._body.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
-
     def close(self) -> None:
         if not self.closed:
             close_quietly(self._body)
         super().close()
+
+
+def _read_some(body, buffer) -> int:
+    """Read into `buffer` what one read of the connection gives (`readinto1`, `read1`), so that a
+    slow body is judged between reads (`readinto` would wait until the whole buffer is filled)."""
+    readinto1 = getattr(body, "readinto1", None)
+    if readinto1 is not None:
+        return readinto1(buffer)
+    data = (getattr(body, "read1", None) or body.read)(len(buffer))
+    buffer[: len(data)] = data
+    return len(data)
 
 
 def close_quietly(body) -> None:

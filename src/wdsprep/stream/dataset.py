@@ -49,7 +49,7 @@ from .plan import (
     stream_positions,
     worker_run,
 )
-from .read import MappedShard, read_samples
+from .read import LocalShard, read_samples
 
 
 def distributed_info(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
@@ -316,13 +316,13 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
         where = {q: p for p, q in enumerate(order)}
         return {where[q]: count for q, count in found.items()}
 
-    def _iter_pieces(self, pieces: list[Piece], skip: int, mapped: dict | None = None, keep: bool = True) -> Iterator:
-        """This worker's raw samples, checked against their rows. With `mapped` (a dict), samples of
-        mapped shards come as ints, `slot << 32 | sample number`, with `mapped[slot]` = (MappedShard,
-        piece start): copied out by `_take` when delivered. Without `keep`, a shard's slot goes when
-        the next shard is mapped (for a consumer that takes every int before asking for the next)."""
+    def _iter_pieces(self, pieces: list[Piece], skip: int, held: dict | None = None, keep: bool = True) -> Iterator:
+        """This worker's raw samples, checked against their rows. With `held` (a dict), samples of
+        local shards come as ints, `slot << 32 | sample number`, with `held[slot]` = (LocalShard,
+        piece start): copied out when delivered (`_source_iterator`). Without `keep`, a shard's slot goes when
+        the next shard is read (for a consumer that takes every int before asking for the next)."""
         epoch = self.epoch
-        slot = max(mapped, default=0) if mapped is not None else 0
+        slot = max(held, default=0) if held is not None else 0
         for piece in pieces:
             if skip >= piece.samples:
                 skip -= piece.samples
@@ -335,12 +335,12 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
                 with stream:
                     # every sample is checked against the row before it is yielded (stream/read.py)
                     index = first
-                    for sample in read_samples(url, row, first, piece.stop, stream, lazy=mapped is not None):
-                        if sample.__class__ is MappedShard:
+                    for sample in read_samples(url, row, first, piece.stop, stream, lazy=held is not None, in_order=not keep):
+                        if sample.__class__ is LocalShard:
                             if not keep:
-                                mapped.clear()
+                                held.clear()
                             slot += 1
-                            mapped[slot] = (sample, piece.start)
+                            held[slot] = (sample, piece.start)
                             yield from sample.checked(slot << 32)
                             continue
                         yield _stamp(sample, index, piece.start, epoch)
@@ -351,20 +351,15 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
                 break
             skip = 0
 
-    def _take(self, mapped: dict, handle: int) -> dict:
-        shard, piece_start = mapped[handle >> 32]
-        index = handle & 0xFFFFFFFF
-        return _stamp(shard.take(index), index, piece_start, self.epoch)
-
-    def _block_shuffled(self, pieces: list[Piece], skip: int, worker_key: tuple, mapped: dict) -> Iterator:
-        """Blocks of `shuffle_buffer` consecutive samples, each permuted. Samples of mapped shards are
+    def _block_shuffled(self, pieces: list[Piece], skip: int, worker_key: tuple, held: dict) -> Iterator:
+        """Blocks of `shuffle_buffer` consecutive samples, each permuted. Samples of local shards are
         held as ints (checked already; see `_iter_pieces`) and copied out by the consumer only when
         delivered (before it asks for the next), so the buffer holds no sample bytes, gives the
         cyclic GC nothing to track, and each copy lands in memory the previous sample freed."""
         size = self.shuffle_buffer
         block = skip // size
         offset = skip - block * size
-        stream = self._iter_pieces(pieces, block * size, mapped)
+        stream = self._iter_pieces(pieces, block * size, held)
         while True:
             buffer = [s for _, s in zip(range(size), stream)]
             if not buffer:
@@ -372,46 +367,69 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
             order = block_permutation(self.seed, self.epoch, *worker_key, block, len(buffer))
             for i in order[offset:]:
                 yield buffer[i]
-            current = max(mapped, default=None)  # shards before the one being read are done: unmap them
-            for slot in [slot for slot in mapped if slot != current]:
-                del mapped[slot]
+            current = max(held, default=None)  # shards before the one being read are done: let them go
+            for slot in [slot for slot in held if slot != current]:
+                del held[slot]
             offset = 0
             block += 1
 
     def _source_iterator(self, pieces: list[Piece], worker: int, resume: Position, counter: _Counter,
                          decode: Decode | None = None) -> Iterator[dict]:
         """This worker's samples, counted as pulled; with `decode` (a `wdsprep.decode()` stage placed
-        first), decoded as they are copied out of mapped shards (fused: no raw sample in between)."""
+        first), decoded as they are copied out of local shards (fused: no raw sample in between).
+        A shard that cannot be read when a sample is taken goes to the dataset's handler (as when
+        it is checked), a member that does not decode to the decode stage's."""
         rank, _ = distributed_info(self.rank_arg, self.world_arg)
-        mapped: dict = {}
+        held: dict = {}
         if self.shuffle_buffer > 1:
-            samples = self._block_shuffled(pieces, resume.skip, (rank, worker), mapped)
+            samples = self._block_shuffled(pieces, resume.skip, (rank, worker), held)
         else:
-            samples = self._iter_pieces(pieces, resume.skip, mapped, keep=False)
+            samples = self._iter_pieces(pieces, resume.skip, held, keep=False)
         counter.pulled = resume.skip
+        handler, epoch = self.handler, self.epoch
         if decode is None:
-            take = self._take
             for item in samples:
                 counter.pulled += 1
-                yield item if item.__class__ is dict else take(mapped, item)
+                if item.__class__ is dict:
+                    yield item
+                    continue
+                shard, piece_start = held[item >> 32]
+                index = item & 0xFFFFFFFF
+                try:
+                    sample = shard.take(index)
+                except ShardError as error:
+                    if handler(error):
+                        continue
+                    return
+                yield _stamp(sample, index, piece_start, epoch)
             return
-        strip, torch, handler, epoch = decode.strip, decode.torch, decode.handler, self.epoch
+        strip, torch, skips = decode.strip, decode.torch, decode.skips
         for item in samples:
             counter.pulled += 1
-            try:
-                if item.__class__ is dict:
+            if item.__class__ is dict:
+                try:
                     sample = decode.sample(item)
-                else:
-                    shard, piece_start = mapped[item >> 32]
-                    index = item & 0xFFFFFFFF
-                    sample = _stamp(shard.take_decoded(index, strip, torch), index, piece_start, epoch)
-            except ShardError as error:  # as the stage would: the handler skips the sample or ends the stream
-                if handler is None:
-                    raise
+                except ShardError as error:
+                    if skips(error):
+                        continue
+                    return
+                yield sample
+                continue
+            shard, piece_start = held[item >> 32]
+            index = item & 0xFFFFFFFF
+            try:
+                members = shard.members(index)
+            except ShardError as error:
                 if handler(error):
                     continue
                 return
-            yield sample
+            try:
+                sample = shard.decode_members(index, members, strip, torch)
+            except ShardError as error:  # as the stage would: its handler skips the sample or ends the stream
+                if skips(error):
+                    continue
+                return
+            yield _stamp(sample, index, piece_start, epoch)
 
     # -- iteration with counting
     @staticmethod

@@ -6,18 +6,29 @@ differ from its manifest row raises `ShardError` before its first sample.
 
 - Indexed shards (rows with `index_offset`/`index_bytes`/`index_digest`, see `shards/index.py`):
   the index and the end-of-archive blocks are read first (one read locally, one Range request
-  remotely) and checked against the row. No tar header is parsed after that.
-  Local and cached shards are memory-mapped: `MappedShard.checked()` digests each member's bytes
-  (header, data, padding) where they lie, reading the index's columns in place, then each member's
-  data is copied once into its own bytearray (the one copy; decoders build writable arrays on it
-  without another). With `lazy=True` (the dataset) the check is done as the sample is read but the
-  copy only when `MappedShard.take(i)` is called, so a shuffle buffer of 1,000 samples holds sample
-  numbers (plain ints: no bytes, and nothing the cyclic GC tracks), and each copy lands in memory
-  the previous sample freed. `take_decoded(i)` decodes each member straight from the mapping
-  instead (the dataset's fused `wdsprep.decode()`): the same values as `decode_sample(take(i))`,
-  without the raw sample in between. The mapping is unmapped when its last view goes. A shard must
-  not be truncated in place while mapped (shards are immutable; cache entries are replaced by
-  rename, never rewritten).
+  remotely; one byte more than the row's size is asked for, so a longer shard is caught as well as
+  a shorter) and checked against the row. No tar header is parsed after that.
+  Local and cached shards are read with `os.preadv` from a descriptor of their own (`LocalShard`),
+  never memory-mapped: a mapping turns a shard cut short under a reader into SIGBUS, which kills
+  the process (no Python handler can recover from it), where a read returns short. So a shard cut
+  or rewritten in place while it is read is a `ShardError` naming it (a short read, or a digest
+  that no longer matches), raised in the process or DataLoader worker that reads it, and a shard
+  replaced by rename is read to its end from the file that was opened. `LocalShard.checked()`
+  reads whole samples, `WINDOW` bytes at a time, into buffers it reuses (pooled across shards:
+  fresh memory costs a page fault per 4 KiB) and digests each member where it landed, reading the
+  index's columns in place; each member's data is then copied once into its own bytearray (the one
+  copy; decoders build writable arrays on it without another). With `lazy=True` (the dataset) the
+  check is done as the sample is read but the copy only when `LocalShard.take(i)` is called, so a
+  shuffle buffer of 1,000 samples holds sample numbers (plain ints: nothing the cyclic GC tracks),
+  and each copy lands in memory the previous sample freed; the windows of the last `KEEP` bytes
+  read are kept for those takes, and a sample no longer among them is read and digested again.
+  `decode_members(i, members(i), ...)` decodes each member straight from the buffer instead (the
+  dataset's fused `wdsprep.decode()`): the same values as `decode_sample(take(i))`, without the raw
+  sample in between. A sample larger than `WINDOW` is read alone, straight into its members' own bytearrays,
+  and digested there: as `checked()` reaches it when the samples are taken in order, when it is
+  taken otherwise (a shuffle buffer: a second read of a large sample would cost more than it
+  saves), so for such samples the error comes when the sample is taken, still before it is yielded.
+  What is taken is always what was digested.
   Remote shards are read sample by sample: each member's data straight into its own bytearray
   (`readinto`), its header and padding into a scratch block, the three digested as they arrive.
   A mismatch names the shard and the member. `sample_at` reads one sample alone the same way
@@ -34,13 +45,13 @@ from __future__ import annotations
 
 import hashlib
 import io
-import mmap
 import os
+from bisect import bisect_right
 from typing import BinaryIO, Iterator
 
 from ..errors import ShardError
 from ..shards.codec import DECODE_ERRORS, member_decoder
-from ..shards.index import ROW_FIELDS, ShardIndex, digest_of, has_index, xxh3_64
+from ..shards.index import ROW_FIELDS, ShardIndex, digest_of, has_index, member_span, xxh3_64
 from ..shards.tarformat import BLOCK, TarCursor, group_samples
 from ..storage import BUFFER, open_from, read_range
 
@@ -68,19 +79,21 @@ def _fileno(stream: BinaryIO) -> int | None:
         return None
 
 
-def read_samples(url: str, row: dict, start: int, stop: int, stream: BinaryIO, *, lazy: bool = False) -> Iterator:
+def read_samples(url: str, row: dict, start: int, stop: int, stream: BinaryIO, *, lazy: bool = False,
+                 in_order: bool = True) -> Iterator:
     """Raw samples `start` to `stop` (exclusive) of the shard `row` describes, read from `stream`.
 
-    With `lazy`, a mapped (local or cached) shard yields one `MappedShard` and nothing else: its
-    `checked()` yields each sample's number (an int) once its bytes are checked, and `take(number)`
-    copies it out when wanted. Samples read from a stream are dicts either way.
+    With `lazy`, a local (or cached) shard yields one `LocalShard` and nothing else: its `checked()`
+    yields each sample's number (an int) once its bytes are checked, and `take(number)` copies it
+    out when wanted; `in_order` says the numbers are taken in the order they come, each before the
+    next is asked for (no shuffle buffer). Samples read from a stream are dicts either way.
     """
     if has_index(row):
-        return _indexed(url, row, start, stop, stream, lazy)
+        return _indexed(url, row, start, stop, stream, lazy, in_order)
     return _hashed(url, row, start, stop, stream)
 
 
-def _indexed(url: str, row: dict, start: int, stop: int, stream: BinaryIO, lazy: bool) -> Iterator:
+def _indexed(url: str, row: dict, start: int, stop: int, stream: BinaryIO, lazy: bool, in_order: bool) -> Iterator:
     fd = _fileno(stream)
     index = load_index(url, row, fd)
     stop = min(stop, len(index))
@@ -89,9 +102,9 @@ def _indexed(url: str, row: dict, start: int, stop: int, stream: BinaryIO, lazy:
     if start == 0 and index.offsets[0] != 0:
         raise ShardError(url, f"index: the first sample starts at byte {index.offsets[0]}, not 0")
     if fd is not None:
-        # local or cached: check and copy members straight out of the mapped shard; the mapping is
-        # not closed here but unmapped when its last view goes (lazy samples may outlive this loop)
-        shard = MappedShard(url, index, memoryview(mmap.mmap(fd, 0, prot=mmap.PROT_READ)), start, stop)
+        # local or cached: read with pread from a descriptor of the shard's own (it outlives this
+        # loop and the stream: lazy samples are taken after it), closed when the LocalShard goes
+        shard = LocalShard(url, index, fd, start, stop, in_order=in_order or not lazy)
         if lazy:
             yield shard
             return
@@ -107,71 +120,238 @@ def _indexed(url: str, row: dict, start: int, stop: int, stream: BinaryIO, lazy:
         yield _streamed(url, index, i, end, stream, scratch)
 
 
-def _copy_out(url: str, index: ShardIndex, i: int, view: memoryview) -> dict:
-    """The checked sample i of a mapped shard, each member's data in its own bytearray (the
-    caller's own, writable copy: decoders build arrays on it without another)."""
-    at, k, sizes = index.offsets[i], index.first[i], index.sizes
-    sample = {"__key__": index.keys[i], "__url__": url}
-    for name in index.layouts[index.layout[i]]:
-        size = sizes[k]
-        sample[name] = bytearray(view[at + BLOCK : at + BLOCK + size])
-        at += BLOCK + size + (-size % BLOCK)
-        k += 1
-    return sample
+WINDOW = 256 << 10  # bytes of a local shard read at a time: whole samples; a larger sample is read alone
+KEEP = 16 << 20  # bytes of read windows a LocalShard taken in any order keeps for `take` (and the pool keeps)
+IOV_MAX = 1020  # buffers per preadv call (the kernel allows 1024)
 
 
-class MappedShard:
-    """Samples [start, stop) of a mapped shard: `checked()` checks them in order, `take(i)` copies
-    sample i out as a raw sample and `take_decoded(i, ...)` as a decoded one (only samples that
-    `checked()` yielded). Holding it keeps the shard mapped."""
+def _preadv(url: str, fd: int, buffers: list, offset: int) -> None:
+    """Fill `buffers` (memoryviews) from the shard's bytes at `offset`, or raise `ShardError`: a
+    shard that ends early was cut (or is being rewritten) since its index was read."""
+    want = sum(map(len, buffers))
+    try:
+        done = os.preadv(fd, buffers[:IOV_MAX], offset)
+        while done < want:  # a read cut short (by a signal, the iovec limit or the end of the file)
+            rest, skip = [], done
+            for buffer in buffers:
+                if skip >= len(buffer):
+                    skip -= len(buffer)
+                else:
+                    rest.append(buffer[skip:])
+                    skip = 0
+            got = os.preadv(fd, rest[:IOV_MAX], offset + done)
+            if got == 0:
+                raise ShardError(url, f"shard ends at byte {offset + done}, before the end of the samples its index "
+                                      f"lists (byte {offset + want}): cut or rewritten while being read")
+            done += got
+    except OSError as error:
+        raise ShardError(url, f"read error at byte {offset}: {error.strerror or error}") from None
 
-    __slots__ = ("url", "index", "view", "start", "stop", "plans")
 
-    def __init__(self, url: str, index: ShardIndex, view: memoryview, start: int, stop: int):
-        self.url, self.index, self.view, self.start, self.stop = url, index, view, start, stop
+class _Buffers:
+    """`WINDOW`-byte read buffers that LocalShards are done with, for the next ones (fresh memory
+    costs a page fault per 4 KiB, about as much as copying into it): at most `KEEP` bytes. Lock-free
+    (a list's append and pop are atomic): `LocalShard.__del__` gives its buffers back, and a
+    finalizer the cyclic GC runs may interrupt any code, including this class's own."""
+
+    def __init__(self):
+        self.free: list[memoryview] = []
+
+    def get(self) -> memoryview:
+        while self.free:
+            try:
+                buffer = self.free.pop()
+            except IndexError:  # taken meanwhile by another thread
+                break
+            if len(buffer) >= WINDOW:
+                return buffer
+        return memoryview(bytearray(WINDOW))
+
+    def put(self, buffers) -> None:
+        for buffer in buffers:
+            if len(buffer) == WINDOW and len(self.free) * WINDOW < KEEP:
+                self.free.append(buffer)
+
+
+_buffers = _Buffers()
+
+
+class LocalShard:
+    """Samples [start, stop) of a local (or cached) shard: `checked()` checks them in order,
+    `take(i)` copies sample i out as a raw sample and `decode_members(i, members(i), ...)` decodes
+    it (only samples that `checked()` yielded). Holding it keeps a descriptor of the shard open.
+
+    The file is read with `os.preadv` into buffers of its own, never mapped: a shard cut while it
+    is read gives a short read and one rewritten gives a digest mismatch, each a `ShardError`
+    naming it (a mapping would fault instead: SIGBUS kills the process). Samples of up to `WINDOW`
+    bytes are read whole, `WINDOW` bytes at a time, digested where they landed as `checked()` goes,
+    and copied or decoded from there by `take`; taken in order (`in_order`: the dataset without a
+    shuffle buffer) one buffer is reused, taken in any order (a shuffle buffer holds sample
+    numbers) the windows of the last `KEEP` bytes read stay. A larger sample, and a small one whose
+    window was dropped, is read alone, straight into its members' own bytearrays, and digested
+    there (no second copy): a large one taken in order as `checked()` reaches it, otherwise when it
+    is taken (`checked()` then checks only that it ends where the next one starts). Either way what
+    is taken is what was digested."""
+
+    __slots__ = ("url", "index", "fd", "start", "stop", "plans", "in_order", "keep", "begins", "windows",
+                 "kept", "ready", "limit")
+
+    def __init__(self, url: str, index: ShardIndex, fd: int, start: int, stop: int, in_order: bool = True):
+        self.fd = -1
+        self.url, self.index, self.start, self.stop, self.in_order = url, index, start, stop, in_order
         self.plans: dict[tuple, tuple] = {}  # (layout, strip, torch) -> ((member, field, decode), ...)
+        self.keep = 0 if in_order else KEEP
+        self.begins: list[int] = []  # first byte of each window held, oldest first
+        self.windows: list[tuple] = []  # (first byte, end byte, its WINDOW-byte buffer)
+        self.kept = 0
+        self.ready: tuple | None = None  # (i, members): a large sample read straight into its bytearrays
+        self.limit = index.sample_end(stop - 1)
+        self.fd = os.dup(fd)
+
+    def __del__(self):
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        _buffers.put([window[2] for window in self.windows])
+
+    # -- reading
+    def _window(self, i: int) -> tuple:
+        """(first byte, end byte, buffer) of whole samples from sample i on (at most `WINDOW`
+        bytes) read into a buffer, dropping (and reusing) the oldest held beyond `keep` bytes."""
+        offsets = self.index.offsets
+        begin = offsets[i]
+        j = bisect_right(offsets, begin + WINDOW, i + 1, self.stop)  # samples i..j-1 start within WINDOW
+        end = offsets[j - 1] if j - 1 > i else self.index.sample_end(i)  # samples i..j-2 end within it
+        if j == self.stop and self.limit <= begin + WINDOW:
+            end = self.limit
+        buffer = None
+        while self.windows and self.kept + WINDOW > self.keep:
+            old = self.windows.pop(0)[2]
+            del self.begins[0]
+            self.kept -= WINDOW
+            if buffer is None:
+                buffer = old
+            else:
+                _buffers.put([old])
+        if buffer is None:
+            buffer = _buffers.get()
+        _preadv(self.url, self.fd, [buffer[: end - begin]], begin)
+        window = (begin, end, buffer)
+        self.begins.append(begin)
+        self.windows.append(window)
+        self.kept += WINDOW
+        return window
+
+    def _direct(self, i: int) -> list:
+        """Sample i's members read straight into their own bytearrays (one preadv) and digested."""
+        index = self.index
+        k, names = index.first[i], index.names(i)
+        scratch = memoryview(bytearray(2 * BLOCK * len(names)))
+        members, buffers = [], []
+        for m, size in enumerate(index.sizes[k : k + len(names)]):
+            data = bytearray(size)
+            members.append(data)
+            buffers += (scratch[2 * m * BLOCK : (2 * m + 1) * BLOCK], memoryview(data),
+                        scratch[(2 * m + 1) * BLOCK : (2 * m + 1) * BLOCK + (-size % BLOCK)])
+        _preadv(self.url, self.fd, buffers, index.offsets[i])
+        for m, name in enumerate(names):
+            digest = xxh3_64()
+            for part in buffers[3 * m : 3 * m + 3]:
+                digest.update(part)
+            if digest.intdigest() != index.digests[k + m]:
+                raise ShardError(self.url, f"member {index.keys[i]}.{name}: corrupt (its header, data or padding differ from the shard's index)")
+        return members
+
+    def members(self, i: int) -> tuple:
+        """Sample i's bytes: (a buffer, where its first header is in it), or (its members' own
+        bytearrays, None)."""
+        ready = self.ready
+        if ready is not None and ready[0] == i:
+            self.ready = None
+            return ready[1], None
+        at = self.index.offsets[i]
+        w = bisect_right(self.begins, at) - 1
+        if w >= 0:
+            begin, end, view = self.windows[w]
+            if at < end:
+                return view, at - begin
+        return self._direct(i), None  # read alone and digested: large, or its window was dropped
 
     def checked(self, tag: int = 0) -> Iterator[int]:
         """`tag | i` for each sample i, once every byte it occupies (each member's header, data and
         padding) matched its digest in the index, and the sample ends where the next one starts."""
-        index, view, url = self.index, self.view, self.url
+        index, url = self.index, self.url
         offsets, first, sizes, digests = index.offsets, index.first, index.sizes, index.digests
         count, k = len(offsets), first[self.start]
+        begin = end = 0
+        view = None
         for i in range(self.start, self.stop):
             at, last = offsets[i], first[i + 1]
-            while k < last:
-                size = sizes[k]
-                end = at + BLOCK + size + (-size % BLOCK)
-                if digest_of(view[at:end]) != digests[k]:
-                    name = index.names(i)[k - first[i]]
-                    raise ShardError(url, f"member {index.keys[i]}.{name}: corrupt (its header, data or padding differ from the shard's index)")
-                at = end
-                k += 1
-            if at != (offsets[i + 1] if i + 1 < count else index.index_offset):
-                raise ShardError(url, f"index: sample {index.keys[i]!r} ends at byte {at}, the next one starts at {index.sample_end(i)}")
+            next_at = offsets[i + 1] if i + 1 < count else index.index_offset
+            if at >= end:  # windows hold whole samples: sample i is in the current one or in none
+                if next_at - at <= WINDOW:
+                    begin, end, view = self._window(i)
+                else:  # read alone: now when taken in order, else when taken
+                    if self.in_order:
+                        self.ready = (i, self._direct(i))
+                    at += sum(map(member_span, sizes[k:last]))
+                    k, end = last, 0
+            if k < last:
+                at -= begin
+                while k < last:
+                    size = sizes[k]
+                    stop = at + BLOCK + size + (-size % BLOCK)
+                    if digest_of(view[at:stop]) != digests[k]:
+                        name = index.names(i)[k - first[i]]
+                        raise ShardError(url, f"member {index.keys[i]}.{name}: corrupt (its header, data or padding differ from the shard's index)")
+                    at = stop
+                    k += 1
+                at += begin
+            if at != next_at:
+                raise ShardError(url, f"index: sample {index.keys[i]!r} ends at byte {at}, the next one starts at {next_at}")
             yield tag | i
 
     def take(self, i: int) -> dict:
-        return _copy_out(self.url, self.index, i, self.view)
+        """Sample i, each member's data in its own bytearray (the caller's own, writable copy:
+        decoders build arrays on it without another)."""
+        index = self.index
+        buffer, at = self.members(i)
+        sample = {"__key__": index.keys[i], "__url__": self.url}
+        if at is None:
+            sample.update(zip(index.names(i), buffer))
+            return sample
+        k, sizes = index.first[i], index.sizes
+        for name in index.names(i):
+            size = sizes[k]
+            sample[name] = bytearray(buffer[at + BLOCK : at + BLOCK + size])
+            at += BLOCK + size + (-size % BLOCK)
+            k += 1
+        return sample
 
-    def take_decoded(self, i: int, strip: bool, torch: bool) -> dict:
-        """Sample i decoded (`member_decoder`) straight from the mapping: what `decode_sample(take(i))`
-        gives, without the raw sample in between (decoders copy what they keep: arrays stay writable)."""
-        index, view = self.index, self.view
+    def decode_members(self, i: int, members: tuple, strip: bool, torch: bool) -> dict:
+        """Sample i decoded from `members(i)` (split from it so that a caller can tell a shard that
+        cannot be read, raised by `members`, from a member that does not decode, raised here)."""
+        index = self.index
         layout = index.layout[i]
         plan = self.plans.get((layout, strip, torch))
         if plan is None:
             plan = self.plans[layout, strip, torch] = tuple(
                 (name, *member_decoder(name, strip, torch)) for name in index.layouts[layout])
-        key, at, k, sizes = index.keys[i], index.offsets[i], index.first[i], index.sizes
+        buffer, at = members
+        key = index.keys[i]
         sample = {"__key__": key, "__url__": self.url}
         try:
+            if at is None:
+                for (name, field, decode), data in zip(plan, buffer):
+                    sample[field] = decode(data)
+                return sample
+            k, sizes = index.first[i], index.sizes
             for name, field, decode in plan:
                 size = sizes[k]
                 k += 1
                 start = at + BLOCK
                 at = start + size + (-size % BLOCK)
-                sample[field] = decode(view[start : start + size])
+                sample[field] = decode(buffer[start : start + size])
         except DECODE_ERRORS as error:
             raise ShardError(self.url, f"member {key}.{name}: {error}") from None
         return sample

@@ -1,8 +1,11 @@
-"""Fault plans shared by the test servers: drop a response body after N bytes, hold requests."""
+"""Fault plans shared by the test servers: drop a response body after N bytes, send one slowly,
+hold requests."""
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
+from typing import Iterator
 
 
 @dataclass
@@ -36,6 +39,15 @@ class FaultPlan:
         self.drops: dict[str, Drop] = {}
         self.gate: Gate | None = None
         self.put_faults: dict[str, list] = {}  # name -> [kind ("refuse" | "corrupt"), times left]
+        self.trickles: dict[str, float] = {}  # name -> bytes per second every GET body of it is sent at
+
+    def trickle(self, name: str, rate: float) -> None:
+        with self.lock:
+            self.trickles[name] = rate
+
+    def trickle_rate(self, name: str) -> float | None:
+        with self.lock:
+            return self.trickles.get(name)
 
     def drop_once(self, name: str, at_byte: int, times: int = 1) -> None:
         with self.lock:
@@ -84,3 +96,12 @@ class FaultPlan:
         with self.lock:
             gate.waiting -= 1
         return not gate.fail
+
+
+def trickled(data: bytes, rate: float) -> Iterator[bytes]:
+    """`data` in pieces sent at `rate` bytes per second (ten pieces a second): a server that answers
+    at once and then never quite stops sending."""
+    piece = max(1, int(rate / 10))
+    for start in range(0, len(data), piece):
+        yield data[start : start + piece]
+        time.sleep(0.1)

@@ -3,7 +3,7 @@
 `RangeHTTPServer(root)` serves the files under `root` on 127.0.0.1 (free port). Faults:
 `drop_once(name, at_byte)` cuts the next response body of `name` after `at_byte` bytes and closes
 the connection (the client sees a dropped stream); `fail_next(name, status, times)` answers the next
-requests with an error status.
+requests with an error status; `trickle(name, rate)` sends every body of `name` at `rate` bytes/s.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlsplit
 
-from ._faults import FaultPlan
+from ._faults import FaultPlan, trickled
 
 CHUNK = 1 << 16
 
@@ -80,6 +80,14 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{size}")
         self.end_headers()
         if head:
+            return
+        rate = owner.faults.trickle_rate(name)
+        if rate is not None:
+            with open(path, "rb") as handle:
+                handle.seek(start)
+                for piece in trickled(handle.read(stop - start), rate):
+                    self.wfile.write(piece)
+                    self.wfile.flush()
             return
         cut = owner.faults.take_drop(name, stop - start)
         limit = stop - start if cut is None else min(cut, stop - start)
@@ -151,6 +159,10 @@ class RangeHTTPServer:
 
     def drop_once(self, name: str, at_byte: int, times: int = 1) -> None:
         self.faults.drop_once(name, at_byte, times)
+
+    def trickle(self, name: str, rate: float) -> None:
+        """Send every GET body of `name` at `rate` bytes per second (headers at once)."""
+        self.faults.trickle(name, rate)
 
     def fail_next(self, name: str, status: int = 503, times: int = 1) -> None:
         with self.lock:

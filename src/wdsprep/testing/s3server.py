@@ -2,7 +2,8 @@
 
 moto's `ThreadedMotoServer` serves the backend as-is; this wraps the same WSGI app to record every
 request (method, bucket, key, query, status), so tests can count completed uploads per key, and to
-inject faults (a GET body cut mid-stream, PUTs held at a gate, PUTs refused or stored corrupted).
+inject faults (a GET body cut mid-stream or sent slowly, PUTs held at a gate, PUTs refused or stored
+corrupted).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import threading
 from typing import Callable, Iterator
 from urllib.parse import parse_qs, unquote
 
-from ._faults import FaultPlan
+from ._faults import FaultPlan, trickled
 
 AWS_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -133,6 +134,10 @@ class S3Server:
         """Cut the next GET body(ies) of the object after `at_byte` bytes and close the connection."""
         self.faults.drop_once(f"{bucket}/{key}", at_byte, times)
 
+    def trickle_gets(self, bucket: str, key: str, rate: float) -> None:
+        """Send every GET body of the object at `rate` bytes per second (headers at once)."""
+        self.faults.trickle(f"{bucket}/{key}", rate)
+
     def refuse_puts(self, bucket: str, key: str, times: int = 1) -> None:
         """Answer the next PUT(s) of the object 400 InvalidArgument (an error botocore does not retry itself)."""
         self.faults.on_next_puts(f"{bucket}/{key}", "refuse", times)
@@ -191,6 +196,9 @@ class S3Server:
         if put_fault == "corrupt" and record["status"] == 200:
             body = list(body)  # the backend has stored the object once its answer is read
             self._corrupt_stored(bucket, key)
+        rate = self.faults.trickle_rate(f"{bucket}/{key}") if method == "GET" and key else None
+        if rate is not None:
+            return trickled(b"".join(body), rate)
         cut = self.faults.take_drop(f"{bucket}/{key}") if method == "GET" and key else None
         if cut is None:
             return body
