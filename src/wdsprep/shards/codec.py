@@ -316,12 +316,19 @@ def decode_npy_zst(data: bytes | memoryview) -> np.ndarray:
 
     The frame is read to its end, so its content checksum (written by `Encoder.compress`) is
     checked before the array is returned; frames written without one (older shards) read as before.
+    Bytes of the frame's content after the array are ignored, as numpy's `np.load` and `decode_npy`
+    ignore bytes after an `.npy`'s array; bytes after the frame are refused (garbage fails to decode,
+    a second frame makes the content longer than the size the first frame declares).
     """
     try:
         reader = decompressor().stream_reader(data)
         array = read_npy(reader.readinto)
-        if reader.read(1):
-            raise FormatError("the zstd frame holds more than its .npy array")
+        read = reader.tell()
+        while chunk := reader.read(1 << 16):  # to the frame's end: its checksum
+            read += len(chunk)
+        declared = zstandard.get_frame_parameters(data).content_size
+        if declared not in (0, zstandard.CONTENTSIZE_UNKNOWN) and read != declared:
+            raise FormatError(f"bytes after the zstd frame ({read} bytes of content, the frame declares {declared})")
         return array
     except zstandard.ZstdError as error:
         raise FormatError(f"corrupt zstd data: {error}") from None
