@@ -1,6 +1,9 @@
-"""Tiny shard sets with exact per-shard sample counts, for the stream tests (written with the public ShardWriter)."""
+"""Tiny shard sets with exact per-shard sample counts, for the stream tests (written with the public
+ShardWriter); flipping one byte of each member of a shard set in turn, for the read paths' tests."""
 import hashlib
 import os
+import pathlib
+import tarfile
 
 import numpy as np
 
@@ -41,3 +44,42 @@ def keys_until_error(samples) -> tuple[list, BaseException | None]:
     except ShardError as error:
         return keys, error
     return keys, None
+
+
+def each_member_flipped(directory, pattern="*.tar", keep=None):
+    """For each member of each sample of the shards `pattern` names in `directory`, in file order
+    (as `tarfile` lists them; `__...__` members are not samples): flip the last byte of its data in
+    place (no truncation, so a file a reader holds open stays readable), yield (shard path, sample
+    key, member name), then put the byte back. `keep(key, member)` picks members (all by default)."""
+    for path in sorted(pathlib.Path(directory).glob(pattern)):
+        with tarfile.open(path) as archive:
+            members = [m for m in archive.getmembers() if m.isfile() and m.size and not m.name.startswith("__")]
+        for member in members:
+            key, _, name = member.name.partition(".")
+            if keep is not None and not keep(key, name):
+                continue
+            at = member.offset_data + member.size - 1
+            with open(path, "r+b") as handle:
+                handle.seek(at)
+                byte = handle.read(1)[0]
+                handle.seek(at)
+                handle.write(bytes([byte ^ 0x01]))
+            try:
+                yield path, key, name
+            finally:
+                with open(path, "r+b") as handle:
+                    handle.seek(at)
+                    handle.write(bytes([byte]))
+
+
+def same_until_error(items, expected, same) -> tuple[int, BaseException | None]:
+    """Compare each item with the next of `expected` (`same(item, reference)` asserts) until a
+    ShardError: (items that came and matched, that error or None)."""
+    count = 0
+    try:
+        for item, reference in zip(items, expected):
+            same(item, reference)
+            count += 1
+    except ShardError as error:
+        return count, error
+    return count, None
