@@ -213,3 +213,40 @@ def test_a_flipped_byte_in_any_member_is_a_shard_error_before_its_sample(tmp_pat
         assert count == order.index(key), (key, member)  # every chunk before that sample's, and not its own
         dataset.close()
     assert cases == 3 * 23
+
+
+def test_older_shards_without_an_index_are_hashed_whole_when_the_dataset_opens(tmp_path):
+    """An older conversion (shards without their index): the map-style dataset hashes each shard
+    against its row when it opens, then gives what it gives on the indexed shards, from the manifest
+    or from a list of the tar files (their rows from the manifest beside them); a flipped byte is a
+    ShardError naming the shard before any sample."""
+    import shutil
+
+    from wdsprep.testing.conformance import run_cli
+
+    from tests.core.shardsets import each_member_flipped, make_older
+
+    from .voxels_testdata import make_tiny
+
+    current, older = tmp_path / "current", tmp_path / "older"
+    status, _, err = run_cli("convert", "voxels", make_tiny(tmp_path / "native", seed=1), current, "--quiet")
+    assert status == 0, err
+    shutil.copytree(current, older)
+    make_older(older)
+    options = dict(split="val", rays_per_chunk=50, include_empty=True)
+    expected = [sample for sample in HierarchicalVoxelRayDataset(current, **options)]
+    for location in (older, sorted(older.glob("val-*.tar"))):
+        got = HierarchicalVoxelRayDataset(location, **options)
+        assert len(got) == len(expected)
+        for i, want in enumerate(expected):
+            _same_chunk(got[i], want)
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(current / "val-00000-00.tar", alone)  # no manifest beside it: nothing to check it against
+    with pytest.raises(wdsprep.ShardError, match="val-00000-00.tar: no manifest beside it lists it"):
+        HierarchicalVoxelRayDataset([alone / "val-00000-00.tar"], **options)
+    flips = each_member_flipped(older, "val-*.tar", keep=lambda key, member: member.startswith("rays."))
+    path, _, _ = next(flips)
+    with pytest.raises(wdsprep.ShardError, match=rf"{path.name}: sha256 differs"):
+        HierarchicalVoxelRayDataset(older, **options)
+    flips.close()

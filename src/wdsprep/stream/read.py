@@ -336,7 +336,10 @@ class CheckedShard:
             os.close(fd)
 
     def __del__(self):
-        self.close()
+        try:
+            self.close()
+        except Exception:  # at interpreter exit `os` may be gone already
+            pass
 
     def read(self, i: int, names=None) -> dict:
         """Raw sample i (`__key__`, `__url__`, member -> bytearray), with only the members in `names`
