@@ -206,12 +206,10 @@ class HierarchicalVoxelRayDataset(Dataset):
         return int(np.count_nonzero(self._chunk_sample == sample_number))
 
     def close(self) -> None:
-        """Close this process's shard file descriptors (they reopen on the next access)."""
+        """Close this process's shard file descriptors (they reopen on the next access; a shard
+        closes its own when it goes)."""
         for shard in getattr(self, "shards", ()):
             shard.close()
-
-    def __del__(self):
-        self.close()
 
 
 class RayBatchSampler(BatchSampler):
