@@ -343,7 +343,7 @@ MUTATIONS = [
              ("tests/core/test_conversion.py",)),
     Mutation("older-shard-index-unhashed", "a local shard without an index is indexed in memory without hashing it against its row first",
              "src/wdsprep/stream/read.py",
-             (("    Only wdsprep's own layout is indexed (one header per member, a sample's members back to back).\"\"\"\n    check_whole(url, row, fd)\n",
-               "    Only wdsprep's own layout is indexed (one header per member, a sample's members back to back).\"\"\"\n"),),
+             (("    indexed (one header per member, a sample's members back to back from byte 0).\"\"\"\n    check_whole(url, row, fd)\n",
+               "    indexed (one header per member, a sample's members back to back from byte 0).\"\"\"\n"),),
              ("tests/voxels/test_voxels_mapstyle.py", "tests/noisebase/test_noisebase_stream.py")),
 ]

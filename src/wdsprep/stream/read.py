@@ -41,7 +41,7 @@ from typing import BinaryIO, Iterator
 from ..errors import ShardError
 from ..shards.codec import DECODE_ERRORS, member_decoder
 from ..shards.index import ROW_FIELDS, ShardIndex, digest_of, has_index, member_span, xxh3_64
-from ..shards.tarformat import BLOCK, TarCursor, group_samples, split_key
+from ..shards.tarformat import BLOCK, TarCursor, group_samples, index_samples
 from ..storage import BUFFER, open_from, open_url, read_range
 
 
@@ -313,7 +313,7 @@ class CheckedShard:
             if has_index(row):
                 self.index = load_index(url, row, self.fd)
             elif self.fd is not None:
-                self.index = _index_of_hashed(url, row, self.fd)
+                self.index = _index_of_hashed(url, row, self.fd, self.path)
             else:
                 raise ShardError(url, UNINDEXED_REMOTE)
         except BaseException:
@@ -376,43 +376,26 @@ class CheckedShard:
         return sample
 
 
-def _index_of_hashed(url: str, row: dict, fd: int) -> ShardIndex:
+def _index_of_hashed(url: str, row: dict, fd: int, path: str) -> ShardIndex:
     """The index of a local shard written without one, made in memory once the whole shard matched
-    its row: the member digests a written index would hold, so `CheckedShard` checks its reads alike.
-    Only wdsprep's own layout is indexed (one header per member, a sample's members back to back)."""
+    its row: where its members lie (`tarformat.index_samples`, from the headers) and the digests a
+    written index would hold, so `CheckedShard` checks its reads alike. Only wdsprep's own layout is
+    indexed (one header per member, a sample's members back to back from byte 0)."""
     check_whole(url, row, fd)
     keys, offsets, layout, sizes, digests = [], [], [], [], []
     layouts: dict[tuple, int] = {}
-    names: list[str] = []
     end = 0
-
-    def close_sample() -> None:
-        if keys:
-            layout.append(layouts.setdefault(tuple(names), len(layouts)))
-
-    with os.fdopen(os.dup(fd), "rb") as stream:
-        cursor = TarCursor(stream, url)
-        while (member := cursor.next()) is not None:
-            parts = split_key(member.name)
-            if parts is None:
-                continue
-            key, field = parts
-            if member.start != end or member.offset != member.start + BLOCK:
-                raise ShardError(url, f"member {member.name!r} is not where a wdsprep shard has it; "
+    for key, members in index_samples(path):
+        keys.append(key)
+        offsets.append(end)
+        layout.append(layouts.setdefault(tuple(members), len(layouts)))
+        for name, (at, size) in members.items():
+            if at != end + BLOCK:
+                raise ShardError(url, f"member {key}.{name} is not where a wdsprep shard has it; "
                                       "run `wdsprep reindex` on its directory once")
-            if not keys or keys[-1] != key:
-                close_sample()
-                keys.append(key)
-                offsets.append(member.start)
-                names = []
-            field = field.lower()
-            if field in names:
-                raise ShardError(url, f"duplicate member {member.name!r} in sample {key!r}")
-            names.append(field)
-            end = member.start + member_span(member.size)
-            sizes.append(member.size)
-            digests.append(digest_of(os.pread(fd, end - member.start, member.start)))
-    close_sample()
+            start, end = end, at + size + (-size % BLOCK)
+            sizes.append(size)
+            digests.append(digest_of(os.pread(fd, end - start, start)))
     if len(keys) != row["samples"]:
         raise ShardError(url, f"shard holds {len(keys)} samples, manifest says {row['samples']}")
     return ShardIndex(url, tuple(keys), tuple(offsets), tuple(layout), tuple(layouts), tuple(sizes), tuple(digests), end)
