@@ -29,6 +29,13 @@ differ from its manifest row raises `ShardError` before its first sample.
   is refused with one line naming `wdsprep reindex`, which gives it an index (spooling it to local
   disk first would break the rule that a remote read writes nothing locally unless a cache is asked
   for, and would make every piece of it download the whole shard).
+- Every other reader of shard bytes goes through this module too, so no path yields an unchecked
+  byte. Random access (`CheckedShard`: map-style datasets, the noisebase loader): the index is
+  loaded once per shard, and a read of sample i is one bounded read of the members asked for, each
+  member in it checked against its digest before anything is returned (an older local shard is
+  hashed whole first and indexed in memory; an older remote one is refused the same way).
+  `checked_samples` opens a URL and reads it through `read_samples`, for readers that hold a
+  shard's URL and row rather than a pipeline (`wdsprep inspect`, DeepReg's block recovery).
 """
 from __future__ import annotations
 
@@ -42,7 +49,7 @@ from ..errors import ShardError
 from ..shards.codec import DECODE_ERRORS, member_decoder
 from ..shards.index import ROW_FIELDS, ShardIndex, digest_of, has_index, member_span, xxh3_64
 from ..shards.tarformat import BLOCK, TarCursor, group_samples, index_samples
-from ..storage import BUFFER, open_from, open_url, read_range
+from ..storage import BUFFER, local_path, open_from, open_url, read_range
 
 
 # a remote shard without an index: refused (module docstring), on every read path
@@ -304,8 +311,6 @@ class CheckedShard:
     """
 
     def __init__(self, url: str, row: dict):
-        from ..storage import local_path
-
         self.url, self.row, self.fd = url, row, None
         self.path = local_path(url)
         self.fd = None if self.path is None else os.open(self.path, os.O_RDONLY)
