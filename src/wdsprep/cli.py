@@ -131,7 +131,8 @@ def cmd_synth(argv: Sequence[str]) -> int:
 def cmd_inspect(argv: Sequence[str]) -> int:
     from .progress import human_bytes
     from .shards.codec import decode_sample
-    from .stream import iter_shard, load_manifest
+    from .stream import load_manifest
+    from .stream.read import checked_samples
 
     parser = argparse.ArgumentParser(prog="wdsprep inspect")
     parser.add_argument("location", help=f"shard directory or manifest.json, as {describe_schemes()}")
@@ -155,14 +156,12 @@ def cmd_inspect(argv: Sequence[str]) -> int:
         urls = manifest.shard_urls(split)
         if not urls:
             continue
-        shown = 0
-        for raw in iter_shard(urls[0]):
+        # the samples shown are read as training reads them: checked against the shard's row first,
+        # so a corrupt one ends the command with the one line naming the shard, never shown as fine
+        for raw in checked_samples(urls[0], manifest.shards(split)[0], 0, max(args.samples, 0)):
             sample = decode_sample(raw, strip=False)
             fields = ", ".join(f"{name}: {_describe(value)}" for name, value in sample.items() if not name.startswith("__"))
             print(f"  {split}/{sample['__key__']}: {fields}")
-            shown += 1
-            if shown >= args.samples:
-                break
     return 0
 
 

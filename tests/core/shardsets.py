@@ -1,6 +1,10 @@
-"""Tiny shard sets with exact per-shard sample counts, for the stream tests (written with the public ShardWriter)."""
+"""Tiny shard sets with exact per-shard sample counts, for the stream tests (written with the public
+ShardWriter); flipping one byte of each member of a shard set in turn, for the read paths' tests."""
 import hashlib
+import json
 import os
+import pathlib
+import tarfile
 
 import numpy as np
 
@@ -8,6 +12,7 @@ from wdsprep.errors import ShardError
 from wdsprep.shards.codec import Encoder
 from wdsprep.shards.manifest import Manifest
 from wdsprep.shards.writer import ShardWriter
+from wdsprep.testing.conformance import read_manifest
 
 
 def write_counted_shards(directory, counts, *, split="train", codec="zstd", tag=""):
@@ -41,3 +46,68 @@ def keys_until_error(samples) -> tuple[list, BaseException | None]:
     except ShardError as error:
         return keys, error
     return keys, None
+
+
+def each_member_flipped(directory, pattern="*.tar", keep=None):
+    """For each member of each sample of the shards `pattern` names in `directory`, in file order
+    (as `tarfile` lists them; `__...__` members are not samples): flip the last byte of its data in
+    place (no truncation, so a file a reader holds open stays readable), yield (shard path, sample
+    key, member name), then put the byte back. `keep(key, member)` picks members (all by default)."""
+    for path in sorted(pathlib.Path(directory).glob(pattern)):
+        with tarfile.open(path) as archive:
+            members = [m for m in archive.getmembers() if m.isfile() and m.size and not m.name.startswith("__")]
+        for member in members:
+            key, _, name = member.name.partition(".")
+            if keep is not None and not keep(key, name):
+                continue
+            at = member.offset_data + member.size - 1
+            with open(path, "r+b") as handle:
+                handle.seek(at)
+                byte = handle.read(1)[0]
+                handle.seek(at)
+                handle.write(bytes([byte ^ 0x01]))
+            try:
+                yield path, key, name
+            finally:
+                with open(path, "r+b") as handle:
+                    handle.seek(at)
+                    handle.write(bytes([byte]))
+
+
+def same_until_error(items, expected, same) -> tuple[int, BaseException | None]:
+    """Compare each item with the next of `expected` (`same(item, reference)` asserts) until a
+    ShardError: (items that came and matched, that error or None)."""
+    count = 0
+    try:
+        for item, reference in zip(items, expected):
+            same(item, reference)
+            count += 1
+    except ShardError as error:
+        return count, error
+    return count, None
+
+
+INDEX_FIELDS = ("index_offset", "index_bytes", "index_digest")
+
+
+def make_older(output: pathlib.Path) -> None:
+    """Turn a conversion into what an older wdsprep wrote: shards without their index member."""
+    manifest = read_manifest(output)
+    older: dict[str, dict] = {}
+    for entry in manifest["splits"].values():
+        for row in entry["shards"]:
+            path = output / row["name"]
+            data = path.read_bytes()[: row["index_offset"]] + bytes(1024)
+            path.write_bytes(data)
+            for name in INDEX_FIELDS:
+                del row[name]
+            row.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+            older[row["name"]] = row
+        entry["bytes"] = sum(row["bytes"] for row in entry["shards"])
+    manifest["totals"]["bytes"] = sum(entry["bytes"] for entry in manifest["splits"].values())
+    (output / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    lines = (output / "_units.json").read_text().splitlines()
+    records = [json.loads(line) for line in lines[1:]]
+    for record in records:
+        record["rows"] = [{key: value for key, value in older[row["name"]].items() if key != "unit_digest"} for row in record["rows"]]
+    (output / "_units.json").write_text("\n".join([lines[0], *(json.dumps(r, sort_keys=True) for r in records)]) + "\n")

@@ -151,6 +151,29 @@ def test_inspect_shows_splits_ratio_and_fields(tmp_path, generic_input):
     assert data["format"] == "wdsprep/2" and data["totals"]["samples"] == 220
 
 
+def test_inspect_never_shows_a_corrupted_sample(tmp_path, generic_input):
+    """The samples `inspect` shows are read checked: with one byte flipped in any member of them
+    (no compression, so the flipped member decodes as well as the intact one), the command ends
+    with one line naming the shard, rc 1, and that sample is not shown."""
+    from tests.core.shardsets import each_member_flipped
+    from wdsprep.testing.conformance import run_cli, tar_samples
+
+    out = tmp_path / "out"
+    status, _, err = run_cli("convert", "generic", generic_input, out, "--codec", "none", "--quiet")
+    assert status == 0, err
+    status, intact, _ = run_cli("inspect", out, "--samples", "3")
+    first = sorted(out.glob("train-*.tar"))[0]
+    shown = [key for key, _ in tar_samples(first)[:3]]
+    assert status == 0 and all(f"train/{key}: " in intact for key in shown)
+    flipped = 0
+    for path, key, member in each_member_flipped(out, first.name, keep=lambda key, member: key in shown):
+        flipped += 1
+        status, stdout, stderr = run_cli("inspect", out, "--samples", "3")
+        assert status == 1 and stderr.count("\n") == 1 and path.name in stderr and f"{key}.{member}" in stderr, stderr
+        assert f"train/{key}: " not in stdout and stdout.split("  train/")[0] == intact.split("  train/")[0]
+    assert flipped == 3 * 2
+
+
 def test_split_option_converts_only_that_split_and_keeps_other_shards(tmp_path, generic_input):
     out = tmp_path / "out"
     full = convert("generic", generic_input, str(out), shard_bytes="300KB")

@@ -23,30 +23,7 @@ from wdsprep.errors import ShardError
 from wdsprep.testing import RangeHTTPServer, S3Server
 from wdsprep.testing.conformance import assert_rows_index_their_shards, balanced_units, read_manifest, run_cli, shard_bytes
 
-INDEX_FIELDS = ("index_offset", "index_bytes", "index_digest")
-
-
-def make_older(output: pathlib.Path) -> None:
-    """Turn a conversion into what an older wdsprep wrote: shards without their index member."""
-    manifest = read_manifest(output)
-    older: dict[str, dict] = {}
-    for entry in manifest["splits"].values():
-        for row in entry["shards"]:
-            path = output / row["name"]
-            data = path.read_bytes()[: row["index_offset"]] + bytes(1024)
-            path.write_bytes(data)
-            for name in INDEX_FIELDS:
-                del row[name]
-            row.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
-            older[row["name"]] = row
-        entry["bytes"] = sum(row["bytes"] for row in entry["shards"])
-    manifest["totals"]["bytes"] = sum(entry["bytes"] for entry in manifest["splits"].values())
-    (output / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    lines = (output / "_units.json").read_text().splitlines()
-    records = [json.loads(line) for line in lines[1:]]
-    for record in records:
-        record["rows"] = [{key: value for key, value in older[row["name"]].items() if key != "unit_digest"} for row in record["rows"]]
-    (output / "_units.json").write_text("\n".join([lines[0], *(json.dumps(r, sort_keys=True) for r in records)]) + "\n")
+from .shardsets import INDEX_FIELDS, make_older
 
 
 def write_input(directory: pathlib.Path) -> pathlib.Path:

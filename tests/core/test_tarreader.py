@@ -138,11 +138,13 @@ def test_index_samples_offsets_match_tarfile(tmp_path):
     assert dict(index_samples(path)) == expected
 
 
-def _shard(tmp_path, samples=3):
+def _shard(tmp_path, samples=3, rows=None):
     writer = ShardWriter(str(tmp_path), "t", shard_bytes=1 << 30, encoder=Encoder("zstd"))
     with writer:
         for i in range(samples):
             writer.write(f"f{i}", {"color": np.full((4, 3), i, dtype=np.float32), "meta": {"i": i}})
+    if rows is not None:
+        rows.append(writer.rows[0].as_dict())
     return tmp_path / writer.rows[0].name
 
 
@@ -156,7 +158,8 @@ def _corrupt_header(path, member: str, at: int) -> None:
 
 @pytest.mark.parametrize("at", [1, 124 + 3, 150, 300])  # name, size, checksum, an unused byte
 def test_a_corrupt_header_is_a_shard_error_on_every_path(tmp_path, at):
-    path = _shard(tmp_path)
+    rows = []
+    path = _shard(tmp_path, rows=rows)
     _corrupt_header(path, "f1.color.npy.zst", at)
     url = str(path)
     with pytest.raises(ShardError, match=r"t-00\.tar: corrupt tar header at byte \d+"):
@@ -165,8 +168,8 @@ def test_a_corrupt_header_is_a_shard_error_on_every_path(tmp_path, at):
         list(iter_samples(_Unseekable(path.read_bytes()), url, skip=2))
     with pytest.raises(ShardError, match="corrupt tar header"):
         index_samples(url)
-    reader = SequenceReader([(url, 0, 3)], "seq", ["f0", "f1", "f2"])
-    with pytest.raises(ShardError, match="corrupt tar header"):
+    reader = SequenceReader([(url, rows[0], 0, 3)], "seq", ["f0", "f1", "f2"])  # checked against the index
+    with pytest.raises(ShardError, match=r"t-00\.tar: member f1\.color\.npy\.zst: corrupt"):
         reader.read(1, {"color": None})
     reader.close()
 

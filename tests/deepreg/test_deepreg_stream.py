@@ -183,3 +183,32 @@ def test_plain_webdataset_epochs_differ_without_seed(synthetic):
     fixed = two_epochs(0)
     assert fixed[0] == fixed[1]
     assert first != second  # epochs 0 and 1 (deterministic for this data)
+
+
+def test_a_block_recovered_from_a_corrupted_shard_is_a_shard_error(tmp_path):
+    """A stream starting inside a block re-reads the block's start from the shard, checked like every
+    read: converted by the CLI without compression, one byte flipped in each member of the samples
+    re-read in turn, the stage raises a ShardError naming the shard before it yields any pair."""
+    from tests.core.shardsets import each_member_flipped
+    from wdsprep.stream import iter_shard
+    from wdsprep.testing.conformance import run_cli
+
+    SOURCE.synth(str(tmp_path / "native"), 0, "small")
+    status, _, err = run_cli("convert", "deepreg", tmp_path / "native", tmp_path / "out", "--codec", "none", "--quiet")
+    assert status == 0, err
+    shard = wdsprep.urls(str(tmp_path / "out"), "unpaired_nifti_train")[0]
+    samples = list(iter_shard(shard))  # read while intact
+    re_read = [sample["__key__"] for sample in samples[:3]]
+    stage = dict(image_shape=(4, 4, 4), seed=0)
+    intact = [s["__key__"] for s in pairs("unpaired", **stage)(iter(samples))]
+    assert [s["__key__"] for s in pairs("unpaired", **stage)(iter(samples[3:]))] == intact  # recovered
+    flipped = 0
+    for path, key, member in each_member_flipped(tmp_path / "out", "unpaired_nifti_train-*.tar",
+                                                 keep=lambda key, member: key in re_read):
+        flipped += 1
+        yielded = []
+        with pytest.raises(wdsprep.ShardError, match=path.name):
+            for pair in pairs("unpaired", **stage)(iter(samples[3:])):
+                yielded.append(pair)
+        assert yielded == [], (key, member)
+    assert flipped == 3 * 3  # every member (image, label, meta) of the three samples re-read

@@ -414,4 +414,46 @@ MUTATIONS = [
              "src/wdsprep/stream/read.py",
              (("            if digest.intdigest() != index.digests[k + m]:", "            if False:"),),
              REPLACED),
+    # -- issue #24: every read path checked
+    Mutation("voxels-mapstyle-unchecked", "the voxels map-style dataset reads a sample's members by offset, unchecked",
+             "src/wdsprep/sources/voxels/mapstyle.py",
+             (("        raw = self.shards[sample[\"shard\"]].read(sample[\"number\"], names)\n",
+               "        path = self.shard_paths[sample[\"shard\"]]\n"
+               "        where = dict(index_tar(path))[sample[\"key\"]]\n"
+               "        with open(path, \"rb\") as handle:\n"
+               "            raw = {name: handle.seek(where[name][0]) and handle.read(where[name][1]) for name in names}\n"),),
+             ("tests/voxels/test_voxels_mapstyle.py",)),
+    Mutation("rawnind-mapstyle-unchecked", "the rawnind map-style dataset reads a tile's members by offset, unchecked",
+             "src/wdsprep/sources/rawnind/mapstyle.py",
+             (("        return decode_sample(shard.read(number, names))\n",
+               "        from ...shards.tarformat import index_samples\n"
+               "        where = dict(index_samples(shard.path))[key]\n"
+               "        with open(shard.path, \"rb\") as handle:\n"
+               "            return decode_sample({\"__key__\": key, **{name: handle.seek(where[name][0]) and handle.read(where[name][1]) for name in names}})\n"),),
+             ("tests/rawnind/test_rawnind_convert_read.py",)),
+    Mutation("noisebase-frame-unchecked", "the noisebase loader reads a frame's members by offset, unchecked",
+             "src/wdsprep/sources/noisebase/_shardread.py",
+             (("        raw = shard.read(number, [members[\"meta\"], *(members[field] for field in wanted if field in members)])\n",
+               "        from ...storage import read_range\n"
+               "        raw, at, k = {}, shard.index.offsets[number], shard.index.first[number]\n"
+               "        for name in shard.index.names(number):\n"
+               "            size = shard.index.sizes[k]\n"
+               "            raw[name], at, k = bytearray(read_range(url, at + 512, size)), at + 512 + size + (-size % 512), k + 1\n"),),
+             ("tests/noisebase/test_noisebase_loader.py", "tests/noisebase/test_noisebase_stream.py")),
+    Mutation("deepreg-recovery-unchecked", "DeepReg's block recovery re-reads the shard's start unchecked",
+             "src/wdsprep/sources/deepreg/read.py",
+             (("        for sample in checked_samples(item.url, shard_row(item.url, self._manifests)):\n",
+               "        from ...stream import iter_shard\n        for sample in iter_shard(item.url):\n"),),
+             ("tests/deepreg/test_deepreg_stream.py",)),
+    Mutation("inspect-unchecked", "`wdsprep inspect` shows samples read unchecked",
+             "src/wdsprep/cli.py",
+             (("        for raw in checked_samples(urls[0], manifest.shards(split)[0], 0, max(args.samples, 0)):\n",
+               "        from itertools import islice\n        from .stream import iter_shard\n"
+               "        for raw in islice(iter_shard(urls[0]), max(args.samples, 0)):\n"),),
+             ("tests/core/test_conversion.py",)),
+    Mutation("older-shard-index-unhashed", "a local shard without an index is indexed in memory without hashing it against its row first",
+             "src/wdsprep/stream/read.py",
+             (("    indexed (one header per member, a sample's members back to back from byte 0).\"\"\"\n    check_whole(url, row, fd)\n",
+               "    indexed (one header per member, a sample's members back to back from byte 0).\"\"\"\n"),),
+             ("tests/voxels/test_voxels_mapstyle.py", "tests/noisebase/test_noisebase_stream.py")),
 ]

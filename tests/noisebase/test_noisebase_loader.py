@@ -175,3 +175,42 @@ def test_truncated_shard_names_the_shard(tmp_path_factory, tmp_path):
     with pytest.raises(ShardError, match=victim.name):
         for _ in loader:
             pass
+
+
+def test_a_flipped_byte_in_any_member_is_a_shard_error_before_its_batch(tmp_path_factory, tmp_path):
+    """Converted by the CLI without compression into several shards: one byte flipped in each member
+    of each frame in turn (its last byte: past the samples the loader decompresses, so a partial read
+    would never see it), the loader of the stage holding that frame raises a ShardError naming the
+    shard at the batch that holds the frame, and every batch before is the intact shards' own."""
+    from tests.core.shardsets import each_member_flipped, same_until_error
+    from wdsprep.errors import ShardError
+    from wdsprep.sources.noisebase.convert import frame_key
+    from wdsprep.testing.conformance import run_cli
+
+    out = tmp_path / "out"
+    status, _, err = run_cli("convert", "noisebase", native(tmp_path_factory), out, "--codec", "none",
+                             "--shard-bytes", "200KB", "--quiet")
+    assert status == 0, err
+    assert len(list(out.glob("*.tar"))) > 2
+    args = dict(seed=42, val_split=0.2, batch_size=2, num_workers=0, samples=4, buffers=ALL_BUFFERS)
+    expected, batch_of = {}, {}
+    for stage in ("train", "val"):
+        loader = TrainingSampleLoader(str(out), stage=stage, **args)
+        for number, batch in enumerate(loader.batch_sampler):
+            for index in batch:
+                entry = loader.dataset.sequences[index["idx"] // FRAMES]
+                batch_of[frame_key(entry["file"], index["idx"] % FRAMES)] = (stage, number)
+        expected[stage] = list(TrainingSampleLoader(str(out), stage=stage, **args))
+    cases = 0
+    for path, key, member in each_member_flipped(out):
+        cases += 1
+        stage, number = batch_of[key]
+        for other in ("train", "val"):
+            count, error = same_until_error(TrainingSampleLoader(str(out), stage=other, **args), expected[other],
+                                            assert_same_batch)
+            if other != stage:
+                assert error is None and count == len(expected[other]), (key, member, other)
+                continue
+            assert isinstance(error, ShardError) and path.name in str(error), (key, member, error)
+            assert count == number, (key, member)  # the batches before the frame's, not its own
+    assert cases == 6 * FRAMES * 7  # every member (6 arrays and meta.mp) of every frame

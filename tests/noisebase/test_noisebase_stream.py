@@ -74,3 +74,41 @@ def test_s3_stream_matches_local(tmp_path_factory, monkeypatch):
         assert_same_batches(remote_loader, local)
     finally:
         server.stop()
+
+
+def test_remote_frames_are_checked_and_older_shards_hashed_or_refused(tmp_path_factory, tmp_path):
+    """Over HTTP (Range requests) a flipped byte in a frame's member is a ShardError naming the shard;
+    shards without an index (an older conversion) read locally like indexed ones (each hashed whole
+    first) and are refused remotely with the line naming `wdsprep reindex`."""
+    import shutil
+
+    from tests.core.shardsets import each_member_flipped, make_older
+    from wdsprep.errors import ShardError
+    from wdsprep.testing import RangeHTTPServer
+    from wdsprep.testing.conformance import run_cli
+
+    from .noisebase_testdata import native
+
+    current, older = tmp_path / "current", tmp_path / "older"
+    status, _, err = run_cli("convert", "noisebase", native(tmp_path_factory), current, "--codec", "none",
+                             "--shard-bytes", "200KB", "--quiet")
+    assert status == 0, err
+    shutil.copytree(current, older)
+    make_older(older)
+    args = dict(ARGS, val_split=0.0)
+    assert_same_batches(TrainingSampleLoader(str(older), **args), TrainingSampleLoader(str(current), **args))
+    with RangeHTTPServer(tmp_path) as server:
+        assert_same_batches(TrainingSampleLoader(server.url_of("current/manifest.json"), **args),
+                            TrainingSampleLoader(str(current), **args))
+        with pytest.raises(ShardError, match="wdsprep reindex"):
+            list(TrainingSampleLoader(server.url_of("older/manifest.json"), **args))
+        flips = each_member_flipped(current, keep=lambda key, member: member == "position.npy")
+        path, key, member = next(flips)
+        with pytest.raises(ShardError, match=rf"{path.name}: member {key}\.{member}: corrupt"):
+            list(TrainingSampleLoader(server.url_of("current/manifest.json"), **args))
+        flips.close()  # the byte goes back
+    flips = each_member_flipped(older, keep=lambda key, member: member == "position.npy")
+    path, key, member = next(flips)
+    with pytest.raises(ShardError, match=rf"{path.name}: sha256 differs"):
+        list(TrainingSampleLoader(str(older), **args))
+    flips.close()

@@ -1,5 +1,6 @@
 """The legacy float layout (`layout="legacy"`): convert scenes to shards and read the legacy
 loader's crop pairs back. The mosaic layout's tests are in test_rawnind_mosaic.py."""
+import contextlib
 import shutil
 import tarfile
 
@@ -12,7 +13,7 @@ import yaml
 
 import wdsprep
 from wdsprep.conversion import convert
-from wdsprep.errors import ConfigError, InputError
+from wdsprep.errors import ConfigError, InputError, ShardError
 from wdsprep.shards.codec import Encoder
 from wdsprep.sources.rawnind.convert import tile_origins
 from wdsprep.sources.rawnind.raw import XYZ_TO_LIN_REC2020
@@ -315,3 +316,37 @@ def test_pairs_draw_new_crops_each_epoch(shards):
     replay = wdsprep.dataset(str(out / "manifest.json"), "train", seed=1, epoch=0, shuffle_shards=False).compose(
         wdsprep.rawnind.pairs(to_torch=False, max_alignment_loss=None, min_mask_mean=None))
     assert all(np.array_equal(first[s["__key__"]], s["x_crops"]) for s in replay)
+
+
+def test_map_style_raises_a_shard_error_for_a_flipped_byte_in_any_member(synth_tiny, tmp_path):
+    """Converted by the CLI without compression (a changed byte decodes as well as the right one):
+    one byte flipped in each member of each tile in turn, the map-style dataset raises a ShardError
+    naming that shard, when it opens (meta.mp) or on the first item that reads the tile, and every
+    item it gave before is the intact shards' own."""
+    from tests.core.shardsets import each_member_flipped, same_until_error
+    from wdsprep.rawnind import CleanProfiledRGBNoisyBayerImageCropsDataset as Dataset
+    from wdsprep.testing.conformance import run_cli
+
+    shutil.copytree(synth_tiny, tmp_path / "native")
+    status, _, err = run_cli("convert", "rawnind", tmp_path / "native", tmp_path / "out", "--codec", "none", "--quiet")
+    assert status == 0, err
+    options = dict(crop_size=64, num_crops=2, alignment_max_loss=None, mask_mean_min=None)
+    expected = {split: [item for item in Dataset(str(tmp_path / "out"), split, **options)] for split in ("train", "test")}
+    assert all(expected.values())
+
+    def same(got, want):
+        assert set(got) == set(want)
+        for name, value in got.items():
+            assert np.array_equal(np.asarray(value), np.asarray(want[name])), name
+
+    flipped = set()
+    for path, key, member in each_member_flipped(tmp_path / "out"):
+        split = path.name.split("-", 1)[0]
+        flipped.add(member)
+        with pytest.raises(ShardError, match=path.name) if member == "meta.mp" else contextlib.nullcontext():
+            dataset = Dataset(str(tmp_path / "out"), split, **options)
+        if member == "meta.mp":
+            continue
+        count, error = same_until_error((dataset[i] for i in range(len(dataset))), expected[split], same)
+        assert count == 0 and error is not None and path.name in str(error), (key, member)  # one tile per split
+    assert flipped == {"clean.npy", "noisy.npy", "mask.npy", "meta.mp"}

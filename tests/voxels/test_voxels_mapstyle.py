@@ -105,8 +105,10 @@ def test_random_access_reads_only_that_sample(converted, monkeypatch):
     ds[index]
     number = int(ds._chunk_sample[index])
     sample = ds.samples[number]
-    allowed = {(offset, size) for field, (offset, size) in sample["members"].items() if field != "meta.mp"}
-    assert reads and {(offset, size) for _, size, offset in reads} <= allowed
+    with tarfile.open(ds.shard_paths[sample["shard"]]) as archive:  # the sample's bytes: its members' headers to padding
+        members = [m for m in archive.getmembers() if m.name.split(".", 1)[0] == sample["key"]]
+    low, high = min(m.offset for m in members), max(m.offset_data + -(-m.size // 512) * 512 for m in members)
+    assert reads and all(low <= offset and offset + size <= high for _, size, offset in reads)
     assert sum(size for _, size, _ in reads) < 0.2 * sum(s["bytes"] for s in manifest.shards("train"))
 
 
@@ -170,3 +172,81 @@ def test_explicit_shard_list(converted):
     by_manifest = HierarchicalVoxelRayDataset(shards, split="test", rays_per_chunk=50)
     assert len(by_list) == len(by_manifest)
     assert [by_list[i]["hash"] for i in range(len(by_list))] == [by_manifest[i]["hash"] for i in range(len(by_list))]
+
+
+def _same_chunk(got: dict, expected: dict) -> None:
+    assert set(got) == set(expected)
+    for name, value in got.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(value, expected[name]), name
+        else:
+            assert value == expected[name], name
+
+
+def test_a_flipped_byte_in_any_member_is_a_shard_error_before_its_sample(tmp_path):
+    """Converted by the CLI without compression (a changed byte decodes as well as the right one):
+    one byte flipped in each member of each sample in turn, the map-style dataset raises a
+    ShardError naming that shard, and every chunk it gave before is the intact shards' own."""
+    from wdsprep.testing.conformance import run_cli, tar_samples
+
+    from tests.core.shardsets import each_member_flipped, same_until_error
+
+    from .voxels_testdata import make_tiny
+
+    native = make_tiny(tmp_path / "native", seed=1)
+    status, _, err = run_cli("convert", "voxels", native, tmp_path / "out", "--codec", "none", "--shard-bytes", "150KB", "--quiet")
+    assert status == 0, err
+    options = dict(split="val", rays_per_chunk=None, include_empty=True)  # every sample, one chunk each
+    expected = [sample for sample in HierarchicalVoxelRayDataset(tmp_path / "out", **options)]
+    order = [key for path in sorted((tmp_path / "out").glob("val-*.tar")) for key, _ in tar_samples(path)]
+    assert len(order) == len(expected) == 23  # one chunk per sample, in shard order
+    cases = 0
+    for path, key, member in each_member_flipped(tmp_path / "out", "val-*.tar"):
+        cases += 1
+        try:
+            dataset = HierarchicalVoxelRayDataset(tmp_path / "out", **options)
+        except wdsprep.ShardError as error:  # meta.mp is read when the dataset opens
+            assert member == "meta.mp" and path.name in str(error), (key, member, error)
+            continue
+        count, error = same_until_error((dataset[i] for i in range(len(dataset))), expected, _same_chunk)
+        assert error is not None and path.name in str(error), (key, member)
+        assert count == order.index(key), (key, member)  # every chunk before that sample's, and not its own
+        dataset.close()
+    assert cases == 3 * 23
+
+
+def test_older_shards_without_an_index_are_hashed_whole_when_the_dataset_opens(tmp_path):
+    """An older conversion (shards without their index): the map-style dataset hashes each shard
+    against its row when it opens, then gives what it gives on the indexed shards, from the manifest
+    or from a list of the tar files (their rows from the manifest beside them); a flipped byte is a
+    ShardError naming the shard before any sample."""
+    import shutil
+
+    from wdsprep.testing.conformance import run_cli
+
+    from tests.core.shardsets import each_member_flipped, make_older
+
+    from .voxels_testdata import make_tiny
+
+    current, older = tmp_path / "current", tmp_path / "older"
+    status, _, err = run_cli("convert", "voxels", make_tiny(tmp_path / "native", seed=1), current, "--quiet")
+    assert status == 0, err
+    shutil.copytree(current, older)
+    make_older(older)
+    options = dict(split="val", rays_per_chunk=50, include_empty=True)
+    expected = [sample for sample in HierarchicalVoxelRayDataset(current, **options)]
+    for location in (older, sorted(older.glob("val-*.tar"))):
+        got = HierarchicalVoxelRayDataset(location, **options)
+        assert len(got) == len(expected)
+        for i, want in enumerate(expected):
+            _same_chunk(got[i], want)
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(current / "val-00000-00.tar", alone)  # no manifest beside it: nothing to check it against
+    with pytest.raises(wdsprep.ShardError, match="val-00000-00.tar: no manifest beside it lists it"):
+        HierarchicalVoxelRayDataset([alone / "val-00000-00.tar"], **options)
+    flips = each_member_flipped(older, "val-*.tar", keep=lambda key, member: member.startswith("rays."))
+    path, _, _ = next(flips)
+    with pytest.raises(wdsprep.ShardError, match=rf"{path.name}: sha256 differs"):
+        HierarchicalVoxelRayDataset(older, **options)
+    flips.close()

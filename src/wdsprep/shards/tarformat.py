@@ -8,9 +8,9 @@ checksum is the template's byte sum plus those of the filled fields (no pass ove
 
 Reading: ONE header parser (`parse_header`) and ONE cursor (`TarCursor`) that every reader of
 shards uses (`iter_members`, `group_samples`/`iter_samples`, `index_samples`, the read path's
-fallback for shards without an index, `wdsprep reindex`, noisebase's sequence reader). The
-cursor walks members in order over any binary stream; a member's data is read whole, read in part
-(`readinto`, the rest skipped later) or skipped (seeked over when the stream can seek). It accepts
+fallback for shards without an index, `wdsprep reindex`). The cursor walks members in order over
+any binary stream; a member's data is read whole, read in part (`readinto`, the rest skipped
+later) or skipped (seeked over when the stream can seek). It accepts
 what other writers produce: GNU long names (`L`), PAX `path`/`size` records (`x`; global `g`
 records are ignored), base-256 numbers, typeflag `7` (contiguous file) as a regular file. Every
 defect -- a checksum mismatch, a bad number, a stream cut short -- is a `ShardError` naming the

@@ -30,7 +30,9 @@ def __getattr__(name: str):
 
 
 def iter_shard(url: str, skip: int = 0) -> Iterator[dict]:
-    """Raw samples of one shard (`__key__`, `__url__`, field -> bytes), streamed from any URL."""
+    """Raw samples of one shard (`__key__`, `__url__`, field -> bytes), streamed from any URL as they
+    are, unchecked (it has no manifest row to check them against; wdsprep's own readers read through
+    `stream.read`, which checks every sample first)."""
     with open_url(url) as stream:
         yield from iter_samples(stream, url, skip=skip)
 

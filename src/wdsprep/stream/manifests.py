@@ -29,26 +29,48 @@ def urls(manifest_url: str, split: str = "train") -> list[str]:
     return load_manifest(manifest_url).shard_urls(split)
 
 
-def local_shard_paths(location, split: str = "train") -> list[str]:
-    """Local file paths of a split's shards, for map-style (random access) datasets.
+def shard_row(url: str, manifests: dict | None = None) -> dict:
+    """The manifest row of the shard at `url`, from the `manifest.json` beside it (a conversion writes
+    its shards next to their manifest), for a reader that holds a shard's URL but not its row. A
+    shard no manifest there lists is a `ShardError`: nothing could check its samples. `manifests`
+    (a dict) keeps the manifests loaded, by directory, for the next call."""
+    url = str(url)
+    base, _, name = url.rpartition("/")
+    base = base or "."
+    manifest = None if manifests is None else manifests.get(base)
+    if manifest is None:
+        try:
+            manifest = load_manifest(base)
+        except ManifestError as error:
+            raise ShardError(url, f"no manifest beside it lists it, so its samples cannot be checked ({error})") from None
+        if manifests is not None:
+            manifests[base] = manifest
+    for rows in manifest.splits.values():
+        for row in rows:
+            if row["name"] == name:
+                return row
+    raise ShardError(url, f"{manifest.url} does not list it, so its samples cannot be checked")
 
-    `location` is a local manifest (file or directory), a single `.tar`, or a list of tar paths.
+
+def local_shards(location, split: str = "train") -> list[tuple[str, dict]]:
+    """(local file path, manifest row) of a split's shards, for map-style (random access) datasets.
+
+    `location` is a local manifest (file or directory), a single `.tar`, or a list of tar paths (their
+    rows from the manifest beside them: `shard_row`).
     """
     import os
 
-    if not isinstance(location, (str, os.PathLike)):
-        paths = [str(path) for path in location]
-        if not paths:
-            raise ConfigError("no shards given")
-        return paths
-    location = str(location)
-    if location.endswith(".tar"):
-        return [location]
-    manifest = load_manifest(location)
-    paths = []
-    for url in manifest.shard_urls(split):
-        path = local_path(url)
-        if path is None:
-            raise ConfigError(f"{url}: map-style datasets read local shards; stream remote ones with the reader stage")
-        paths.append(path)
-    return paths
+    if isinstance(location, (str, os.PathLike)) and not str(location).endswith(".tar"):
+        manifest = load_manifest(str(location))
+        shards = []
+        for url, row in zip(manifest.shard_urls(split), manifest.shards(split)):
+            path = local_path(url)
+            if path is None:
+                raise ConfigError(f"{url}: map-style datasets read local shards; stream remote ones with the reader stage")
+            shards.append((path, row))
+        return shards
+    paths = [str(location)] if isinstance(location, (str, os.PathLike)) else [str(path) for path in location]
+    if not paths:
+        raise ConfigError("no shards given")
+    manifests: dict = {}
+    return [(path, shard_row(path, manifests)) for path in paths]

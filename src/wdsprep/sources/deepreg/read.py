@@ -180,6 +180,7 @@ class _Pairs:
         self.seed, self.epoch = seed, epoch
         self.block_size, self.shuffle = block_size, shuffle
         self._passes = 0  # iterations started over this stage (the epoch when nothing else says)
+        self._manifests: dict = {}  # loaded by `_recover`, by shard directory
 
     # -- blocks
     def _block_of(self, item: _Item) -> tuple[tuple, int, int, int]:
@@ -200,7 +201,9 @@ class _Pairs:
         return (item.url, block["id"], start), start, size, position
 
     def _recover(self, item: _Item, identity: tuple, start: int, position: int) -> list[_Item]:
-        """The block's samples before `item`, re-read from the start of its shard.
+        """The block's samples before `item`, re-read from the start of its shard, each checked
+        against the shard's row in the manifest beside it before it is used (a shard no manifest
+        there lists is a `ShardError`).
 
         Needed after a resume that skipped into the middle of a block (the core skips the samples
         it had pulled); the pairs then come out exactly as in the uninterrupted epoch. A stream
@@ -217,10 +220,11 @@ class _Pairs:
                 return []
         elif _in_multi_worker_loader():
             return []
-        from ...stream import iter_shard
+        from ...stream.manifests import shard_row
+        from ...stream.read import checked_samples
 
         found: list[_Item] = []
-        for sample in iter_shard(item.url):
+        for sample in checked_samples(item.url, shard_row(item.url, self._manifests)):
             other = _Item(sample)
             other_identity, _, _, other_position = self._block_of(other)
             if other.key == item.key or other_position >= position and other_identity == identity:

@@ -1,151 +1,92 @@
-"""Streaming one sequence's frames out of shards, member by member (`tarformat.TarCursor`).
+"""Reading one sequence's frames out of its shards, frame by frame, each frame checked first.
 
-A reader keeps one stream open per sequence and walks its tar members in order. Members a batch
-does not need, and whole frames another worker handles, are skipped (seeked over when the stream
-can seek, read past otherwise); per-sample arrays are decompressed only up to the samples asked
-for (they are stored sample-major).
+A sequence's frames are consecutive samples of one or more shards (its segments). A frame is read
+through `stream.read.CheckedShard`: one bounded read of the members it needs (a positioned read
+locally, a Range request remotely), every member in that span checked against the shard's index
+before anything is decoded (an older shard without an index: hashed whole when opened if local,
+refused with the line naming `wdsprep reindex` if remote). Frames that other workers handle are not
+read at all. Per-sample arrays are stored sample-major, so only the leading samples asked for are
+decompressed; the check still reads each member whole, since its digest covers all of it.
 """
 from __future__ import annotations
+
+import io
 
 import msgpack
 import zstandard
 
 from ...errors import FormatError, ShardError
 from ...shards.codec import decompressor, read_npy
-from ...shards.tarformat import Member, TarCursor
+from ...stream.read import CheckedShard
 
 
-def _open_cursor(url: str) -> TarCursor:
-    from ...storage import open_url
-
-    return TarCursor(open_url(url), url)
-
-
-def decode_member(cursor: TarCursor, member: str, leading: int | None):
-    """Decode the current `.npy` / `.npy.zst` member; with `leading`, only the first rows of axis 0.
-
-    Only the bytes needed are read (and decompressed): the rest of the member is skipped later.
-    """
+def decode_member(url: str, key: str, member: str, data: bytearray, leading: int | None):
+    """Decode one `.npy` / `.npy.zst` member's (checked) bytes; with `leading`, only the first rows
+    of axis 0 (only what they need is decompressed)."""
     if member.endswith(".npy.zst"):
-        readinto = decompressor().stream_reader(cursor, read_size=1 << 16, closefd=False).readinto
+        readinto = decompressor().stream_reader(data, read_size=1 << 16).readinto
     elif member.endswith(".npy"):
-        readinto = cursor.readinto
+        readinto = io.BytesIO(data).readinto
     else:
-        raise ShardError(cursor.url, f"{member}: expected a .npy or .npy.zst member")
+        raise ShardError(url, f"member {key}.{member}: expected a .npy or .npy.zst member")
     try:
         return read_npy(readinto, leading)
     except zstandard.ZstdError as error:
-        raise ShardError(cursor.url, f"member {member}: corrupt zstd data ({error})") from None
+        raise ShardError(url, f"member {key}.{member}: corrupt zstd data ({error})") from None
     except FormatError as error:
         if isinstance(error, ShardError):
             raise
-        raise ShardError(cursor.url, f"member {member}: {error}") from None
+        raise ShardError(url, f"member {key}.{member}: {error}") from None
 
 
 class SequenceReader:
-    """Frames of one sequence, read forward through its shard segments.
+    """Frames of one sequence, read in any order.
 
-    `segments` are (shard URL, samples to pass before the sequence's first frame, frames in this
-    shard). Asking for a frame before the current one reopens the stream (a new epoch).
+    `segments` are (shard URL, manifest row, samples before the sequence's first frame in it, frames
+    in this shard). `shards` (URL -> `CheckedShard`) holds the open shards, shared with other
+    readers; the ones a reader opens go there. They are opened here, so reads (from several threads)
+    only read.
     """
 
-    def __init__(self, segments: list[tuple[str, int, int]], file: str, keys: list[str]):
+    def __init__(self, segments: list[tuple[str, dict, int, int]], file: str, keys: list[str],
+                 shards: dict | None = None):
         self.segments = segments
         self.file = file
         self.keys = keys
-        self.cursor: TarCursor | None = None
-        self.segment = -1
-        self.next_frame = 0  # the frame whose members come next
-        self._carry: Member | None = None  # a member header read ahead (next frame's)
+        self.owned = shards is None  # then `close` closes them
+        self.shards = {} if shards is None else shards
+        for url, row, _, _ in segments:
+            if url not in self.shards:
+                self.shards[url] = CheckedShard(url, row)
         self.cameras: dict = {}  # (frame, orientation) -> re-oriented camera, for the loader
 
     def close(self) -> None:
-        if self.cursor is not None:
-            self.cursor.stream.close()
-            self.cursor = None
+        if self.owned:
+            for shard in self.shards.values():
+                shard.close()
+            self.shards.clear()
 
-    def _segment_of(self, frame: int) -> int:
+    def _locate(self, frame: int) -> tuple[str, int]:
+        """(shard URL, sample number in it) of `frame`."""
         start = 0
-        for index, (_, _, count) in enumerate(self.segments):
+        for url, _, skip, count in self.segments:
             if frame < start + count:
-                return index
+                return url, skip + frame - start
             start += count
         raise ShardError(self.segments[-1][0], f"{self.file}: frame {frame} is not in its shards")
 
     def read(self, frame: int, wanted: dict[str, int | None]) -> tuple[dict, dict]:
         """(arrays, meta) of `frame`; `wanted` maps field -> leading rows (None: all)."""
-        if frame < self.next_frame or self.cursor is None:
-            self._restart()
-        try:
-            while self.next_frame < frame:
-                self._read_frame(None)
-            return self._read_frame(wanted)
-        except BaseException:
-            self._restart()  # the stream position is unknown now: the next read starts over
-            raise
-
-    def _restart(self) -> None:
-        self.close()
-        self.next_frame = 0
-        self.segment = -1
-        self._carry = None
-
-    def _read_frame(self, wanted: dict[str, int | None] | None) -> tuple[dict, dict]:
-        frame = self.next_frame
-        segment = self._segment_of(frame)
-        if segment != self.segment:
-            self._open_at_sequence(segment)
-        key = self.keys[frame]
-        arrays: dict = {}
-        meta = None
-        cursor = self.cursor
-        while True:
-            member = self._carry if self._carry is not None else cursor.next()
-            self._carry = None
-            if member is None:
-                break
-            name = member.name
-            if name.startswith("__"):  # the shard's sample index (its last member): no frame
-                continue
-            member_key, _, field_ext = name.partition(".")
-            if member_key != key:
-                if meta is None and not arrays:
-                    raise ShardError(cursor.url, f"expected sample {key!r} of {self.file}, found {member_key!r}")
-                self._carry = member  # first member of the next frame
-                break
-            field = field_ext.split(".", 1)[0]
-            if wanted is None:  # passing over a frame another worker handles
-                cursor.skip()
-                meta = meta or {}
-            elif field == "meta":
-                meta = msgpack.unpackb(cursor.read(), raw=False)
-            elif field in wanted:
-                arrays[field] = decode_member(cursor, name, wanted[field])
-            else:
-                cursor.skip()
-        if meta is None:
-            raise ShardError(cursor.url, f"sample {key!r} of {self.file} has no meta.mp member")
-        self.next_frame = frame + 1
+        url, number = self._locate(frame)
+        shard = self.shards[url]
+        key, found = self.keys[frame], shard.index.keys[number]
+        if found != key:
+            raise ShardError(url, f"expected sample {key!r} of {self.file}, found {found!r}")
+        members = {name.split(".", 1)[0]: name for name in shard.index.names(number)}
+        if "meta" not in members:
+            raise ShardError(url, f"sample {key!r} of {self.file} has no meta.mp member")
+        raw = shard.read(number, [members["meta"], *(members[field] for field in wanted if field in members)])
+        meta = msgpack.unpackb(raw[members["meta"]], raw=False)
+        arrays = {field: decode_member(url, key, members[field], raw[members[field]], leading)
+                  for field, leading in wanted.items() if field in members}
         return arrays, meta
-
-    def _open_at_sequence(self, segment: int) -> None:
-        """Open a segment's shard positioned on the sequence's first sample in it."""
-        self.close()
-        url, skip, _ = self.segments[segment]
-        self.cursor = _open_cursor(url)
-        self.segment = segment
-        self._carry = None
-        passed, current = 0, None
-        while True:
-            member = self.cursor.next()
-            if member is None:
-                raise ShardError(url, f"shard ends before sample {skip}, where {self.file} should start")
-            key = member.name.split(".", 1)[0]
-            if key != current:
-                if current is not None:
-                    passed += 1
-                current = key
-            if passed == skip:
-                self._carry = member
-                return
-            self.cursor.skip()

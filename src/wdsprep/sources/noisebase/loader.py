@@ -11,8 +11,9 @@ Same arguments, same batches (bit for bit), same epoch counting, DDP rule and ch
 * `loader.batch_sampler.checkpoint(epoch, batch_idx)` (only at a sequence boundary),
   `loader.state_dict()`, `loader.load_state_dict(sd)`.
 
-Instead of opening a zarr zip per frame, each worker streams the current sequences' frames out of
-the shards (at most one open stream per sequence of the current batch).
+Instead of opening a zarr zip per frame, each worker reads the frames it needs out of the shards,
+each frame checked against its shard's index before it is decoded (`_shardread.SequenceReader`; at
+most the shards of the current batch's sequences stay open).
 """
 from __future__ import annotations
 
@@ -138,24 +139,24 @@ class LockstepSampler:
 
 
 # ------------------------------------------------------------------------------------ dataset
-def unit_shards(manifest) -> dict[int, list[tuple[str, int]]]:
-    """unit -> [(shard URL, samples), ...] in order, from the manifest's train split."""
+def unit_shards(manifest) -> dict[int, list[tuple[str, dict]]]:
+    """unit -> [(shard URL, manifest row), ...] in order, from the manifest's train split."""
     rows = manifest.shards(SPLIT)
-    units: dict[int, list[tuple[str, int]]] = {}
+    units: dict[int, list[tuple[str, dict]]] = {}
     for row, url in zip(rows, manifest.shard_urls(SPLIT)):
-        units.setdefault(row.get("unit"), []).append((url, row["samples"]))
+        units.setdefault(row.get("unit"), []).append((url, row))
     return units
 
 
-def sequence_segments(units: dict, entry: dict, where: str = "manifest") -> list[tuple[str, int, int]]:
-    """(shard URL, samples before the sequence in it, its frames in it) for one table entry."""
+def sequence_segments(units: dict, entry: dict, where: str = "manifest") -> list[tuple[str, dict, int, int]]:
+    """(shard URL, its row, samples before the sequence in it, its frames in it) for one table entry."""
     segments, start, first, end = [], 0, entry["first"], entry["first"] + entry["frames"]
-    for url, samples in units.get(entry["unit"], []):
-        stop = start + samples
+    for url, row in units.get(entry["unit"], []):
+        stop = start + row["samples"]
         if stop > first and start < end:
-            segments.append((url, max(first - start, 0), min(stop, end) - max(start, first)))
+            segments.append((url, row, max(first - start, 0), min(stop, end) - max(start, first)))
         start = stop
-    if sum(count for _, _, count in segments) != entry["frames"]:
+    if sum(count for _, _, _, count in segments) != entry["frames"]:
         raise ManifestError(f"{where}: the shards of unit {entry['unit']} do not hold the {entry['frames']} frames "
                             f"of {entry['file']}")
     return segments
@@ -200,12 +201,13 @@ class FrameDataset(torch.utils.data.Dataset):
         if self._pid != os.getpid():
             self._pid = os.getpid()
             self._readers: dict[int, SequenceReader] = {}
+            self._shards: dict = {}  # shard URL -> CheckedShard, shared by the readers
             self._pool = None
         return self._readers
 
-    def __getstate__(self) -> dict:  # for spawned workers: open streams and threads stay here
+    def __getstate__(self) -> dict:  # for spawned workers: open shards and threads stay here
         state = dict(self.__dict__)
-        for name in ("_readers", "_pool"):
+        for name in ("_readers", "_shards", "_pool"):
             state.pop(name, None)
         state["_pid"] = None
         return state
@@ -216,6 +218,9 @@ class FrameDataset(torch.utils.data.Dataset):
             for reader in self._readers.values():
                 reader.close()
             self._readers.clear()
+            for shard in self._shards.values():
+                shard.close()
+            self._shards.clear()
             pool, self._pool = getattr(self, "_pool", None), None
             if pool is not None:
                 pool.shutdown(wait=False)
@@ -232,7 +237,7 @@ class FrameDataset(torch.utils.data.Dataset):
         if reader is None:
             entry = self.sequences[sequence]
             keys = [frame_key(entry["file"], frame) for frame in range(entry["frames"])]
-            reader = readers[sequence] = SequenceReader(self.segments[sequence], entry["file"], keys)
+            reader = readers[sequence] = SequenceReader(self.segments[sequence], entry["file"], keys, self._shards)
         return reader
 
     def orientation(self, epoch: int, sequence: int) -> Orientation:
@@ -250,6 +255,9 @@ class FrameDataset(torch.utils.data.Dataset):
         out = _Prebatched(self._allocate(len(indices)))
         jobs = [(index, self._reader(index["idx"] // self.frames_per_sequence), slot)
                 for slot, index in enumerate(indices)]
+        used = {url for reader in readers.values() for url, *_ in reader.segments}
+        for url in [url for url in self._shards if url not in used]:  # and only their shards stay open
+            self._shards.pop(url).close()
         if len(jobs) == 1:
             out.append(self._load(*jobs[0], out=out.block))
             return out

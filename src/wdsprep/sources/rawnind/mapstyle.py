@@ -4,7 +4,9 @@
 Like the legacy class, an item is a *pair* (reference clean capture, y capture: upstream's pairs,
 clean-clean and second-reference ones included; filtered by alignment loss, mask mean, MS-SSIM)
 and `__getitem__(i)` returns `num_crops` random crops from a random pre-cropped tile of that pair.
-It reads local shards by byte offset (a tar index built once), so any DataLoader sampler works.
+It reads local shards by byte offset (each shard's sample index), so any DataLoader sampler works;
+every read is checked against that index (`stream.read.CheckedShard`), so a corrupted shard is a
+`ShardError` naming it, never a crop.
 Randomness is drawn from (seed, epoch, i) instead of the global `random` module, so an item is
 reproducible; call `set_epoch` to get new crops each epoch.
 """
@@ -17,8 +19,8 @@ import numpy as np
 
 from ...errors import ConfigError
 from ...shards.codec import decode_sample, split_field
-from ...shards.tarformat import index_samples
-from ...stream.manifests import local_shard_paths
+from ...stream.manifests import local_shards
+from ...stream.read import CheckedShard
 from .read import _check_crop_size, crop_pair, pair_files, pair_passes
 
 _FIELDS = ("clean", "noisy", "gt_rgb", "noisy_bayer", "mask", "meta")  # both layouts (see convert)
@@ -59,21 +61,19 @@ class CleanProfiledRGBNoisyBayerImageCropsDataset(_Base):
                             match_gain=match_gain, to_torch=to_torch, legacy_values=legacy_values, input=input)
         self.seed = seed
         self.epoch = 0
-        self.shards = local_shard_paths(manifest_url, self.split)
+        self.shards = [CheckedShard(path, row) for path, row in local_shards(manifest_url, self.split)]
         tiles_of_pair: dict[tuple[str, str, str], list[tuple[int, str, int]]] = defaultdict(list)
-        self._members: dict[tuple[int, str], dict[str, tuple[int, int]]] = {}
-        for shard_index, path in enumerate(self.shards):
-            index = dict(index_samples(path))
-            with open(path, "rb") as handle:
-                for key, members in index.items():
-                    self._members[(shard_index, key)] = members
-                    meta = decode_sample({"__key__": key, "meta.mp": _read(handle, members["meta.mp"])})["meta"]
-                    if input == "bayer" and not meta.get("is_bayer", True):
-                        continue  # X-Trans scenes have no RGGB input
-                    for n in range(len(meta["best_alignment_loss"])):
-                        if pair_passes(meta, n, alignment_max_loss, mask_mean_min, min_msssim_score, max_msssim_score,
-                                       clean_clean, second_references):
-                            tiles_of_pair[(meta["scene"], *pair_files(meta, n))].append((shard_index, key, n))
+        self._numbers: dict[tuple[int, str], int] = {}  # (shard, key) -> the sample's number in its shard
+        for shard_index, shard in enumerate(self.shards):
+            for number, key in enumerate(shard.index.keys):
+                self._numbers[(shard_index, key)] = number
+                meta = decode_sample(shard.read(number, ("meta.mp",)))["meta"]
+                if input == "bayer" and not meta.get("is_bayer", True):
+                    continue  # X-Trans scenes have no RGGB input
+                for n in range(len(meta["best_alignment_loss"])):
+                    if pair_passes(meta, n, alignment_max_loss, mask_mean_min, min_msssim_score, max_msssim_score,
+                                   clean_clean, second_references):
+                        tiles_of_pair[(meta["scene"], *pair_files(meta, n))].append((shard_index, key, n))
         self.pairs = sorted(tiles_of_pair)
         self._tiles = [sorted(tiles_of_pair[pair]) for pair in self.pairs]
         if not self.pairs:
@@ -87,11 +87,9 @@ class CleanProfiledRGBNoisyBayerImageCropsDataset(_Base):
         return len(self.pairs)
 
     def _tile(self, shard_index: int, key: str) -> dict:
-        members = self._members[(shard_index, key)]
-        with open(self.shards[shard_index], "rb") as handle:
-            raw = {"__key__": key, **{suffix: _read(handle, where) for suffix, where in members.items()
-                                      if split_field(suffix)[0] in _FIELDS}}
-        return decode_sample(raw)
+        shard, number = self.shards[shard_index], self._numbers[(shard_index, key)]
+        names = [name for name in shard.index.names(number) if split_field(name)[0] in _FIELDS]
+        return decode_sample(shard.read(number, names))
 
     def __getitem__(self, i: int) -> dict:
         if not -len(self) <= i < len(self):
@@ -110,9 +108,3 @@ class CleanProfiledRGBNoisyBayerImageCropsDataset(_Base):
                 if out is not None:
                     return out
         raise ConfigError(f"no pair of split {self.split!r} has crops with {self.options['min_valid']} valid pixels")
-
-
-def _read(handle, where: tuple[int, int]) -> bytes:
-    offset, size = where
-    handle.seek(offset)
-    return handle.read(size)

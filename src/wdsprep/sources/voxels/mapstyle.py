@@ -1,8 +1,10 @@
 """Map-style drop-in for upstream `HierarchicalVoxelRayDataset`, over local wdsprep shards.
 
-Opening the dataset reads only tar headers and each sample's small `meta.mp` member (a per-shard
-index of byte offsets inside the uncompressed tar); `__getitem__` then reads just the members of
-the one sample it needs with positioned reads. Voxel grids sit in a real LRU cache (a hit refreshes
+Opening the dataset reads each shard's sample index and each sample's small `meta.mp` member;
+`__getitem__` then reads just the members of the one sample it needs with positioned reads. Every
+read goes through `stream.read.CheckedShard`: each member read is checked against the shard's index
+(an older shard without one is hashed whole first), so a corrupted shard is a `ShardError` naming
+it, never a sample. Voxel grids sit in a real LRU cache (a hit refreshes
 the entry; upstream's is FIFO); the decoded rays of the most recently used samples are kept too,
 so consecutive chunks of a subvolume decompress its rays once.
 """
@@ -18,7 +20,8 @@ from torch.utils.data import BatchSampler, Dataset, RandomSampler, SequentialSam
 from ...errors import ConfigError, ShardError
 from ...shards.codec import decode_value
 from ...shards.tarformat import index_samples
-from ...stream.manifests import local_shard_paths
+from ...stream.manifests import local_shards
+from ...stream.read import CheckedShard
 from .read import (
     READ_FIELDS,
     ray_arrays,
@@ -30,9 +33,8 @@ from .read import (
     unpack_voxels,
 )
 
-# header-only tar index and manifest -> local paths live in the core (shared by every map-style dataset)
+# header-only tar index (public: offsets of each member's data) lives in the core
 index_tar = index_samples
-_shard_paths = local_shard_paths
 
 
 class HierarchicalVoxelRayDataset(Dataset):
@@ -71,30 +73,32 @@ class HierarchicalVoxelRayDataset(Dataset):
         self.sparse_voxels = sparse_voxels
         self.sparse_mode = sparse_mode
         self.sparse_connectivity = sparse_connectivity
-        self.shard_paths = _shard_paths(shards, split)
+        located = local_shards(shards, split)
+        self.shard_paths = [path for path, _ in located]
 
         wanted = None if self.levels is None else set(self.levels)
-        self.samples: list[dict] = []  # {shard, members, meta}
+        self.samples: list[dict] = []  # {shard, number (in the shard), key, members, meta}
+        self.shards: list[CheckedShard] = []
         chunk_sample, chunk_start, chunk_end, chunk_number = [], [], [], []
         seen = set()
-        for shard_number, path in enumerate(self.shard_paths):
-            with open(path, "rb") as handle:
-                for key, members in index_tar(path):
-                    if "meta.mp" not in members:
-                        raise ShardError(path, f"sample {key!r} has no meta.mp member (not a voxels shard?)")
-                    offset, size = members["meta.mp"]
-                    handle.seek(offset)
-                    meta = decode_value("meta.mp", handle.read(size))
-                    if not keep_sample(meta, wanted, include_empty) or key in seen:
-                        continue
-                    seen.add(key)
-                    sample_number = len(self.samples)
-                    self.samples.append({"shard": shard_number, "key": key, "members": members, "meta": meta})
-                    for number, (start, end) in enumerate(chunk_bounds(int(meta["num_rays"]), rays_per_chunk)):
-                        chunk_sample.append(sample_number)
-                        chunk_start.append(start)
-                        chunk_end.append(end)
-                        chunk_number.append(number)
+        for shard_number, (path, row) in enumerate(located):
+            shard = CheckedShard(path, row)
+            self.shards.append(shard)
+            for number in range(len(shard)):
+                key, members = shard.index.keys[number], shard.index.names(number)
+                if "meta.mp" not in members:
+                    raise ShardError(path, f"sample {key!r} has no meta.mp member (not a voxels shard?)")
+                meta = decode_value("meta.mp", shard.read(number, ("meta.mp",))["meta.mp"])
+                if not keep_sample(meta, wanted, include_empty) or key in seen:
+                    continue
+                seen.add(key)
+                sample_number = len(self.samples)
+                self.samples.append({"shard": shard_number, "number": number, "key": key, "members": members, "meta": meta})
+                for chunk, (start, end) in enumerate(chunk_bounds(int(meta["num_rays"]), rays_per_chunk)):
+                    chunk_sample.append(sample_number)
+                    chunk_start.append(start)
+                    chunk_end.append(end)
+                    chunk_number.append(chunk)
         if not self.samples:
             raise ConfigError(f"no samples found for split {split!r} with levels={self.levels} in {len(self.shard_paths)} shards")
         self._chunk_sample = np.array(chunk_sample, dtype=np.int64)
@@ -105,35 +109,24 @@ class HierarchicalVoxelRayDataset(Dataset):
 
     # ------------------------------------------------------------------ per-process state
     def _reset_process_state(self) -> None:
-        if getattr(self, "_pid", None) == os.getpid():
-            self.close()
         self._pid = os.getpid()
-        self._files: dict[int, int] = {}
         self._voxel_cache: collections.OrderedDict = collections.OrderedDict()
         self._ray_cache: collections.OrderedDict = collections.OrderedDict()
         self.cache_hits = self.cache_misses = 0
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        for name in ("_files", "_voxel_cache", "_ray_cache"):
-            state[name] = {} if name == "_files" else collections.OrderedDict()
-        state["_pid"] = -1  # DataLoader workers reopen their own file descriptors
+        for name in ("_voxel_cache", "_ray_cache"):
+            state[name] = collections.OrderedDict()
+        state["_pid"] = -1  # DataLoader workers start with empty caches (shards reopen where unpickled)
         return state
 
-    def _fd(self, shard: int) -> int:
+    def _read(self, sample: dict, names: list[str]) -> dict:
+        """Decoded members `names` of one sample, read (and checked) in one positioned read."""
         if self._pid != os.getpid():
             self._reset_process_state()
-        fd = self._files.get(shard)
-        if fd is None:
-            fd = self._files[shard] = os.open(self.shard_paths[shard], os.O_RDONLY)
-        return fd
-
-    def _read_member(self, sample: dict, field: str):
-        offset, size = sample["members"][field]
-        data = os.pread(self._fd(sample["shard"]), size, offset)
-        if len(data) != size:
-            raise ShardError(self.shard_paths[sample["shard"]], f"short read of {sample['key']}.{field}")
-        return decode_value(field, data)
+        raw = self.shards[sample["shard"]].read(sample["number"], names)
+        return {name: decode_value(name, raw[name]) for name in names}
 
     def _member_name(self, sample: dict, field: str) -> str | None:
         for name in sample["members"]:
@@ -150,7 +143,8 @@ class HierarchicalVoxelRayDataset(Dataset):
             return grid
         self.cache_misses += 1
         sample = self.samples[number]
-        packed = self._read_member(sample, self._member_name(sample, "voxels_packed"))
+        name = self._member_name(sample, "voxels_packed")
+        packed = self._read(sample, [name])[name]
         grid = VoxelGrid(unpack_voxels(packed, sample["meta"]["grid_shape"]), self.mode, self.sparse_connectivity)
         if self.cache_size > 0:
             cache[number] = grid
@@ -166,12 +160,13 @@ class HierarchicalVoxelRayDataset(Dataset):
             return rays
         sample = self.samples[number]
         meta = sample["meta"]
-        decoded = {"meta": meta, "rays": self._read_member(sample, self._member_name(sample, "rays"))}
+        names = {"rays": self._member_name(sample, "rays")}
         for field in meta["ray_fields"]:
             name = self._member_name(sample, f"extra_{field}")
             if field in READ_FIELDS and name is not None:  # unused arrays are never read
-                decoded[f"extra_{field}"] = self._read_member(sample, name)
-        rays = ray_arrays(decoded)
+                names[f"extra_{field}"] = name
+        members = self._read(sample, list(names.values()))
+        rays = ray_arrays({"meta": meta, **{field: members[name] for field, name in names.items()}})
         cache[number] = rays
         while len(cache) > 2:
             cache.popitem(last=False)
@@ -211,18 +206,10 @@ class HierarchicalVoxelRayDataset(Dataset):
         return int(np.count_nonzero(self._chunk_sample == sample_number))
 
     def close(self) -> None:
-        """Close this process's shard file descriptors (they reopen on the next access)."""
-        files, self._files = getattr(self, "_files", {}), {}
-        if getattr(self, "_pid", None) != os.getpid():
-            return  # inherited numbers belong to the parent process
-        for fd in files.values():
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-
-    def __del__(self):
-        self.close()
+        """Close this process's shard file descriptors (they reopen on the next access; a shard
+        closes its own when it goes)."""
+        for shard in getattr(self, "shards", ()):
+            shard.close()
 
 
 class RayBatchSampler(BatchSampler):
