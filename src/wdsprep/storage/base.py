@@ -157,10 +157,14 @@ class Scheme:
 
     `open` is the one method a readable scheme must have. `webdataset = True` makes `import wdsprep`
     route webdataset's `gopen` for this scheme through `open` (and `open_write` for `wb`).
+    `supports_ranges = True` declares `open_range` (byte ranges over pooled connections, see
+    storage/ranges.py): the dataset then reads ahead with parallel ranges (stream/remote.py); other
+    schemes are read as one sequential stream per piece.
     """
 
     writable = False
     webdataset = False
+    supports_ranges = False
     example = "SCHEME://..."  # how a URL of this scheme looks, for help texts and messages
 
     def open(self, url: str) -> BinaryIO:
@@ -181,6 +185,15 @@ class Scheme:
     def local_path(self, url: str) -> str | None:
         """The local file behind `url`, for random access (mmap, map-style datasets), or None."""
         return None
+
+    def open_range(self, url: str):
+        """`(start, stop) -> (body, total size, etag)`: one request for bytes [start, stop) of `url`
+        (only where `supports_ranges`; see storage/ranges.py)."""
+        raise NotImplementedError(f"{url}: this scheme reads no byte ranges (supports_ranges is False)")
+
+    def connect(self, connections: int) -> None:
+        """Make this process's client (connection pool) now, with room for `connections` requests at
+        once, so that the first read does not pay for it. Default: nothing to make."""
 
     def exists(self, url: str) -> bool:
         try:

@@ -20,6 +20,8 @@ differ from its manifest row raises `ShardError` before its first sample.
   rename, never rewritten).
   Remote shards are read sample by sample: each member's data straight into its own bytearray
   (`readinto`), its header and padding into a scratch block, the three digested as they arrive.
+  The dataset's remote stream is a piece's own bytes fetched ahead (stream/remote.py), which hands
+  over the shard's index with it; this check is the same on that stream as on any other.
   A mismatch names the shard and the member.
 - Shards without an index (older manifests): the tar is walked by `tarformat.TarCursor` (samples
   grouped by `tarformat.group_samples`, the one grouping) while its bytes are hashed with sha256; the piece's last sample is held back until the whole shard was
@@ -65,21 +67,25 @@ def _fileno(stream: BinaryIO) -> int | None:
         return None
 
 
-def read_samples(url: str, row: dict, start: int, stop: int, stream: BinaryIO, *, lazy: bool = False) -> Iterator:
+def read_samples(url: str, row: dict, start: int, stop: int, stream: BinaryIO, *, lazy: bool = False,
+                 index: ShardIndex | None = None) -> Iterator:
     """Raw samples `start` to `stop` (exclusive) of the shard `row` describes, read from `stream`.
 
     With `lazy`, a mapped (local or cached) shard yields one `MappedShard` and nothing else: its
     `checked()` yields each sample's number (an int) once its bytes are checked, and `take(number)`
-    copies it out when wanted. Samples read from a stream are dicts either way.
+    copies it out when wanted. Samples read from a stream are dicts either way. `index`: the shard's
+    index, already loaded and checked against `row` (the read-ahead's: stream/remote.py), else it is
+    read first.
     """
     if has_index(row):
-        return _indexed(url, row, start, stop, stream, lazy)
+        return _indexed(url, row, start, stop, stream, lazy, index)
     return _hashed(url, row, start, stop, stream)
 
 
-def _indexed(url: str, row: dict, start: int, stop: int, stream: BinaryIO, lazy: bool) -> Iterator:
+def _indexed(url: str, row: dict, start: int, stop: int, stream: BinaryIO, lazy: bool, index: ShardIndex | None) -> Iterator:
     fd = _fileno(stream)
-    index = load_index(url, row, fd)
+    if index is None:
+        index = load_index(url, row, fd)
     stop = min(stop, len(index))
     if start >= stop:
         return
