@@ -44,8 +44,7 @@ def http_client(connections: int = 0):
         import httpx
 
         limits = httpx.Limits(max_connections=wanted, max_keepalive_connections=wanted)
-        timeout = httpx.Timeout(resuming.TIMEOUT)
-        client = httpx.Client(limits=limits, timeout=timeout, headers=HEADERS, follow_redirects=True)
+        client = httpx.Client(limits=limits, headers=HEADERS, follow_redirects=True)
         if held is not None and held[0] == os.getpid():
             old = held[2]  # a smaller pool: requests in flight on it finish, its idle connections go
             threading.Thread(target=resuming.close_quietly, args=(old,), daemon=True).start()
@@ -99,7 +98,8 @@ def _send(url: str, start: int, stop: int | None):
     if start or stop is not None:
         headers["Range"] = f"bytes={start}-" + ("" if stop is None else str(stop - 1))
     client = http_client()
-    response = client.send(client.build_request("GET", url, headers=headers), stream=True)
+    request = client.build_request("GET", url, headers=headers, timeout=resuming.TIMEOUT)  # read now: tests lower it
+    response = client.send(request, stream=True)
     status = response.status_code
     if status in PERMANENT:
         response.close()

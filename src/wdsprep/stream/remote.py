@@ -319,7 +319,7 @@ class _Engine:
 
 class PieceStream(io.RawIOBase):
     """One piece's bytes [begin, end), read from its fetched ranges in order (each released as the
-    reader moves past it); `index` is its shard's index. Seekable only to where it is."""
+    reader moves past it); `index` is its shard's index. Seeks go forward only, within the piece."""
 
     def __init__(self, engine: _Engine, job: _Job):
         self.engine, self.job = engine, job
@@ -339,23 +339,29 @@ class PieceStream(io.RawIOBase):
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         if whence == io.SEEK_CUR:
             offset += self.position
-        if whence == io.SEEK_END or offset != self.position:
-            raise io.UnsupportedOperation(f"{self.job.url}: a piece is read in order (at {self.position}, asked {offset})")
+        if whence == io.SEEK_END or not self.position <= offset <= self.end:
+            raise io.UnsupportedOperation(f"{self.job.url}: a piece is read forward, within bytes "
+                                          f"{self.position}-{self.end} (asked {offset})")
+        self._advance(offset - self.position, None)
         return offset
 
     def readinto(self, buffer) -> int:
         view = memoryview(buffer).cast("B")
-        want = min(len(view), self.end - self.position)
+        return self._advance(min(len(view), self.end - self.position), view)
+
+    def _advance(self, count: int, view: memoryview | None) -> int:
+        """Move `count` bytes on, copying them into `view` (None: skipping them)."""
         done = 0
         engine, ranges = self.engine, self.job.ranges
-        while done < want:
+        while done < count:
             r = ranges[self._next]
             if r.state != READY:
                 with engine.cond:
                     engine.wait_ready(r)
-            at = self.position - r.start
-            n = min(want - done, r.stop - self.position)
-            view[done : done + n] = memoryview(r.buffer)[at : at + n]
+            n = min(count - done, r.stop - self.position)
+            if view is not None:
+                at = self.position - r.start
+                view[done : done + n] = memoryview(r.buffer)[at : at + n]
             done += n
             self.position += n
             if self.position >= min(r.stop, self.end):
