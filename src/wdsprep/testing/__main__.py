@@ -4,8 +4,9 @@
 Prints one line, the endpoint (for s3 also the shell exports to use it), then serves until stdin
 closes or the process is interrupted. While it runs, a line `stats` on stdin prints the http
 server's counts as one JSON line (requests, body bytes sent, connections accepted, most open at
-once) and `clear` forgets them. `--rate`, `--total`, `--latency`, `--setup` shape the http server's
-link (`wdsprep.testing.httpserver.Shaping`). Used by the benchmarks (a server in its own process,
+once), `clear` forgets them, and `shape RATE TOTAL LATENCY SETUP` reshapes the link (0: unshaped);
+each answers one line. `--rate`, `--total`, `--latency`, `--setup` shape the http server's link
+from the start (`wdsprep.testing.httpserver.Shaping`). Used by the benchmarks (a server in its own process,
 like a real one) and handy for trying `wdsprep upload` and streaming without cloud credentials.
 """
 from __future__ import annotations
@@ -49,6 +50,10 @@ def main(argv=None) -> int:
                 print(json.dumps(server.stats()), flush=True)
             elif command == "clear" and isinstance(server, RangeHTTPServer):
                 server.clear_log()
+                print("{}", flush=True)
+            elif command.startswith("shape ") and isinstance(server, RangeHTTPServer):
+                rate, total, latency, setup = (float(x) for x in command.split()[1:5])
+                server.shape(Shaping(rate or None, total or None, latency, setup))
                 print("{}", flush=True)
     except KeyboardInterrupt:
         pass

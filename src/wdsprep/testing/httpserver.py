@@ -335,6 +335,11 @@ class RangeHTTPServer:
             queue = self._failures.get(name)
             return queue.pop(0) if queue else None
 
+    def shape(self, shaping: Shaping) -> None:
+        """Shape the link like `shaping` from now on (connections open now keep their own rate)."""
+        self.shaping = shaping
+        self.total_pace = _Pace(shaping.total) if shaping.total else None
+
     def requests_for(self, name: str) -> list[dict]:
         with self.lock:
             return [r for r in self.requests if r["name"] == name]
