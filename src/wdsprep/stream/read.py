@@ -106,8 +106,9 @@ def _indexed(url: str, row: dict, start: int, stop: int, stream: BinaryIO, lazy:
     if index.offsets[start]:
         stream.seek(index.offsets[start])
     scratch = memoryview(bytearray(BLOCK))
+    take = getattr(stream, "take", None)  # the read-ahead's in-memory blocks (stream/remote.py)
     for i, end in zip(range(start, stop), ends):
-        yield _streamed(url, index, i, end, stream, scratch)
+        yield _streamed(url, index, i, end, stream, scratch, take)
 
 
 def _copy_out(url: str, index: ShardIndex, i: int, view: memoryview) -> dict:
@@ -146,8 +147,7 @@ class MappedShard:
                 size = sizes[k]
                 end = at + BLOCK + size + (-size % BLOCK)
                 if digest_of(view[at:end]) != digests[k]:
-                    name = index.names(i)[k - first[i]]
-                    raise ShardError(url, f"member {index.keys[i]}.{name}: corrupt (its header, data or padding differ from the shard's index)")
+                    raise _corrupt(url, index.keys[i], index.names(i)[k - first[i]])
                 at = end
                 k += 1
             if at != (offsets[i + 1] if i + 1 < count else index.index_offset):
@@ -180,29 +180,42 @@ class MappedShard:
         return sample
 
 
-def _streamed(url: str, index: ShardIndex, i: int, end: int, stream: BinaryIO, scratch: memoryview) -> dict:
+def _streamed(url: str, index: ShardIndex, i: int, end: int, stream: BinaryIO, scratch: memoryview, take=None) -> dict:
     """Sample i read from `stream`: each member's data straight into its own bytearray, its header
-    and padding into `scratch`, all three digested on the way (the only copy)."""
+    and padding into `scratch`, all three digested on the way (the only copy). With `take` (the
+    read-ahead stream's `take(n)`: a view of its next n bytes where they lie in one fetched block,
+    else None), a member's header, data and padding are digested where they lie, in one call, and
+    its data is copied out once, after the check."""
     key, at, k = index.keys[i], index.offsets[i], index.first[i]
     sample = {"__key__": key, "__url__": url}
     for name in index.layouts[index.layout[i]]:
         size, expected = index.sizes[k], index.digests[k]
         k += 1
-        data = bytearray(size)
         pad = -size % BLOCK
-        digest = xxh3_64()
-        for part in (scratch, data, scratch[:pad]):
-            got = _fill(stream, part)
-            if got != len(part):
-                raise ShardError(url, f"truncated shard: member {key}.{name} ends early (at byte {at + got})")
-            digest.update(part)
-        if digest.intdigest() != expected:
-            raise ShardError(url, f"member {key}.{name}: corrupt (its header, data or padding differ from the shard's index)")
+        span = take(BLOCK + size + pad) if take is not None else None
+        if span is not None:
+            if digest_of(span) != expected:
+                raise _corrupt(url, key, name)
+            data = bytearray(span[BLOCK : BLOCK + size])
+        else:
+            data = bytearray(size)
+            digest = xxh3_64()
+            for part in (scratch, data, scratch[:pad]):
+                got = _fill(stream, part)
+                if got != len(part):
+                    raise ShardError(url, f"truncated shard: member {key}.{name} ends early (at byte {at + got})")
+                digest.update(part)
+            if digest.intdigest() != expected:
+                raise _corrupt(url, key, name)
         sample[name] = data
         at += BLOCK + size + pad
     if at != end:
         raise ShardError(url, f"index: sample {key!r} ends at byte {at}, the next one starts at {end}")
     return sample
+
+
+def _corrupt(url: str, key: str, name: str) -> ShardError:
+    return ShardError(url, f"member {key}.{name}: corrupt (its header, data or padding differ from the shard's index)")
 
 
 def _fill(stream: BinaryIO, buffer) -> int:

@@ -349,6 +349,27 @@ class PieceStream(io.RawIOBase):
         view = memoryview(buffer).cast("B")
         return self._advance(min(len(view), self.end - self.position), view)
 
+    def take(self, count: int) -> memoryview | None:
+        """The next `count` bytes as a view of the range that holds them all (moving on past them),
+        or None (nothing moved) when they are not in one range: read them with `readinto` then."""
+        ranges = self.job.ranges
+        if self._next >= len(ranges) or self.position + count > self.end:
+            return None
+        r = ranges[self._next]
+        if self.position + count > r.stop:
+            return None
+        if r.state != READY:
+            with self.engine.cond:
+                self.engine.wait_ready(r)
+        at = self.position - r.start
+        view = memoryview(r.buffer)[at : at + count]  # keeps the buffer alive while the reader uses it
+        self.position += count
+        if self.position >= min(r.stop, self.end):
+            with self.engine.cond:
+                self.engine._release(r)
+            self._next += 1
+        return view
+
     def _advance(self, count: int, view: memoryview | None) -> int:
         """Move `count` bytes on, copying them into `view` (None: skipping them)."""
         done = 0
