@@ -103,11 +103,14 @@ def child(job: dict) -> dict:
     """One epoch in this process: samples, wall seconds, seconds to the first sample, CPU seconds."""
     import bench_peers
 
+    # every system's imports (its transport libraries too) before the clock
     if job["system"] == "mds":
-        bench_peers._import_streaming()  # imports before the clock, as for every system
+        bench_peers._import_streaming()
     else:
-        __import__({"webdataset": "webdataset", "litdata": "litdata"}.get(job["system"], "wdsprep"))
-    import torch  # noqa: F401  (every loader imports it; not part of the epoch)
+        __import__({"webdataset": "webdataset", "litdata": "litdata"}.get(job["system"], "wdsprep.stream.loader"))
+    import boto3  # noqa: F401
+    import httpx  # noqa: F401
+    import torch  # noqa: F401
 
     cpu, start = _cpu(), time.perf_counter()
     loader = _loader(job)

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import wdsprep
+from tests.core.test_integrity import _check, corrupted  # noqa: F401 (a fixture, used by name)
 from tests.core.test_plan_oracle import model_global, model_worker_stream, simulated_worker
 from tests.timeouts import SUBPROCESS
 from wdsprep.errors import ShardError
@@ -272,3 +273,21 @@ def test_a_dropped_range_resumes_at_its_first_missing_byte_over_s3(uneven, s3_se
     first, last = map(int, gets[0][len("bytes="):].split("-"))  # the first GET of the shard was cut
     assert f"bytes={first + 50_000}-{last}" in gets[1:], gets
     assert len(gets) == len(set(gets)), gets  # nothing asked for twice
+
+
+@pytest.mark.parametrize("way", ["sequential stream", "ranges smaller than a member"])
+def test_every_corrupted_byte_class_is_a_shard_error_over_http_read_other_ways(corrupted, monkeypatch, way):
+    """tests/core/test_integrity.py's oracle over HTTP again: without the read-ahead (one stream per
+    piece, `prefetch_bytes=0`), and with requests so small that every member straddles two of them
+    (the read-ahead's copying path instead of its in-place one)."""
+    from wdsprep.stream import remote
+
+    if way == "sequential stream":
+        monkeypatch.setattr(remote, "PREFETCH_BYTES", 0)
+    else:
+        monkeypatch.setattr(remote, "MIN_RANGE", 256)
+        monkeypatch.setattr(remote, "PREFETCH_BYTES", 1024)
+        monkeypatch.setattr(remote, "MAX_CONNECTIONS", 2)
+    root, cases = corrupted
+    with RangeHTTPServer(root) as server:
+        _check(cases, lambda variant: server.url_of(f"{variant}/manifest.json"))
