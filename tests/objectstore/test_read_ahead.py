@@ -291,3 +291,34 @@ def test_every_corrupted_byte_class_is_a_shard_error_over_http_read_other_ways(c
     root, cases = corrupted
     with RangeHTTPServer(root) as server:
         _check(cases, lambda variant: server.url_of(f"{variant}/manifest.json"))
+
+
+def test_a_piece_that_cannot_be_read_fails_alone_when_the_reader_gets_there(uneven, tmp_path):
+    """A missing shard and a corrupt member, with a handler that goes on: each is one ShardError,
+    raised where the reader reaches it (every sample before it yielded), and the pieces after it
+    (already being fetched) are read in full."""
+    import shutil
+
+    root = tmp_path / "damaged"
+    shutil.copytree(uneven, root)
+    (root / "train-00002-00.tar").unlink()
+    starts, _ = _layout(root / "train-00004-00.tar")
+    data = bytearray((root / "train-00004-00.tar").read_bytes())
+    data[starts[10] + 512 + 700] ^= 0x01  # in sample 10's first member's data
+    (root / "train-00004-00.tar").write_bytes(bytes(data))
+    errors = []
+
+    def handler(error):
+        errors.append(str(error))
+        return True
+
+    with RangeHTTPServer(root) as server:
+        keys = [s["__key__"] for s in wdsprep.dataset(f"{server.url}/manifest.json", "train", shuffle_shards=False,
+                                                       equalize=None, handler=handler, prefetch_bytes=256 << 10,
+                                                       max_connections=3)]
+    expected = [k for k in model_global(COUNTS, 0, 0, False)
+                if not k.startswith("s02") and not (k.startswith("s04") and int(k[4:]) >= 10)]
+    assert keys == expected
+    assert len(errors) == 2, errors
+    assert "train-00002-00.tar: HTTP 404" in errors[0]
+    assert "train-00004-00.tar" in errors[1] and "s04x10" in errors[1] and "corrupt" in errors[1]

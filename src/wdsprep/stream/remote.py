@@ -248,6 +248,8 @@ class _Engine:
                     if r.job.closed:
                         self.queue.popleft()
                         r.state = RELEASED
+                        if self.blocked is r.job:  # its index will not be needed: plan what follows
+                            self.blocked, r.job.planned = None, True
                         continue
                     if self.held == 0 or self.held + r.size <= self.budget or r.urgent:
                         self.queue.popleft()
