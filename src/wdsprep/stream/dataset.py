@@ -613,7 +613,7 @@ def dataset(
 
     `prefetch_bytes` / `max_connections`: the read-ahead of remote (http(s)://, s3://) shards, per
     DataLoader worker (or per process without workers): at most `max_connections` Range requests at
-    once (default 8, `WDSPREP_MAX_CONNECTIONS`), at most `prefetch_bytes` fetched ahead and not yet
+    once (default 12, `WDSPREP_MAX_CONNECTIONS`), at most `prefetch_bytes` fetched ahead and not yet
     read (default 64 MiB, `WDSPREP_PREFETCH_BYTES`); `prefetch_bytes=0` reads each piece as one
     sequential stream instead (see stream/remote.py and docs/objectstore.md)."""
     manifest = manifest_url if isinstance(manifest_url, Manifest) else load_manifest(manifest_url)

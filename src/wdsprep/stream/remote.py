@@ -52,7 +52,7 @@ from ..storage.ranges import ObjectCheck, read_range
 
 MIB = 1 << 20
 PREFETCH_BYTES = int(os.environ.get("WDSPREP_PREFETCH_BYTES", 64 * MIB))
-MAX_CONNECTIONS = int(os.environ.get("WDSPREP_MAX_CONNECTIONS", 8))
+MAX_CONNECTIONS = int(os.environ.get("WDSPREP_MAX_CONNECTIONS", 12))
 FIRST_RANGE = 256 << 10  # the first request of a stream; each next one twice as large, up to range_bytes
 MIN_RANGE = 64 << 10
 MAX_RANGE = 16 * MIB

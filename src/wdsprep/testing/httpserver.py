@@ -81,11 +81,10 @@ class _Handler(BaseHTTPRequestHandler):
             owner.peak_connections = max(owner.peak_connections, owner.open_connections)
             owner.conn_ids += 1
             self.conn_id = owner.conn_ids
-        shaping = owner.shaping
-        self.pace = _Pace(shaping.rate) if shaping.rate else None
+        self.pace: _Pace | None = None  # this connection's rate (made by `_write` as the shaping says)
         self.upstream_conn: http.client.HTTPConnection | None = None
-        if shaping.setup:
-            time.sleep(shaping.setup)
+        if owner.shaping.setup:
+            time.sleep(owner.shaping.setup)
 
     def finish(self) -> None:
         try:
@@ -115,6 +114,9 @@ class _Handler(BaseHTTPRequestHandler):
     # -- writing, shaped
     def _write(self, data: bytes, record: dict) -> None:
         owner = self.server.owner
+        rate = owner.shaping.rate
+        if (self.pace.rate if self.pace is not None else None) != rate:
+            self.pace = _Pace(rate) if rate else None
         view = memoryview(data)
         for at in range(0, len(view), CHUNK):
             block = view[at : at + CHUNK]
@@ -336,7 +338,7 @@ class RangeHTTPServer:
             return queue.pop(0) if queue else None
 
     def shape(self, shaping: Shaping) -> None:
-        """Shape the link like `shaping` from now on (connections open now keep their own rate)."""
+        """Shape the link like `shaping` from the next byte written on (open connections included)."""
         self.shaping = shaping
         self.total_pace = _Pace(shaping.total) if shaping.total else None
 
