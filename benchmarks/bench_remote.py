@@ -247,6 +247,7 @@ def run(workdir: pathlib.Path) -> str:
     finally:
         for service in (proxy, files, moto):
             service.stop()
+    (workdir / "cells.json").write_text(json.dumps([[list(key), runs] for key, runs in cells.items()]))  # the raw runs
     return _report(cells, data_bytes)
 
 
@@ -261,7 +262,7 @@ def _report(cells: dict, data_bytes: dict) -> str:
     lines = [
         "## remote: streaming through a shaped link (wdsprep, LitData, MDS, webdataset)",
         "",
-        f"{SAMPLES:,} samples (16 KiB float32 array + small dict), shards or chunks of {SHARD_BYTES / MB:.0f} MB written "
+        f"{SAMPLES:,} samples (16 KiB float32 array + small dict), shards or chunks of {SHARD_BYTES / MB:g} MB written "
         "by each system's own writer; one full shuffled epoch per run, decoded, batches of 64 with workers; "
         f"median of {REPEATS} interleaved runs, each in a fresh process. The link: wdsprep's test server "
         f"(`wdsprep.testing.httpserver.Shaping`) at {RATE / MB:.0f} MB/s per connection, {TOTAL / MB:.0f} MB/s in all, "
@@ -282,13 +283,13 @@ def _report(cells: dict, data_bytes: dict) -> str:
         if not runs:
             lines.append(f"| {link} | {label} | {transport} | {workers} | failed: {failures[0]} |||||||||")
             continue
+        system = system_of[label].split("-")[0]
         if failures:
             label += f" ({len(failures)} of {len(failures) + len(runs)} runs failed)"
         rate = _median(runs, lambda r: r["samples"] / r["wall"])
         wire = _median(runs, lambda r: r["sent"] / r["wall"])
         sent = _median(runs, lambda r: r["sent"])
         top = min(TOTAL, ceiling.get((transport, workers), TOTAL)) if link != "unshaped" else wire
-        system = system_of[label.split(" (")[0]].split("-")[0]
         lines.append(
             f"| {link} | {label} | {transport} | {workers} | {rate:,.0f} | {wire / MB:.1f} | {sent / data_bytes[system]:.3f} "
             f"| {wire / TOTAL * 100:.0f}% | {wire / top * 100:.0f}% | {_median(runs, lambda r: r['first']):.2f} "

@@ -147,7 +147,7 @@ class _Job:
         self.index: ShardIndex | None = None
         self.error: BaseException | None = None
         self.ranges: list[_Range] = []  # the body's ranges in byte order (known once `planned`)
-        self.tail: _Range | None = None  # the range that holds the index (whole-shard pieces)
+        self.tail: _Range | None = None  # the range holding the index: with the body's last bytes, or alone
         self.planned = False
         self.closed = False
 
