@@ -24,7 +24,8 @@ threads over the process's pooled keep-alive connections (storage/http.py, stora
 client is made before the first piece), in the order the reader consumes them. A request is sent
 only while the bytes held stay within `prefetch_bytes` (the per-worker memory budget): held =
 requests in flight + fetched and not yet read (the one being read included), released as the
-reader moves past them. `range_bytes` is half the budget over the connections, so the reader's
+reader moves past them (besides, the HTTP client holds a few 64 KiB socket reads per connection
+while they are copied in). `range_bytes` is half the budget over the connections, so the reader's
 current range, and the range holding the index, always fit beside a full set of requests in flight.
 The one exception: a single index larger than the budget is fetched anyway (the reader cannot go on
 without it), the budget then being exceeded by that index alone.
