@@ -323,3 +323,50 @@ def test_a_piece_that_cannot_be_read_fails_alone_when_the_reader_gets_there(unev
     assert len(errors) == 2, errors
     assert "train-00002-00.tar: HTTP 404" in errors[0]
     assert "train-00004-00.tar" in errors[1] and "s04x10" in errors[1] and "corrupt" in errors[1]
+
+
+class _Trickle:
+    """A body that brings one byte per read, `pause` seconds apart (a server that never stalls long
+    enough for a read timeout)."""
+
+    def __init__(self, data: bytes, pause: float):
+        self.data, self.pause = data, pause
+
+    def readinto(self, view) -> int:
+        time.sleep(self.pause)
+        if not self.data:
+            return 0
+        view[0], self.data = self.data[0], self.data[1:]
+        return 1
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_range_that_trickles_is_cut_and_given_up_after_its_retries(monkeypatch):
+    """The deadline of storage/ranges.py: fewer than MIN_RATE bytes/s over a window of waiting is a
+    failed attempt, re-requested from the first missing byte, and `retries` slow windows in a row
+    end the read with a ShardError naming the URL and the limit (progress does not reset them)."""
+    from wdsprep.storage import ranges
+
+    monkeypatch.setattr(ranges, "RATE_WINDOW", 0.1)
+    monkeypatch.setattr(ranges, "MIN_RATE", 1000.0)
+    monkeypatch.setattr(ranges.resuming, "MAX_DELAY", 0.01)
+    data = bytes(range(200))
+    asked = []
+
+    def trickling(start, stop):
+        asked.append((start, stop))
+        return _Trickle(data[start:stop], 0.02), len(data), None
+
+    view = memoryview(bytearray(200))
+    with pytest.raises(ShardError, match=r"http://x/y\.tar: bytes 0-199: giving up .*slower than 1000 bytes/s"):
+        ranges.read_range("http://x/y.tar", trickling, 0, view, ranges.ObjectCheck(total=200), retries=2)
+    assert len(asked) == 3 and asked[0] == (0, 200)
+    assert all(a < b and b == 200 for a, b in asked[1:]) and asked[1][0] > 0  # resumed where it stopped
+
+    def prompt(start, stop):  # the same bytes at once: read in one attempt
+        return _Trickle(data[start:stop], 0), len(data), None
+
+    assert ranges.read_range("http://x/y.tar", prompt, 0, view, ranges.ObjectCheck(total=200), retries=2) == 1
+    assert bytes(view) == data

@@ -83,6 +83,8 @@ class HttpBody:
         self._pending = pending[n:]
         return n
 
+    readinto1 = readinto  # one read of the connection at most, as `readinto` already is
+
     def close(self) -> None:
         response = self.response
         length = response.headers.get("Content-Length")

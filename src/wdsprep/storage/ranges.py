@@ -4,7 +4,8 @@ storage/s3.py: one boto3 client per process), and survives dropped connections.
 
 A scheme that can do this sets `supports_ranges = True` and gives `open_range(url)`: a function
 `(start, stop) -> (body, total size, etag)` that sends one request for `bytes=start-(stop-1)`;
-`body.readinto(view)` fills a memoryview (0 at the end of the body) and `body.close()` gives the
+`body.readinto(view)` puts in a memoryview what one read of the connection gives (0 at the end of
+the body; it does not wait to fill the view, so a slow body is judged between reads) and `body.close()` gives the
 connection back to the pool once the body was read to its end (or drops it otherwise). A permanent
 error (a missing object, no permission, a range past the end) is a `ShardError` naming the URL;
 anything else is transient.
@@ -16,11 +17,11 @@ range. Every response must describe the same object: its total size is the one t
 (the manifest row's), and its ETag the one of the first response (an object replaced mid-read is an
 error, never a splice).
 
-Deadline. Besides the connect/read timeouts of every request (`WDSPREP_TIMEOUT`), each attempt must
-average at least `WDSPREP_MIN_RATE` bytes/s (default 64 KiB/s) after its first `WDSPREP_TIMEOUT`
-seconds: a server that trickles a byte now and then, never tripping the read timeout, is cut and
-the attempt counts as a failure. So one range read ends, one way or the other, within
-`(retries + 1) * (TIMEOUT + bytes / MIN_RATE)` plus the backoff.
+Deadline. Besides the connect/read timeouts of every request (`WDSPREP_TIMEOUT`), a body must
+bring at least `WDSPREP_MIN_RATE` bytes/s (default 1024) over every `WDSPREP_RATE_WINDOW` seconds
+(default 30) spent waiting for it: a server that trickles a byte now and then, never tripping the
+read timeout, is cut and the attempt counts as a failure. So one range read ends, one way or the
+other, within about `(retries + 1) * (RATE_WINDOW + bytes / MIN_RATE)` plus the backoff.
 """
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ from typing import Callable
 from ..errors import ShardError
 from . import resuming
 
-MIN_RATE = float(os.environ.get("WDSPREP_MIN_RATE", 64 << 10))  # bytes/s an attempt must average
+MIN_RATE = float(os.environ.get("WDSPREP_MIN_RATE", "1024"))  # bytes/s a body must arrive at...
+RATE_WINDOW = float(os.environ.get("WDSPREP_RATE_WINDOW", "30"))  # ...over this many seconds of waiting for it
 
 
 @dataclass
@@ -54,17 +56,12 @@ class ObjectCheck:
             self.etag = etag
 
 
-def attempt_deadline(nbytes: int, now: float | None = None) -> float:
-    """When an attempt to read `nbytes` more is cut for being too slow (see the module docstring)."""
-    return (time.monotonic() if now is None else now) + resuming.TIMEOUT + nbytes / MIN_RATE
-
-
 def read_range(url: str, open_range: Callable, start: int, view: memoryview, check: ObjectCheck,
                retries: int | None = None) -> int:
     """Fill `view` with the object's bytes from `start` on; returns the number of requests made."""
     retries = resuming.RETRIES if retries is None else retries
     stop = start + len(view)
-    got = failures = requests = 0
+    got = failures = slow = requests = 0  # slow: too-slow windows in a row (progress does not reset it)
     delay = 0.1
     while got < len(view):
         requests += 1
@@ -73,14 +70,21 @@ def read_range(url: str, open_range: Callable, start: int, view: memoryview, che
         try:
             body, total, etag = open_range(start + got, stop)
             check.check(url, total, etag)
-            deadline = attempt_deadline(len(view) - got)
+            waited, arrived = 0.0, 0  # in this window of waiting for the body
             while got < len(view):
-                n = body.readinto(view[got:])
+                began = time.monotonic()
+                n = body.readinto(view[got:])  # what one read of the connection gives
+                waited += time.monotonic() - began
                 if not n:
                     raise EOFError(f"connection closed at byte {start + got}")
                 got += n
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"slower than {MIN_RATE:.0f} B/s (WDSPREP_MIN_RATE)")
+                arrived += n
+                if waited >= RATE_WINDOW:
+                    if arrived < MIN_RATE * waited:
+                        slow += 1
+                        raise TimeoutError(f"slower than {MIN_RATE:g} bytes/s ({arrived} bytes in {waited:.1f} s of "
+                                           "waiting; WDSPREP_MIN_RATE and WDSPREP_RATE_WINDOW set the limit)")
+                    waited, arrived, slow = 0.0, 0, 0
             body.close()  # read to its end: the connection goes back to the pool
         except ShardError:
             resuming.close_quietly(body)
@@ -88,7 +92,7 @@ def read_range(url: str, open_range: Callable, start: int, view: memoryview, che
         except Exception as error:  # transient: refused, reset, timeouts, 5xx, a body cut short
             resuming.close_quietly(body)
             failures = 1 if got > before else failures + 1
-            if failures > retries:
+            if failures > retries or slow > retries:
                 raise ShardError(url, f"bytes {start}-{stop - 1}: giving up after {failures} failed attempts "
                                       f"at byte {start + got}: {error}") from None
             time.sleep(delay)

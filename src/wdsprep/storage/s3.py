@@ -176,7 +176,12 @@ class _S3Body:
         self.left = length
 
     def readinto(self, buffer) -> int:
-        n = self.raw.readinto(buffer) if self.left else 0
+        """What one read of the connection gives (urllib3's `readinto` would wait to fill `buffer`)."""
+        if not self.left:
+            return 0
+        data = self.raw.read1(min(len(buffer), self.left, 1 << 20))
+        n = len(data)
+        buffer[:n] = data
         self.left -= n
         return n
 
