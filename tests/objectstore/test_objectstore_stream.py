@@ -68,13 +68,19 @@ def test_s3_dropped_connection_resumes_by_range(s3, bucket, generic_shards):
 
 
 def test_dataset_over_http_with_drops_yields_each_sample_once(http_server, generic_shards):
-    for row in _rows(generic_shards)[::2]:
-        http_server.drop_once(row["name"], row["bytes"] // 2)
+    rows = _rows(generic_shards)
+    for row in rows[::2]:
+        http_server.drop_once(row["name"], row["bytes"] // 3)
     keys = [s["__key__"] for s in wdsprep.dataset(f"{http_server.url}/manifest.json", "train", equalize=None)]
     assert sorted(keys) == [f"sample{i:06d}" for i in range(100)]
-    index_reads = {(row["name"], f"bytes={row['index_offset']}-") for row in _rows(generic_shards)}  # one per shard
-    resumes = [r for r in http_server.requests if r["range"] and (r["name"], r["range"]) not in index_reads]
-    assert len(resumes) == len(_rows(generic_shards)[::2])
+    cut = [r for r in http_server.requests if r["cut"]]
+    assert sorted(r["name"] for r in cut) == sorted(row["name"] for row in rows[::2])
+    for r in cut:  # each cut answered by one request for the rest of its range, from the first byte missing
+        first, last = map(int, r["range"][len("bytes="):].split("-"))
+        rest = [q for q in http_server.requests_for(r["name"]) if q["range"] == f"bytes={first + r['sent']}-{last}"]
+        assert len(rest) == 1, (r, http_server.requests_for(r["name"]))
+    for row in rows:  # every byte of every shard came over the wire once, the cut ones included
+        assert sum(q["sent"] for q in http_server.requests_for(row["name"])) == row["bytes"], row["name"]
 
 
 def test_transient_errors_are_retried(http_server, generic_shards):
@@ -230,14 +236,18 @@ def test_a_server_that_trickles_bytes_ends_in_one_error(monkeypatch, http_server
     assert starts == sorted(starts)  # each re-request goes on from the bytes already received
 
 
-def test_a_consumer_that_pauses_between_samples_is_not_a_slow_stream(monkeypatch, http_server, generic_shards):
-    """Only time spent waiting for the body counts: a training step between samples does not."""
+@pytest.mark.parametrize("prefetch_bytes", [0, None], ids=["sequential", "read-ahead"])
+def test_a_consumer_that_pauses_between_samples_is_not_a_slow_stream(monkeypatch, http_server, generic_shards,
+                                                                     prefetch_bytes):
+    """Only time spent waiting for the body counts: a training step between samples does not (on
+    the sequential stream, whose body waits while the consumer pauses, and with the read-ahead)."""
     monkeypatch.setattr(resuming, "MIN_RATE", 1e6)
     monkeypatch.setattr(resuming, "RATE_WINDOW", 0.2)
     rows = _rows(generic_shards)[:3]
 
     def slowly():
-        for sample in wdsprep.dataset(http_server.url_of("manifest.json"), "train", shuffle_shards=False, equalize=None):
+        for sample in wdsprep.dataset(http_server.url_of("manifest.json"), "train", shuffle_shards=False, equalize=None,
+                                      prefetch_bytes=prefetch_bytes):
             if sample["__url__"].endswith(rows[2]["name"]):
                 return
             time.sleep(0.05)  # 24 samples: 1.2 s of pauses against a 0.2 s window
@@ -247,5 +257,9 @@ def test_a_consumer_that_pauses_between_samples_is_not_a_slow_stream(monkeypatch
     assert not isinstance(got, Exception), got
     expected = _local_samples(generic_shards / rows[0]["name"]) + _local_samples(generic_shards / rows[1]["name"])
     _same_samples(got, expected)
-    for row in rows[:2]:  # one request for the index, one for the samples: nothing re-requested
-        assert len(http_server.requests_for(row["name"])) == 2
+    for row in rows[:2]:  # nothing re-requested
+        requests = http_server.requests_for(row["name"])
+        if prefetch_bytes == 0:  # one request for the index, one for the samples
+            assert len(requests) == 2, requests
+        else:  # the shard's own bytes, each asked for once
+            assert sum(r["sent"] for r in requests) == row["bytes"] and not any(r["cut"] for r in requests), requests

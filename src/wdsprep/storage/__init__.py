@@ -2,8 +2,8 @@
 
     ""      local.py   a plain path                 read, write (`LocalStore`, locked, appends)
     file    file.py    file://PATH                  read, write (the same `LocalStore`)
-    http(s) http.py    http(s)://HOST/PATH          read (Range-resuming on dropped connections)
-    s3      s3.py      s3://BUCKET/KEY              read (Range-resuming), write (`S3Store`)
+    http(s) http.py    http(s)://HOST/PATH          read (Range-resuming; byte ranges, pooled connections)
+    s3      s3.py      s3://BUCKET/KEY              read (Range-resuming; byte ranges), write (`S3Store`)
     pipe    pipe.py    pipe:COMMAND                 read (a shell command's standard output)
 
 Reading (`open_url`, `open_from`, `read_range`, `read_url`, `local_path`, `exists`: shards, manifests, the cache)
@@ -12,7 +12,10 @@ table, in one line each. A new scheme is one module with a `Scheme` (and, if it 
 `Store`; both in `storage/base.py`), entered with `register_scheme` or in the table below.
 Importing wdsprep routes webdataset's `gopen` through the schemes marked `webdataset` (see
 `storage/gopen.py`), so plain `wds.WebDataset("s3://...")` works too. Reading a URL streams:
-nothing is copied to local disk unless a cache is asked for.
+nothing is copied to local disk unless a cache is asked for. `read_range` (and a scheme's
+`read_into`, which fills a buffer) is the one bounded read: remotely one Range request for exactly
+those bytes, resumed within them (storage/resuming.py); schemes with `supports_ranges` run several
+at once over their pooled connections for the dataset's read-ahead (stream/remote.py).
 """
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ import threading
 from typing import BinaryIO
 
 from ..errors import ShardError
-from .files import BUFFER, output_error, remove_quietly
+from .files import BUFFER, fill, output_error, remove_quietly
 
 
 class NoLock:
@@ -157,10 +157,15 @@ class Scheme:
 
     `open` is the one method a readable scheme must have. `webdataset = True` makes `import wdsprep`
     route webdataset's `gopen` for this scheme through `open` (and `open_write` for `wb`).
+    `supports_ranges = True` declares that `read_into` is one bounded request over connections the
+    scheme keeps alive, safe to run from several threads at once (storage/resuming.py): the dataset
+    then reads ahead with parallel ranges (stream/remote.py); other schemes are read as one
+    sequential stream per piece.
     """
 
     writable = False
     webdataset = False
+    supports_ranges = False
     example = "SCHEME://..."  # how a URL of this scheme looks, for help texts and messages
 
     def open(self, url: str) -> BinaryIO:
@@ -178,16 +183,29 @@ class Scheme:
             offset -= skipped
         return stream
 
-    def read_range(self, url: str, offset: int, length: int) -> bytes:
-        """Up to `length` bytes of the object from byte `offset` (fewer only where it ends sooner).
-        Default: `open_from`, then read. Remote schemes ask for exactly that range, so a picked
-        sample costs its own bytes and no more (`wdsprep show`)."""
+    def read_into(self, url: str, offset: int, view, check=None) -> int:
+        """Fill `view` with the object's bytes from `offset` (fewer only where it ends sooner); how
+        many came. The one bounded read of every scheme. Default: `open_from`, then read. Schemes
+        with `supports_ranges` ask for exactly that range and resume within it; `check` (a
+        `storage.resuming.ObjectCheck`, shared by several reads of one object) is what each of
+        their responses must agree on (size, ETag)."""
         with self.open_from(url, offset) as stream:
-            return stream.read(length)
+            return fill(stream, view)
+
+    def read_range(self, url: str, offset: int, length: int) -> bytes:
+        """Up to `length` bytes of the object from byte `offset` (fewer only where it ends sooner):
+        `read_into` a new buffer. Remote schemes ask for exactly that range, so a picked sample
+        costs its own bytes and no more (`wdsprep show`)."""
+        data = bytearray(max(length, 0))
+        return bytes(data[: self.read_into(url, offset, memoryview(data))])
 
     def local_path(self, url: str) -> str | None:
         """The local file behind `url`, for random access (mmap, map-style datasets), or None."""
         return None
+
+    def connect(self, connections: int) -> None:
+        """Make this process's client (connection pool) now, with room for `connections` requests at
+        once, so that the first read does not pay for it. Default: nothing to make."""
 
     def exists(self, url: str) -> bool:
         try:

@@ -1,5 +1,6 @@
-"""Small helpers for local files that every store and the shard writer share: hashing, removing,
-and turning a failed write into one `OutputError` line."""
+"""Small helpers for local files and streams that every store, scheme and the shard writer share:
+hashing, removing, filling a buffer from a stream, and turning a failed write into one `OutputError`
+line."""
 from __future__ import annotations
 
 import errno
@@ -17,6 +18,18 @@ def file_sha256(path: str, chunk: int = BUFFER) -> str:
         while block := handle.read(chunk):
             digest.update(block)
     return digest.hexdigest()
+
+
+def fill(stream, buffer) -> int:
+    """Read from `stream` into `buffer` until it is full or the stream ends; how many bytes came."""
+    view = memoryview(buffer)
+    filled = 0
+    while filled < len(view):
+        n = stream.readinto(view[filled:])
+        if not n:
+            break
+        filled += n
+    return filled
 
 
 def remove_quietly(path: str) -> None:

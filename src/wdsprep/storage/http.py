@@ -1,15 +1,122 @@
-"""`http://` and `https://` URLs: read through a `ResumingStream` (Range requests on dropped
-connections, and for `open_from`); not writable (a server is published to with `wdsprep upload` to
-a store it serves, or with webdataset's own `http` writer)."""
+"""`http://` and `https://` URLs, read over one pooled, kept-alive `httpx.Client` per process: whole
+objects and bounded byte ranges through a `ResumingStream` (`open_at(url, end)`: Range requests
+on dropped connections, for `open_from`, and for the ranges of `read_range` / `read_into` that
+`wdsprep show` and the read-ahead of stream/remote.py ask for). Not writable (a server is published to with `wdsprep upload` to a store it serves, or with webdataset's
+own `http` writer).
+
+Connections. Every request of a process goes through `http_client()`: HTTP/1.1 keep-alive, at most
+`max(POOL, the largest max_connections asked for)` connections at once, an idle one reused before a
+new one is opened, so a worker that reads many shards (or many ranges of one) opens a handful of TCP
+(and TLS) connections, not one per request. A body read to its end gives its connection back; a
+body closed early (a piece that ends mid-shard on the sequential path) closes it. The client is
+made per process (a DataLoader worker forked from a process that has one makes its own: sockets
+are never shared across a fork), from one SSL context that forked workers inherit. `Accept-Encoding: identity`: byte offsets are the object's own.
+"""
 from __future__ import annotations
 
-import urllib.error
-import urllib.request
+import os
+import threading
 
 from ..errors import ShardError
 from . import resuming
 from .files import BUFFER
-from .resuming import ResumingScheme, close_quietly
+from .resuming import ResumingScheme, range_header
+
+POOL = 32  # connections per process at least; raised by `http_client(connections)`
+PERMANENT = {401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 410: "Gone", 416: "Range Not Satisfiable"}
+HEADERS = {"User-Agent": "wdsprep", "Accept-Encoding": "identity"}
+
+_client = None  # (pid, pool size, httpx.Client)
+_client_lock = threading.Lock()
+_ssl = None  # httpx's default SSL context, made once: forked workers inherit it (100 ms a client otherwise)
+
+
+def http_client(connections: int = 0):
+    """This process's pooled client, with room for at least `connections` connections at once."""
+    global _client, _ssl
+    held = _client
+    wanted = max(POOL, connections)
+    if held is not None and held[0] == os.getpid() and held[1] >= wanted:
+        return held[2]
+    with _client_lock:
+        held = _client
+        if held is not None and held[0] == os.getpid() and held[1] >= wanted:
+            return held[2]
+        import httpx
+
+        if _ssl is None:
+            _ssl = httpx.create_ssl_context()
+        limits = httpx.Limits(max_connections=wanted, max_keepalive_connections=wanted)
+        client = httpx.Client(limits=limits, headers=HEADERS, follow_redirects=True, verify=_ssl)
+        _client = (os.getpid(), wanted, client)  # a smaller one before it: requests in flight on it finish
+        return client
+
+
+def _after_fork_in_child() -> None:
+    global _client_lock
+    _client_lock = threading.Lock()  # a parent thread may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class HttpBody:
+    """A streamed httpx response as a readable body: `readinto` copies from its raw chunks (as they
+    come off the socket), `close` gives the connection back (the body was read to its end) or drops it."""
+
+    def __init__(self, response):
+        self.response = response
+        self._chunks = response.iter_raw()
+        self._pending = memoryview(b"")
+
+    def readinto(self, buffer) -> int:
+        pending = self._pending
+        if not pending:
+            for chunk in self._chunks:
+                if chunk:
+                    pending = memoryview(chunk)
+                    break
+            else:
+                return 0
+        n = min(len(buffer), len(pending))
+        buffer[:n] = pending[:n]
+        self._pending = pending[n:]
+        return n
+
+    readinto1 = readinto  # one read of the connection at most, as `readinto` already is
+
+    def close(self) -> None:
+        response = self.response
+        length = response.headers.get("Content-Length")
+        if not self._pending and length is not None and response.num_bytes_downloaded >= int(length):
+            for _ in self._chunks:  # the end of the message (no more bytes): the pool keeps the connection
+                pass
+        response.close()
+
+
+def _send(url: str, start: int, stop: int | None):
+    """One GET of `url` from `start` (to `stop`, exclusive): (status, HttpBody, headers)."""
+    wanted = range_header(start, stop)
+    headers = {"Range": wanted} if wanted else {}
+    client = http_client()
+    request = client.build_request("GET", url, headers=headers, timeout=resuming.TIMEOUT)  # read now: tests lower it
+    response = client.send(request, stream=True)
+    status = response.status_code
+    if status in PERMANENT:
+        response.close()
+        raise ShardError(url, f"HTTP {status} {PERMANENT[status]}")
+    if status >= 400:
+        response.close()
+        raise ConnectionError(f"HTTP {status} {response.reason_phrase}")  # transient: retried
+    return status, HttpBody(response), response.headers
+
+
+def _total(headers, start: int) -> int | None:
+    content_range = headers.get("Content-Range")
+    if content_range and "/" in content_range and not content_range.endswith("/*"):
+        return int(content_range.rsplit("/", 1)[1])
+    length = headers.get("Content-Length")
+    return start + int(length) if length is not None else None
 
 
 def http_open_at(url: str, end: int | None = None):
@@ -17,39 +124,25 @@ def http_open_at(url: str, end: int | None = None):
     exclusive when it is given) -> (body, total, etag)."""
 
     def open_at(offset: int):
-        request = urllib.request.Request(url, headers={"User-Agent": "wdsprep"})
-        if end is not None:
-            request.add_header("Range", f"bytes={offset}-{max(end, offset + 1) - 1}")
-        elif offset:
-            request.add_header("Range", f"bytes={offset}-")
-        try:
-            response = urllib.request.urlopen(request, timeout=resuming.TIMEOUT)
-        except urllib.error.HTTPError as error:
-            close_quietly(error)  # its body holds the connection: close it before retrying (no socket per retry)
-            if error.code in (404, 410, 403, 401, 416):
-                raise ShardError(url, f"HTTP {error.code} {error.reason}") from None
-            raise
-        etag = response.headers.get("ETag")
-        length = response.headers.get("Content-Length")
-        if offset and response.status != 206:
+        status, body, headers = _send(url, offset, end)
+        etag = headers.get("ETag")
+        if offset and status != 206:
             # the server ignored Range: read past what we already have (still no disk, bounded by offset)
-            _discard(response, offset, url)
-            return response, int(length) if length is not None else None, etag
-        total = offset + int(length) if length is not None else None
-        content_range = response.headers.get("Content-Range")
-        if content_range and "/" in content_range and not content_range.endswith("/*"):
-            total = int(content_range.rsplit("/", 1)[1])
-        return response, total, etag
+            _discard(body, offset, url)
+            length = headers.get("Content-Length")
+            return body, int(length) if length is not None else None, etag
+        return body, _total(headers, offset), etag
 
     return open_at
 
 
-def _discard(response, count: int, url: str) -> None:
+def _discard(body, count: int, url: str) -> None:
+    scratch = bytearray(min(max(count, 1), BUFFER))
     while count > 0:
-        block = response.read(min(count, BUFFER))
-        if not block:
+        n = body.readinto(memoryview(scratch)[: min(count, len(scratch))])
+        if not n:
             raise ConnectionError(f"{url}: body ended while skipping to byte {count}")
-        count -= len(block)
+        count -= n
 
 
 class HttpScheme(ResumingScheme):
@@ -58,6 +151,9 @@ class HttpScheme(ResumingScheme):
 
     def open_at(self, url: str, end: int | None = None):
         return http_open_at(url, end)
+
+    def connect(self, connections: int) -> None:
+        http_client(connections)
 
 
 SCHEME = HttpScheme()

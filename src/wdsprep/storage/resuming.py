@@ -1,14 +1,24 @@
-"""Remote streams that survive dropped connections by resuming at the byte offset (`http`, `s3`).
+"""Remote reads that survive dropped connections by resuming at the byte offset (`http`, `s3`): the
+one home of retries, Range resume, the rate floor and the same-object check of every remote read.
 
-A `ResumingStream` reads a remote object sequentially. When the connection drops or a transient
-error occurs mid-body, it re-requests the object with `Range: bytes=<offset>-` and carries on, up to
-`retries` times in a row with exponential backoff; every request has connect/read timeouts. A body
-that keeps arriving, but too slowly, counts as such a failure too (`RateFloor`: fewer than
-`MIN_RATE` bytes/s over `RATE_WINDOW` seconds spent waiting for it), so a server that trickles
-bytes ends in one error instead of a read that never ends. A resumed
-request must describe the same object (same total size, and same ETag where the server gives one),
-so a shard replaced mid-read is an error rather than a silent splice. Nothing is written to disk. A
-missing object (404 / NoSuchKey) fails at once with an error naming the URL.
+A `ResumingStream` reads a remote object sequentially, from a start offset to its end, or within a
+bounded range when the scheme's `open_at(url, end)` asks for one. When the connection drops or a
+transient error occurs mid-body, it re-requests the rest (`Range: bytes=<offset>-`, or
+`bytes=<offset>-<end - 1>`) and carries on, up to `retries` times in a row with exponential backoff;
+every request has connect/read timeouts. A body that keeps arriving, but too slowly, counts as such a
+failure too (`RateFloor`: fewer than `MIN_RATE` bytes/s over `RATE_WINDOW` seconds spent waiting for
+it), so a server that trickles bytes ends in one error instead of a read that never ends. Every
+response must describe the same object (`ObjectCheck`: the same total size, the manifest row's where
+the caller knows it, and the same ETag where the server gives one), so a shard replaced mid-read is
+an error rather than a silent splice. Nothing is written to disk. A missing object (404 /
+NoSuchKey) fails at once with an error naming the URL.
+
+Bounded reads. `ResumingScheme.read_into(url, offset, view, check)` fills a buffer with one bounded
+Range request, resumed within its range: what `storage.read_range` (`wdsprep show`, `CheckedShard`,
+`stream.read.sample_at`) and the dataset's read-ahead (stream/remote.py, in parallel over the
+scheme's pooled connections) read remote bytes with. Bodies give what one read of the connection
+gives (`readinto1` / `read1`, so a slow body is judged between reads), and `close()` gives a
+connection read to its end back to the scheme's pool.
 """
 from __future__ import annotations
 
@@ -19,6 +29,7 @@ from typing import Callable
 
 from ..errors import ShardError
 from .base import Scheme
+from .files import fill
 
 RETRIES = int(os.environ.get("WDSPREP_RETRIES", "5"))
 TIMEOUT = float(os.environ.get("WDSPREP_TIMEOUT", "30"))
@@ -58,6 +69,34 @@ class RateFloor:
                 "WDSPREP_MIN_RATE and WDSPREP_RATE_WINDOW set the limit)")
 
 
+class ObjectCheck:
+    """What every response for one object must agree on: its total size (`size`: the one the caller
+    knows, a manifest row's, else the first response's) and the ETag of the first response. One
+    check may be shared by the requests of several ranges of the object (the read-ahead's)."""
+
+    def __init__(self, size: int | None = None):
+        self.size, self.etag, self.known = size, None, size is not None
+
+    def check(self, url: str, total: int | None, etag: str | None) -> None:
+        if self.size is not None and total is not None and total != self.size:
+            if self.known:
+                raise ShardError(url, f"shard is {total} bytes, manifest says {self.size}")
+            raise ShardError(url, f"object changed while reading (size {self.size} -> {total})")
+        if self.etag and etag and etag != self.etag:
+            raise ShardError(url, f"object changed while reading (etag {self.etag} -> {etag})")
+        if self.size is None:
+            self.size = total
+        if not self.etag:
+            self.etag = etag
+
+
+def range_header(offset: int, end: int | None) -> str | None:
+    """The `Range` value for bytes [offset, end) (`end` None: to the object's end), None for all of it."""
+    if end is not None:
+        return f"bytes={offset}-{max(end, offset + 1) - 1}"
+    return f"bytes={offset}-" if offset else None
+
+
 class ResumingStream(io.RawIOBase):
     """`open_at(offset)` returns (a readable body, total size or None, etag or None) — or the legacy
     pair (body, total size); it raises `ShardError` on permanent errors, anything else is transient.
@@ -68,7 +107,8 @@ class ResumingStream(io.RawIOBase):
     shard, a worker starting mid-shard) does not transfer them. Seeking costs nothing until the next read.
     """
 
-    def __init__(self, url: str, open_at: Callable[[int], tuple], retries: int = RETRIES, start: int = 0):
+    def __init__(self, url: str, open_at: Callable[[int], tuple], retries: int = RETRIES, start: int = 0,
+                 check: ObjectCheck | None = None):
         self.url = url
         self._open_at = open_at
         self.retries = retries
@@ -77,21 +117,31 @@ class ResumingStream(io.RawIOBase):
         self.resumes = 0  # how many times the stream re-requested after a failure (for tests and logs)
         self.rate = RateFloor()  # a too-slow window re-requests, like a dropped connection
         self.seeks = 0  # how many times a seek was served by a new Range request
-        self.etag: str | None = None
-        self.size: int | None = None
-        self._body, self.size, self.etag = self._request(start)
+        self.object = ObjectCheck() if check is None else check  # what every response must agree on
+        self._body = None
+        self._body = self._request(start)
+
+    @property
+    def size(self) -> int | None:
+        return self.object.size
+
+    @property
+    def etag(self) -> str | None:
+        return self.object.etag
 
     def _request(self, offset: int):
         delay = 0.2
         for attempt in range(self.retries + 1):
             try:
                 result = self._open_at(offset)
-                body, total = result[0], result[1]
-                etag = result[2] if len(result) > 2 else None
-                if offset:
-                    self._check_same_object(body, total, etag)
+                body = result[0]
+                try:
+                    self.object.check(self.url, result[1], result[2] if len(result) > 2 else None)
+                except ShardError:
+                    close_quietly(body)
+                    raise
                 self._body_pos = offset
-                return body, total, etag
+                return body
             except ShardError:
                 raise
             except Exception as error:  # transient: connection refused/reset, timeouts, 5xx
@@ -100,13 +150,6 @@ class ResumingStream(io.RawIOBase):
                 time.sleep(delay)
                 delay = min(delay * 2, MAX_DELAY)
         raise AssertionError("unreachable")
-
-    def _check_same_object(self, body, total, etag) -> None:
-        if (self.size is not None and total is not None and total != self.size) or (
-            self.etag and etag and etag != self.etag
-        ):
-            close_quietly(body)
-            raise ShardError(self.url, f"object changed while reading (size {self.size} -> {total}, etag {self.etag} -> {etag})")
 
     def readable(self) -> bool:
         return True
@@ -149,7 +192,7 @@ class ResumingStream(io.RawIOBase):
             return
         close_quietly(self._body)
         self.seeks += 1
-        self._body, _, _ = self._request(self.offset)
+        self._body = self._request(self.offset)
 
     def readinto(self, buffer) -> int:
         if self.size is not None and self.offset >= self.size:
@@ -184,10 +227,10 @@ class ResumingStream(io.RawIOBase):
             close_quietly(self._body)
             self.resumes += 1
             time.sleep(min(0.05 * 2**failures, MAX_DELAY))
-            self._body, _, _ = self._request(self.offset)
+            self._body = self._request(self.offset)
 
     def close(self) -> None:
-        if not self.closed:
+        if not self.closed and self._body is not None:
             close_quietly(self._body)
         super().close()
 
@@ -215,10 +258,28 @@ def open_resuming(url: str, open_at: Callable[[int], tuple], start: int = 0) -> 
     return io.BufferedReader(ResumingStream(url, open_at, start=start), REMOTE_BUFFER)
 
 
+def read_into(url: str, open_at: Callable[[int], tuple], offset: int, view, check: ObjectCheck | None = None,
+              retries: int | None = None) -> int:
+    """Fill `view` with the object's bytes from `offset`, `open_at` asking for exactly that range
+    (`ResumingScheme.open_at(url, end=offset + len(view))`): one request, resumed at its first
+    missing byte after a drop or a too-slow window. Fewer bytes only where the object ends sooner;
+    returns how many. Unbuffered: a read past the range would look like a dropped connection."""
+    if not len(view):
+        return 0
+    stream = ResumingStream(url, open_at, RETRIES if retries is None else retries, start=offset, check=check)
+    try:
+        return fill(stream, view)
+    finally:
+        stream.close()
+
+
 class ResumingScheme(Scheme):
     """A scheme read through `ResumingStream` (http(s), s3): a subclass gives `open_at(url, end)`,
     the function that opens the object's body at a byte offset (up to byte `end`, exclusive, when
-    `end` is given: a bounded Range request; to the object's end otherwise)."""
+    `end` is given: a bounded Range request; to the object's end otherwise), over connections it
+    keeps alive (`connect` makes its pool). Bounded ranges are what `supports_ranges` promises."""
+
+    supports_ranges = True
 
     def open_at(self, url: str, end: int | None = None) -> Callable[[int], tuple]:
         raise NotImplementedError
@@ -229,17 +290,6 @@ class ResumingScheme(Scheme):
     def open_from(self, url: str, offset: int) -> io.BufferedReader:
         return open_resuming(url, self.open_at(url), start=offset)
 
-    def read_range(self, url: str, offset: int, length: int) -> bytes:
-        """One bounded request (resumed within its range if the connection drops). Unbuffered: a
-        read-ahead past the range would look like a dropped connection and ask again."""
-        data = bytearray(max(length, 0))
-        view, filled = memoryview(data), 0
-        if length > 0:
-            stream = ResumingStream(url, self.open_at(url, end=offset + length), start=offset)
-            try:
-                while filled < length and (n := stream.readinto(view[filled:])):
-                    filled += n
-            finally:
-                stream.close()
-        view.release()
-        return bytes(data[:filled])
+    def read_into(self, url: str, offset: int, view, check: ObjectCheck | None = None) -> int:
+        """One bounded Range request for bytes [offset, offset + len(view)), resumed within its range."""
+        return read_into(url, self.open_at(url, end=offset + len(view)), offset, view, check)

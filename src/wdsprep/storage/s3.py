@@ -30,7 +30,7 @@ from ..errors import ConfigError, ShardError
 from . import resuming
 from .base import Store
 from .files import file_sha256
-from .resuming import ResumingScheme
+from .resuming import ResumingScheme, range_header
 
 MIB = 1 << 20
 MIN_PART_BYTES = 5 * MIB  # S3's minimum for every part but the last
@@ -38,7 +38,10 @@ MULTIPART_BYTES = int(os.environ.get("WDSPREP_S3_MULTIPART_BYTES", 64 * MIB))
 PART_BYTES = int(os.environ.get("WDSPREP_S3_PART_BYTES", 16 * MIB))
 SHA256_METADATA = "sha256"
 
-_clients: dict = {}
+POOL = 32  # connections per client at least; raised by `s3_client(connections)`
+
+_clients: dict = {}  # (pid, endpoint, credentials, region) -> (pool size, client)
+_sessions: dict = {}  # (endpoint, credentials, region) -> boto3 Session: kept across forks
 _clients_lock = threading.Lock()
 
 
@@ -53,14 +56,20 @@ def _client_key() -> tuple:
     )
 
 
-def s3_client():
-    """A boto3 S3 client per process and environment; endpoint from AWS_ENDPOINT_URL(_S3) like the
-    AWS CLI. Custom endpoints (MinIO, Ceph, moto) get path-style addressing unless
-    `AWS_S3_ADDRESSING_STYLE` says otherwise."""
+def s3_client(connections: int = 0):
+    """A boto3 S3 client per process and environment, its connection pool holding at least
+    `max(POOL, connections)`; endpoint from AWS_ENDPOINT_URL(_S3) like the AWS CLI. Custom endpoints
+    (MinIO, Ceph, moto) get path-style addressing unless `AWS_S3_ADDRESSING_STYLE` says otherwise.
+
+    Clients are per process (a forked DataLoader worker makes its own: sockets are never shared), but
+    made from one boto3 Session per environment that forked workers inherit with its service models
+    already loaded: a worker's client costs milliseconds instead of the ~0.1 s (more when workers
+    start together) of loading them again."""
     key = _client_key()
-    client = _clients.get(key)
-    if client is not None:
-        return client
+    wanted = max(POOL, connections)
+    held = _clients.get(key)
+    if held is not None and held[0] >= wanted:
+        return held[1]
     try:
         import boto3
         from botocore.config import Config
@@ -73,15 +82,25 @@ def s3_client():
         read_timeout=resuming.TIMEOUT,
         retries={"max_attempts": 3, "mode": "standard"},
         s3={"addressing_style": style},
-        max_pool_connections=32,
+        max_pool_connections=wanted,
     )
     with _clients_lock:
-        client = _clients.get(key)
-        if client is None:
-            # a Session per client: boto3's default session is not thread-safe to create clients from
-            client = boto3.session.Session().client("s3", endpoint_url=endpoint, config=config)
-            _clients[key] = client
-    return client
+        held = _clients.get(key)
+        if held is None or held[0] < wanted:
+            session = _sessions.get(key[1:])
+            if session is None:
+                # a Session per environment: boto3's default session is not thread-safe to create clients from
+                session = _sessions[key[1:]] = boto3.session.Session()
+            held = _clients[key] = (wanted, session.client("s3", endpoint_url=endpoint, config=config))
+    return held[1]
+
+
+def _after_fork_in_child() -> None:
+    global _clients_lock
+    _clients_lock = threading.Lock()  # a parent thread may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def split_s3(url: str) -> tuple[str, str]:
@@ -103,42 +122,73 @@ PERMANENT_S3 = {"NoSuchKey", "404", "NoSuchBucket", "AccessDenied", "403", "Inva
                 "SignatureDoesNotMatch", "PreconditionFailed", "412"}
 
 
+def _get(url: str, bucket: str, key: str, **kwargs) -> dict:
+    """One GetObject; permanent errors as `ShardError`s naming the URL, anything else raised as is."""
+    try:
+        return s3_client().get_object(Bucket=bucket, Key=key, **kwargs)
+    except Exception as error:
+        code = s3_error_code(error)
+        if code in ("NoSuchKey", "404"):
+            raise ShardError(url, "no such object") from None
+        if code == "NoSuchBucket":
+            raise ShardError(url, "no such bucket") from None
+        if code in ("PreconditionFailed", "412"):
+            raise ShardError(url, "object changed while reading (ETag no longer matches)") from None
+        if code in PERMANENT_S3:
+            raise ShardError(url, f"S3 error {code}") from None
+        raise
+
+
 def _s3_open_at(url: str, end: int | None = None):
+    """`open_at(offset)` for `ResumingStream`: one GetObject (with `Range` past 0, or up to `end`
+    exclusive when it is given; `If-Match` the first response's ETag) -> (body, total, etag)."""
     bucket, key = split_s3(url)
     state: dict = {}
 
     def open_at(offset: int):
-        client = s3_client()
-        kwargs = {"Bucket": bucket, "Key": key}
-        if end is not None:
-            kwargs["Range"] = f"bytes={offset}-{max(end, offset + 1) - 1}"
-        elif offset:
-            kwargs["Range"] = f"bytes={offset}-"
+        wanted = range_header(offset, end)
+        kwargs = {"Range": wanted} if wanted else {}
         if offset and state.get("etag"):
             kwargs["IfMatch"] = state["etag"]  # the same object, or a clear error
-        try:
-            response = client.get_object(**kwargs)
-        except Exception as error:
-            code = s3_error_code(error)
-            if code in ("NoSuchKey", "404"):
-                raise ShardError(url, "no such object") from None
-            if code == "NoSuchBucket":
-                raise ShardError(url, "no such bucket") from None
-            if code in ("PreconditionFailed", "412"):
-                raise ShardError(url, "object changed while reading (ETag no longer matches)") from None
-            if code in PERMANENT_S3:
-                raise ShardError(url, f"S3 error {code}") from None
-            raise
+        response = _get(url, bucket, key, **kwargs)
         etag = response.get("ETag")
         state.setdefault("etag", etag)
-        total = offset + int(response["ContentLength"])
+        length = int(response["ContentLength"])
+        total = offset + length
         content_range = response.get("ContentRange")
         if content_range and "/" in content_range:
             total = int(content_range.rsplit("/", 1)[1])
         body = response["Body"]
-        return getattr(body, "_raw_stream", body), total, etag
+        return _S3Body(getattr(body, "_raw_stream", body), length), total, etag
 
     return open_at
+
+
+class _S3Body:
+    """A GetObject body: `readinto` from the urllib3 response, `close` returns its pooled
+    connection once the body was read to its end (and drops it otherwise)."""
+
+    def __init__(self, raw, length: int):
+        self.raw = raw
+        self.left = length
+
+    def readinto(self, buffer) -> int:
+        """What one read of the connection gives (urllib3's `readinto` would wait to fill `buffer`)."""
+        if not self.left:
+            return 0
+        data = self.raw.read1(min(len(buffer), self.left, 1 << 20))
+        n = len(data)
+        buffer[:n] = data
+        self.left -= n
+        return n
+
+    readinto1 = readinto  # one read of the connection at most, as `readinto` already is
+
+    def close(self) -> None:
+        if self.left == 0:
+            self.raw.release_conn()
+        else:
+            self.raw.close()
 
 
 def _not_found(error: Exception) -> bool:
@@ -404,6 +454,9 @@ class S3Scheme(ResumingScheme):
 
     def open_at(self, url: str, end: int | None = None):
         return _s3_open_at(url, end)
+
+    def connect(self, connections: int) -> None:
+        s3_client(connections)
 
     def store(self, url: str, **options) -> S3Store:
         return S3Store(url, **options)

@@ -50,6 +50,7 @@ from .plan import (
     worker_run,
 )
 from .read import LocalShard, read_samples
+from .remote import ReadAhead, check_options, reads_ahead
 
 
 def distributed_info(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
@@ -129,6 +130,8 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
         cache_dir: str | None = None,
         cache_bytes: int | float | None = None,
         outputs_per_sample: Sequence_[int] | Callable | None = None,
+        prefetch_bytes: int | None = None,
+        max_connections: int | None = None,
     ):
         super().__init__()
         if equalize not in (None, "pad", "drop"):
@@ -153,6 +156,8 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
         self._counter: _Counter | None = None
         self._count_at: int | None = None  # pipeline index where outputs are counted (before batching)
         self._worker_override: tuple[int, int] | None = None  # set by wdsprep.Loader inside workers
+        # read-ahead of remote shards, per worker (stream/remote.py): byte budget, requests at once
+        self.prefetch_bytes, self.max_connections = check_options(prefetch_bytes, max_connections)
         self.cache = None  # optional local LRU shard cache (stream/cache.py); off by default
         if cache_dir is not None:
             from .cache import ShardCache
@@ -320,36 +325,63 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
         """This worker's raw samples, checked against their rows. With `held` (a dict), samples of
         local shards come as ints, `slot << 32 | sample number`, with `held[slot]` = (LocalShard,
         piece start): copied out when delivered (`_source_iterator`). Without `keep`, a shard's slot goes when
-        the next shard is read (for a consumer that takes every int before asking for the next)."""
+        the next shard is read (for a consumer that takes every int before asking for the next).
+        Remote pieces are fetched ahead of the reader (`_read_ahead`)."""
         epoch = self.epoch
         slot = max(held, default=0) if held is not None else 0
+        runs = []  # (piece, first sample to read)
         for piece in pieces:
             if skip >= piece.samples:
                 skip -= piece.samples
                 continue
-            url = self.urls[piece.shard]
-            first = piece.start + skip
-            try:
-                row = self.rows[piece.shard]
-                stream = self.cache.open(url, row.get("sha256"), row.get("bytes")) if self.cache else open_url(url)
-                with stream:
-                    # every sample is checked against the row before it is yielded (stream/read.py)
-                    index = first
-                    for sample in read_samples(url, row, first, piece.stop, stream, lazy=held is not None, in_order=not keep):
-                        if sample.__class__ is LocalShard:
-                            if not keep:
-                                held.clear()
-                            slot += 1
-                            held[slot] = (sample, piece.start)
-                            yield from sample.checked(slot << 32)
-                            continue
-                        yield _stamp(sample, index, piece.start, epoch)
-                        index += 1
-            except ShardError as error:
-                if self.handler(error):
-                    continue
-                break
+            runs.append((piece, piece.start + skip))
             skip = 0
+        ahead = self._read_ahead(runs)
+        try:
+            for piece, first in runs:
+                url = self.urls[piece.shard]
+                try:
+                    row = self.rows[piece.shard]
+                    index = None
+                    if ahead is not None and reads_ahead(url, row):
+                        stream = ahead.open(url, first, piece.stop)
+                        index = stream.index
+                    elif self.cache:
+                        stream = self.cache.open(url, row.get("sha256"), row.get("bytes"))
+                    else:
+                        stream = open_url(url)
+                    with stream:
+                        # every sample is checked against the row before it is yielded (stream/read.py)
+                        at = first
+                        for sample in read_samples(url, row, first, piece.stop, stream, lazy=held is not None,
+                                                   in_order=not keep, index=index):
+                            if sample.__class__ is LocalShard:
+                                if not keep:
+                                    held.clear()
+                                slot += 1
+                                held[slot] = (sample, piece.start)
+                                yield from sample.checked(slot << 32)
+                                continue
+                            yield _stamp(sample, at, piece.start, epoch)
+                            at += 1
+                except ShardError as error:
+                    if self.handler(error):
+                        continue
+                    break
+        finally:
+            if ahead is not None:
+                ahead.close()
+
+    def _read_ahead(self, runs: list[tuple[Piece, int]]) -> ReadAhead | None:
+        """The read-ahead of this worker's remote pieces (stream/remote.py), or None: nothing remote
+        with an index to read, `prefetch_bytes=0`, or a cache (which tees whole shards as they stream)."""
+        if not self.prefetch_bytes or self.cache is not None:
+            return None
+        jobs = [(self.urls[piece.shard], self.rows[piece.shard], first, piece.stop) for piece, first in runs
+                if reads_ahead(self.urls[piece.shard], self.rows[piece.shard])]
+        if not jobs:
+            return None
+        return ReadAhead(jobs, prefetch_bytes=self.prefetch_bytes, max_connections=self.max_connections)
 
     def _block_shuffled(self, pieces: list[Piece], skip: int, worker_key: tuple, held: dict) -> Iterator:
         """Blocks of `shuffle_buffer` consecutive samples, each permuted. Samples of local shards are
@@ -583,6 +615,8 @@ def dataset(
     cache_dir: str | None = None,
     cache_bytes: int | float | None = None,
     outputs_per_sample: Sequence_[int] | Callable | None = None,
+    prefetch_bytes: int | None = None,
+    max_connections: int | None = None,
 ) -> ShardDataset:
     """A webdataset pipeline of raw shard samples (compose `wdsprep.decode()` or a reader stage).
 
@@ -592,7 +626,13 @@ def dataset(
     `outputs_per_sample`: how many training samples the composed reader stage makes of each shard
     sample (one count per sample of the split, in manifest order, or a function (manifest, split)
     -> counts, e.g. `wdsprep.minecraft.pair_counts(history_length=4)`): ranks and workers are then
-    balanced, and equalized, on training samples, and `len()` counts them (see stream/plan.py)."""
+    balanced, and equalized, on training samples, and `len()` counts them (see stream/plan.py).
+
+    `prefetch_bytes` / `max_connections`: the read-ahead of remote (http(s)://, s3://) shards, per
+    DataLoader worker (or per process without workers): at most `max_connections` Range requests at
+    once (default 12, `WDSPREP_MAX_CONNECTIONS`), at most `prefetch_bytes` fetched ahead and not yet
+    read (default 64 MiB, `WDSPREP_PREFETCH_BYTES`); `prefetch_bytes=0` reads each piece as one
+    sequential stream instead (see stream/remote.py and docs/objectstore.md)."""
     manifest = manifest_url if isinstance(manifest_url, Manifest) else load_manifest(manifest_url)
     return ShardDataset(
         manifest,
@@ -608,6 +648,8 @@ def dataset(
         cache_dir=cache_dir,
         cache_bytes=cache_bytes,
         outputs_per_sample=outputs_per_sample,
+        prefetch_bytes=prefetch_bytes,
+        max_connections=max_connections,
     )
 
 

@@ -31,6 +31,8 @@ differ from its manifest row raises `ShardError` before its first sample.
   What is taken is always what was digested.
   Remote shards are read sample by sample: each member's data straight into its own bytearray
   (`readinto`), its header and padding into a scratch block, the three digested as they arrive.
+  The dataset's remote stream is a piece's own bytes fetched ahead (stream/remote.py), which hands
+  over the shard's index with it; this check is the same on that stream as on any other.
   A mismatch names the shard and the member. `sample_at` reads one sample alone the same way
   (one bounded read of its bytes: what `wdsprep show` fetches of a picked sample).
 - Shards without an index (older manifests, or a row that lost its index fields): no sample is
@@ -61,6 +63,7 @@ from ..shards.codec import DECODE_ERRORS, member_decoder
 from ..shards.index import ROW_FIELDS, ShardIndex, digest_of, has_index, member_span, xxh3_64
 from ..shards.tarformat import BLOCK, TarCursor, group_samples, index_samples
 from ..storage import BUFFER, local_path, open_from, open_url, read_range
+from ..storage.files import fill
 
 
 # a remote shard without an index: refused (module docstring), on every read path
@@ -92,22 +95,26 @@ def _fileno(stream: BinaryIO) -> int | None:
 
 
 def read_samples(url: str, row: dict, start: int, stop: int, stream: BinaryIO, *, lazy: bool = False,
-                 in_order: bool = True) -> Iterator:
+                 in_order: bool = True, index: ShardIndex | None = None) -> Iterator:
     """Raw samples `start` to `stop` (exclusive) of the shard `row` describes, read from `stream`.
 
     With `lazy`, a local (or cached) shard yields one `LocalShard` and nothing else: its `checked()`
     yields each sample's number (an int) once its bytes are checked, and `take(number)` copies it
     out when wanted; `in_order` says the numbers are taken in the order they come, each before the
-    next is asked for (no shuffle buffer). Samples read from a stream are dicts either way.
+    next is asked for (no shuffle buffer). Samples read from a stream are dicts either way. `index`:
+    the shard's index, already loaded and checked against `row` (the read-ahead's: stream/remote.py),
+    else it is read first.
     """
     if has_index(row):
-        return _indexed(url, row, start, stop, stream, lazy, in_order)
+        return _indexed(url, row, start, stop, stream, lazy, in_order, index)
     return _hashed(url, row, start, stop, stream)
 
 
-def _indexed(url: str, row: dict, start: int, stop: int, stream: BinaryIO, lazy: bool, in_order: bool) -> Iterator:
+def _indexed(url: str, row: dict, start: int, stop: int, stream: BinaryIO, lazy: bool, in_order: bool,
+             index: ShardIndex | None) -> Iterator:
     fd = _fileno(stream)
-    index = load_index(url, row, fd)
+    if index is None:
+        index = load_index(url, row, fd)
     stop = min(stop, len(index))
     if start >= stop:
         return
@@ -128,8 +135,9 @@ def _indexed(url: str, row: dict, start: int, stop: int, stream: BinaryIO, lazy:
     if index.offsets[start]:
         stream.seek(index.offsets[start])
     scratch = memoryview(bytearray(BLOCK))
+    take = getattr(stream, "take", None)  # the read-ahead's in-memory blocks (stream/remote.py)
     for i, end in zip(range(start, stop), ends):
-        yield _streamed(url, index, i, end, stream, scratch)
+        yield _streamed(url, index, i, end, stream, scratch, take)
 
 
 WINDOW = 256 << 10  # bytes of a local shard read at a time: whole samples; a larger sample is read alone
@@ -271,7 +279,7 @@ class LocalShard:
             for part in buffers[3 * m : 3 * m + 3]:
                 digest.update(part)
             if digest.intdigest() != index.digests[k + m]:
-                raise ShardError(self.url, f"member {index.keys[i]}.{name}: corrupt (its header, data or padding differ from the shard's index)")
+                raise _corrupt(self.url, index.keys[i], name)
         return members
 
     def members(self, i: int) -> tuple:
@@ -314,8 +322,7 @@ class LocalShard:
                     size = sizes[k]
                     stop = at + BLOCK + size + (-size % BLOCK)
                     if digest_of(view[at:stop]) != digests[k]:
-                        name = index.names(i)[k - first[i]]
-                        raise ShardError(url, f"member {index.keys[i]}.{name}: corrupt (its header, data or padding differ from the shard's index)")
+                        raise _corrupt(url, index.keys[i], index.names(i)[k - first[i]])
                     at = stop
                     k += 1
                 at += begin
@@ -369,24 +376,33 @@ class LocalShard:
         return sample
 
 
-def _streamed(url: str, index: ShardIndex, i: int, end: int, stream: BinaryIO, scratch: memoryview) -> dict:
+def _streamed(url: str, index: ShardIndex, i: int, end: int, stream: BinaryIO, scratch: memoryview, take=None) -> dict:
     """Sample i read from `stream`: each member's data straight into its own bytearray, its header
-    and padding into `scratch`, all three digested on the way (the only copy)."""
+    and padding into `scratch`, all three digested on the way (the only copy). With `take` (the
+    read-ahead stream's `take(n)`: a view of its next n bytes where they lie in one fetched block,
+    else None), a member's header, data and padding are digested where they lie, in one call, and
+    its data is copied out once, after the check."""
     key, at, k = index.keys[i], index.offsets[i], index.first[i]
     sample = {"__key__": key, "__url__": url}
     for name in index.layouts[index.layout[i]]:
         size, expected = index.sizes[k], index.digests[k]
         k += 1
-        data = bytearray(size)
         pad = -size % BLOCK
-        digest = xxh3_64()
-        for part in (scratch, data, scratch[:pad]):
-            got = _fill(stream, part)
-            if got != len(part):
-                raise ShardError(url, f"truncated shard: member {key}.{name} ends early (at byte {at + got})")
-            digest.update(part)
-        if digest.intdigest() != expected:
-            raise ShardError(url, f"member {key}.{name}: corrupt (its header, data or padding differ from the shard's index)")
+        span = take(BLOCK + size + pad) if take is not None else None
+        if span is not None:
+            if digest_of(span) != expected:
+                raise _corrupt(url, key, name)
+            data = bytearray(span[BLOCK : BLOCK + size])
+        else:
+            data = bytearray(size)
+            digest = xxh3_64()
+            for part in (scratch, data, scratch[:pad]):
+                got = fill(stream, part)
+                if got != len(part):
+                    raise ShardError(url, f"truncated shard: member {key}.{name} ends early (at byte {at + got})")
+                digest.update(part)
+            if digest.intdigest() != expected:
+                raise _corrupt(url, key, name)
         sample[name] = data
         at += BLOCK + size + pad
     if at != end:
@@ -402,15 +418,8 @@ def sample_at(url: str, index: ShardIndex, i: int) -> dict:
     return _streamed(url, index, i, end, io.BytesIO(data), memoryview(bytearray(BLOCK)))
 
 
-def _fill(stream: BinaryIO, buffer) -> int:
-    view = memoryview(buffer)
-    filled = 0
-    while filled < len(view):
-        n = stream.readinto(view[filled:])
-        if not n:
-            break
-        filled += n
-    return filled
+def _corrupt(url: str, key: str, name: str) -> ShardError:
+    return ShardError(url, f"member {key}.{name}: corrupt (its header, data or padding differ from the shard's index)")
 
 
 class Sha256Reader(io.RawIOBase):
@@ -555,7 +564,7 @@ class CheckedShard:
             if low <= start < high:
                 part = view[start - low : start - low + member_span(size)]
                 if digest_of(part) != index.digests[k]:
-                    raise ShardError(url, f"member {key}.{name}: corrupt (its header, data or padding differ from the shard's index)")
+                    raise _corrupt(url, key, name)
                 if names is None or name in names:
                     sample[name] = bytearray(part[BLOCK : BLOCK + size])
         return sample

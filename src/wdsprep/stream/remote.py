@@ -1,0 +1,467 @@
+"""Read-ahead of remote shards: a worker's pieces fetched ahead of its reader by parallel Range
+requests over pooled connections, within a byte budget.
+
+A worker's stream is a list of pieces (shard, first sample, end sample; stream/plan.py), all known
+before its first sample. `ReadAhead(jobs)` fetches them in that order while the reader consumes
+them, and hands each piece to the reader (`open`) as a stream of exactly its own bytes, with its
+shard's index.
+
+What is fetched: each piece's own bytes, and its shard's index, once.
+- The piece's body is [offsets[first], end), `end` being the next sample's first header, or the
+  index member's for a piece that ends its shard. Nothing before the piece's first byte or after
+  its last is requested, so a shard split between workers (or ranks) crosses the wire once.
+- The index (the tail [index_offset, bytes): index member and end-of-archive blocks). A piece that
+  is a whole shard knows its bytes from the manifest row, so its index comes in the same request as
+  the body's last bytes (one range from somewhere before `index_offset` to the end): one request for
+  a shard smaller than a range, no request for the index alone. A piece that starts or ends
+  mid-shard needs the index to know where its bytes lie: that is one small request of its own,
+  before its body's. Indexes are kept per process (the last `INDEX_CACHE`, by URL and the row's
+  index digest), so a shard's index is fetched once per worker.
+
+How: bodies are cut into requests of `range_bytes` (the first requests of a stream smaller,
+growing from `FIRST_RANGE`, so that the first sample comes early) and fetched by `max_connections`
+threads over the process's pooled keep-alive connections (storage/http.py, storage/s3.py; the
+client is made before the first piece), in the order the reader consumes them. A request is sent
+only while the bytes held stay within `prefetch_bytes` (the per-worker memory budget): held =
+requests in flight + fetched and not yet read (the one being read included), released as the
+reader moves past them (besides, the HTTP client holds a few 64 KiB socket reads per connection
+while they are copied in). `range_bytes` is half the budget over the connections, so the reader's
+current range, and the range holding the index, always fit beside a full set of requests in flight.
+The one exception: a single index larger than the budget is fetched anyway (the reader cannot go on
+without it), the budget then being exceeded by that index alone.
+
+Integrity and order are the reader's (stream/read.py): every member is checked against the index
+before its sample is yielded, exactly as on a sequential stream; the index is checked against the
+manifest row (`ShardIndex.from_tail`); every response must give the row's total size and, within a
+piece, one ETag (`ObjectCheck`). Each request is the scheme's one bounded read (`read_into`,
+storage/resuming.py): retried after a dropped connection, a transient error or a window below the
+rate floor (`WDSPREP_MIN_RATE` / `WDSPREP_RATE_WINDOW`), resuming at its first missing byte.
+A request that cannot be read becomes the `ShardError` of its piece, raised when the reader reaches
+that piece (the dataset's handler then skips the piece or ends the stream); later pieces go on.
+"""
+from __future__ import annotations
+
+import collections
+import io
+import os
+import threading
+from typing import Iterable
+
+from ..errors import ConfigError, ShardError
+from ..shards.index import ShardIndex, has_index
+from ..storage import scheme_for, scheme_of
+from ..storage.resuming import ObjectCheck
+
+MIB = 1 << 20
+PREFETCH_BYTES = int(os.environ.get("WDSPREP_PREFETCH_BYTES", 64 * MIB))
+MAX_CONNECTIONS = int(os.environ.get("WDSPREP_MAX_CONNECTIONS", 12))
+FIRST_RANGE = 256 << 10  # the first request of a stream; each next one twice as large, up to range_bytes
+MIN_RANGE = 64 << 10
+MAX_RANGE = 16 * MIB
+INDEX_CACHE = 64  # shard indexes kept per process
+
+
+def range_bytes(prefetch_bytes: int, max_connections: int) -> int:
+    """Bytes per request: half the budget over the connections, between 64 KiB and 16 MiB."""
+    return max(MIN_RANGE, min(MAX_RANGE, prefetch_bytes // (2 * max_connections)))
+
+
+def check_options(prefetch_bytes, max_connections) -> tuple[int, int]:
+    """The dataset's read-ahead options (None: the defaults), checked."""
+    prefetch = PREFETCH_BYTES if prefetch_bytes is None else int(prefetch_bytes)
+    connections = MAX_CONNECTIONS if max_connections is None else int(max_connections)
+    if prefetch < 0:
+        raise ConfigError(f"prefetch_bytes must be >= 0 (0: no read-ahead), got {prefetch_bytes}")
+    if connections < 1:
+        raise ConfigError(f"max_connections must be >= 1, got {max_connections}")
+    if prefetch and prefetch < 2 * MIN_RANGE:
+        raise ConfigError(f"prefetch_bytes must be 0 (no read-ahead) or at least {2 * MIN_RANGE} "
+                          f"(two requests of {MIN_RANGE} bytes), got {prefetch_bytes}")
+    return prefetch, connections
+
+
+def reads_ahead(url: str, row: dict) -> bool:
+    """Whether a piece of this shard is read by `ReadAhead`: a scheme with byte ranges, a row with
+    an index (without one, the shard is read whole, sequentially: stream/read.py)."""
+    try:
+        return has_index(row) and scheme_for(url).supports_ranges
+    except ShardError:
+        return False
+
+
+_indexes: collections.OrderedDict = collections.OrderedDict()  # (url, index digest) -> ShardIndex
+_indexes_lock = threading.Lock()
+
+
+def _cached_index(url: str, row: dict) -> ShardIndex | None:
+    with _indexes_lock:
+        index = _indexes.get((url, row["index_digest"]))
+        if index is not None:
+            _indexes.move_to_end((url, row["index_digest"]))
+        return index
+
+
+def _parse_index(url: str, row: dict, tail) -> ShardIndex:
+    """The index from the shard's bytes [index_offset, bytes) (checked against the row), kept."""
+    index = ShardIndex.from_tail(url, row, bytes(tail))
+    with _indexes_lock:
+        _indexes[(url, row["index_digest"])] = index
+        while len(_indexes) > INDEX_CACHE:
+            _indexes.popitem(last=False)
+    return index
+
+
+def _after_fork_in_child() -> None:
+    global _indexes_lock
+    _indexes_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+# states of a range
+QUEUED, FETCHING, READY, FAILED, RELEASED = range(5)
+
+
+class _Range:
+    """Bytes [start, stop) of a job's shard: one request (more after a dropped connection)."""
+
+    __slots__ = ("job", "start", "stop", "buffer", "state", "error", "urgent")
+
+    def __init__(self, job: "_Job", start: int, stop: int):
+        self.job, self.start, self.stop = job, start, stop
+        self.buffer: bytearray | None = None
+        self.state = QUEUED
+        self.error: BaseException | None = None
+        self.urgent = False  # the reader waits for it: sent even beyond the budget (see the docstring)
+
+    @property
+    def size(self) -> int:
+        return self.stop - self.start
+
+
+class _Job:
+    """One piece: samples [start, stop) of the shard at `url`."""
+
+    def __init__(self, url: str, row: dict, start: int, stop: int):
+        self.url, self.row, self.start, self.stop = url, row, start, stop
+        self.scheme = scheme_for(url)
+        self.check = ObjectCheck(size=row["bytes"])  # every response: the row's size, one ETag
+        self.index: ShardIndex | None = None
+        self.error: BaseException | None = None
+        self.ranges: list[_Range] = []  # the body's ranges in byte order (known once `planned`)
+        self.tail: _Range | None = None  # the range holding the index: with the body's last bytes, or alone
+        self.planned = False
+        self.closed = False
+
+    @property
+    def whole(self) -> bool:
+        return self.start == 0 and self.stop == self.row["samples"]
+
+    def body(self) -> tuple[int, int]:
+        """The piece's bytes (needs the index, except for a whole shard)."""
+        if self.whole:
+            return 0, self.row["index_offset"]
+        index = self.index
+        end = index.offsets[self.stop] if self.stop < len(index) else index.index_offset
+        return index.offsets[self.start], end
+
+
+class _Engine:
+    """The state the reader and the fetching threads share (the threads hold this, not the
+    `ReadAhead`, so that a reader dropped without `close()` still stops them when collected)."""
+
+    def __init__(self, jobs: list[_Job], budget: int, connections: int):
+        self.cond = threading.Condition()
+        self.pending = collections.deque(jobs)  # jobs whose ranges are not planned yet
+        self.queue: collections.deque[_Range] = collections.deque()  # planned, not sent, in reading order
+        self.blocked: _Job | None = None  # a job whose body waits for its index request
+        self.budget, self.range_bytes = budget, range_bytes(budget, connections)
+        self.next_size = min(FIRST_RANGE, self.range_bytes)
+        self.held = self.peak = 0  # bytes held by ranges (sent or fetched, not released)
+        self.in_flight = self.peak_in_flight = 0
+        self.closed = False
+
+    # -- planning (under cond)
+    def _size(self) -> int:
+        size = self.next_size
+        self.next_size = min(self.range_bytes, size * 2)
+        return size
+
+    def _cut(self, job: _Job, begin: int, end: int) -> list[_Range]:
+        ranges = []
+        while begin < end:
+            size = self._size()
+            stop = end if end - begin < size + size // 4 else begin + size  # no sliver at the end
+            ranges.append(_Range(job, begin, stop))
+            begin = stop
+        return ranges
+
+    def _plan(self) -> None:
+        while not self.queue and self.blocked is None and self.pending:
+            job = self.pending.popleft()
+            if job.closed:
+                continue
+            job.index = _cached_index(job.url, job.row)
+            row = job.row
+            if job.index is None and job.whole:
+                index_offset, total = row["index_offset"], row["bytes"]
+                tail_start = max(0, min(index_offset, total - self._size()))
+                job.tail = _Range(job, tail_start, total)
+                job.ranges = [*self._cut(job, 0, tail_start), job.tail]
+                self.queue.extend([job.tail, *job.ranges[:-1]])
+            elif job.index is None:
+                job.tail = _Range(job, row["index_offset"], row["bytes"])  # the index alone
+                self.queue.append(job.tail)
+                self.blocked = job
+                return
+            else:
+                job.ranges = self._cut(job, *job.body())
+                self.queue.extend(job.ranges)
+            job.planned = True
+
+    def _index_arrived(self, job: _Job) -> None:
+        """A mid-shard piece's index request is done (under cond): parse it, plan the body."""
+        tail = job.tail
+        job.tail = None
+        if tail.state == FAILED:
+            job.error = tail.error
+        else:
+            try:
+                job.index = _parse_index(job.url, job.row, tail.buffer)
+            except ShardError as error:
+                job.error = error
+        self._release(tail)
+        if job.error is None and not job.closed:
+            job.ranges = self._cut(job, *job.body())
+            self.queue.extend(job.ranges)
+        job.planned = True
+        self.blocked = None
+
+    # -- sending (threads)
+    def _take(self) -> _Range | None:
+        with self.cond:
+            while True:
+                if self.closed:
+                    return None
+                self._plan()
+                if self.queue:
+                    r = self.queue[0]
+                    if r.job.closed:
+                        self.queue.popleft()
+                        r.state = RELEASED
+                        if self.blocked is r.job:  # its index will not be needed: plan what follows
+                            self.blocked, r.job.planned = None, True
+                        continue
+                    if self.held == 0 or self.held + r.size <= self.budget or r.urgent:
+                        self.queue.popleft()
+                        r.state = FETCHING
+                        self.held += r.size
+                        self.peak = max(self.peak, self.held)
+                        self.in_flight += 1
+                        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+                        return r
+                self.cond.wait()
+
+    def work(self) -> None:
+        while (r := self._take()) is not None:
+            job = r.job
+            try:
+                buffer = bytearray(r.size)
+                got = job.scheme.read_into(job.url, r.start, memoryview(buffer), job.check)
+                if got != r.size:
+                    raise ShardError(job.url, f"truncated shard: bytes {r.start}-{r.stop - 1} end at byte {r.start + got}")
+                error = None
+            except BaseException as caught:  # handed to the reader, raised where it reaches this range
+                buffer, error = None, caught
+            with self.cond:
+                self.in_flight -= 1
+                r.buffer, r.error = buffer, error
+                r.state = READY if error is None else FAILED
+                if self.blocked is job and r is job.tail:
+                    self._index_arrived(job)
+                elif job.closed or self.closed:
+                    self._release(r)
+                self.cond.notify_all()
+
+    # -- reading (the reader's thread)
+    def _release(self, r: _Range) -> None:
+        if r.state in (FETCHING, READY, FAILED):
+            self.held -= r.size
+        r.state, r.buffer = RELEASED, None
+        self.cond.notify_all()
+
+    def wait_ready(self, r: _Range) -> None:
+        """Until `r` is fetched (under cond); its error raised here."""
+        while r.state in (QUEUED, FETCHING):
+            if self.closed:
+                raise ShardError(r.job.url, "read-ahead closed")
+            if r.state == QUEUED and not r.urgent:
+                r.urgent = True
+                self.cond.notify_all()
+            self.cond.wait()
+        if r.state == FAILED:
+            raise r.error
+        if r.state == RELEASED:
+            raise ShardError(r.job.url, f"bytes {r.start}-{r.stop - 1} were released before they were read")
+
+    def close_job(self, job: _Job) -> None:
+        with self.cond:
+            job.closed = True
+            for r in job.ranges:
+                if r.state in (READY, FAILED):
+                    self._release(r)
+            self.cond.notify_all()
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            for r in self.queue:
+                r.state = RELEASED
+            self.queue.clear()
+            self.cond.notify_all()
+
+
+class PieceStream(io.RawIOBase):
+    """One piece's bytes [begin, end), read from its fetched ranges in order (each released as the
+    reader moves past it); `index` is its shard's index. Seeks go forward only, within the piece."""
+
+    def __init__(self, engine: _Engine, job: _Job):
+        self.engine, self.job = engine, job
+        self.index = job.index
+        self.position, self.end = job.body()
+        self._next = 0  # job.ranges[_next] holds `position`
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_CUR:
+            offset += self.position
+        if whence == io.SEEK_END or not self.position <= offset <= self.end:
+            raise io.UnsupportedOperation(f"{self.job.url}: a piece is read forward, within bytes "
+                                          f"{self.position}-{self.end} (asked {offset})")
+        self._advance(offset - self.position, None)
+        return offset
+
+    def readinto(self, buffer) -> int:
+        view = memoryview(buffer).cast("B")
+        return self._advance(min(len(view), self.end - self.position), view)
+
+    def take(self, count: int) -> memoryview | None:
+        """The next `count` bytes as a view of the range that holds them all (moving on past them),
+        or None (nothing moved) when they are not in one range: read them with `readinto` then."""
+        ranges = self.job.ranges
+        if self._next >= len(ranges) or self.position + count > self.end:
+            return None
+        r = ranges[self._next]
+        if self.position + count > r.stop:
+            return None
+        if r.state != READY:
+            with self.engine.cond:
+                self.engine.wait_ready(r)
+        at = self.position - r.start
+        view = memoryview(r.buffer)[at : at + count]  # keeps the buffer alive while the reader uses it
+        self.position += count
+        if self.position >= min(r.stop, self.end):
+            with self.engine.cond:
+                self.engine._release(r)
+            self._next += 1
+        return view
+
+    def _advance(self, count: int, view: memoryview | None) -> int:
+        """Move `count` bytes on, copying them into `view` (None: skipping them)."""
+        done = 0
+        engine, ranges = self.engine, self.job.ranges
+        while done < count:
+            r = ranges[self._next]
+            if r.state != READY:
+                with engine.cond:
+                    engine.wait_ready(r)
+            n = min(count - done, r.stop - self.position)
+            if view is not None:
+                at = self.position - r.start
+                view[done : done + n] = memoryview(r.buffer)[at : at + n]
+            done += n
+            self.position += n
+            if self.position >= min(r.stop, self.end):
+                with engine.cond:
+                    engine._release(r)
+                self._next += 1
+        return done
+
+    def close(self) -> None:
+        if not self.closed:
+            self.engine.close_job(self.job)
+        super().close()
+
+
+class ReadAhead:
+    """Reads `jobs` ((url, row, first sample, end sample), in the order they will be opened) ahead of
+    the reader: `open(url, first, stop)` for each in turn; `close()` when done (or dropped)."""
+
+    def __init__(self, jobs: Iterable[tuple[str, dict, int, int]], *, prefetch_bytes: int = PREFETCH_BYTES,
+                 max_connections: int = MAX_CONNECTIONS):
+        self.jobs = collections.deque(_Job(*job) for job in jobs)
+        self.engine = _Engine(list(self.jobs), prefetch_bytes, max_connections)
+        for name in {scheme_of(job.url) for job in self.jobs}:  # the clients, before the first piece
+            scheme_for(f"{name}://").connect(max_connections)
+        self.threads = [threading.Thread(target=self.engine.work, name=f"wdsprep-read-ahead-{i}", daemon=True)
+                        for i in range(max_connections if self.jobs else 0)]
+        for thread in self.threads:
+            thread.start()
+
+    def open(self, url: str, start: int, stop: int) -> PieceStream:
+        """The next piece's stream (its index loaded and checked); a ShardError if it cannot be read.
+        Pieces before it that were not opened are dropped."""
+        engine = self.engine
+        while self.jobs:
+            job = self.jobs.popleft()
+            if (job.url, job.start, job.stop) == (url, start, stop):
+                break
+            engine.close_job(job)
+        else:
+            raise RuntimeError(f"{url}: samples {start}-{stop} are not a piece this read-ahead was given")
+        with engine.cond:
+            while not job.planned and job.error is None:
+                engine._plan()
+                if job.tail is not None and job.tail.state == QUEUED and not job.tail.urgent:
+                    job.tail.urgent = True
+                    engine.cond.notify_all()
+                if job.planned or job.error is not None:
+                    break
+                engine.cond.wait()
+            if job.error is None and job.index is None:  # a whole shard: its index is in its last range
+                try:
+                    engine.wait_ready(job.tail)
+                except BaseException as error:
+                    job.error = error
+        if job.error is not None:
+            engine.close_job(job)
+            raise job.error
+        if job.index is None:
+            tail, offset = job.tail, job.row["index_offset"]
+            try:
+                job.index = _parse_index(url, job.row, memoryview(tail.buffer)[offset - tail.start :])
+            except ShardError:
+                engine.close_job(job)
+                raise
+        return PieceStream(engine, job)
+
+    @property
+    def stats(self) -> dict:
+        """What was done so far: bytes held at most, requests in flight at most."""
+        engine = self.engine
+        return {"peak_bytes": engine.peak, "peak_in_flight": engine.peak_in_flight,
+                "budget": engine.budget, "range_bytes": engine.range_bytes}
+
+    def close(self) -> None:
+        self.engine.close()
+
+    def __del__(self) -> None:
+        self.engine.close()
