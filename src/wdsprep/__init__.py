@@ -26,7 +26,8 @@ from .errors import (
     UploadError,
     WdsprepError,
 )
-from .shards.codec import decode, decode_sample
+from .shards.codec import decode_sample
+from .stream.decode import decode
 from .shards.interop import register_webdataset_decoder, zst_handler
 from .storage.gopen import register_webdataset_schemes
 

@@ -11,7 +11,6 @@ its saved position: the resumed run yields exactly the batches the uninterrupted
 from __future__ import annotations
 
 import collections.abc
-import copy
 from typing import Any, Callable, Iterator
 
 import torch
@@ -20,14 +19,21 @@ from torch.utils.data._utils.collate import default_convert
 from webdataset.filters import default_collation_fn
 
 from ..errors import ConfigError
-from .dataset import Position, ShardDataset
+from .dataset import ShardDataset
+from .state import Position, Progress, encode_state, parse_state
 
 
 class _WorkerStream(IterableDataset):
-    def __init__(self, dataset: ShardDataset, num_workers: int, rotation: int, batch_size, collate_fn, partial):
+    """What each DataLoader worker iterates: its logical worker's `ShardDataset.stream`, batched,
+    each batch sent with the worker's position after it."""
+
+    def __init__(self, dataset: ShardDataset, num_workers: int, rotation: int, progress: Progress,
+                 positions: dict[int, dict], batch_size, collate_fn, partial):
         self.dataset = dataset
         self.num_workers = num_workers
         self.rotation = rotation
+        self.progress = progress
+        self.positions = positions
         self.batch_size = batch_size
         self.collate_fn = collate_fn
         self.partial = partial
@@ -36,21 +42,22 @@ class _WorkerStream(IterableDataset):
         info = get_worker_info()
         slot = info.id if info is not None else 0
         logical = (slot + self.rotation) % self.num_workers
-        dataset = copy.copy(self.dataset)
-        dataset._worker_override = (logical, self.num_workers)
-        outputs = dataset.iterator1()
+        saved = self.positions.get(logical)
+        stream = self.dataset.stream(logical, self.num_workers, progress=self.progress,
+                                     resume=None if saved is None else Position(**saved))
+        position = stream.position
         if self.batch_size is None:
-            for sample in outputs:
-                yield logical, dataset._counter.position.as_dict(), sample
+            for sample in stream:
+                yield logical, position.as_dict(), sample
             return
         batch: list = []
-        for sample in outputs:
+        for sample in stream:
             batch.append(sample)
             if len(batch) == self.batch_size:
-                yield logical, dataset._counter.position.as_dict(), self.collate_fn(batch)
+                yield logical, position.as_dict(), self.collate_fn(batch)
                 batch = []
         if batch and self.partial:
-            yield logical, dataset._counter.position.as_dict(), self.collate_fn(batch)
+            yield logical, position.as_dict(), self.collate_fn(batch)
 
 
 _BYTES_LIKE = (str, bytes, bytearray, memoryview)
@@ -92,7 +99,7 @@ class Loader:
     ):
         if not isinstance(dataset, ShardDataset):
             raise ConfigError("wdsprep.Loader needs a pipeline made by wdsprep.dataset(...)")
-        if dataset._count_at is not None:
+        if dataset.is_batched:
             raise ConfigError("batch with Loader(batch_size=...), not .batched(), so positions stay exact")
         dataloader_options.pop("persistent_workers", None)  # each epoch needs fresh worker state
         self.dataset = dataset
@@ -101,33 +108,31 @@ class Loader:
         self.collate_fn = collate_fn
         self.partial = partial
         self.options = dataloader_options
-        self.auto_epoch = epoch is None
-        self.epoch = dataset.epoch if epoch is None else int(epoch)
-        self._positions: dict[int, dict] = {}
-        self._levels: list = []  # the interrupted passes an elastic resume continues (see stream/plan.py)
-        self._rotation = 0
+        # the epoch and the interrupted passes an elastic resume continues (stream/state.py)
+        self.progress = Progress(dataset.epoch if epoch is None else int(epoch), epoch is None)
+        self._positions: dict[int, dict] = {}  # logical worker -> its position after its latest batch
         self._next_worker = 0
+
+    @property
+    def epoch(self) -> int:
+        return self.progress.epoch
+
+    @property
+    def auto_epoch(self) -> bool:
+        return self.progress.auto_epoch
 
     @property
     def logical_workers(self) -> int:
         return max(1, self.num_workers)
 
     def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
-        self.auto_epoch = False
+        self.progress = self.progress.at_epoch(epoch)
         self._positions = {}
-        self._levels = []
         self._next_worker = 0
 
     def __iter__(self) -> Iterator[Any]:
-        dataset = copy.copy(self.dataset)
-        dataset.pipeline = list(self.dataset.pipeline)
-        dataset.epoch = self.epoch
-        dataset.auto_epoch = False
-        dataset._resume = {w: Position(**p) for w, p in self._positions.items()}
-        dataset._levels = list(self._levels)
-        rotation = self._next_worker
-        stream = _WorkerStream(dataset, self.logical_workers, rotation, self.batch_size, self.collate_fn, self.partial)
+        stream = _WorkerStream(self.dataset, self.logical_workers, self._next_worker, self.progress,
+                               dict(self._positions), self.batch_size, self.collate_fn, self.partial)
         loader = DataLoader(
             stream, batch_size=None, num_workers=self.num_workers, collate_fn=_convert_payload, **self.options
         )
@@ -135,21 +140,18 @@ class Loader:
             self._positions[logical] = position
             self._next_worker = (logical + 1) % self.logical_workers
             yield batch
-        if self.auto_epoch:
-            self.epoch += 1
+        self.progress = self.progress.pass_done()
         self._positions = {}
-        self._levels = []
         self._next_worker = 0
 
     def state_dict(self) -> dict:
-        saved = copy.copy(self.dataset)
-        saved.epoch, saved._levels = self.epoch, self._levels
-        return saved.make_state(self.logical_workers, self._positions, next_worker=self._next_worker)
+        return encode_state(self.dataset.layout(), self.progress, self.logical_workers, self._positions,
+                            next_worker=self._next_worker)
 
     def load_state_dict(self, state: dict | list) -> None:
         """This rank's own state (same world size and num_workers), or the list of every old rank's
         state (any world size and num_workers)."""
-        restored = copy.copy(self.dataset)
-        self._positions = restored.parse_state(state, self.logical_workers, "loader")
-        self.epoch, self._levels = restored.epoch, restored._levels
+        resume = parse_state(state, self.dataset.layout(), self.logical_workers, "loader")
+        self.progress = self.progress.resumed(resume)
+        self._positions = resume.positions
         self._next_worker = int(state.get("next_worker", 0)) if isinstance(state, dict) else 0

@@ -1,0 +1,350 @@
+"""One worker's pass over its share of a split: which samples it reads (`worker_plan`, over
+stream/plan.py), how it reads them (`ShardReader`: shards opened through stream/read.py, remote
+ones fetched ahead by stream/remote.py, an optional local cache), and the counted, padded stream of
+outputs (`WorkerStream`) whose live `position` is what a resume state saves (stream/state.py).
+
+Invariants.
+- Every sample is checked against its manifest row before it is yielded (stream/read.py). A shard
+  that cannot be read goes to the dataset's handler; a member that does not decode, to the decode
+  stage's.
+- A resumed worker skips whole shards unopened and seeks over samples inside a shard; it pulls
+  exactly the samples the uninterrupted pass had left, in the same order (`shuffle_buffer` blocks
+  are permuted by (seed, epoch, rank, worker, block), so a block is rebuilt the same).
+- Each output is held until the stages make the next one, so a saved position never points into a
+  sample whose outputs were all delivered. This is exact for stages that map, filter or expand
+  samples one at a time (every reader stage of wdsprep), and for batching placed after the
+  counting point.
+- With `equalize="pad"` a worker that meets its target short replays its first outputs (the
+  rank's, or the pass's, when it has none); with "drop" it stops at its target.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import numpy as np
+
+from ..errors import ShardError
+from ..storage import open_url
+from .decode import ReaderStage
+from .plan import (
+    Piece,
+    Sequence,
+    block_permutation,
+    output_targets,
+    rank_share,
+    sequence_weights,
+    stream_positions,
+    worker_run,
+)
+from .read import LocalShard, read_samples
+from .remote import ReadAhead, reads_ahead
+from .state import Position
+
+
+def _stamp(sample: dict, index: int, piece_start: int, epoch: int) -> dict:
+    """Stamp a sample with where it sits in its shard (`__index__`, for stages that work on blocks
+    of a shard), where this worker's run of that shard starts (`__piece_start__`) and the epoch."""
+    sample["__index__"] = index
+    sample["__piece_start__"] = piece_start
+    sample["__epoch__"] = epoch
+    return sample
+
+
+@dataclass
+class WorkerPlan:
+    """What one worker of this rank reads in this pass (see stream/plan.py)."""
+
+    sequence: Sequence  # the pass's samples (G, or the remainder after an elastic resume)
+    rank_pieces: list[Piece]  # this rank's list, after equalizing
+    own: int  # samples of rank_pieces that are the rank's own (the rest is the padding repeat)
+    run: tuple[int, int]  # this worker's [start, stop) within rank_pieces
+    pieces: list[Piece]  # this worker's samples
+    target: int | None  # outputs to yield (balancing on training samples with equalize), else None
+
+
+def worker_plan(sequence: Sequence, rank: int, world: int, worker: int, num_workers: int, equalize: str | None,
+                shard_weights: list[np.ndarray] | None) -> WorkerPlan:
+    """The share of `sequence` that `worker` of `rank` reads, and its output target."""
+    weights = None if shard_weights is None else sequence_weights(sequence, shard_weights)
+    mine, first, own = rank_share(sequence, rank, world, equalize, weights)
+    length = sum(p.samples for p in mine)
+    rank_weights = None if weights is None else weights[first : first + length]
+    run = worker_run(length, worker, num_workers, rank_weights)
+    target = None
+    if weights is not None and equalize is not None:
+        target = output_targets(weights, world, num_workers, equalize, rank)[worker]
+    return WorkerPlan(sequence, mine, own, run, Sequence(mine).slice(*run), target)
+
+
+@dataclass
+class _Counter:
+    pulled: int = 0  # source samples this worker pulled in the pass
+
+
+class ShardReader:
+    """Reads the samples of pieces of a split's shards, for one worker of one pass: `urls` and
+    `rows` are the split's, `key` = (seed, epoch, rank, worker) orders `shuffle_buffer` blocks."""
+
+    def __init__(self, urls: list[str], rows: list[dict], *, handler: Callable, cache, prefetch_bytes: int,
+                 max_connections: int, shuffle_buffer: int, key: tuple[int, int, int, int]):
+        self.urls, self.rows, self.handler, self.cache = urls, rows, handler, cache
+        self.prefetch_bytes, self.max_connections = prefetch_bytes, max_connections
+        self.shuffle_buffer = shuffle_buffer
+        self.seed, self.epoch, self.rank, self.worker = key
+
+    def _iter_pieces(self, pieces: list[Piece], skip: int, held: dict | None = None, keep: bool = True) -> Iterator:
+        """This worker's raw samples, checked against their rows. With `held` (a dict), samples of
+        local shards come as ints, `slot << 32 | sample number`, with `held[slot]` = (LocalShard,
+        piece start): copied out when delivered (`samples`). Without `keep`, a shard's slot goes when
+        the next shard is read (for a consumer that takes every int before asking for the next).
+        Remote pieces are fetched ahead of the reader (`_read_ahead`)."""
+        epoch = self.epoch
+        slot = max(held, default=0) if held is not None else 0
+        runs = []  # (piece, first sample to read)
+        for piece in pieces:
+            if skip >= piece.samples:
+                skip -= piece.samples
+                continue
+            runs.append((piece, piece.start + skip))
+            skip = 0
+        ahead = self._read_ahead(runs)
+        try:
+            for piece, first in runs:
+                url = self.urls[piece.shard]
+                try:
+                    row = self.rows[piece.shard]
+                    index = None
+                    if ahead is not None and reads_ahead(url, row):
+                        stream = ahead.open(url, first, piece.stop)
+                        index = stream.index
+                    elif self.cache:
+                        stream = self.cache.open(url, row.get("sha256"), row.get("bytes"))
+                    else:
+                        stream = open_url(url)
+                    with stream:
+                        # every sample is checked against the row before it is yielded (stream/read.py)
+                        at = first
+                        for sample in read_samples(url, row, first, piece.stop, stream, lazy=held is not None,
+                                                   in_order=not keep, index=index):
+                            if sample.__class__ is LocalShard:
+                                if not keep:
+                                    held.clear()
+                                slot += 1
+                                held[slot] = (sample, piece.start)
+                                yield from sample.checked(slot << 32)
+                                continue
+                            yield _stamp(sample, at, piece.start, epoch)
+                            at += 1
+                except ShardError as error:
+                    if self.handler(error):
+                        continue
+                    break
+        finally:
+            if ahead is not None:
+                ahead.close()
+
+    def _read_ahead(self, runs: list[tuple[Piece, int]]) -> ReadAhead | None:
+        """The read-ahead of this worker's remote pieces (stream/remote.py), or None: nothing remote
+        with an index to read, `prefetch_bytes=0`, or a cache (which tees whole shards as they stream)."""
+        if not self.prefetch_bytes or self.cache is not None:
+            return None
+        jobs = [(self.urls[piece.shard], self.rows[piece.shard], first, piece.stop) for piece, first in runs
+                if reads_ahead(self.urls[piece.shard], self.rows[piece.shard])]
+        if not jobs:
+            return None
+        return ReadAhead(jobs, prefetch_bytes=self.prefetch_bytes, max_connections=self.max_connections)
+
+    def _block_shuffled(self, pieces: list[Piece], skip: int, held: dict) -> Iterator:
+        """Blocks of `shuffle_buffer` consecutive samples, each permuted. Samples of local shards are
+        held as ints (checked already; see `_iter_pieces`) and copied out by the consumer only when
+        delivered (before it asks for the next), so the buffer holds no sample bytes, gives the
+        cyclic GC nothing to track, and each copy lands in memory the previous sample freed."""
+        size = self.shuffle_buffer
+        block = skip // size
+        offset = skip - block * size
+        stream = self._iter_pieces(pieces, block * size, held)
+        while True:
+            buffer = [s for _, s in zip(range(size), stream)]
+            if not buffer:
+                return
+            order = block_permutation(self.seed, self.epoch, self.rank, self.worker, block, len(buffer))
+            for i in order[offset:]:
+                yield buffer[i]
+            current = max(held, default=None)  # shards before the one being read are done: let them go
+            for slot in [slot for slot in held if slot != current]:
+                del held[slot]
+            offset = 0
+            block += 1
+
+    def samples(self, pieces: list[Piece], skip: int, counter: _Counter, decode: ReaderStage | None = None) -> Iterator[dict]:
+        """This worker's samples from `skip` on, counted as pulled; with `decode` (a `ReaderStage`
+        placed first), decoded as they are copied out of local shards (fused: no raw sample in between).
+        A shard that cannot be read when a sample is taken goes to the handler (as when it is
+        checked), a member that does not decode to the decode stage's."""
+        held: dict = {}
+        if self.shuffle_buffer > 1:
+            samples = self._block_shuffled(pieces, skip, held)
+        else:
+            samples = self._iter_pieces(pieces, skip, held, keep=False)
+        counter.pulled = skip
+        handler, epoch = self.handler, self.epoch
+        if decode is None:
+            for item in samples:
+                counter.pulled += 1
+                if item.__class__ is dict:
+                    yield item
+                    continue
+                shard, piece_start = held[item >> 32]
+                index = item & 0xFFFFFFFF
+                try:
+                    sample = shard.take(index)
+                except ShardError as error:
+                    if handler(error):
+                        continue
+                    return
+                yield _stamp(sample, index, piece_start, epoch)
+            return
+        strip, torch, skips = decode.strip, decode.torch, decode.skips
+        for item in samples:
+            counter.pulled += 1
+            if item.__class__ is dict:
+                try:
+                    sample = decode.sample(item)
+                except ShardError as error:
+                    if skips(error):
+                        continue
+                    return
+                yield sample
+                continue
+            shard, piece_start = held[item >> 32]
+            index = item & 0xFFFFFFFF
+            try:
+                members = shard.members(index)
+            except ShardError as error:
+                if handler(error):
+                    continue
+                return
+            try:
+                sample = shard.decode_members(index, members, strip, torch)
+            except ShardError as error:  # as the stage would: its handler skips the sample or ends the stream
+                if skips(error):
+                    continue
+                return
+            yield _stamp(sample, index, piece_start, epoch)
+
+    def carried_discards(self, plan: WorkerPlan) -> dict[int, int]:
+        """Stream positions of this worker's samples whose outputs were partly delivered before an
+        elastic resume -> how many outputs to discard (the padding repeat discards nothing)."""
+        if not plan.sequence.discards:
+            return {}
+        run_start, run_stop = plan.run
+        run = Sequence(plan.pieces)
+        owned = max(0, min(run_stop, plan.own) - run_start)
+        found: dict[int, int] = {}
+        position = 0
+        for piece in run.pieces:
+            for (shard, index), count in plan.sequence.discards.items():
+                if shard == piece.shard and piece.start <= index < piece.stop and position + index - piece.start < owned:
+                    found[position + index - piece.start] = count
+            position += piece.samples
+        if self.shuffle_buffer <= 1 or not found:
+            return found
+        order = stream_positions(len(run), 0, len(run), shuffle_buffer=self.shuffle_buffer,
+                                 key=(self.seed, self.epoch, self.rank, self.worker))
+        where = {q: p for p, q in enumerate(order)}
+        return {where[q]: count for q, count in found.items()}
+
+
+class WorkerStream:
+    """One worker's pass: iterating it yields the outputs of `stages` over the plan's samples (then
+    `after`, the stages past the counting point: batching), from `resume` on; `position` is the
+    worker's live position after the latest output, what a state saves (stream/state.py).
+
+    `invoke(stage, source)` applies one stage (the pipeline's own); `decode`, a `ReaderStage`
+    fused into the reader, is then not among `stages`."""
+
+    def __init__(self, reader: ShardReader, plan: WorkerPlan, resume: Position, *, stages: list, after: list,
+                 invoke: Callable, decode: ReaderStage | None, equalize: str | None,
+                 shard_weights: list[np.ndarray] | None):
+        self.reader, self.plan, self.resume = reader, plan, resume
+        self.stages, self.after, self.invoke, self.decode = stages, after, invoke, decode
+        self.equalize, self.shard_weights = equalize, shard_weights
+        self.position = Position(resume.skip, resume.discard, resume.delivered)
+
+    def __iter__(self) -> Iterator:
+        plan, resume, counter = self.plan, self.resume, _Counter()
+        source = self.reader.samples(plan.pieces, resume.skip, counter, self.decode)
+        for step in self.stages:
+            source = self.invoke(step, source)
+        limit = plan.target if self.equalize == "drop" else None
+        source = self._count(source, counter, self.reader.carried_discards(plan), limit)
+        if plan.target is not None and self.equalize == "pad":
+            source = self._pad_outputs(source)
+        for step in self.after:
+            source = self.invoke(step, source)
+        return source
+
+    def _count(self, outputs: Iterator, counter: _Counter, discards: dict[int, int], limit: int | None = None) -> Iterator:
+        """Counts outputs per source sample; `discards`: stream position -> outputs already delivered;
+        `limit`: stop once that many outputs were delivered (counting those before a resume).
+
+        Each output is held until the next one is made, so that when it is delivered the position
+        already knows whether its sample is finished: a finished sample is counted as passed
+        (discard 0), and only a sample with outputs still to come is saved as partly delivered."""
+        resume, position = self.resume, self.position
+        if resume.discard:
+            discards = {**discards, resume.skip: resume.discard}
+        current, seen = -1, 0
+        pending, pending_sample, pending_seen, holding = None, -1, 0, False
+        for output in outputs:
+            sample = counter.pulled - 1  # the source sample this output was made from
+            if sample != current:
+                current, seen = sample, 0
+            seen += 1
+            if holding and limit is not None and position.delivered >= limit:
+                return  # the position stays at the last output delivered
+            if holding:
+                if sample == pending_sample:
+                    position.skip, position.discard = pending_sample, pending_seen
+                else:  # the held output was its sample's last
+                    position.skip, position.discard = sample, min(seen, discards.get(sample, 0))
+                position.delivered += 1
+                holding = False
+                yield pending
+            if seen > discards.get(sample, 0):
+                pending, pending_sample, pending_seen, holding = output, sample, seen, True
+        if holding and (limit is None or position.delivered < limit):
+            position.skip, position.discard = counter.pulled, 0
+            position.delivered += 1
+            yield pending
+        elif holding:
+            return
+        position.skip, position.discard = counter.pulled, 0  # a finished pass: everything was delivered
+
+    def _pad_outputs(self, outputs: Iterator) -> Iterator:
+        """Extend a worker's outputs to its target by replaying its first outputs (the rank's, or
+        the pass's, when it has none)."""
+        yield from outputs
+        plan, position = self.plan, self.position
+        own = int(sequence_weights(Sequence(plan.pieces, plan.sequence.discards), self.shard_weights).sum())
+        done = position.delivered - own  # repeats delivered before a resume
+        for pieces in (plan.pieces, plan.rank_pieces, plan.sequence.pieces):
+            if sum(p.samples for p in pieces):
+                break
+        index = 0  # position in the endless replay of `pieces`
+        while position.delivered < plan.target:
+            replay = self.reader.samples(pieces, 0, _Counter(), self.decode)
+            for step in self.stages:
+                replay = self.invoke(step, replay)
+            before = index
+            for output in replay:
+                if position.delivered >= plan.target:
+                    return
+                index += 1
+                if index <= done:
+                    continue
+                position.delivered += 1
+                yield output
+            if index == before:
+                return  # nothing to repeat: the stages make no output at all
