@@ -111,3 +111,34 @@ def test_find_cycle_accepts_a_diamond():
     graph = {"a": {"b", "c"}, "b": {"d"}, "c": {"d"}, "d": set()}
     assert find_cycle(graph) is None
     assert find_cycle(dict(graph, d={"a"})) in (["a", "b", "d", "a"], ["a", "c", "d", "a"])
+
+
+# -- `wdsprep.Loader` drives `ShardDataset` through its public API only (stream/dataset.py, stream/state.py)
+
+
+def private_attributes(source: str) -> list[str]:
+    """`line: expression` for every attribute starting with `_` read or set on anything but `self`
+    (so `dataset._x`, `self.dataset._x`, `stream.position._x` are all refused; a module's private
+    names are imported, never read as attributes, in the file checked)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_"):
+            if not (isinstance(node.value, ast.Name) and node.value.id == "self"):
+                found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_loader_reads_no_private_attribute_of_the_dataset():
+    path = SRC / "wdsprep" / "stream" / "loader.py"
+    assert private_attributes(path.read_text()) == []
+
+
+def test_private_attributes_finds_a_planted_private_read_and_write():
+    loader = (SRC / "wdsprep" / "stream" / "loader.py").read_text()
+    planted = loader.replace("        if dataset.is_batched:\n",
+                             "        dataset._worker_override = (0, 1)\n        if dataset._count_at is not None:\n")
+    assert planted != loader
+    found = private_attributes(planted)
+    assert [line.split(": ", 1)[1] for line in found] == ["dataset._worker_override", "dataset._count_at"]
+    assert private_attributes("class A:\n    def f(self):\n        return self._x, self.dataset._y\n") == [
+        "3: self.dataset._y"]
