@@ -30,6 +30,9 @@ class Mutation:
 
 PLAN = "src/wdsprep/stream/plan.py"
 DATASET = "src/wdsprep/stream/dataset.py"
+STATE = "src/wdsprep/stream/state.py"
+WORKER = "src/wdsprep/stream/worker.py"
+LOADER_PY = "src/wdsprep/stream/loader.py"
 CORE = ("tests/core",)
 # the most relevant file first (pytest -x stops at the first failure), then the whole folder
 ORACLE = ("tests/core/test_plan_oracle.py", "tests/core")
@@ -61,8 +64,8 @@ MUTATIONS = [
     Mutation("pad-from-global-order", "padding taken from the global order, not the rank's own samples", PLAN,
              (("source = mine if own else _pieces(order, counts)", "source = _pieces(order, counts)"),), ORACLE,
              also=(Variant("h3", PLAN, (("return own + sequence.slice(start, start + 1), start, stop - start", "return own + sequence.slice(0, 1), start, stop - start"),)),)),
-    Mutation("state-after-resume", "the state saved after a resume is wrong (positions restart at 0)", DATASET,
-             (("counter.pulled = resume.skip", "counter.pulled = 0"),), ORACLE),
+    Mutation("state-after-resume", "the state saved after a resume is wrong (positions restart at 0)", WORKER,
+             (("counter.pulled = skip", "counter.pulled = 0"),), ORACLE),
     Mutation("short-shard-silent", "a shard shorter than its manifest row is not reported", DATASET,
              (("if self.check_counts and got < expected:", "if False:"),), FORMAT,
              also=(Variant("h1", "src/wdsprep/stream/read.py", (('    if "samples" in row and count != row["samples"]:', "    if False:"),)),
@@ -71,9 +74,8 @@ MUTATIONS = [
              (("np.random.PCG64([self.seed, self.epoch, *worker_key, block])",
                "np.random.PCG64([self.seed, *worker_key, block])"),), ORACLE,
              also=(Variant("h3", PLAN, (("np.random.PCG64([seed, epoch, rank, worker, block])", "np.random.PCG64([seed, rank, worker, block])"),)),)),
-    Mutation("state-other-seed", "load_state_dict accepts a state from another seed", DATASET,
-             (('for name in ("seed", "world_size", "split", "shards"):', 'for name in ("world_size", "split", "shards"):'),), ORACLE,
-             also=(Variant("h3", DATASET, (('for name in ("split", "seed", "dataset", "shuffle_shards", "shuffle_buffer", "equalize"):', 'for name in ("split", "dataset", "shuffle_shards", "shuffle_buffer", "equalize"):'),)),)),
+    Mutation("state-other-seed", "load_state_dict accepts a state from another seed", STATE,
+             (('for name in ("split", "seed", "dataset", "shuffle_shards", "shuffle_buffer", "equalize"):', 'for name in ("split", "dataset", "shuffle_shards", "shuffle_buffer", "equalize"):'),), ORACLE),
     # -- the format
     Mutation("checksum-unchecked", "tar header checksum not checked", "src/wdsprep/shards/tarformat.py",
              (("        if checksum != computed:\n            raise ShardError(url, \"corrupt tar header (checksum mismatch)\")",
@@ -374,17 +376,17 @@ MUTATIONS = [
              (("logical = (slot + self.rotation) % self.num_workers", "logical = (slot - self.rotation) % self.num_workers"),),
              LOADER),
     Mutation("loader-positions-kept-past-epoch", "wdsprep.Loader's state after an epoch's loop keeps that epoch's positions (the next epoch resumes at its end)",
-             "src/wdsprep/stream/loader.py",
-             (("        self._positions = {}\n        self._levels = []\n        self._next_worker = 0\n\n    def state_dict",
-               "        self._levels = []\n        self._next_worker = 0\n\n    def state_dict"),),
+             LOADER_PY,
+             (("        self.progress = self.progress.pass_done()\n        self._positions = {}\n",
+               "        self.progress = self.progress.pass_done()\n"),),
              LOADER),
     Mutation("state-at-epoch-end-not-next-epoch", "a dataset's state saved at the very end of an epoch resumes at the end of the next one",
              DATASET,
-             (("            self._counter = None  # the state now points at the start of the next epoch", "            pass"),),
+             (("            self._stream = None  # the state now points at the start of the next epoch", "            pass"),),
              LOADER),
     Mutation("single-rank-epoch-not-restored", "a single rank's saved state does not restore its epoch",
-             DATASET,
-             (('            self.epoch = int(first["epoch"])\n            self._levels', "            self._levels"),),
+             STATE,
+             (('        return Resume(int(first["epoch"]), levels, {int(w)', "        return Resume(0, levels, {int(w)"),),
              LOADER),
     Mutation("npy-byte-order-ignored", ".npy members with a non-native byte order read as native", "src/wdsprep/shards/codec.py",
              (('dtype = np.dtype(meta["descr"])', 'dtype = np.dtype(meta["descr"]).newbyteorder("=")'),),
@@ -508,4 +510,14 @@ MUTATIONS = [
              (("    if held is not None and held[0] >= wanted:\n        return held[1]\n", ""),
               ("        if held is None or held[0] < wanted:\n", "        if True:\n")),
              ("tests/objectstore/test_read_ahead.py",)),
+    # -- issue 27, item 1: ShardDataset split into stream/state.py, stream/worker.py, stream/decode.py;
+    # wdsprep.Loader drives it through `ShardDataset.stream` and stream/state.py only
+    Mutation("loader-resume-position-dropped", "wdsprep.Loader's workers start their pass from its beginning after load_state_dict (the saved position is not passed to ShardDataset.stream)",
+             LOADER_PY,
+             (("resume=None if saved is None else Position(**saved))", "resume=None)"),),
+             LOADER),
+    Mutation("state-drops-resumed-from", "a saved state forgets the interrupted passes it continues (resumed_from empty), so a second elastic resume deals the whole epoch again",
+             STATE,
+             (('"resumed_from": [_level_json(level) for level in progress.levels]}', '"resumed_from": []}'),),
+             ("tests/core/test_elastic_resume.py", "tests/core")),
 ]
