@@ -19,6 +19,9 @@ from ..errors import ShardError
 from ..shards.codec import decode_sample
 
 
+END = object()  # what `ReaderStage.decoded` gives when the handler ends the stream
+
+
 class ReaderStage:
     """A pipeline stage that the dataset may run inside its reader (see the module docstring): it
     decodes with `strip` / `torch` as `decode_sample` does, decodes a whole raw sample with
@@ -33,6 +36,13 @@ class ReaderStage:
 
     def skips(self, error: ShardError) -> bool:
         raise NotImplementedError
+
+    def decoded(self, sample: dict) -> dict | None:
+        """`sample` decoded; None when it does not decode and is skipped, `END` when that ends the stream."""
+        try:
+            return self.sample(sample)
+        except ShardError as error:
+            return None if self.skips(error) else END
 
 
 class Decode(ReaderStage):
@@ -56,13 +66,11 @@ class Decode(ReaderStage):
 
     def __call__(self, source):
         for sample in source:
-            try:
-                decoded = self.sample(sample)
-            except ShardError as error:
-                if self.skips(error):
-                    continue
+            decoded = self.decoded(sample)
+            if decoded is END:
                 return
-            yield decoded
+            if decoded is not None:
+                yield decoded
 
 
 def decode(*, strip: bool = False, torch: bool = False, handler: Callable | None = None) -> Decode:

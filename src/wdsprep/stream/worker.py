@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import ShardError
 from ..storage import open_url
-from .decode import ReaderStage
+from .decode import END, ReaderStage
 from .plan import (
     Piece,
     Sequence,
@@ -189,48 +189,31 @@ class ShardReader:
             samples = self._iter_pieces(pieces, skip, held, keep=False)
         counter.pulled = skip
         handler, epoch = self.handler, self.epoch
-        if decode is None:
-            for item in samples:
-                counter.pulled += 1
-                if item.__class__ is dict:
-                    yield item
-                    continue
-                shard, piece_start = held[item >> 32]
-                index = item & 0xFFFFFFFF
-                try:
-                    sample = shard.take(index)
-                except ShardError as error:
-                    if handler(error):
-                        continue
-                    return
-                yield _stamp(sample, index, piece_start, epoch)
-            return
-        strip, torch, skips = decode.strip, decode.torch, decode.skips
+        strip, torch = (decode.strip, decode.torch) if decode is not None else (False, False)
         for item in samples:
             counter.pulled += 1
-            if item.__class__ is dict:
-                try:
-                    sample = decode.sample(item)
-                except ShardError as error:
-                    if skips(error):
-                        continue
+            if item.__class__ is dict:  # a whole sample (remote or cached shard)
+                sample = item if decode is None else decode.decoded(item)
+                if sample is END:
                     return
-                yield sample
+                if sample is not None:
+                    yield sample
                 continue
             shard, piece_start = held[item >> 32]
             index = item & 0xFFFFFFFF
-            try:
-                members = shard.members(index)
+            try:  # copied out of the shard's buffer: raw, or only located there when fused
+                sample = shard.take(index) if decode is None else shard.members(index)
             except ShardError as error:
                 if handler(error):
                     continue
                 return
-            try:
-                sample = shard.decode_members(index, members, strip, torch)
-            except ShardError as error:  # as the stage would: its handler skips the sample or ends the stream
-                if skips(error):
-                    continue
-                return
+            if decode is not None:
+                try:
+                    sample = shard.decode_members(index, sample, strip, torch)
+                except ShardError as error:  # as the stage would: its handler skips the sample or ends the stream
+                    if decode.skips(error):
+                        continue
+                    return
             yield _stamp(sample, index, piece_start, epoch)
 
     def carried_discards(self, plan: WorkerPlan) -> dict[int, int]:
