@@ -6,7 +6,13 @@ DataLoader hands out batches round-robin over workers (skipping exhausted ones),
 workers are rotated to start with the worker that would have delivered next, and each one skips to
 its saved position: the resumed run yields exactly the batches the uninterrupted run had left.
 `load_state_dict` also takes the list of every rank's state, for any world size and num_workers
-(an elastic resume: see stream/dataset.py); the resumed run then starts with worker 0.
+(an elastic resume: see stream/state.py); the resumed run then starts with worker 0.
+
+The Loader drives the dataset through its public API only: each worker iterates
+`ShardDataset.stream(worker, num_workers, progress=, resume=)` with the Loader's own `Progress`
+(epoch, interrupted passes) and that worker's saved position, and states are encoded and checked by
+stream/state.py against `ShardDataset.layout()` (tests/core/test_import_graph.py checks, over this
+file's syntax tree, that it touches no private attribute).
 """
 from __future__ import annotations
 
