@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from ...conversion import parse_size
+from ...sizes import parse_size
 from ...errors import WdsprepError
 from ..base import DEFAULT_ON_ERROR, ON_ERROR
 from .fetch import FetchOptions, fetch

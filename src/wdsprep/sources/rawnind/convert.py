@@ -355,7 +355,7 @@ class RawNINDSource(Source):
         units: list[Unit] = []
         for split, entries in by_split.items():
             groups = group_by_size([entry for entry, _ in entries], [size * expansion for _, size in entries],
-                                   int(options.get("shard_bytes", 256 * 10**6)))
+                                   ctx.core.shard_bytes)
             for number, group in enumerate(groups):
                 sizes = {id(entry): size for entry, size in entries}
                 units.append(Unit(split, number, group, sum(sizes[id(entry)] for entry in group)))
