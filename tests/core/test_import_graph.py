@@ -111,3 +111,15 @@ def test_find_cycle_accepts_a_diamond():
     graph = {"a": {"b", "c"}, "b": {"d"}, "c": {"d"}, "d": set()}
     assert find_cycle(graph) is None
     assert find_cycle(dict(graph, d={"a"})) in (["a", "b", "d", "a"], ["a", "c", "d", "a"])
+
+
+# -- the layers: the conversion driver sits above the sources
+
+
+def test_no_source_module_imports_the_conversion_driver():
+    """A source is handed the driver (`wdsprep.Conversion`); none imports `wdsprep.conversion`, lazily or not."""
+    graph = import_graph()
+    sources = [module for module in graph if module == "wdsprep.sources" or module.startswith("wdsprep.sources.")]
+    assert len(sources) > 20  # every source package's modules are seen
+    offenders = sorted(module for module in sources if "wdsprep.conversion" in graph[module])
+    assert offenders == [], f"modules under sources/ that import wdsprep.conversion: {offenders}"
