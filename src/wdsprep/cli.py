@@ -3,7 +3,9 @@
 A source's extra commands (`Source.commands()`, e.g. rawnind's `fetch rawnind` and `serve dataverse`)
 are mounted as `wdsprep VERB NAME ...`: the core knows no source by name, built-in ids come from
 `sources.registry.BUILTIN`, and every command that takes a SOURCE also takes a plugin
-`package.module:OBJECT`.
+`package.module:OBJECT`. Nor does it name any executor's flag: each `executors.EXECUTORS` entry
+declares its own. `wdsprep convert`'s flags take their defaults from `options.ConvertOptions` and
+are handed to `conversion.convert` apart: the core's options, and the source's own.
 """
 from __future__ import annotations
 
