@@ -66,10 +66,12 @@ def test_clean_fetch_verifies_everything_and_second_run_skips(synth_tiny, tmp_pa
         assert (dest / "dataset_index.yaml").read_bytes() == (synth_tiny / "files" / "dataset.yaml").read_bytes()
         # upstream's pairs: plants 1 clean x (1 clean + 2 noisy), book_shelf 2 clean x (2 clean + 2 noisy)
         assert report["metadata"]["pairs_computed"] == 3 + 8
+        assert server.wait_idle()  # a request is logged after its answer went out
         requests_before = len(server.log)
         again = run_fetch(FetchOptions(dest=str(dest), dataverse=server.url, doi=SYNTH_DOI, progress="none"))
         assert again["verified"] == [] and len(again["skipped"]) == len(images)
         assert again["metadata"]["pairs_computed"] == 0  # cached
+        assert server.wait_idle()
         fetched_again = [entry for entry in server.log[requests_before:] if entry.get("file", "").endswith(".dng")]
         assert fetched_again == []
 
@@ -105,6 +107,7 @@ def test_injected_faults(synth_tiny, tmp_path):
     for name in failed:
         assert not (dest / files[name].relpath).exists()
         assert not os.path.exists(str(dest / files[name].relpath) + ".part") or name == too_slow
+    assert server.wait_idle()  # a request is logged after its answer went out
     requests = sorted((entry for entry in server.log if entry.get("file")), key=lambda entry: entry["time"])
     statuses = [entry["status"] for entry in requests if entry["file"] == flaky_500]
     assert statuses == [500, 500, 200]
@@ -161,6 +164,7 @@ def test_kill_mid_download_then_resume_by_range(synth_tiny, tmp_path):
         requests_before = len(server.log)
         server.faults.rate_limit = None
         report = run_fetch(FetchOptions(dest=str(dest), dataverse=server.url, doi=SYNTH_DOI, metadata=False, progress="none"))
+        assert server.wait_idle()
         second = [entry for entry in server.log[requests_before:] if entry.get("file") in images]
     assert not {entry["file"] for entry in second} & verified_before  # nothing verified is fetched twice
     assert set(report["skipped"]) == verified_before
