@@ -114,3 +114,20 @@ def test_a_broken_link_or_anchor_is_found(tmp_path):
                     "```\n[in code](nowhere.md)\n```\n[web](https://example.org/x.md)\n")
     assert broken_links([page], root=tmp_path) == ["a.md:1: docs/c.md: no such file",
                                                    "a.md:1: docs/b.md#nope: no heading with that anchor"]
+
+
+def test_the_planted_bugs_table_in_docs_testing_lists_every_entry_of_mutations_py():
+    """docs/testing.md's table is `tests/mutants/run.py --table`: one row per entry, in order, with its bug,
+    one of its variants' files and its tests. The file column is not recomputed here: that reads the
+    sources, which a planted bug changes, and this test must not be what kills a mutant."""
+    from tests.mutants.mutations import MUTATIONS
+
+    page = (REPO / "docs" / "testing.md").read_text()
+    start = page.index("| id | planted bug |")
+    rows = [row.strip("| ").split(" | ") for row in page[start:].split("\n\n")[0].strip().splitlines()[2:]]
+    assert len(MUTATIONS) > 20
+    assert [row[0] for row in rows] == [f"`{m.id}`" for m in MUTATIONS], "regenerate: tests/mutants/run.py --table"
+    for row, m in zip(rows, MUTATIONS):
+        assert row[1] == m.bug.replace("|", "/"), f"{m.id}: regenerate the table (tests/mutants/run.py --table)"
+        assert row[2].split("`")[1] in {variant.file for variant in m.variants}, m.id
+        assert row[3] == ", ".join(f"`{path}`" for path in m.tests), m.id
