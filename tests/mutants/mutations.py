@@ -137,7 +137,7 @@ MUTATIONS = [
              ("tests/core/test_generic_conformance.py",)),  # generic: files fingerprinted by content
     # -- the timing-free concurrency test (not in #13's list: checks the rewritten test bites)
     Mutation("fetch-one-at-a-time", "rawnind fetch ignores --concurrency (one download at a time)",
-             "src/wdsprep/sources/rawnind/fetch.py",
+             "src/wdsprep/sources/rawnind/acquire/fetch.py",
              (("for _ in range(self.options.concurrency):", "for _ in range(1):"),),
              ("tests/rawnind/test_rawnind_fetch.py",)),
     # -- issue 25: RawNIND equal to the legacy loaders (tests/rawnind/test_rawnind_upstream.py)

@@ -13,10 +13,10 @@ import trio
 import yaml
 
 from tests.timeouts import EVENT
-from wdsprep.sources.rawnind.cli import main
-from wdsprep.sources.rawnind.fetch import Fetcher, FetchOptions
+from wdsprep.sources.rawnind.acquire.cli import main
+from wdsprep.sources.rawnind.acquire.fetch import Fetcher, FetchOptions
 from wdsprep.sources.rawnind.index import build_scenes, load_index, load_listing
-from wdsprep.sources.rawnind.server import DataverseServer, Faults
+from wdsprep.sources.rawnind.acquire.server import DataverseServer, Faults
 from wdsprep.sources.rawnind.synth import SYNTH_DOI
 
 from .rawnind_testdata import truth

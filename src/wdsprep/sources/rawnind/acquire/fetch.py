@@ -42,8 +42,8 @@ from typing import Any, TextIO
 import httpx
 import trio
 
-from ...errors import DownloadError, FetchError, InputError, WdsprepError  # `fetch.FetchError`: deprecated path
-from .index import (
+from ....errors import DownloadError, FetchError, InputError, WdsprepError  # `fetch.FetchError`: deprecated path
+from ..index import (
     DATAVERSE_INDEX_NAME,
     DEFAULT_DOI,
     INDEX_FILENAME,
@@ -191,7 +191,7 @@ class Fetcher:
 
     def _remove_scene_raws(self, scene: SceneInfo) -> None:
         """A converted scene's files, its masks in the metadata cache, and its emptied folders."""
-        from .metadata import mask_path, pair_key, scene_pairs
+        from ..metadata import mask_path, pair_key, scene_pairs
 
         for image in scene.files:
             self._remove(self._final_path(image))
@@ -450,7 +450,7 @@ class Fetcher:
             self.stats.failed += 1
 
     async def _metadata_worker(self, receive, limiter: trio.CapacityLimiter) -> None:
-        from .metadata import scene_metadata
+        from ..metadata import scene_metadata
 
         async with receive:
             async for scene in receive:
@@ -551,7 +551,7 @@ class Fetcher:
             if options.convert:
                 scenes = await self._start_conversion(scenes)
             elif options.metadata:
-                from .metadata import MetadataCache
+                from ..metadata import MetadataCache
 
                 self.metadata_cache = MetadataCache(options.dest)
             self.stats.files_total = summary["index_entries"]
@@ -590,7 +590,7 @@ class Fetcher:
     async def _start_conversion(self, scenes: list[SceneInfo]) -> list[SceneInfo]:
         """Open the output, drop scenes an earlier run converted (and their leftover raws), count the
         raws already on disk; returns the scenes still to fetch and convert."""
-        from .streamconvert import SceneConverter
+        from ..streamconvert import SceneConverter
 
         options = self.options
         self.all_scenes = scenes
