@@ -28,6 +28,10 @@ ingestor admits a scene only while the bytes of the admitted, not yet removed sc
 local disk never holds more raws than that; `raw_bytes` counts what is on disk (downloads add,
 removals subtract) and the report gives its peak. Scenes converted by an earlier run are not
 fetched again.
+
+Progress is one `wdsprep.progress.Progress`: it counts the files done and the bytes downloaded,
+draws them (a line redrawn on a terminal, `[rawnind fetch] ...` log lines elsewhere), and the
+report's `bytes_downloaded` is its byte count, so what is shown and what is reported cannot differ.
 """
 from __future__ import annotations
 
@@ -43,6 +47,7 @@ import httpx
 import trio
 
 from ....errors import DownloadError, FetchError, InputError, WdsprepError  # `fetch.FetchError`: deprecated path
+from ....progress import Progress, human_bytes
 from ..index import (
     DATAVERSE_INDEX_NAME,
     DEFAULT_DOI,
@@ -100,14 +105,11 @@ class FileResult:
 
 @dataclass
 class Stats:
-    files_total: int = 0
-    bytes_to_download: int = 0
     present: int = 0
     verified: int = 0
     failed: int = 0
     unmatched: int = 0
     retries: int = 0
-    bytes_downloaded: int = 0
     bytes_hashed: int = 0
     hash_seconds: float = 0.0
     scenes_total: int = 0
@@ -133,14 +135,6 @@ def _is_url(value: str) -> bool:
     return value.startswith(("http://", "https://"))
 
 
-def _human_bytes(count: float) -> str:
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(count) < 1000 or unit == "TB":
-            return f"{count:.1f} {unit}" if unit != "B" else f"{int(count)} B"
-        count /= 1000
-    return f"{count:.1f} TB"
-
-
 class Fetcher:
     def __init__(self, options: FetchOptions):
         self.options = options
@@ -150,6 +144,7 @@ class Fetcher:
         self.incomplete_scenes: list[dict] = []
         self.metadata_problems: list[dict] = []
         self.client: httpx.AsyncClient | None = None
+        self.progress: Progress | None = None  # counts the files done and the bytes downloaded; made by `run`
         self.base = (options.dataverse or "").rstrip("/")
         self.started = time.monotonic()
         self.metadata_cache = None
@@ -387,7 +382,7 @@ class Fetcher:
                         handle.write(chunk)
                         self._grow(len(chunk))
                         progress[0] += len(chunk)
-                        self.stats.bytes_downloaded += len(chunk)
+                        self.progress.advance(0, len(chunk))
         except httpx.HTTPError as error:
             raise DownloadError(f"{type(error).__name__}: {error}", transient=True) from None
         finally:
@@ -440,6 +435,7 @@ class Fetcher:
         if result.attempts:
             entry["attempts"] = result.attempts
         self.results[image.filename] = entry
+        self.progress.advance(1)
         if result.status == "present":
             self.stats.present += 1
         elif result.status == "verified":
@@ -485,35 +481,26 @@ class Fetcher:
                     self._release(scene)
 
     # -------------------------------------------------------------------------------- progress
-    def _progress_line(self) -> str:
+    def _progress_line(self, progress: Progress) -> str:
+        """The fetch's own progress line; on a terminal with the active transfers' percentages."""
         stats = self.stats
-        elapsed = max(time.monotonic() - self.started, 1e-9)
-        done = stats.present + stats.verified + stats.failed + stats.unmatched
-        return (
-            f"files {done}/{stats.files_total} (present {stats.present}, verified {stats.verified}, "
-            f"failed {stats.failed}) | {_human_bytes(stats.bytes_downloaded)}/{_human_bytes(stats.bytes_to_download)} "
-            f"| {_human_bytes(stats.bytes_downloaded / elapsed)}/s | active {len(stats.active)} | retries {stats.retries} "
+        line = (
+            f"files {progress.items}/{progress.total_items} (present {stats.present}, verified {stats.verified}, "
+            f"failed {stats.failed}) | {human_bytes(progress.bytes)}/{human_bytes(progress.total_bytes)} "
+            f"| {human_bytes(progress.rate)}/s | active {len(stats.active)} | retries {stats.retries} "
             f"| scenes {stats.scenes_complete}/{stats.scenes_total} | metadata {stats.metadata_done}"
-            + (f" | converted {stats.scenes_converted} | raw on disk {_human_bytes(self.raw_bytes)}" if self.converter else "")
+            + (f" | converted {stats.scenes_converted} | raw on disk {human_bytes(self.raw_bytes)}" if self.converter else "")
         )
+        active = ", ".join(
+            f"{name[:24]} {100 * done // max(total, 1)}%" for name, (done, total) in list(stats.active.items())[:5]
+        )
+        return line + (f" [{active}]" if active and progress.mode == "bar" else "")
 
     async def _progress_loop(self) -> None:
-        mode = self.options.progress
-        if mode == "auto":
-            mode = "bar" if getattr(self.stream, "isatty", lambda: False)() else "log"
-        if mode == "none":
-            return
-        interval = 0.5 if mode == "bar" else self.options.log_interval
-        while True:
-            await trio.sleep(interval)
-            if mode == "bar":
-                active = ", ".join(
-                    f"{name[:24]} {100 * done // max(total, 1)}%" for name, (done, total) in list(self.stats.active.items())[:5]
-                )
-                self.stream.write(f"\r\x1b[K{self._progress_line()}" + (f" [{active}]" if active else ""))
-            else:
-                self.stream.write(f"[rawnind fetch] {self._progress_line()}\n")
-            self.stream.flush()
+        """Draws while no byte arrives too (a stalled server, retries waiting out their backoff)."""
+        while self.progress.enabled:
+            await trio.sleep(self.progress.every)
+            self.progress.refresh()
 
     # ------------------------------------------------------------------------------------- run
     async def run(self) -> dict[str, Any]:
@@ -554,12 +541,13 @@ class Fetcher:
                 from ..metadata import MetadataCache
 
                 self.metadata_cache = MetadataCache(options.dest)
-            self.stats.files_total = summary["index_entries"]
             self.stats.scenes_total = len(scenes)
-            self.stats.bytes_to_download = sum(
+            to_download = sum(
                 max(0, (image.size or 0) - (os.path.getsize(self._final_path(image)) if os.path.isfile(self._final_path(image)) else 0))
                 for scene in scenes for image in scene.files if image.downloadable
             )
+            self.progress = Progress("[rawnind fetch]", summary["index_entries"], to_download, stream=self.stream,
+                                     mode=options.progress, every=options.log_interval, line=self._progress_line)
             async with trio.open_nursery() as outer:
                 outer.start_soon(self._progress_loop)
                 await self._pipeline(scenes)
@@ -581,10 +569,7 @@ class Fetcher:
                 "raw_bytes_peak": self.raw_peak,
             }
             self._write_report(report)
-        if self.options.progress != "none":
-            end = "\n" if getattr(self.stream, "isatty", lambda: False)() else ""
-            self.stream.write(f"{end}[rawnind fetch] done: {self._progress_line()}\n")
-            self.stream.flush()
+        self.progress.close()
         return report
 
     async def _start_conversion(self, scenes: list[SceneInfo]) -> list[SceneInfo]:
@@ -653,10 +638,10 @@ class Fetcher:
             **by_status,
             "scenes": {"total": stats.scenes_total, "complete": stats.scenes_complete, "incomplete": self.incomplete_scenes},
             "metadata": {"scenes": stats.metadata_done, "pairs_computed": stats.pairs_computed, "problems": self.metadata_problems},
-            "bytes_downloaded": stats.bytes_downloaded,
+            "bytes_downloaded": self.progress.bytes,
             "retries": stats.retries,
             "elapsed_s": round(elapsed, 3),
-            "download_rate_bps": round(stats.bytes_downloaded / max(elapsed, 1e-9)),
+            "download_rate_bps": round(self.progress.bytes / max(elapsed, 1e-9)),
             "sha1_rate_bps": round(stats.bytes_hashed / stats.hash_seconds) if stats.hash_seconds else None,
             "plan": {key: value for key, value in summary.items() if key not in ("unmatched", "listing_not_in_index")},
         }
