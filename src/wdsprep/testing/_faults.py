@@ -52,8 +52,8 @@ class FaultPlan:
         self.failures: dict[str, Planned] = {}  # value: the HTTP status to answer with
         self.corruptions: dict[str, Planned] = {}  # value: True
         self.put_faults: dict[str, Planned] = {}  # value: "refuse" | "corrupt"
-        self.trickles: dict[str, float] = {}  # name -> bytes per second every GET body of it is sent at
-        self.pauses: dict[str, float] = {}  # name -> seconds before every answer for it
+        self.trickles: dict[str, Planned] = {}  # value: bytes per second every GET body is sent at
+        self.pauses: dict[str, Planned] = {}  # value: seconds before every answer
         self.gate: Gate | None = None
 
     def _plan(self, table: dict[str, Planned], name: str, value: Any, times: int) -> None:
@@ -71,20 +71,18 @@ class FaultPlan:
             return planned.value
 
     def trickle(self, name: str, rate: float) -> None:
-        with self.lock:
-            self.trickles[name] = rate
+        """Send every GET body of `name` at `rate` bytes per second."""
+        self._plan(self.trickles, name, rate, -1)
 
     def trickle_rate(self, name: str) -> float | None:
-        with self.lock:
-            return self.trickles.get(name)
+        return self._take(self.trickles, name)
 
     def pause(self, name: str, seconds: float) -> None:
-        with self.lock:
-            self.pauses[name] = seconds
+        """Wait `seconds` before every answer for `name`."""
+        self._plan(self.pauses, name, seconds, -1)
 
     def pause_of(self, name: str) -> float | None:
-        with self.lock:
-            return self.pauses.get(name)
+        return self._take(self.pauses, name)
 
     def drop_once(self, name: str, at_byte: int, times: int = 1) -> None:
         self._plan(self.drops, name, at_byte, times)

@@ -110,6 +110,7 @@ class Stats:
     failed: int = 0
     unmatched: int = 0
     retries: int = 0
+    active: dict[str, list[int]] = field(default_factory=dict)  # name -> [done, total]
     bytes_hashed: int = 0
     hash_seconds: float = 0.0
     scenes_total: int = 0
@@ -118,7 +119,6 @@ class Stats:
     metadata_done: int = 0
     pairs_computed: int = 0
     scenes_converted: int = 0
-    active: dict[str, list[int]] = field(default_factory=dict)  # name -> [done, total]
 
 
 def sha1_file(path: str) -> str:

@@ -33,72 +33,42 @@ LISTING_NAME = "dataverse_dataset.json"
 _RANGE_RE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
 
+# a fault file's table -> how one of its entries (file name or id: value) is planned in the FaultPlan
+FAULT_TABLES = {
+    "error_500": lambda plan, key, times: plan.fail_next(key, 500, int(times)),
+    "missing": lambda plan, key, _: plan.fail_next(key, 404, -1),
+    "drop_after": lambda plan, key, at: plan.drop_once(key, int(at[0]), int(at[1])),
+    "corrupt": lambda plan, key, times: plan.corrupt_next(key, int(times)),
+    "delay": lambda plan, key, seconds: plan.pause(key, float(seconds)),
+}
+
+
 class Faults(FaultPlan):
     """Fault injection keyed by file name or str(file id), from the tables of a fault file:
     `error_500` {name: times}, `drop_after` {name: (byte, times)}, `corrupt` {name: times},
     `missing` [name, ...], `delay` {name: seconds}; times -1 means every request. Setting a table
-    (`faults.error_500 = {name: 1}`) plans its entries in the `FaultPlan`; `rate_limit` (bytes per
-    second per connection, None: unlimited) paces every body."""
+    (`faults.error_500 = {name: 1}`, also on a running server) plans its entries in the `FaultPlan`
+    (FAULT_TABLES); `rate_limit` (bytes per second per connection, None: unlimited) paces every body."""
 
-    def __init__(self, error_500: dict | None = None, drop_after: dict | None = None, corrupt: dict | None = None,
-                 missing: set | None = None, delay: dict | None = None, rate_limit: float | None = None):
+    def __init__(self, rate_limit: float | None = None, **tables):
         super().__init__()
-        self.error_500 = error_500 or {}
-        self.drop_after = drop_after or {}
-        self.corrupt = corrupt or {}
-        self.missing = missing or set()
-        self.delay = delay or {}
+        unknown = set(tables) - set(FAULT_TABLES)
+        if unknown:
+            raise TypeError(f"Faults() got unknown fault tables {sorted(unknown)} (known: {', '.join(FAULT_TABLES)})")
         self.rate_limit = rate_limit
+        for table, entries in tables.items():
+            setattr(self, table, entries)
 
-    @property
-    def error_500(self) -> dict[str, int]:
-        return {name: planned.times for name, planned in self.failures.items() if planned.value == 500}
-
-    @error_500.setter
-    def error_500(self, table: dict[str, int]) -> None:
-        for name, times in table.items():
-            self.fail_next(str(name), 500, int(times))
-
-    @property
-    def missing(self) -> set[str]:
-        return {name for name, planned in self.failures.items() if planned.value == 404}
-
-    @missing.setter
-    def missing(self, names) -> None:
-        for name in names:
-            self.fail_next(str(name), 404, -1)
-
-    @property
-    def drop_after(self) -> dict[str, tuple[int, int]]:
-        return {name: (planned.value, planned.times) for name, planned in self.drops.items()}
-
-    @drop_after.setter
-    def drop_after(self, table: dict[str, tuple[int, int]]) -> None:
-        for name, (at_byte, times) in table.items():
-            self.drop_once(str(name), int(at_byte), int(times))
-
-    @property
-    def corrupt(self) -> dict[str, int]:
-        return {name: planned.times for name, planned in self.corruptions.items()}
-
-    @corrupt.setter
-    def corrupt(self, table: dict[str, int]) -> None:
-        for name, times in table.items():
-            self.corrupt_next(str(name), int(times))
-
-    @property
-    def delay(self) -> dict[str, float]:
-        return dict(self.pauses)
-
-    @delay.setter
-    def delay(self, table: dict[str, float]) -> None:
-        for name, seconds in table.items():
-            self.pause(str(name), float(seconds))
+    def __setattr__(self, name: str, value: Any) -> None:
+        plan = FAULT_TABLES.get(name)
+        if plan is None:
+            return super().__setattr__(name, value)
+        for key, entry in (value.items() if isinstance(value, dict) else dict.fromkeys(value or ()).items()):
+            plan(self, str(key), entry)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Faults":
-        return cls(error_500=data.get("error_500"), drop_after=data.get("drop_after"), corrupt=data.get("corrupt"),
-                   missing=set(data.get("missing", [])), delay=data.get("delay"), rate_limit=data.get("rate_limit"))
+        return cls(data.get("rate_limit"), **{table: data[table] for table in FAULT_TABLES if table in data})
 
 
 class DataverseDirectory:
