@@ -4,9 +4,9 @@ import json
 import pytest
 
 from wdsprep.errors import InputError
-from wdsprep.sources.rawnind.cli import main
+from wdsprep.sources.rawnind.acquire.cli import main
 from wdsprep.sources.rawnind.index import build_scenes, load_index, load_listing, parse_index, plan_summary
-from wdsprep.sources.rawnind.server import DataverseServer
+from wdsprep.sources.rawnind.acquire.server import DataverseServer
 
 REAL_DOI = "doi:10.14428/DVN/DEQCIM"
 
