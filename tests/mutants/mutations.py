@@ -137,7 +137,7 @@ MUTATIONS = [
              ("tests/core/test_generic_conformance.py",)),  # generic: files fingerprinted by content
     # -- the timing-free concurrency test (not in #13's list: checks the rewritten test bites)
     Mutation("fetch-one-at-a-time", "rawnind fetch ignores --concurrency (one download at a time)",
-             "src/wdsprep/sources/rawnind/fetch.py",
+             "src/wdsprep/sources/rawnind/acquire/fetch.py",
              (("for _ in range(self.options.concurrency):", "for _ in range(1):"),),
              ("tests/rawnind/test_rawnind_fetch.py",)),
     # -- issue 25: RawNIND equal to the legacy loaders (tests/rawnind/test_rawnind_upstream.py)
@@ -539,4 +539,23 @@ MUTATIONS = [
              (("            if record is not None and not unverified_shards(store, record.rows, full=True):",
                "            if record is not None:"),),
              ("tests/core/test_conversion.py", "tests/core")),
+    # -- issue 27: rawnind acquisition in its own subpackage (sources/rawnind/acquire/), one progress, one fault plan
+    Mutation("rawnind-loads-acquisition-eagerly", "the rawnind package imports the fetcher (httpx, trio) when it is imported",
+             "src/wdsprep/sources/rawnind/__init__.py",
+             (("from .convert import SOURCE, RawNINDSource\n", "from .convert import SOURCE, RawNINDSource\nfrom .acquire.fetch import FetchOptions, fetch\n"),),
+             ("tests/core/test_import_graph.py",)),
+    Mutation("fetch-bytes-counted-twice", "the fetcher's progress counts every downloaded chunk twice",
+             "src/wdsprep/sources/rawnind/acquire/fetch.py",
+             (("                        self.progress.advance(0, len(chunk))\n",
+               "                        self.progress.advance(0, len(chunk))\n                        self.progress.advance(0, len(chunk))\n"),),
+             ("tests/rawnind/test_rawnind_fetch.py",)),
+    Mutation("dataverse-corruption-ignored", "the Dataverse test server never corrupts a body it was told to",
+             "src/wdsprep/sources/rawnind/acquire/server.py",
+             (("        corrupt = _first(faults.take_corruption, keys)\n", "        corrupt = None\n"),),
+             ("tests/rawnind/test_rawnind_fetch.py",)),
+    Mutation("fault-always-used-once", "a fault planned for every request (times -1) is used up after one",
+             "src/wdsprep/testing/_faults.py",
+             (("            if planned.times > 0:\n                planned.times -= 1\n",
+               "            planned.times = max(planned.times - 1, 0)\n"),),
+             ("tests/rawnind/test_rawnind_fetch.py",)),
 ]

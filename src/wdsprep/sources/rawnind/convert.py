@@ -408,8 +408,8 @@ class RawNINDSource(Source):
         The pipeline's `[prepare]` table: `server_dir` (default `<workdir>/rawnind_dataverse`),
         `seed`, `size`, `concurrency`. A fetched directory whose report shows no failure is reused.
         """
-        from .fetch import FetchOptions, fetch
-        from .server import DataverseServer
+        from .acquire.fetch import FetchOptions, fetch
+        from .acquire.server import DataverseServer
         from .synth import synth
 
         settings = dict(pipeline.get("prepare", {}))
@@ -432,7 +432,7 @@ class RawNINDSource(Source):
         return dest
 
     def commands(self) -> dict[tuple[str, str], Command]:
-        from . import cli  # argparse only: the fetch and serve machinery loads when a command runs
+        from .acquire import cli  # no httpx or trio: the fetcher loads when `fetch rawnind` runs
 
         return {
             ("fetch", "rawnind"): Command(cli.add_fetch_arguments, cli.fetch_main, "DEST ...", "download RawNIND from a Dataverse server"),
