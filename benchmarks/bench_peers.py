@@ -294,7 +294,7 @@ def _shard_summary(directory: str, shard_bytes: str) -> dict:
     """Shards written, and the units whose last two shards were balanced (`balanced_units`: the
     second-to-last shard left room for the last one's first sample, which a writer that only rolls
     over never does)."""
-    from wdsprep.conversion import parse_size
+    from wdsprep.sizes import parse_size
     from wdsprep.testing.conformance import balanced_units
 
     rows = json.loads(pathlib.Path(directory, "manifest.json").read_text())["splits"]["train"]["shards"]

@@ -48,7 +48,7 @@ def _fetch_seconds(server_dir: pathlib.Path, dest: pathlib.Path, concurrency: in
 
 
 def _sha1_rate(workdir: pathlib.Path) -> float:
-    from wdsprep.sources.rawnind.fetch import sha1_file
+    from wdsprep.sources.rawnind.acquire.fetch import sha1_file
 
     path = workdir / "sha1-probe.bin"
     block = np.random.default_rng(0).integers(0, 256, size=8 * 2**20, dtype=np.uint8).tobytes()
@@ -212,8 +212,8 @@ def _rate(function, passes: int) -> tuple[float, int]:
 
 def streaming_rows(server_dir: pathlib.Path, workdir: pathlib.Path, tile: int) -> list[str]:
     """`fetch --convert` with a raw-byte bound of about one scene: peak raw bytes on disk vs all."""
-    from wdsprep.sources.rawnind.fetch import FetchOptions, fetch
-    from wdsprep.sources.rawnind.server import DataverseServer
+    from wdsprep.sources.rawnind.acquire.fetch import FetchOptions, fetch
+    from wdsprep.sources.rawnind.acquire.server import DataverseServer
 
     listing = json.loads((server_dir / "dataverse_dataset.json").read_text())["data"]["latestVersion"]["files"]
     total = sum(entry["dataFile"]["filesize"] for entry in listing if entry["dataFile"]["filename"].endswith(".dng"))
@@ -278,8 +278,8 @@ def layout_rows(fetched: pathlib.Path, workdir: pathlib.Path, tile: int, crop: i
 
 def run(workdir: pathlib.Path) -> str:
     from wdsprep.conversion import convert
-    from wdsprep.sources.rawnind.fetch import FetchOptions, fetch
-    from wdsprep.sources.rawnind.server import DataverseServer
+    from wdsprep.sources.rawnind.acquire.fetch import FetchOptions, fetch
+    from wdsprep.sources.rawnind.acquire.server import DataverseServer
     from wdsprep.sources.rawnind.synth import synth
 
     workdir = pathlib.Path(workdir)

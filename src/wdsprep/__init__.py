@@ -2,7 +2,8 @@
 
 Public API: `urls`, `dataset`, `decode`, `decode_sample`, `zst_handler`, `Loader`, every exception of `wdsprep.errors`, and one
 namespace per source (`wdsprep.voxels`, `wdsprep.minecraft`, `wdsprep.deepreg`, `wdsprep.rawnind`,
-`wdsprep.noisebase`), imported on first use.
+`wdsprep.noisebase`), imported on first use. For tools that drive a conversion themselves (not in
+`__all__`): `wdsprep.Conversion`, the step-by-step driver, and `wdsprep.ConvertOptions`, its options.
 """
 from __future__ import annotations
 
@@ -68,6 +69,10 @@ _LAZY = {
     "urls": ("wdsprep.stream.manifests", "urls"),
     "dataset": ("wdsprep.stream.dataset", "dataset"),
     "Loader": ("wdsprep.stream.loader", "Loader"),
+    # the conversion driver, for code that runs a conversion step by step (rawnind's fetch --convert):
+    # public for such tools, outside `__all__` (what `from wdsprep import *` gives is the training side)
+    "Conversion": ("wdsprep.conversion", "Conversion"),
+    "ConvertOptions": ("wdsprep.options", "ConvertOptions"),
 }
 
 
@@ -92,7 +97,7 @@ class _SourceAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 if not any(isinstance(finder, _SourceAlias) for finder in sys.meta_path):
     sys.meta_path.append(_SourceAlias())
 
-_SUBMODULES = ("stream", "shards", "sources", "storage", "conversion", "executors", "cli", "upload", "progress")
+_SUBMODULES = ("stream", "shards", "sources", "storage", "conversion", "options", "sizes", "executors", "cli", "upload", "progress")
 
 
 def __getattr__(name: str):

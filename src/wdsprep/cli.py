@@ -3,7 +3,9 @@
 A source's extra commands (`Source.commands()`, e.g. rawnind's `fetch rawnind` and `serve dataverse`)
 are mounted as `wdsprep VERB NAME ...`: the core knows no source by name, built-in ids come from
 `sources.registry.BUILTIN`, and every command that takes a SOURCE also takes a plugin
-`package.module:OBJECT`.
+`package.module:OBJECT`. Nor does it name any executor's flag: each `executors.EXECUTORS` entry
+declares its own. `wdsprep convert`'s flags take their defaults from `options.ConvertOptions` and
+are handed to `conversion.convert` apart: the core's options, and the source's own.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import tomllib
 from typing import Sequence
 
 from .errors import ConfigError, WdsprepError
-from .executors import EXECUTORS
+from .executors import EXECUTORS, executor_kind
 from .sources.registry import BUILTIN, is_plugin, load_source
 from .storage import describe as describe_schemes
 
@@ -28,21 +30,24 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_convert_options(parser: argparse.ArgumentParser) -> None:
+    """The core's `wdsprep convert` flags: defaults from `ConvertOptions`, each executor's own flags
+    from its `EXECUTORS` entry."""
+    from .options import DEFAULTS, ON_ERROR
     from .shards.codec import ARRAY_CODECS
-    from .sources.base import DEFAULT_ON_ERROR, ON_ERROR
 
     parser.add_argument("--split", action="append", dest="splits", help="convert only this split (repeatable)")
-    parser.add_argument("--shard-bytes", default="256MB", help="target shard size, headers included (default 256MB)")
-    parser.add_argument("--workers", type=int, default=1, help="parallel unit builders (bytes do not depend on it)")
-    parser.add_argument("--executor", default="local", choices=tuple(EXECUTORS))
-    parser.add_argument("--ray-address", default=None, help="existing Ray cluster (ray.init(address=...))")
-    parser.add_argument("--ray-retries", type=int, default=None, help="attempts after a failed unit on Ray (default 2)")
-    parser.add_argument("--codec", default="zstd", choices=tuple(ARRAY_CODECS), help="array member codec")
-    parser.add_argument("--zstd-level", type=int, default=3)
-    parser.add_argument("--fingerprint", default=None, choices=("content", "stat"),
+    parser.add_argument("--shard-bytes", default=DEFAULTS.shard_bytes,
+                        help=f"target shard size, headers included (default {DEFAULTS.shard_bytes})")
+    parser.add_argument("--workers", type=int, default=DEFAULTS.workers, help="parallel unit builders (bytes do not depend on it)")
+    parser.add_argument("--executor", default=DEFAULTS.executor, choices=tuple(EXECUTORS))
+    for entry in EXECUTORS.values():
+        executor_kind(entry).add_arguments(parser)
+    parser.add_argument("--codec", default=DEFAULTS.codec, choices=tuple(ARRAY_CODECS), help="array member codec")
+    parser.add_argument("--zstd-level", type=int, default=DEFAULTS.zstd_level)
+    parser.add_argument("--fingerprint", default=DEFAULTS.fingerprint, choices=("content", "stat"),
                         help="how changed inputs are found: content hashes, or size+mtime+ctime+inode (default: the source's)")
-    parser.add_argument("--on-error", default=DEFAULT_ON_ERROR, choices=ON_ERROR,
-                        help=f"bad input items: stop, or skip and report them in the manifest (default {DEFAULT_ON_ERROR})")
+    parser.add_argument("--on-error", default=DEFAULTS.on_error, choices=ON_ERROR,
+                        help=f"bad input items: stop, or skip and report them in the manifest (default {DEFAULTS.on_error})")
 
 
 def _convert_parser(source_id: str):
@@ -55,6 +60,17 @@ def _convert_parser(source_id: str):
     return parser
 
 
+def convert_options_from(args: argparse.Namespace):
+    """Parsed `wdsprep convert` flags taken apart: `(ConvertOptions, the source's own options)`; the
+    chosen executor's flags become its `executor_options`, the other executors' flags are dropped."""
+    from .options import ConvertOptions
+
+    kind = executor_kind(EXECUTORS[args.executor])
+    not_options = {"input", "output", "quiet", "debug"}.union(*(executor_kind(e).flag_names() for e in EXECUTORS.values()))
+    core, own = ConvertOptions.split({name: value for name, value in vars(args).items() if name not in not_options})
+    return core.replace(executor_options=kind.options_from(args)), own
+
+
 def cmd_convert(argv: Sequence[str]) -> int:
     from .conversion import convert
 
@@ -64,30 +80,8 @@ def cmd_convert(argv: Sequence[str]) -> int:
         return 0 if argv else 2
     source_id, rest = argv[0], argv[1:]
     args = _convert_parser(source_id).parse_args(rest)
-    options = vars(args).copy()
-    core = {name: options.pop(name) for name in ("input", "output", "shard_bytes", "workers", "executor", "codec", "zstd_level", "on_error", "quiet", "fingerprint")}
-    options.pop("debug")
-    executor_options = {}
-    if options.get("ray_address"):
-        executor_options["address"] = options["ray_address"]
-    if options.get("ray_retries") is not None:
-        executor_options["retries"] = options["ray_retries"]
-    options.pop("ray_address"), options.pop("ray_retries")
-    manifest = convert(
-        source_id,
-        core["input"],
-        core["output"],
-        shard_bytes=core["shard_bytes"],
-        workers=core["workers"],
-        executor=core["executor"],
-        codec=core["codec"],
-        zstd_level=core["zstd_level"],
-        on_error=core["on_error"],
-        fingerprint=core["fingerprint"],
-        quiet=core["quiet"],
-        executor_options=executor_options or None,
-        **options,
-    )
+    core, own = convert_options_from(args)
+    manifest = convert(source_id, args.input, args.output, quiet=args.quiet, options=core, **own)
     _print_summary(manifest)
     return 0
 

@@ -1,18 +1,30 @@
-"""Runs a conversion: plan units, build them on an executor, verify, write the manifest last.
+"""The conversion driver: plan units, build them, verify them, write the manifest last.
+
+`Conversion` is the driver, step by step, for one plan into one output store: which units an
+earlier run already made (`done(unit)`: reusable), build one unit here (`build(unit)`), take a
+unit built elsewhere (`accept(unit, result)`: a process pool's or Ray's), and `finish()` -> the
+manifest. `convert()` is the ordinary run: check every option, plan, open a `Conversion`, build
+what is not reusable on an executor, finish. rawnind's `fetch --convert` drives a `Conversion` one
+scene at a time as scenes arrive; a source never imports this module: it is handed the driver (the
+core's public `wdsprep.Conversion`), so the reuse, the journal and the manifest have this one home.
 
 Resumable: beside the manifest the driver keeps `_units.json`, the results of completed units keyed
 by a digest of the unit (its items), the conversion config and the fingerprints of the native inputs
 that feed it (one rule for every source, `wdsprep.inputs`: content hashes or size + mtime_ns +
-ctime_ns + inode). A re-run reuses every unit whose record matches and whose shards still check out
-(size, sha256, and an index in each), and rebuilds the rest, so a changed input rebuilds exactly the
-units it feeds (and a unit an older wdsprep wrote without shard indexes is built again).
-The manifest is removed at the start of a run that would change it and written only when every unit
-is done, so a manifest never lists a shard that was not written and verified.
+ctime_ns + inode; a source that verified its inputs itself, as rawnind's fetch does with SHA-1s,
+hands the driver those). A re-run reuses every unit whose record matches and whose shards still
+check out (size, sha256, and an index in each), and rebuilds the rest, so a changed input rebuilds
+exactly the units it feeds (and a unit an older wdsprep wrote without shard indexes is built again).
+A unit is recorded only after its shards are checked in the store; `build` records durably before
+it returns (a caller may then delete the unit's native input, as fetch does with its raws).
+The manifest is removed when a `Conversion` opens with work to do and written only by `finish`,
+when every unit is done, so a manifest never lists a shard that was not written and verified.
 
-Nothing is done before every option is checked (`wdsprep.options`: one line naming a bad value, the
-output not yet touched) and the plan passes the core's rules (`sources.base.check_plan`: split
-names, a split without samples reported, nothing to convert refused). A Ctrl-C at any moment stops
-the pool's workers and leaves no temporary file (`executors.process_pool`, `convert`).
+Nothing is done before every option is checked (`wdsprep.options.ConvertOptions`: one line naming
+a bad value, the output not yet touched) and the plan passes the core's rules
+(`sources.base.check_plan`: split names, a split without samples reported, nothing to convert
+refused). A Ctrl-C at any moment stops the pool's workers and leaves no temporary file
+(`executors.process_pool`, `convert`).
 
 One conversion at a time per local output directory (an `flock` the kernel releases when the process
 dies; stores without `supports_lock`, such as `s3://` outputs, have no lock). The driver uses the
@@ -25,24 +37,24 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from .errors import ConversionError, OutputError
 from .inputs import unit_input_fingerprints
-from .options import check_core_options, check_run_options, parse_size  # noqa: F401 (parse_size: re-exported)
+from .options import ConvertOptions, check_run_options
 from .progress import Progress
 from .shards.codec import Encoder
 from .shards.index import has_index
 from .shards.manifest import MANIFEST_NAME, Manifest, shard_name_pattern
 from .shards.writer import ShardWriter
-from .sources.base import DEFAULT_ON_ERROR, PlanContext, Unit, UnitContext, check_converted, check_plan
+from .sources.base import Plan, PlanContext, Unit, UnitContext, check_converted, check_plan
 from .sources.registry import load_source
 from .storage import Store, open_store
 
 UNITS_NAME = "_units.json"
-CORE_CONFIG = ("shard_bytes", "codec", "zstd_level", "on_error")
 
 
 @dataclass
@@ -65,18 +77,18 @@ def unit_digest(unit: Unit, config: dict, inputs: str) -> str:
     return _digest({"split": unit.split, "index": unit.index, "items": unit.items, "config": config, "inputs": inputs})
 
 
-def build_unit(source_id: str, unit: Unit, options: dict, output: str, digest: str) -> UnitResult:
+def build_unit(source_id: str, unit: Unit, core: ConvertOptions, options: dict, output: str, digest: str) -> UnitResult:
     """Runs in a worker: build one unit's samples into its shard(s) and publish them."""
     source = load_source(source_id)
     store = open_store(output)
-    encoder = Encoder(options["codec"], options["zstd_level"])
+    encoder = Encoder(core.codec, core.zstd_level)
     staging = store.staging_dir()
-    ctx = UnitContext(options)
+    ctx = UnitContext(options, core)
     written: list[str] = []
     writer = ShardWriter(
         staging,
         f"{unit.split}-{unit.index:05d}",
-        shard_bytes=(1 << 62) if source.whole_units else options["shard_bytes"],
+        shard_bytes=(1 << 62) if source.whole_units else core.shard_bytes,
         encoder=encoder,
         on_complete=lambda path, row: written.append(path),  # published once the unit is complete
     )
@@ -101,92 +113,170 @@ def unverified_shards(store, rows: list[dict], *, full: bool) -> list[str]:
     ]
 
 
-def convert(
-    source_id: str,
-    input: str,
-    output: str,
-    *,
-    shard_bytes: int | str = "256MB",
-    codec: str = "zstd",
-    zstd_level: int = 3,
-    workers: int = 1,
-    executor: str = "local",
-    on_error: str = DEFAULT_ON_ERROR,
-    quiet: bool = True,
-    executor_options: dict | None = None,
-    splits: list[str] | None = None,
-    fingerprint: str | None = None,
-    **source_options: Any,
-) -> Manifest:
+class Conversion:
+    """One conversion of `plan` into `store`, step by step (see the module docstring).
+
+    `core` must be checked (`ConvertOptions.checked`); `options` are the source's own. `inputs` holds
+    one fingerprint string per unit of the plan (what its native inputs are), `input_mode` names how
+    they were taken; `identities` (default: the units) are what each unit's digest names, e.g. its
+    items without a machine-local root. Opening reads `_units.json`, keeps the records whose unit
+    digest matches and whose shards check out, and removes the manifest when any unit is left to do.
+    Thread-safe: units may be built and accepted from several threads at once.
+    """
+
+    def __init__(self, source_id: str, input: str, store: Store, plan: Plan, core: ConvertOptions, options: Mapping,
+                 inputs: Sequence[str], *, input_mode: str, problems: Sequence[dict] = (),
+                 identities: Sequence[Unit] | None = None):
+        self.source_id, self.input, self.store, self.plan = source_id, input, store, plan
+        self.source = load_source(source_id)
+        self.core, self.options = core, dict(options)
+        self.problems = list(problems)
+        self.config = dict(plan.config, **core.config())
+        self.fingerprint = _digest([input_mode, list(inputs)])
+        store.clean_temporaries()  # ours only: the lock (or the caller) excludes another run
+        units = identities if identities is not None else plan.units
+        self._digests = {(unit.split, unit.index): unit_digest(identity, self.config, unit_inputs)
+                         for unit, identity, unit_inputs in zip(plan.units, units, inputs)}
+        previous = _load_units(store, self.config)
+        self._done: dict[str, UnitResult] = {}
+        for digest in self._digests.values():
+            record = previous.get(digest)
+            if record is not None and not unverified_shards(store, record.rows, full=True):
+                self._done[digest] = record
+        self.reused = len(self._done)
+        self.reused_bytes = sum(record.input_bytes for record in self._done.values())
+        self.todo = [unit for unit in plan.units if not self.done(unit)]
+        if self.todo and store.read_bytes(MANIFEST_NAME) is not None:
+            store.delete(MANIFEST_NAME)  # about to change: never leave a manifest that may lie
+        self._journal = _UnitJournal(store, self.config, self._done)
+        self._lock = threading.Lock()
+
+    def digest(self, unit: Unit) -> str:
+        return self._digests[unit.split, unit.index]
+
+    def done(self, unit: Unit) -> UnitResult | None:
+        """The unit's result when it is done: reused from an earlier run, or built and accepted."""
+        return self._done.get(self.digest(unit))
+
+    def task(self, unit: Unit) -> tuple:
+        """`build_unit`'s arguments for `unit`, for an executor to run anywhere."""
+        return (self.source_id, unit, self.core, self.options, self.store.url, self.digest(unit))
+
+    def build(self, unit: Unit) -> UnitResult:
+        """Build `unit` here, check its shards in the store and record it durably."""
+        return self.accept(unit, build_unit(*self.task(unit)), full=True, durable=True)
+
+    def accept(self, unit: Unit, result: UnitResult, *, full: bool = True, durable: bool = False) -> UnitResult:
+        """Take `unit`'s result once its shards check out in the store (`full`: by sha256 too, for
+        shards another machine wrote), and record it in `_units.json` (`durable`: before returning,
+        also where the store cannot append); a ConversionError when the shards are not there."""
+        if result.digest != self.digest(unit):
+            raise ConversionError(f"unit {unit.split}-{unit.index:05d}: result of another conversion (digest {result.digest[:12]})")
+        bad = unverified_shards(self.store, result.rows, full=full)
+        if bad:  # e.g. a worker on another node wrote to its own local disk
+            raise ConversionError(f"shard(s) {', '.join(bad)} reported written but not found with that size and "
+                                  f"sha256 at {self.store.url}")
+        with self._lock:
+            self._done[result.digest] = result
+            self._journal.record(result, durable=durable)
+        return result
+
+    def flush(self) -> None:
+        """Make every unit accepted so far durable in `_units.json` (the end of a run, failed or not)."""
+        with self._lock:
+            self._journal.close()
+
+    @property
+    def complete(self) -> bool:
+        return all(self.done(unit) is not None for unit in self.plan.units)
+
+    def finish(self, started: float | None = None) -> Manifest:
+        """The manifest, written when every unit is done (a ConversionError naming the first unit
+        left otherwise); shards of the converted splits that it does not list are removed."""
+        self.flush()
+        missing = [unit for unit in self.plan.units if self.done(unit) is None]
+        if missing:
+            unit = missing[0]
+            raise ConversionError(f"{len(missing)} unit(s) not done, first {unit.split}-{unit.index:05d}; no manifest written")
+        results = [self.done(unit) for unit in self.plan.units]
+        splits: dict[str, list[dict]] = {}
+        for unit, result in zip(self.plan.units, results):
+            splits.setdefault(unit.split, []).extend(dict(row, unit_digest=result.digest) for row in result.rows)
+        tables = dict(self.plan.tables)
+        tables.update(self.source.finalize(self.plan, [r.tables for r in results]))
+        problems = self.problems + [p for r in results for p in r.problems]
+        splits = check_converted(splits, self.plan, problems, self.input)  # a split whose every item was skipped
+        manifest = Manifest(
+            source=self.source_id,
+            config=self.config,
+            fingerprint=self.fingerprint,
+            splits=splits,
+            tables=tables,
+            problems=problems,
+            input_bytes=self.plan.input_bytes,
+            timing={"seconds": round(time.time() - (started or time.time()), 3),
+                    "units_built": len(self.plan.units) - self.reused, "units_reused": self.reused},
+        )
+        _remove_stale_shards(self.store, splits)
+        self.store.write_bytes(MANIFEST_NAME, manifest.dumps())
+        manifest.url = f"{self.store.url.rstrip('/')}/{MANIFEST_NAME}"
+        return manifest
+
+
+def convert(source_id: str, input: str, output: str, *, quiet: bool = True, options: ConvertOptions | None = None,
+            **keywords: Any) -> Manifest:
+    """Convert `input` with source `source_id` into shards and a manifest at `output`.
+
+    The core's options are `options` (a `ConvertOptions`) or its fields as keywords (`shard_bytes`,
+    `codec`, `zstd_level`, `on_error`, `workers`, `executor`, `executor_options`, `fingerprint`,
+    `splits`; a keyword overrides `options`); every other keyword is the source's own option."""
     started = time.time()
     source = load_source(source_id)
-    # every option is checked (wdsprep.options) before the output is opened or the input read
-    workers, runner = check_run_options(input=input, output=output, workers=workers, executor=executor,
-                                        fingerprint=fingerprint, splits=splits, executor_options=executor_options)
-    core = check_core_options(dict(shard_bytes=shard_bytes, codec=codec, zstd_level=zstd_level, on_error=on_error))
-    options = dict(source_options, **core, workers=workers)
-    source.check_options(options)
+    core, source_options = ConvertOptions.split(keywords, options)
+    core = core.checked()  # every option is checked (wdsprep.options) before the output is opened or the input read
+    runner = check_run_options(core, input=input, output=output)
+    source.check_options(source_options)
     if "://" not in str(input):
         input = os.path.abspath(input)  # units carry paths that workers on other nodes can resolve
     store = open_store(output)
     with store.lock():
         try:
-            return _convert(source_id, source, input, store, options, splits=splits, fingerprint=fingerprint,
-                            executor=executor, runner=runner, quiet=quiet, started=started)
+            return _convert(source_id, source, input, store, core, source_options, runner=runner, quiet=quiet,
+                            started=started)
         except KeyboardInterrupt:  # Ctrl-C at any moment: leave no temporary file (the lock keeps others out)
             store.clean_temporaries()
             raise
 
 
-def _convert(source_id, source, input, store, options, *, splits, fingerprint, executor, runner, quiet,
+def _convert(source_id, source, input, store, core: ConvertOptions, source_options: dict, *, runner, quiet,
              started) -> Manifest:
-    plan_ctx = PlanContext(options)
+    plan_ctx = PlanContext(source_options, core)
     plan = source.plan(input, plan_ctx)
-    check_plan(plan, plan_ctx, input, splits)  # split names, empty splits, nothing to convert
-    config = dict(plan.config)
-    config.update({name: options[name] for name in CORE_CONFIG})
-    store.clean_temporaries()  # ours only: the lock excludes another run
-
-    mode = fingerprint or source.fingerprint
+    check_plan(plan, plan_ctx, input, core.splits)  # split names, empty splits, nothing to convert
+    mode = core.fingerprint or source.fingerprint
     inputs = unit_input_fingerprints(source, plan.units, mode)
-    input_fingerprint = _digest([mode, inputs])
-    digests = [unit_digest(unit, config, unit_inputs) for unit, unit_inputs in zip(plan.units, inputs)]
-    previous = _load_units(store, config)
-    done: dict[str, UnitResult] = {}
-    for digest in digests:
-        record = previous.get(digest)
-        if record is not None and not unverified_shards(store, record.rows, full=True):
-            done[digest] = record
-
-    old_manifest = store.read_bytes(MANIFEST_NAME)
-    todo = [(unit, digest) for unit, digest in zip(plan.units, digests) if digest not in done]
-    if todo and old_manifest is not None:
-        store.delete(MANIFEST_NAME)  # about to change: never leave a manifest that may lie
-
-    run_options = {k: v for k, v in options.items() if k != "workers"}
-    tasks = [(source_id, unit, run_options, store.url, digest) for unit, digest in todo]
+    conversion = Conversion(source_id, input, store, plan, core, source_options, inputs, input_mode=mode,
+                            problems=plan_ctx.problems)
+    todo = conversion.todo
     progress = Progress(f"convert {source_id}", len(plan.units), plan.input_bytes, quiet=quiet)
-    progress.advance(len(done), sum(r.input_bytes for r in done.values()))
+    progress.advance(conversion.reused, conversion.reused_bytes)
     failures: list[tuple[Unit, BaseException]] = []
-    journal = _UnitJournal(store, config, done) if todo else None
-    results_stream = runner.map_unordered(build_unit, tasks)
+    results_stream = runner.map_unordered(build_unit, [conversion.task(unit) for unit in todo])
     try:
         for task_index, result in results_stream:
-            unit, digest = todo[task_index]
+            unit = todo[task_index]
             if isinstance(result, OutputError):
                 raise result  # a full disk fails every later unit too: stop at the first
             if isinstance(result, BaseException):
                 failures.append((unit, result))
                 continue
-            bad = unverified_shards(store, result.rows, full=executor != "local")
-            if bad:  # e.g. a worker on another node wrote to its own local disk
-                failures.append((unit, ConversionError(f"shard(s) {', '.join(bad)} reported written but not found with that size and sha256 at {store.url}")))
+            try:
+                conversion.accept(unit, result, full=core.executor != "local")
+            except ConversionError as error:
+                failures.append((unit, error))
                 continue
-            done[digest] = result
-            journal.record(result)
             progress.advance(1, result.input_bytes)
-        if journal is not None:
-            journal.close()
+        conversion.flush()
     except (OutputError, KeyboardInterrupt):
         results_stream.close()  # stops the pool before cleaning up
         store.clean_temporaries()
@@ -206,29 +296,7 @@ def _convert(source_id, source, input, store, options, *, splits, fingerprint, e
             f"{len(failures)} of {len(plan.units)} units failed; no manifest written "
             f"(re-run to resume, completed units are kept):\n  " + "\n  ".join(lines)
         )
-
-    results = [done[digest] for digest in digests]
-    splits: dict[str, list[dict]] = {}
-    for unit, result in zip(plan.units, results):
-        splits.setdefault(unit.split, []).extend(dict(row, unit_digest=result.digest) for row in result.rows)
-    tables = dict(plan.tables)
-    tables.update(source.finalize(plan, [r.tables for r in results]))
-    problems = plan_ctx.problems + [p for r in results for p in r.problems]
-    splits = check_converted(splits, plan, problems, input)  # a split whose every item was skipped
-    manifest = Manifest(
-        source=source_id,
-        config=config,
-        fingerprint=input_fingerprint,
-        splits=splits,
-        tables=tables,
-        problems=problems,
-        input_bytes=plan.input_bytes,
-        timing={"seconds": round(time.time() - started, 3), "units_built": len(todo), "units_reused": len(plan.units) - len(todo)},
-    )
-    _remove_stale_shards(store, splits)
-    store.write_bytes(MANIFEST_NAME, manifest.dumps())
-    manifest.url = f"{store.url.rstrip('/')}/{MANIFEST_NAME}"
-    return manifest
+    return conversion.finish(started)
 
 
 def _describe_items(items: list) -> str:
@@ -280,8 +348,9 @@ def replace_unit_rows(store: Store, rows: dict[str, dict]) -> None:
 
 class _UnitJournal:
     """Appends each finished unit to `_units.json` at once (stores that cannot append get the whole
-    file rewritten at most once a second, and at the end). Nothing is written before the first unit
-    of this run is done, so a run that fails at once leaves the output as it was."""
+    file rewritten at most once a second, at every `durable` record, and at the end). Nothing is
+    written before the first unit of this run is done, so a run that fails at once leaves the
+    output as it was."""
 
     def __init__(self, store: Store, config: dict, done: dict[str, UnitResult]):
         self.store = store
@@ -291,10 +360,10 @@ class _UnitJournal:
         self.written = False
         self.last_flush = time.monotonic()
 
-    def record(self, result: UnitResult) -> None:
+    def record(self, result: UnitResult, durable: bool = False) -> None:
         line = json.dumps(asdict(result), sort_keys=True, default=str)
         self.lines.append(line)
-        if not self.written or (not self.can_append and time.monotonic() - self.last_flush > 1.0):
+        if not self.written or (not self.can_append and (durable or time.monotonic() - self.last_flush > 1.0)):
             self._rewrite()  # the first record replaces a journal of an earlier config
         elif self.can_append:
             self.store.append_bytes(UNITS_NAME, (line + "\n").encode())

@@ -1,8 +1,12 @@
 """Where conversion units run: in-process, on a local process pool, or as Ray tasks.
 
-`EXECUTORS` is the one table of `--executor` names (the CLI's choices come from it): name -> factory
-`(workers, **options) -> executor`; `ray_executor` is imported only by its factory, so Ray is loaded
-only when chosen and nothing here is imported back by it. An executor's `map_unordered(fn, tasks)` is
+`EXECUTORS` is the one table of `--executor` names (the CLI's choices come from it): name -> an
+`ExecutorKind`, which makes the executor (`kind(workers, **options)`) and declares the executor's own
+command-line flags (`add_arguments(parser)`, and `options_from(args)`: the parsed flags as that
+factory's options), so the core CLI names no executor's flag; a bare factory
+`(workers, **options) -> executor` may stand in the table too (`executor_kind` gives it no flags).
+`ray_executor` is imported only by its factory, so Ray is loaded only when chosen (the Ray flags are
+declared here) and nothing here is imported back by it. An executor's `map_unordered(fn, tasks)` is
 a generator of (task index, result or exception) in completion order; closing it stops the work.
 Output bytes never depend on the executor or the worker count: each unit writes its own shard from
 its own inputs, and the driver orders results by unit before writing the manifest.
@@ -15,11 +19,13 @@ pool left by any exception terminates its workers at once instead of waiting for
 """
 from __future__ import annotations
 
+import argparse
 import concurrent.futures as futures
 import contextlib
 import multiprocessing.context
 import signal
 import threading
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 from .errors import ConfigError
@@ -140,6 +146,29 @@ class LocalExecutor:
                 yield index, (error if error is not None else future.result())
 
 
+@dataclass(frozen=True)
+class ExecutorKind:
+    """One `--executor` choice: its factory and its own command-line flags (default: none)."""
+
+    make: Callable[..., Any]  # (workers, **options) -> an executor with `map_unordered`
+    add_arguments: Callable[[argparse.ArgumentParser], None] = lambda parser: None
+    options_from: Callable[[argparse.Namespace], dict] = lambda args: {}  # the flags given -> factory options
+
+    def __call__(self, workers: int = 1, **options: Any):
+        return self.make(workers=workers, **options)
+
+    def flag_names(self) -> set[str]:
+        """The names (`args` attributes) of the flags this executor declares."""
+        probe = argparse.ArgumentParser(add_help=False)
+        self.add_arguments(probe)
+        return set(vars(probe.parse_args([])))
+
+
+def executor_kind(entry: Callable[..., Any]) -> ExecutorKind:
+    """An `EXECUTORS` entry as an `ExecutorKind` (a bare factory declares no flags)."""
+    return entry if isinstance(entry, ExecutorKind) else ExecutorKind(entry)
+
+
 def _ray(workers: int = 1, **options: Any):
     try:
         from .ray_executor import RayExecutor  # imports ray (seconds): only when asked for
@@ -152,7 +181,20 @@ def _local(workers: int = 1, **options: Any) -> LocalExecutor:
     return LocalExecutor(workers)  # no options: a local pool has nothing to tune but its size
 
 
-EXECUTORS: dict[str, Callable[..., Any]] = {"local": _local, "ray": _ray}  # --executor NAME -> factory
+def _ray_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ray-address", default=None, help="existing Ray cluster (ray.init(address=...))")
+    parser.add_argument("--ray-retries", type=int, default=None, help="attempts after a failed unit on Ray (default 2)")
+
+
+def _ray_options(args: argparse.Namespace) -> dict:
+    options = {"address": args.ray_address, "retries": args.ray_retries}
+    return {name: value for name, value in options.items() if value is not None}  # unset: the executor's default
+
+
+EXECUTORS: dict[str, Callable[..., Any]] = {  # --executor NAME -> ExecutorKind (or a bare factory)
+    "local": ExecutorKind(_local),
+    "ray": ExecutorKind(_ray, _ray_arguments, _ray_options),
+}
 
 
 def get_executor(name: str, workers: int = 1, **options: Any):

@@ -1,49 +1,107 @@
-"""The one home of the conversion options' rules: every value is checked before any work starts.
+"""The conversion's options: `ConvertOptions`, the one home of their defaults and their rules.
 
-`wdsprep convert`, `wdsprep.conversion.convert`, a `wdsprep pipeline` spec and `wdsprep fetch rawnind
---convert` all pass their options through `check_core_options` (shard size, codec, zstd level,
-`--on-error`) and, for a conversion, `check_run_options` (fingerprint mode, split names, where the
-output lies, and the executor, whose factory in `wdsprep.executors` owns the rules of `--workers`
-and the Ray options); a source's own options go through its `Source.check_options` hook.
-So a bad value is one `ConfigError` line naming the option, raised before any input is read or any
-output written (never once per unit, from inside a worker), and no other module repeats a rule.
+`ConvertOptions` is a frozen dataclass of the core's options: what the shards' bytes depend on
+(`shard_bytes`, `codec`, `zstd_level`, `on_error`: `config()`, recorded in the manifest) and how the
+run goes (`workers`, `executor` and its `executor_options`, `fingerprint`, `splits`). Its field
+defaults are the only defaults: `wdsprep.conversion.convert`'s keywords, `wdsprep convert`'s flags
+(`cli`), a `wdsprep pipeline` spec and rawnind's `fetch --convert` all start from them. A source's
+own options (`--tile-size`, ...) are never mixed in: `ConvertOptions.split` takes a mapping apart
+into the core options and the source's own, and a source gets them apart (`ctx.core`, `ctx.options`;
+its `Source.check_options` hook sees only its own).
 
-Invariants:
-- `shard_bytes` is a positive whole number of bytes (`256MB`, `1GiB`, `65536`; `0` is refused);
+Every value is checked before any work starts (`checked()`, and `check_run_options` for where the
+output lies and the executor, whose entry in `wdsprep.executors` owns the rules of `--workers` and
+of its own flags), so a bad value is one `ConfigError` line naming the option, raised before any
+input is read or any output written (never once per unit, from inside a worker).
+
+Invariants of a checked `ConvertOptions`:
+- `shard_bytes` is a positive whole number of bytes (`256MB`, `1GiB`, `65536` are read by
+  `wdsprep.sizes.parse_size`; `0` is refused);
 - `zstd_level` is an integer zstd accepts, `MIN_ZSTD_LEVEL` (fastest) to `MAX_ZSTD_LEVEL` (smallest);
-- a local output directory never lies inside (or is) the local input directory: its shards would
-  be read back as input by the next run.
+- `on_error` is one of `ON_ERROR`; `workers` an integer; `splits` a tuple of split names or None;
+- a local output directory never lies inside (or is) the local input directory (`check_run_options`):
+  its shards would be read back as input by the next run.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
-import re
-from typing import Any, Iterable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping
 
 from .errors import ConfigError
 from .executors import get_executor
 from .inputs import MODES as FINGERPRINT_MODES
 from .shards.codec import Encoder
-from .sources.base import DEFAULT_ON_ERROR, ON_ERROR, check_split_name
+from .shards.manifest import check_split_name
+from .sizes import parse_size
 from .storage import local_path
 
 MIN_ZSTD_LEVEL = -(1 << 17)  # zstd's ZSTD_minCLevel(): negative levels trade size for speed
 MAX_ZSTD_LEVEL = 22  # zstd's ZSTD_maxCLevel()
-CORE_DEFAULTS = {"shard_bytes": "256MB", "codec": "zstd", "zstd_level": 3, "on_error": DEFAULT_ON_ERROR}
+ON_ERROR = ("raise", "skip")
+DEFAULT_ON_ERROR = "raise"  # what `--on-error` and options without `on_error` mean
 
 
-def parse_size(text: str | int, option: str | None = None) -> int:
-    """Bytes from `256MB`, `1GiB`, `65536` (K/M/G/T: powers of 1000, Ki/Mi/...: of 1024)."""
-    match = None if isinstance(text, (bool, int)) else re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B?)?\s*", str(text), re.I)
-    if isinstance(text, int) and not isinstance(text, bool):
-        return text
-    if not match:
-        raise ConfigError(f"{option + ': ' if option else ''}cannot read size {text!r} (e.g. 256MB, 1GiB, 65536)")
-    number, unit = float(match.group(1)), (match.group(2) or "").upper()
-    powers = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4}
-    letter = unit[:1] if unit[:1] in "KMGT" and unit else ""
-    base = 1024 if "I" in unit else 1000
-    return int(number * base ** powers[letter])
+@dataclass(frozen=True)
+class ConvertOptions:
+    """The core's options of one conversion, with their defaults (see the module docstring)."""
+
+    shard_bytes: int | str = "256MB"  # target shard size, tar headers included
+    codec: str = "zstd"  # array member codec (`shards.codec.ARRAY_CODECS`)
+    zstd_level: int = 3
+    on_error: str = DEFAULT_ON_ERROR  # a bad input item: "raise" stops, "skip" reports it in the manifest
+    workers: int = 1  # parallel unit builders (the bytes do not depend on it)
+    executor: str = "local"  # a name of `wdsprep.executors.EXECUTORS`
+    executor_options: dict = field(default_factory=dict)  # that executor's own options (Ray: address, retries, ...)
+    fingerprint: str | None = None  # how changed inputs are found (`wdsprep.inputs.MODES`); None: the source's
+    splits: tuple | None = None  # convert only these splits
+
+    CONFIG: ClassVar[tuple] = ("shard_bytes", "codec", "zstd_level", "on_error")  # what the bytes depend on
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def split(cls, options: Mapping[str, Any], base: "ConvertOptions | None" = None) -> tuple["ConvertOptions", dict]:
+        """`options` taken apart: the core's, over `base` (default: the defaults), and the source's
+        own. A None core value leaves the base value (an absent flag)."""
+        names = cls.names()
+        core = {name: value for name, value in options.items() if name in names and value is not None}
+        return (base or cls()).replace(**core), {name: value for name, value in options.items() if name not in names}
+
+    def replace(self, **changes: Any) -> "ConvertOptions":
+        return dataclasses.replace(self, **changes)
+
+    def config(self) -> dict:
+        """The options the shards' bytes depend on, as the manifest's config records them."""
+        return {name: getattr(self, name) for name in self.CONFIG}
+
+    def checked(self) -> "ConvertOptions":
+        """These options with every value checked and normalised; a bad value is a ConfigError naming
+        the option. The executor and the output's place are `check_run_options`'s."""
+        shard_bytes = parse_size(self.shard_bytes, "--shard-bytes")
+        if shard_bytes < 1:
+            raise ConfigError(f"--shard-bytes must be a positive size such as 256MB (got {self.shard_bytes!r})")
+        level = _integer(self.zstd_level, "--zstd-level")
+        if not MIN_ZSTD_LEVEL <= level <= MAX_ZSTD_LEVEL:
+            raise ConfigError(f"--zstd-level must be from {MIN_ZSTD_LEVEL} to {MAX_ZSTD_LEVEL} "
+                              f"(1-22: higher is smaller and slower; negative: faster still), got {level}")
+        Encoder(self.codec, level)  # the codec table's own rule names the codecs it knows
+        on_error = self.on_error or DEFAULT_ON_ERROR
+        if on_error not in ON_ERROR:
+            raise ConfigError(f"--on-error must be one of {', '.join(ON_ERROR)} (got {on_error!r})")
+        if self.fingerprint is not None and self.fingerprint not in FINGERPRINT_MODES:
+            raise ConfigError(f"--fingerprint must be one of {', '.join(FINGERPRINT_MODES)} (got {self.fingerprint!r})")
+        splits = None if self.splits is None else tuple(self.splits)
+        for split in splits or ():
+            check_split_name(split, "--split", ConfigError)
+        return self.replace(shard_bytes=shard_bytes, zstd_level=level, on_error=on_error, splits=splits,
+                            workers=_integer(self.workers, "--workers"), executor_options=dict(self.executor_options or {}))
+
+
+DEFAULTS = ConvertOptions()  # what an option left out means, for help texts
 
 
 def _integer(value: Any, option: str) -> int:
@@ -55,36 +113,11 @@ def _integer(value: Any, option: str) -> int:
         raise ConfigError(f"{option} must be an integer (got {value!r})") from None
 
 
-def check_core_options(options: dict) -> dict:
-    """`options` with `shard_bytes`, `codec`, `zstd_level` and `on_error` checked and normalised
-    (missing ones take `CORE_DEFAULTS`); a bad value is a ConfigError naming the option."""
-    options = {**CORE_DEFAULTS, **options}
-    shard_bytes = parse_size(options["shard_bytes"], "--shard-bytes")
-    if shard_bytes < 1:
-        raise ConfigError(f"--shard-bytes must be a positive size such as 256MB (got {options['shard_bytes']!r})")
-    level = _integer(options["zstd_level"], "--zstd-level")
-    if not MIN_ZSTD_LEVEL <= level <= MAX_ZSTD_LEVEL:
-        raise ConfigError(f"--zstd-level must be from {MIN_ZSTD_LEVEL} to {MAX_ZSTD_LEVEL} "
-                          f"(1-22: higher is smaller and slower; negative: faster still), got {level}")
-    Encoder(options["codec"], level)  # the codec table's own rule names the codecs it knows
-    on_error = options["on_error"] or DEFAULT_ON_ERROR
-    if on_error not in ON_ERROR:
-        raise ConfigError(f"--on-error must be one of {', '.join(ON_ERROR)} (got {on_error!r})")
-    return dict(options, shard_bytes=shard_bytes, zstd_level=level, on_error=on_error)
-
-
-def check_run_options(*, input: str, output: str, workers: Any, executor: str, fingerprint: str | None,
-                      splits: Iterable[str] | None, executor_options: dict | None = None):
-    """The options of one conversion run besides the core ones; returns `(workers, executor)`, the
-    executor made here so that its factory's rules (`--workers` at least 1, the Ray options) also
-    apply before any work."""
-    if fingerprint is not None and fingerprint not in FINGERPRINT_MODES:
-        raise ConfigError(f"--fingerprint must be one of {', '.join(FINGERPRINT_MODES)} (got {fingerprint!r})")
-    for split in splits or ():
-        check_split_name(split, "--split", ConfigError)
+def check_run_options(options: ConvertOptions, *, input: str, output: str):
+    """Where the output lies, and the executor, made here so that its entry's rules (`--workers` at
+    least 1, the Ray options) also apply before any work; returns the executor."""
     check_output_outside_input(input, output)
-    workers = _integer(workers, "--workers")
-    return workers, get_executor(executor, workers=workers, **(executor_options or {}))
+    return get_executor(options.executor, workers=options.workers, **options.executor_options)
 
 
 def check_output_outside_input(input: str, output: str) -> None:

@@ -61,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from .conversion import parse_size
+    from .sizes import parse_size
 
     report = upload(
         args.shard_dir,

@@ -48,7 +48,7 @@ class LinesSource(Source):
                     ctx.skip_or_raise(f"{path}:{number}", "values must be integers")
                     continue
                 items.append([path, number, key])
-            for index, group in enumerate(group_by_size(items, [LINE_BYTES] * len(items), ctx.options["shard_bytes"])):
+            for index, group in enumerate(group_by_size(items, [LINE_BYTES] * len(items), ctx.core.shard_bytes)):
                 units.append(Unit(name.removesuffix(".txt"), index, group, LINE_BYTES * len(group)))
                 total += LINE_BYTES * len(group)
         return Plan(units, {"scale": ctx.options.get("scale", 1)}, total, splits=splits)

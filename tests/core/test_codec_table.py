@@ -173,10 +173,12 @@ def test_a_pipeline_with_an_unknown_codec_is_one_line_naming_the_choices(tmp_pat
     assert not (tmp_path / "out").exists()
 
 
-def test_the_readme_lists_the_table():
+def test_the_documents_list_the_table():
     readme = (ROOT / "README.md").read_text()
     assert f"[--codec {'|'.join(ARRAY_CODECS)}]" in readme
-    listed = re.search(r"Extensions: (.*?)\.\n", readme, re.S).group(1)
+    format_page = (ROOT / "docs" / "format.md").read_text()
+    listed = re.search(r"Extensions: (.*?)\.\n", format_page, re.S).group(1)
     assert set(re.findall(r"`\.([a-z.]+)`", listed)) == set(CODECS)
-    decoding = re.search(r"\*\*Decoding\.\*\*(.*?)members", readme, re.S).group(1)
+    streaming = (ROOT / "docs" / "streaming.md").read_text()
+    decoding = re.search(r"## Decoding\n(.*?)members", streaming, re.S).group(1)
     assert set(re.findall(r"`\.([a-z.]+)`", decoding)) == set(CODECS)

@@ -5,11 +5,21 @@ lazy (function-level) import is a cycle all the same. An edge goes from a module
 module it names in an `import` or `from ... import` anywhere in its body; `from PKG import NAME` goes
 to `PKG.NAME` when that is a module, else to `PKG`. A package's `__init__` running before its
 submodules is Python's doing, not an import the code asks for, so it is not an edge.
+
+The last tests measure what importing actually loads: a conversion (any source's convert module)
+and the command line's help load neither httpx, trio nor torch, each checked in a fresh interpreter.
 """
 from __future__ import annotations
 
 import ast
 import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from tests.timeouts import SUBPROCESS
+from wdsprep.sources.registry import BUILTIN
 
 SRC = pathlib.Path(__file__).resolve().parents[2] / "src"
 
@@ -142,3 +152,52 @@ def test_private_attributes_finds_a_planted_private_read_and_write():
     assert [line.split(": ", 1)[1] for line in found] == ["dataset._worker_override", "dataset._count_at"]
     assert private_attributes("class A:\n    def f(self):\n        return self._x, self.dataset._y\n") == [
         "3: self.dataset._y"]
+
+
+# -- the layers: the conversion driver sits above the sources
+
+
+def test_no_source_module_imports_the_conversion_driver():
+    """A source is handed the driver (`wdsprep.Conversion`); none imports `wdsprep.conversion`, lazily or not."""
+    graph = import_graph()
+    sources = [module for module in graph if module == "wdsprep.sources" or module.startswith("wdsprep.sources.")]
+    assert len(sources) > 20  # every source package's modules are seen
+    offenders = sorted(module for module in sources if "wdsprep.conversion" in graph[module])
+    assert offenders == [], f"modules under sources/ that import wdsprep.conversion: {offenders}"
+
+
+# -- what converting and the command line load, measured in a fresh interpreter: only the rawnind
+# acquisition (sources/rawnind/acquire/) needs httpx and trio, only reading needs torch
+
+
+HEAVY = ("httpx", "trio", "torch")
+
+
+def heavy_modules_after(code: str) -> list[str]:
+    """Which of HEAVY a fresh interpreter holds in sys.modules after running `code`."""
+    probe = f"{code}\nimport sys\nprint(' '.join(name for name in {HEAVY!r} if name in sys.modules))"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=SUBPROCESS)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split()
+
+
+@pytest.mark.parametrize("source_id", BUILTIN)
+def test_converting_a_source_loads_neither_httpx_trio_nor_torch(source_id):
+    """What a conversion worker runs: the driver, the source's convert module, its commands' declarations."""
+    code = (f"import wdsprep.conversion, wdsprep.sources.{source_id}.convert\n"
+            "from wdsprep.sources.registry import load_source\n"
+            f"load_source({source_id!r}).commands()")
+    assert heavy_modules_after(code) == []
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["fetch", "rawnind", "--help"], ["serve", "dataverse", "--help"]])
+def test_the_command_line_help_loads_neither_httpx_trio_nor_torch(argv):
+    code = ("import contextlib, io\nfrom wdsprep.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+            f"    main({argv!r})")
+    assert heavy_modules_after(code) == []
+
+
+def test_the_probe_sees_an_import_of_them():
+    """The check itself: an interpreter that does import one of them is caught."""
+    assert heavy_modules_after("import wdsprep.sources.rawnind.acquire.fetch") == ["httpx", "trio"]

@@ -2,6 +2,7 @@
 
     .venv/bin/python tests/mutants/run.py                 # every mutation, a markdown kill table
     .venv/bin/python tests/mutants/run.py --list          # ids and bugs
+    .venv/bin/python tests/mutants/run.py --table         # a markdown table of the entries; runs nothing
     .venv/bin/python tests/mutants/run.py deal-by-shard-count fortran-read-as-c
     .venv/bin/python tests/mutants/run.py --check         # only: does every snippet still apply?
     WDSPREP_MUTANT_REPO=/other/tree .venv/bin/python tests/mutants/run.py   # mutate another checkout
@@ -132,11 +133,27 @@ def run_one(mutation: Mutation, deselect=()) -> tuple[str, str, str]:
         return "broken", variant.label, f"pytest exit {code}: {summary}"
 
 
+def table(mutations) -> str:
+    """The entries as markdown: the file is the one of the variant that applies here, or marked stale."""
+    rows = ["| id | planted bug | file | tests run |", "|---|---|---|---|"]
+    for m in mutations:
+        try:
+            file = f"`{choose(m, REPO).file}`"
+        except SnippetError:
+            file = f"`{m.file}` (**stale**: no variant applies)"
+        tests = ", ".join(f"`{path}`" for path in m.tests)
+        rows.append(f"| `{m.id}` | {m.bug.replace('|', '/')} | {file} | {tests} |")
+    return "\n".join(rows)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("ids", nargs="*", help="mutation ids (default: all)")
     parser.add_argument("--list", action="store_true")
     parser.add_argument("--check", action="store_true", help="only check that every snippet applies")
+    parser.add_argument("--table", action="store_true",
+                        help="print the entries as a markdown table (id, bug, file, tests), the file of the variant "
+                             "that applies to this tree; runs nothing (docs/testing.md is generated from it)")
     parser.add_argument("--tests", nargs="+", help="run these test paths instead of each entry's own (e.g. one oracle file)")
     args = parser.parse_args(argv)
     chosen = [m for m in MUTATIONS if not args.ids or m.id in args.ids]
@@ -148,6 +165,9 @@ def main(argv=None) -> int:
     if args.list:
         for m in chosen:
             print(f"{m.id:32} {m.bug}")
+        return 0
+    if args.table:
+        print(table(chosen))
         return 0
     if args.check:
         bad = 0

@@ -13,10 +13,11 @@ import trio
 import yaml
 
 from tests.timeouts import EVENT
-from wdsprep.sources.rawnind.cli import main
-from wdsprep.sources.rawnind.fetch import Fetcher, FetchOptions
+from wdsprep.progress import human_bytes
+from wdsprep.sources.rawnind.acquire.cli import main
+from wdsprep.sources.rawnind.acquire.fetch import Fetcher, FetchOptions
+from wdsprep.sources.rawnind.acquire.server import DataverseServer, Faults
 from wdsprep.sources.rawnind.index import build_scenes, load_index, load_listing
-from wdsprep.sources.rawnind.server import DataverseServer, Faults
 from wdsprep.sources.rawnind.synth import SYNTH_DOI
 
 from .rawnind_testdata import truth
@@ -66,10 +67,12 @@ def test_clean_fetch_verifies_everything_and_second_run_skips(synth_tiny, tmp_pa
         assert (dest / "dataset_index.yaml").read_bytes() == (synth_tiny / "files" / "dataset.yaml").read_bytes()
         # upstream's pairs: plants 1 clean x (1 clean + 2 noisy), book_shelf 2 clean x (2 clean + 2 noisy)
         assert report["metadata"]["pairs_computed"] == 3 + 8
+        assert server.wait_idle()  # a request is logged after its answer went out
         requests_before = len(server.log)
         again = run_fetch(FetchOptions(dest=str(dest), dataverse=server.url, doi=SYNTH_DOI, progress="none"))
         assert again["verified"] == [] and len(again["skipped"]) == len(images)
         assert again["metadata"]["pairs_computed"] == 0  # cached
+        assert server.wait_idle()
         fetched_again = [entry for entry in server.log[requests_before:] if entry.get("file", "").endswith(".dng")]
         assert fetched_again == []
 
@@ -105,6 +108,7 @@ def test_injected_faults(synth_tiny, tmp_path):
     for name in failed:
         assert not (dest / files[name].relpath).exists()
         assert not os.path.exists(str(dest / files[name].relpath) + ".part") or name == too_slow
+    assert server.wait_idle()  # a request is logged after its answer went out
     requests = sorted((entry for entry in server.log if entry.get("file")), key=lambda entry: entry["time"])
     statuses = [entry["status"] for entry in requests if entry["file"] == flaky_500]
     assert statuses == [500, 500, 200]
@@ -161,6 +165,7 @@ def test_kill_mid_download_then_resume_by_range(synth_tiny, tmp_path):
         requests_before = len(server.log)
         server.faults.rate_limit = None
         report = run_fetch(FetchOptions(dest=str(dest), dataverse=server.url, doi=SYNTH_DOI, metadata=False, progress="none"))
+        assert server.wait_idle()
         second = [entry for entry in server.log[requests_before:] if entry.get("file") in images]
     assert not {entry["file"] for entry in second} & verified_before  # nothing verified is fetched twice
     assert set(report["skipped"]) == verified_before
@@ -340,3 +345,34 @@ def test_a_scene_whose_metadata_fails_is_reported_not_fatal(synth_tiny, tmp_path
     assert report["metadata"]["scenes"] == 1
     [problem] = report["metadata"]["problems"]
     assert problem["scene"] == "Bayer/plants" and new_name in problem["reason"] and "cannot pair" in problem["reason"]
+
+
+def test_the_bytes_reported_and_shown_are_the_bytes_the_server_sent(synth_tiny, tmp_path):
+    """One count of downloaded bytes, judged by the server's log: a body cut and resumed by Range is
+    counted once, a corrupted body that is fetched again twice; the last progress line shows the same."""
+    files = sorted(image.filename for image in scene_files(synth_tiny) if image.downloadable and image.filename.endswith(".dng"))
+    faults = Faults(drop_after={files[0]: (50_000, 1)}, corrupt={files[1]: 1})
+    log = io.StringIO()
+    with DataverseServer(str(synth_tiny), faults=faults) as server:
+        report = run_fetch(FetchOptions(dest=str(tmp_path / "d"), dataverse=server.url, doi=SYNTH_DOI, metadata=False,
+                                        backoff=0.01, progress="log", log_interval=60, stream=log))
+        assert server.wait_idle(EVENT)
+    scene_names = {image.filename for image in scene_files(synth_tiny)}
+    sent = sum(entry.get("bytes", 0) for entry in server.log if entry.get("file") in scene_names)
+    served_twice = sum(entry.get("file") == files[1] for entry in server.log)
+    assert report["failed"] == [] and served_twice == 2 and report["retries"] == 2
+    assert report["bytes_downloaded"] == sent
+    [done] = [line for line in log.getvalue().splitlines() if " done: " in line]
+    assert f"| {human_bytes(sent)}/" in done, done
+
+
+def test_the_old_module_path_of_the_fetcher_still_imports_and_fetch_stays_callable():
+    """`wdsprep.sources.rawnind.fetch` the module (deprecated) shares its name with the function
+    `wdsprep.rawnind.fetch`; importing the module first must not leave a name that cannot be called."""
+    code = ("import wdsprep.sources.rawnind.fetch as old, wdsprep\n"
+            "from wdsprep.rawnind import fetch, FetchOptions\n"
+            "from wdsprep.sources.rawnind.acquire import fetch as new\n"
+            "assert callable(fetch) and old.FetchOptions is FetchOptions is new.FetchOptions\n"
+            "assert old.FetchError is wdsprep.FetchError\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=EVENT)
+    assert result.returncode == 0, result.stderr

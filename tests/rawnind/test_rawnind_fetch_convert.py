@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from wdsprep.sources.rawnind.server import DataverseServer
+from wdsprep.sources.rawnind.acquire.server import DataverseServer
 from wdsprep.sources.rawnind.synth import synth
 from wdsprep.stream.manifests import load_manifest
 

@@ -4,9 +4,9 @@ import json
 import pytest
 
 from wdsprep.errors import InputError
-from wdsprep.sources.rawnind.cli import main
+from wdsprep.sources.rawnind.acquire.cli import main
 from wdsprep.sources.rawnind.index import build_scenes, load_index, load_listing, parse_index, plan_summary
-from wdsprep.sources.rawnind.server import DataverseServer
+from wdsprep.sources.rawnind.acquire.server import DataverseServer
 
 REAL_DOI = "doi:10.14428/DVN/DEQCIM"
 
@@ -101,6 +101,7 @@ def test_fetch_against_the_real_listing_reports_missing_files(shared_data, tmp_p
         code = main(["fetch", str(tmp_path / "dest"), "--dataverse", server.url,
                      "--index", str(shared_data / "rawnind" / "dataset_index.yaml"),
                      "--scenes", "7D-1", "LucieB_board", "--progress", "none", "--backoff", "0.01"])
+        assert server.wait_idle()  # a request is logged after its answer went out
         requested = [entry for entry in server.log if entry.get("file_id")]
     assert code == 1
     report = json.loads((tmp_path / "dest" / "fetch_report.json").read_text())

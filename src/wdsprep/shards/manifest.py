@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ManifestError
+from ..errors import InputError, ManifestError
 
 FORMAT = "wdsprep/2"
 READ_FORMATS = ("wdsprep/1", FORMAT)  # wdsprep/1: the layout before every member was plain arrays
@@ -31,6 +31,14 @@ MANIFEST_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 SPLIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def check_split_name(split: Any, where: str, error: type = InputError) -> None:
+    """The split-name rule of wdsprep/1 (a split names shards and manifest keys), applied before
+    anything is written; `where` names what holds the name (a folder, an option)."""
+    if not isinstance(split, str) or not SPLIT_NAME.fullmatch(split):
+        raise error(f"{where}: {split!r} is not a split name (letters, digits, '_' and '-', "
+                    "starting with a letter or a digit)")
 
 
 def shard_name_pattern(split: str) -> re.Pattern:

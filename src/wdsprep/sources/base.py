@@ -12,6 +12,10 @@ Units are built in worker processes (or Ray tasks), so `Unit.items` must be pick
 (paths and numbers, not arrays), and `build` must depend only on the unit and the options: that is
 what makes the bytes independent of `--workers` and of the executor.
 
+A hook gets the core's options and the source's own apart: `ctx.core` is the conversion's checked
+`wdsprep.options.ConvertOptions` (`ctx.core.shard_bytes` for planning, `ctx.core.on_error`, ...),
+`ctx.options` the source's own mapping (what its `add_arguments` flags or `convert()` keywords set).
+
 A source also declares which native inputs feed each item (`inputs`); the core fingerprints them
 with one rule (`wdsprep.inputs`) and rebuilds exactly the units whose inputs changed.
 
@@ -37,13 +41,14 @@ import io
 import json
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from ..errors import ConfigError, ConversionError, InputError
 from ..shards.codec import encode_msgpack
-from ..shards.manifest import SPLIT_NAME
+from ..options import DEFAULT_ON_ERROR, ON_ERROR, ConvertOptions  # noqa: F401 (ON_ERROR: the sources' name for it)
+from ..shards.manifest import check_split_name  # noqa: F401 (the sources' name for it)
 
 if TYPE_CHECKING:
     from ..show.model import ShowContext, Shown
@@ -70,16 +75,20 @@ class Plan:
     splits: dict = field(default_factory=dict)
 
 
-ON_ERROR = ("raise", "skip")
-DEFAULT_ON_ERROR = "raise"  # what `--on-error` and an options dict without "on_error" mean
-
-
 class _Context:
-    """The `--on-error` policy and the bad items a plan or a build skipped (the manifest's `problems`)."""
+    """The conversion's options, the `--on-error` policy and the bad items a plan or a build skipped
+    (the manifest's `problems`). `core` is the core's `ConvertOptions` (checked: `core.shard_bytes`
+    is a number of bytes), `options` the source's own options only (`add_arguments`' flags or
+    `convert()` keywords). Given one mapping and no `core`, the mapping is taken apart
+    (`ConvertOptions.split`), so `PlanContext({"shard_bytes": 1 << 20, "levels": "1,2"})` works too."""
 
-    def __init__(self, options: dict):
-        self.options = options
-        self.on_error = options.get("on_error") or DEFAULT_ON_ERROR
+    def __init__(self, options: Mapping[str, Any] | None = None, core: ConvertOptions | None = None):
+        if core is None:
+            core, options = ConvertOptions.split(options or {})
+            core = core.checked()
+        self.core = core
+        self.options = dict(options or {})
+        self.on_error = core.on_error or DEFAULT_ON_ERROR
         self.problems: list[dict] = []
         self._ignored: dict[tuple[str, str], tuple[int, list[str]]] = {}  # (folder, reason) -> (entry, names)
 
@@ -122,8 +131,8 @@ class PlanContext(_Context):
 class UnitContext(_Context):
     """What a unit's build gets besides the unit; what it reports is collected by the driver."""
 
-    def __init__(self, options: dict):
-        super().__init__(options)
+    def __init__(self, options: Mapping[str, Any] | None = None, core: ConvertOptions | None = None):
+        super().__init__(options, core)
         self.tables: dict[str, list] = {}
 
     def add_table_entry(self, table: str, value: Any) -> None:
@@ -167,8 +176,9 @@ class Source(abc.ABC):
         """Add source-specific `wdsprep convert <id>` options. Default: none."""
 
     def check_options(self, options: dict) -> None:
-        """Check the source's own options (those `add_arguments` adds, or `convert()` keywords) before
-        any work starts; a bad value raises ConfigError naming the option. Default: nothing to check."""
+        """Check the source's own options (those `add_arguments` adds, or `convert()` keywords; never
+        the core's, which `ConvertOptions` checks) before any work starts; a bad value raises
+        ConfigError naming the option. Default: nothing to check."""
 
     @abc.abstractmethod
     def plan(self, input: str, ctx: PlanContext) -> Plan:
@@ -220,14 +230,6 @@ class Source(abc.ABC):
         """Extra CLI commands, keyed by their first two words `(VERB, NAME)`; the CLI mounts them as
         `wdsprep VERB NAME ...` (a plugin's as `wdsprep VERB package.module:OBJECT ...`). Default: none."""
         return {}
-
-
-def check_split_name(split: Any, where: str, error: type = InputError) -> None:
-    """The split-name rule of wdsprep/1 (a split names shards and manifest keys), applied before
-    anything is written; `where` names what holds the name (a folder, an option)."""
-    if not isinstance(split, str) or not SPLIT_NAME.fullmatch(split):
-        raise error(f"{where}: {split!r} is not a split name (letters, digits, '_' and '-', "
-                    "starting with a letter or a digit)")
 
 
 def check_plan(plan: Plan, ctx: PlanContext, input: str, selected: Sequence[str] | None = None) -> None:

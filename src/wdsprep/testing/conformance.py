@@ -72,8 +72,7 @@ import msgpack
 import pytest
 import xxhash
 
-from ..cli import _convert_parser, main
-from ..options import parse_size
+from ..cli import _convert_parser, convert_options_from, main
 from ..sources.base import PlanContext
 from ..sources.registry import load_source
 from .edits import corrupt_zip_member, failing_convert, overwrite_keeping_size, rewritten_shards, shard_identities
@@ -303,9 +302,8 @@ class SourceTests:
         failure of one unit is one line); a zip archive's own kind besides its members'; and every
         `plan_files` entry."""
         source = load_source(self.source)
-        args = vars(_convert_parser(self.source).parse_args([str(native), "unused", *self.convert_args]))
-        options = dict(args, shard_bytes=parse_size(args["shard_bytes"]), workers=1)
-        plan = source.plan(str(native), PlanContext(options))
+        core, own = convert_options_from(_convert_parser(self.source).parse_args([str(native), "unused", *self.convert_args]))
+        plan = source.plan(str(native), PlanContext(own, core.replace(workers=1).checked()))
         feeds: dict[Any, set] = {}
         kinds: dict[str, list] = {}
         for unit in plan.units:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlsplit
 
-from ._faults import FaultPlan, trickled
+from ._faults import FaultPlan, hang_up, trickled
 
 CHUNK = 1 << 18  # bytes read, written and paced at a time: a shaped link costs the server little CPU
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
@@ -159,7 +159,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _serve_file(self, name: str, head: bool, record: dict) -> None:
         owner = self.server.owner
-        status = owner.take_failure(name)
+        status = owner.faults.take_failure(name)
         if status:
             self._error(status, record)
             return
@@ -224,12 +224,7 @@ class _Handler(BaseHTTPRequestHandler):
                 remaining -= len(block)
         if cut is not None:
             record["cut"] = True
-            self.wfile.flush()
-            try:
-                self.connection.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            self.close_connection = True
+            hang_up(self)
 
     def _forward(self, record: dict) -> None:
         """The request sent on to `upstream` (one kept-alive connection per client connection), its
@@ -303,7 +298,6 @@ class RangeHTTPServer:
         self.conn_ids = 0
         self.open_connections = 0
         self.peak_connections = 0
-        self._failures: dict[str, list[int]] = {}
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -343,13 +337,8 @@ class RangeHTTPServer:
         self.faults.trickle(name, rate)
 
     def fail_next(self, name: str, status: int = 503, times: int = 1) -> None:
-        with self.lock:
-            self._failures.setdefault(name, []).extend([status] * times)
-
-    def take_failure(self, name: str) -> int | None:
-        with self.lock:
-            queue = self._failures.get(name)
-            return queue.pop(0) if queue else None
+        """Answer the next `times` requests for `name` with `status` (and close the connection)."""
+        self.faults.fail_next(name, status, times)
 
     def shape(self, shaping: Shaping) -> None:
         """Shape the link like `shaping` from the next byte written on (open connections included)."""

@@ -271,11 +271,11 @@ class DeepRegSource(Source):
                 sizes = [size + MEMBER_OVERHEAD * _member_count(item) for item, size in zip(items, sizes)]
                 size_of = {item["key"]: size for item, size in zip(items, sizes)}
                 if config.type == "unpaired":
-                    groups = _even_groups(items, sizes, options["shard_bytes"])
+                    groups = _even_groups(items, sizes, ctx.core.shard_bytes)
                 elif config.type == "grouped":
-                    groups = _at_least_two(group_by_size(items, sizes, options["shard_bytes"]))
+                    groups = _at_least_two(group_by_size(items, sizes, ctx.core.shard_bytes))
                 else:
-                    groups = group_by_size(items, sizes, options["shard_bytes"])
+                    groups = group_by_size(items, sizes, ctx.core.shard_bytes)
                 for index, group in enumerate(groups):
                     for position, item in enumerate(group):  # the reader pairs within this block
                         item["block"] = [index, position, len(group)]

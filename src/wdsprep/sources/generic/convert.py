@@ -87,7 +87,7 @@ class GenericSource(Source):
                 sizes.append(size)
                 total += size
             # random arrays hardly compress: size units by input bytes
-            for index, group in enumerate(group_by_size(items, sizes, ctx.options["shard_bytes"])):
+            for index, group in enumerate(group_by_size(items, sizes, ctx.core.shard_bytes)):
                 unit_bytes = sum(item[3] for item in group)
                 units.append(Unit(split, index, [[input, *item[:3]] for item in group], unit_bytes))
         return Plan(units, {"layout": f"<split>/{LAYOUT}"}, total,

@@ -155,7 +155,7 @@ class MinecraftSource(Source):
         names: set[str] = set()
         episodes = []
         input_bytes = 0
-        for episode, scan in zip(listing, self._scan_all(tree.path, listing, int(options.get("workers") or 1))):
+        for episode, scan in zip(listing, self._scan_all(tree.path, listing, ctx.core.workers)):
             for item, problem in scan.problems:
                 report(item, problem)
             good = self._drop_odd_shapes(episode.directory, scan.frames, report)
@@ -208,11 +208,11 @@ class MinecraftSource(Source):
                     })
 
         dtype = id_dtype(len(vocabulary))
-        ratio = _ZSTD_RATIO if options.get("codec", "zstd") == "zstd" else 1
+        ratio = _ZSTD_RATIO if ctx.core.codec == "zstd" else 1
         estimates = [
             _TAR_OVERHEAD + len(w["paths"]) * (w["side"] ** 3 * dtype.itemsize // ratio + 3) for w in windows_out
         ]
-        groups = group_by_size(windows_out, estimates, int(options.get("shard_bytes", 64 << 20)))
+        groups = group_by_size(windows_out, estimates, ctx.core.shard_bytes)
         units = []
         for number, group in enumerate(groups):
             items = [{**w, "input": tree.path, "blocks": vocabulary} for w in group]

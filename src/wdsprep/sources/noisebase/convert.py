@@ -88,7 +88,7 @@ class NoisebaseSource(Source):
             raise InputError(f"{shape[1]}: crop {facts['crop']} is larger than the {height}x{width} rendering")
 
         # estimated shard bytes of a sequence: its zip size (zstd on this data lands near blosc)
-        groups = group_by_size(list(range(len(sequences))), sizes, int(options.get("shard_bytes", 256 << 20)))
+        groups = group_by_size(list(range(len(sequences))), sizes, ctx.core.shard_bytes)
         units = []
         for unit_index, members in enumerate(groups):
             first = 0

@@ -1,13 +1,14 @@
-"""RawNIND: acquisition from Dataverse (trio + httpx), alignment metadata, clean/noisy crop pairs.
+"""RawNIND: acquisition from Dataverse (`acquire/`: trio + httpx), alignment metadata, clean/noisy crop pairs.
 
 `wdsprep.rawnind.pairs(...)` is the reader stage; `SOURCE` is what the core converts with. Readers
-and the map-style dataset (torch) load on first use; the converter does not need them.
+and the map-style dataset (torch) and the acquisition (httpx, trio) load on first use; the
+converter needs none of them.
 """
 from __future__ import annotations
 
+from ...errors import FetchError  # `wdsprep.rawnind.FetchError`: the class lives in wdsprep.errors
 from .. import lazy_exports
 from .convert import SOURCE, RawNINDSource
-from .fetch import FetchError, FetchOptions, fetch  # bound here: a later import of the submodule `fetch` must not shadow it
 
 __all__ = [
     "SOURCE", "RawNINDSource", "pairs", "tiles", "crop_pair", "crops_at", "validation", "evaluation", "clean_pairs", "CleanProfiledRGBNoisyBayerImageCropsDataset",
@@ -16,8 +17,9 @@ __all__ = [
 ]
 
 __getattr__ = lazy_exports(__name__, {
-    **dict.fromkeys(["add_fetch_arguments", "fetch_main", "add_serve_arguments", "serve_main"], ".cli"),
+    **dict.fromkeys(["add_fetch_arguments", "fetch_main", "add_serve_arguments", "serve_main"], ".acquire.cli"),
     "CleanProfiledRGBNoisyBayerImageCropsDataset": ".mapstyle",
     **dict.fromkeys(["clean_pairs", "crop_pair", "crops_at", "evaluation", "pairs", "tiles", "validation"], ".read"),
-    **dict.fromkeys(["DataverseServer", "Faults"], ".server"),
+    **dict.fromkeys(["DataverseServer", "Faults"], ".acquire.server"),
+    **dict.fromkeys(["fetch", "FetchOptions"], ".acquire.fetch"),
 })

@@ -355,7 +355,7 @@ class RawNINDSource(Source):
         units: list[Unit] = []
         for split, entries in by_split.items():
             groups = group_by_size([entry for entry, _ in entries], [size * expansion for _, size in entries],
-                                   int(options.get("shard_bytes", 256 * 10**6)))
+                                   ctx.core.shard_bytes)
             for number, group in enumerate(groups):
                 sizes = {id(entry): size for entry, size in entries}
                 units.append(Unit(split, number, group, sum(sizes[id(entry)] for entry in group)))
@@ -408,8 +408,8 @@ class RawNINDSource(Source):
         The pipeline's `[prepare]` table: `server_dir` (default `<workdir>/rawnind_dataverse`),
         `seed`, `size`, `concurrency`. A fetched directory whose report shows no failure is reused.
         """
-        from .fetch import FetchOptions, fetch
-        from .server import DataverseServer
+        from .acquire.fetch import FetchOptions, fetch
+        from .acquire.server import DataverseServer
         from .synth import synth
 
         settings = dict(pipeline.get("prepare", {}))
@@ -432,7 +432,7 @@ class RawNINDSource(Source):
         return dest
 
     def commands(self) -> dict[tuple[str, str], Command]:
-        from . import cli  # argparse only: the fetch and serve machinery loads when a command runs
+        from .acquire import cli  # no httpx or trio: the fetcher loads when `fetch rawnind` runs
 
         return {
             ("fetch", "rawnind"): Command(cli.add_fetch_arguments, cli.fetch_main, "DEST ...", "download RawNIND from a Dataverse server"),

@@ -1,51 +1,49 @@
 """Fetch straight into shards: each scene becomes its own unit as soon as its files are verified.
 
-`fetch --convert OUTPUT` hands every complete scene to `SceneConverter.convert`, which builds the
-scene's shards with the core's `build_unit` (the same code and bytes as `wdsprep convert`), and the
-fetcher removes the scene's raw files afterwards, so local disk holds the raws of a bounded number
-of scenes only (see `fetch.FetchOptions.max_raw_bytes`).
+`fetch --convert OUTPUT` hands every complete scene to `SceneConverter.convert`, and the fetcher
+removes the scene's raw files afterwards, so local disk holds the raws of a bounded number of
+scenes only (see `fetch.FetchOptions.max_raw_bytes`). This module only makes the plan (one unit per
+scene) and hands it to the core's conversion driver, `wdsprep.Conversion` (the package's public
+name for `wdsprep.conversion.Conversion`; a source never imports the driver's module): reuse of
+the scenes an earlier run converted, building (the same code and bytes as `wdsprep convert`), the
+check of the shards in the store, the `_units.json` journal and the manifest are all the driver's.
 
 Invariants:
 - one unit per scene: split `test` (test_reserve) or `train`, index = the scene's ordinal in its
   split over the selected scenes in index order, so shard names and bytes depend neither on the
   order scenes complete in nor on interruptions;
+- a unit's digest names its items without the local destination root and its captures by the
+  SHA-1s the fetch verified (its inputs' fingerprint), so it means the same work on any machine;
 - per scene, in this order: shards published to the store -> checked there (size and sha256) ->
-  record `_scene-<split>-<index>.json` written -> raws removed. A run killed between two steps is
-  repaired by the next: no record means the scene is rebuilt from the raws still on disk (they
-  are removed only after the record), a record means the scene is done and leftover raws go;
-- the manifest is written last, only when every selected scene has a record.
+  recorded in `_units.json` (durably, `Conversion.build`) -> raws removed. A run killed between two
+  steps is repaired by the next: no record means the scene is rebuilt from the raws still on disk
+  (they are removed only after the record), a record means the scene is done and leftover raws go;
+- the manifest is written last, only when every selected scene is done.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import time
-from dataclasses import asdict
 
-from ...conversion import UnitResult, build_unit, unit_digest, unverified_shards
-from ...errors import ConversionError
-from ...options import CORE_DEFAULTS, check_core_options
-from ...shards.manifest import MANIFEST_NAME, Manifest
+from ... import Conversion
+from ...options import ConvertOptions
+from ...shards.manifest import Manifest
 from ...storage import open_store
-from ..base import Unit
+from ..base import Plan, Unit
 from .index import SceneInfo
-from .units import DEFAULT_TILE, check_options, conversion_config, merge_pairs, scene_item
+from .units import DEFAULT_TILE, check_options, conversion_config, scene_item
 
 
 class SceneConverter:
-    """Units, records and the manifest of a fetch that converts as it goes."""
+    """The plan of a fetch that converts as it goes (one unit per scene), and its driver."""
 
     def __init__(self, output: str, dest: str, scenes: list[SceneInfo], options: dict | None = None):
-        options = check_core_options({"tile_size": DEFAULT_TILE, "layout": "mosaic", **(options or {})})
-        check_options(options)  # a bad option fails before any download
-        self.options = options
+        core, own = ConvertOptions.split({"tile_size": DEFAULT_TILE, "layout": "mosaic", **(options or {})})
+        core = core.checked()
+        check_options(own)  # a bad option fails before any download
         self.store = open_store(output)
-        self.store.clean_temporaries()  # a shard a killed run was writing
-        self.config = dict(conversion_config(options), **{name: options[name] for name in CORE_DEFAULTS})
         self.units: dict[str, Unit] = {}
         counts = {"train": 0, "test": 0}
-        fingerprint = hashlib.sha256()
         for scene in scenes:
             if not scene.noisy:
                 continue
@@ -54,67 +52,30 @@ class SceneConverter:
             size = sum(image.size or 0 for image in [scene.clean[0], *scene.noisy])
             self.units[scene.key] = Unit(split, counts[split], [item], size)
             counts[split] += 1
-            fingerprint.update(json.dumps([item["gt"], item["noisy"], size]).encode())
-        fingerprint.update(json.dumps(conversion_config(options), sort_keys=True).encode())
-        self.fingerprint = fingerprint.hexdigest()
+        units = sorted(self.units.values(), key=lambda unit: (unit.split, unit.index))
+        plan = Plan(units, conversion_config(own), input_bytes=sum(unit.input_bytes for unit in units))
         # the captures are identified by the SHA-1s the fetch verified: they are the inputs' fingerprint
-        self.digests = {key: unit_digest(_portable(unit), self.config, _sha1s(unit)) for key, unit in self.units.items()}
+        self.conversion = Conversion("rawnind", os.path.abspath(dest), self.store, plan, core, own,
+                                     [_sha1s(unit) for unit in units], input_mode="sha1",
+                                     identities=[_portable(unit) for unit in units])
 
     def converts(self, scene: SceneInfo) -> bool:
         return scene.key in self.units
 
-    @staticmethod
-    def record_name(unit: Unit) -> str:
-        return f"_scene-{unit.split}-{unit.index:05d}.json"
+    def record(self, scene: SceneInfo):
+        """The scene's finished unit when an earlier run (or this one) converted it, else None."""
+        return self.conversion.done(self.units[scene.key])
 
-    def record(self, scene: SceneInfo) -> UnitResult | None:
-        """The scene's finished unit when its record matches this conversion and its shards check out."""
-        unit = self.units[scene.key]
-        raw = self.store.read_bytes(self.record_name(unit))
-        if raw is None:
-            return None
-        try:
-            result = UnitResult(**json.loads(raw))
-        except (ValueError, TypeError):
-            return None
-        if result.digest != self.digests[scene.key] or unverified_shards(self.store, result.rows, full=True):
-            return None
-        return result
-
-    def convert(self, scene: SceneInfo) -> UnitResult:
+    def convert(self, scene: SceneInfo):
         """Build, check and record one scene's shards (runs in a worker thread)."""
-        unit = self.units[scene.key]
-        digest = self.digests[scene.key]
-        result = build_unit("rawnind", unit, self.options, self.store.url, digest)
-        bad = unverified_shards(self.store, result.rows, full=True)
-        if bad:
-            raise ConversionError(f"{scene.key}: shard(s) {', '.join(bad)} not found at {self.store.url} with the size "
-                                  "and sha256 written")
-        self.store.write_bytes(self.record_name(unit), json.dumps(asdict(result), sort_keys=True).encode())
-        return result
+        return self.conversion.build(self.units[scene.key])
 
     def finish(self, scenes: list[SceneInfo], started: float) -> Manifest | None:
-        """Write the manifest when every scene has a record; None (and no manifest) otherwise."""
-        results = []
-        for scene in scenes:
-            if not self.converts(scene):
-                continue
-            result = self.record(scene)
-            if result is None:
-                return None
-            results.append(result)
-        splits: dict[str, list[dict]] = {}
-        for result in sorted(results, key=lambda r: (r.split, r.index)):
-            splits.setdefault(result.split, []).extend(dict(row, unit_digest=result.digest) for row in result.rows)
-        manifest = Manifest(
-            source="rawnind", config=self.config, fingerprint=self.fingerprint, splits=splits,
-            tables=merge_pairs([r.tables for r in sorted(results, key=lambda r: (r.split, r.index))]),
-            problems=[p for r in results for p in r.problems], input_bytes=sum(r.input_bytes for r in results),
-            timing={"seconds": round(time.time() - started, 3), "units_built": len(results)},
-        )
-        self.store.write_bytes(MANIFEST_NAME, manifest.dumps())
-        manifest.url = f"{self.store.url.rstrip('/')}/{MANIFEST_NAME}"
-        return manifest
+        """Write the manifest when every scene is done; None (and no manifest) otherwise."""
+        if not self.conversion.complete:
+            self.conversion.flush()
+            return None
+        return self.conversion.finish(started)
 
 
 def _sha1s(unit: Unit) -> str:

@@ -1,7 +1,7 @@
 """What one RawNIND conversion unit item is, the config the shards depend on, and the pairs table:
 shared by `convert.py` (plan/build) and `streamconvert.py` (fetch straight into shards), which must
-agree byte for byte. Kept apart from the Source class so that fetching does not import it (the
-Source's commands import the fetcher)."""
+agree byte for byte. Kept apart from the Source class, so that fetching straight into shards
+imports no more of the converter than it needs."""
 from __future__ import annotations
 
 from ...errors import ConfigError

@@ -295,7 +295,7 @@ class VoxelSource(Source):
 
         units, total_bytes = [], 0
         for split in all_splits:  # items arrive in sorted (level, key) order from _ray_files
-            groups = group_by_size(range(len(per_split[split])), sizes[split], options["shard_bytes"])
+            groups = group_by_size(range(len(per_split[split])), sizes[split], ctx.core.shard_bytes)
             for index, group in enumerate(groups):
                 group_bytes = sum(sizes[split][i] for i in group)
                 units.append(Unit(split, index, [per_split[split][i] for i in group], group_bytes))

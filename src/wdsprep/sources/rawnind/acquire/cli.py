@@ -1,6 +1,9 @@
 """`wdsprep fetch rawnind ...` and `wdsprep serve dataverse ...` (argparse), also runnable as
 `python -m wdsprep.sources.rawnind fetch|serve ...`.
 
+Declaring the commands imports neither httpx nor trio (`wdsprep --help` declares them): the
+fetcher, which needs both, is imported when `fetch_main` runs.
+
 Exit codes of fetch: 0 every file verified or present, 1 some files failed (see the report),
 2 the run could not start (bad index, unreachable server, unwritable destination).
 """
@@ -9,13 +12,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
-from ...conversion import parse_size
-from ...errors import WdsprepError
-from ..base import DEFAULT_ON_ERROR, ON_ERROR
-from .fetch import FetchOptions, fetch
-from .index import DEFAULT_DOI
+from ....sizes import parse_size
+from ....errors import WdsprepError
+from ...base import DEFAULT_ON_ERROR, ON_ERROR
+from ..index import DEFAULT_DOI
 from .server import add_serve_arguments, serve_main
+
+if TYPE_CHECKING:
+    from .fetch import FetchOptions
 
 __all__ = ["add_fetch_arguments", "fetch_main", "add_serve_arguments", "serve_main", "main"]
 
@@ -62,6 +68,8 @@ def add_fetch_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def options_from_args(args: argparse.Namespace) -> FetchOptions:
+    from .fetch import FetchOptions
+
     return FetchOptions(
         dest=args.dest, dataverse=args.dataverse, doi=args.doi, index=args.index, listing=args.listing,
         concurrency=args.concurrency, max_scenes=args.max_scenes, cfa=args.cfa, scenes=args.scenes,
@@ -92,6 +100,8 @@ def format_plan(plan: dict) -> str:
 
 
 def fetch_main(args: argparse.Namespace) -> int:
+    from .fetch import fetch
+
     try:
         report = fetch(options_from_args(args))
     except WdsprepError as error:

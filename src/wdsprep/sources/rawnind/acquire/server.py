@@ -8,8 +8,11 @@ The directory holds `dataverse_dataset.json`; files are found by name anywhere b
 
 Faults (for tests and the benchmark) are set on `Faults` by file name or id: HTTP 500s, a
 dropped connection mid-body, corrupted bytes, a 404, a delay before answering, and a per-connection
-rate limit. Every request is logged (in memory, and as JSON lines to a file when asked), so a test
-can see which files were fetched and which requests asked for a Range.
+rate limit. `Faults` is the test servers' shared `FaultPlan` (wdsprep/testing/_faults.py) with the
+tables of a fault file as its front: each fault is planned, counted and used up there, and a cut
+body hangs up the way every test server's does. Every request is logged (in memory, and as JSON
+lines to a file when asked), so a test can see which files were fetched and which requests asked
+for a Range.
 """
 from __future__ import annotations
 
@@ -17,40 +20,55 @@ import argparse
 import json
 import os
 import re
-import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
+
+from ....testing._faults import FaultPlan, hang_up
 
 LISTING_NAME = "dataverse_dataset.json"
 _RANGE_RE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
 
-@dataclass
-class Faults:
-    """Fault injection, keyed by file name or str(file id). Counts are decremented per request."""
+# a fault file's table -> how one of its entries (file name or id: value) is planned in the FaultPlan
+FAULT_TABLES = {
+    "error_500": lambda plan, key, times: plan.fail_next(key, 500, int(times)),
+    "missing": lambda plan, key, _: plan.fail_next(key, 404, -1),
+    "drop_after": lambda plan, key, at: plan.drop_once(key, int(at[0]), int(at[1])),
+    "corrupt": lambda plan, key, times: plan.corrupt_next(key, int(times)),
+    "delay": lambda plan, key, seconds: plan.pause(key, float(seconds)),
+}
 
-    error_500: dict[str, int] = field(default_factory=dict)  # answer 500 this many times
-    drop_after: dict[str, tuple[int, int]] = field(default_factory=dict)  # (bytes, times): close mid-body
-    corrupt: dict[str, int] = field(default_factory=dict)  # flip a byte this many times (-1: always)
-    missing: set[str] = field(default_factory=set)  # answer 404
-    delay: dict[str, float] = field(default_factory=dict)  # seconds before answering
-    rate_limit: float | None = None  # bytes per second per connection (None: unlimited)
+
+class Faults(FaultPlan):
+    """Fault injection keyed by file name or str(file id), from the tables of a fault file:
+    `error_500` {name: times}, `drop_after` {name: (byte, times)}, `corrupt` {name: times},
+    `missing` [name, ...], `delay` {name: seconds}; times -1 means every request. Setting a table
+    (`faults.error_500 = {name: 1}`, also on a running server) plans its entries in the `FaultPlan`
+    (FAULT_TABLES); `rate_limit` (bytes per second per connection, None: unlimited) paces every body."""
+
+    def __init__(self, rate_limit: float | None = None, **tables):
+        super().__init__()
+        unknown = set(tables) - set(FAULT_TABLES)
+        if unknown:
+            raise TypeError(f"Faults() got unknown fault tables {sorted(unknown)} (known: {', '.join(FAULT_TABLES)})")
+        self.rate_limit = rate_limit
+        for table, entries in tables.items():
+            setattr(self, table, entries)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        plan = FAULT_TABLES.get(name)
+        if plan is None:
+            return super().__setattr__(name, value)
+        for key, entry in (value.items() if isinstance(value, dict) else dict.fromkeys(value or ()).items()):
+            plan(self, str(key), entry)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Faults":
-        return cls(
-            error_500={str(k): int(v) for k, v in data.get("error_500", {}).items()},
-            drop_after={str(k): (int(v[0]), int(v[1])) for k, v in data.get("drop_after", {}).items()},
-            corrupt={str(k): int(v) for k, v in data.get("corrupt", {}).items()},
-            missing={str(k) for k in data.get("missing", [])},
-            delay={str(k): float(v) for k, v in data.get("delay", {}).items()},
-            rate_limit=data.get("rate_limit"),
-        )
+        return cls(data.get("rate_limit"), **{table: data[table] for table in FAULT_TABLES if table in data})
 
 
 class DataverseDirectory:
@@ -147,26 +165,6 @@ class DataverseServer:
         with self._lock:
             self.active += 1
 
-    def take_fault(self, table: dict, keys: tuple[str, ...]) -> Any:
-        """Consume one use of a counted fault for this file; returns the fault value or None."""
-        with self._lock:
-            for key in keys:
-                if key in table:
-                    value = table[key]
-                    if isinstance(value, tuple):
-                        amount, times = value
-                        if times == 0:
-                            return None
-                        if times > 0:
-                            table[key] = (amount, times - 1)
-                        return amount
-                    if value == 0:
-                        return None
-                    if value > 0:
-                        table[key] = value - 1
-                    return True
-        return None
-
 
 class _Handler(BaseHTTPRequestHandler):
     app: DataverseServer
@@ -237,13 +235,14 @@ class _Handler(BaseHTTPRequestHandler):
         entry["file"] = name
         keys = (name, str(file_id))
         faults = app.faults
-        delay = next((faults.delay[key] for key in keys if key in faults.delay), 0.0)
+        delay = _first(faults.pause_of, keys)
         if delay:
             time.sleep(delay)
-        if path is None or any(key in faults.missing for key in keys):
+        failure = _first(faults.take_failure, keys)
+        if path is None or failure == 404:
             return self._error(404, f"File not found for id {file_id}", head)
-        if app.take_fault(faults.error_500, keys):
-            return self._error(500, "Internal Server Error (injected)", head)
+        if failure:
+            return self._error(failure, "Internal Server Error (injected)", head)
         size = os.path.getsize(path)
         start, end = 0, size - 1
         status = 200
@@ -275,8 +274,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if head:
             return status
-        drop_at = app.take_fault(faults.drop_after, keys)
-        corrupt = app.take_fault(faults.corrupt, keys)
+        drop_at = _first(lambda key: faults.take_drop(key, length), keys)
+        corrupt = _first(faults.take_corruption, keys)
         sent = 0
         began = time.monotonic()
         with open(path, "rb") as handle:
@@ -290,14 +289,9 @@ class _Handler(BaseHTTPRequestHandler):
                 if drop_at is not None and sent + len(chunk) >= drop_at:
                     chunk = chunk[: max(drop_at - sent, 0)]
                     self.wfile.write(chunk)
-                    self.wfile.flush()
                     sent += len(chunk)
                     entry["dropped_at"] = start + sent
-                    self.close_connection = True
-                    try:
-                        self.connection.shutdown(socket.SHUT_RDWR)
-                    except OSError:
-                        pass
+                    hang_up(self)
                     entry["bytes"] = sent
                     return status
                 self.wfile.write(chunk)
@@ -310,6 +304,15 @@ class _Handler(BaseHTTPRequestHandler):
         if corrupt:
             entry["corrupted"] = True
         return status
+
+
+def _first(take, keys: tuple[str, ...]) -> Any:
+    """The first planned fault of a file under its name or its id (each lookup may use one up)."""
+    for key in keys:
+        value = take(key)
+        if value is not None:
+            return value
+    return None
 
 
 # ------------------------------------------------------------------------------------------- CLI
