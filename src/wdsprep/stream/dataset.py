@@ -2,7 +2,7 @@
 rank/worker dealing (stream/plan.py), and exact mid-epoch resume, on the same world or another.
 
 `ShardDataset` is the front only: the pipeline (`.compose`, `.batched`, ...), the split's shards,
-the dealing options, and the `Progress` (epoch, auto_epoch, interrupted passes) of its own
+the dealing options, and the `EpochProgress` (epoch, auto_epoch, interrupted passes) of its own
 iteration. It is iterated in one way, `stream(worker, num_workers, progress=, resume=)`: a
 `WorkerStream` (stream/worker.py) that reads the worker's share, counts and pads its outputs, and
 keeps the worker's live position. Its own `__iter__` calls `stream` with the DataLoader worker it
@@ -40,7 +40,7 @@ from .decode import ReaderStage
 from .manifests import load_manifest
 from .plan import Piece, Sequence, epoch_sequence, remainder, sequence_weights
 from .remote import check_options
-from .state import Position, Progress, encode_state, parse_state
+from .state import EpochProgress, Position, encode_state, parse_state
 from .worker import ShardReader, WorkerPlan, WorkerStream, worker_plan
 
 
@@ -110,7 +110,7 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
         self.urls = manifest.shard_urls(split)
         self.counts = [row["samples"] for row in self.rows]
         self.seed = int(seed)
-        self.progress = Progress(0 if epoch is None else int(epoch), epoch is None)
+        self.progress = EpochProgress(0 if epoch is None else int(epoch), epoch is None)
         self.shuffle_shards = shuffle_shards
         self.shuffle_buffer = int(shuffle_buffer)
         self.equalize = equalize
@@ -199,7 +199,7 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
         self._stream = None  # the position is now the loaded one until the next iteration
 
     # -- what this worker reads
-    def sequence(self, epoch: int | None = None, progress: Progress | None = None) -> Sequence:
+    def sequence(self, epoch: int | None = None, progress: EpochProgress | None = None) -> Sequence:
         """The samples a pass deals: the epoch's G, or what the interrupted passes left of it
         (`progress`: the epoch and passes, default this pipeline's; `epoch` overrides its epoch)."""
         progress = self.progress if progress is None else progress
@@ -211,7 +211,7 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
         return sequence
 
     def plan(self, worker: int = 0, num_workers: int = 1, epoch: int | None = None,
-             progress: Progress | None = None) -> WorkerPlan:
+             progress: EpochProgress | None = None) -> WorkerPlan:
         rank, world = distributed_info(self.rank_arg, self.world_arg)
         return worker_plan(self.sequence(epoch, progress), rank, world, worker, num_workers, self.equalize,
                            self.shard_weights)
@@ -234,7 +234,7 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
         return total
 
     # -- iteration
-    def stream(self, worker: int = 0, num_workers: int = 1, *, progress: Progress | None = None,
+    def stream(self, worker: int = 0, num_workers: int = 1, *, progress: EpochProgress | None = None,
                resume: Position | None = None) -> WorkerStream:
         """One worker's pass, the one way this pipeline is iterated: its outputs (after every stage),
         and its live `position` after the latest one (stream/worker.py). `progress`: the epoch and

@@ -9,7 +9,7 @@ its saved position: the resumed run yields exactly the batches the uninterrupted
 (an elastic resume: see stream/state.py); the resumed run then starts with worker 0.
 
 The Loader drives the dataset through its public API only: each worker iterates
-`ShardDataset.stream(worker, num_workers, progress=, resume=)` with the Loader's own `Progress`
+`ShardDataset.stream(worker, num_workers, progress=, resume=)` with the Loader's own `EpochProgress`
 (epoch, interrupted passes) and that worker's saved position, and states are encoded and checked by
 stream/state.py against `ShardDataset.layout()` (tests/core/test_import_graph.py checks, over this
 file's syntax tree, that it touches no private attribute).
@@ -26,14 +26,14 @@ from webdataset.filters import default_collation_fn
 
 from ..errors import ConfigError
 from .dataset import ShardDataset
-from .state import Position, Progress, encode_state, parse_state
+from .state import EpochProgress, Position, encode_state, parse_state
 
 
 class _WorkerStream(IterableDataset):
     """What each DataLoader worker iterates: its logical worker's `ShardDataset.stream`, batched,
     each batch sent with the worker's position after it."""
 
-    def __init__(self, dataset: ShardDataset, num_workers: int, rotation: int, progress: Progress,
+    def __init__(self, dataset: ShardDataset, num_workers: int, rotation: int, progress: EpochProgress,
                  positions: dict[int, dict], batch_size, collate_fn, partial):
         self.dataset = dataset
         self.num_workers = num_workers
@@ -115,7 +115,7 @@ class Loader:
         self.partial = partial
         self.options = dataloader_options
         # the epoch and the interrupted passes an elastic resume continues (stream/state.py)
-        self.progress = Progress(dataset.epoch if epoch is None else int(epoch), epoch is None)
+        self.progress = EpochProgress(dataset.epoch if epoch is None else int(epoch), epoch is None)
         self._positions: dict[int, dict] = {}  # logical worker -> its position after its latest batch
         self._next_worker = 0
 

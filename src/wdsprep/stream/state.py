@@ -1,4 +1,4 @@
-"""Resume state: where a worker is (`Position`), how far the epochs have come (`Progress`), and the
+"""Resume state: where a worker is (`Position`), how far the epochs have come (`EpochProgress`; not the progress line of `wdsprep.progress`), and the
 one codec of the state dict (`encode_state` / `parse_state`) with its checks. `ShardDataset` and
 `wdsprep.Loader` both save and load through this module and nothing else.
 
@@ -42,7 +42,7 @@ class Position:
 
 
 @dataclass(frozen=True)
-class Progress:
+class EpochProgress:
     """How far the epochs have come: the epoch, whether it advances after each full pass, and the
     interrupted passes of this epoch that the next pass continues. Immutable: each change makes a
     new one, so copies of a pipeline never share a change."""
@@ -51,16 +51,16 @@ class Progress:
     auto_epoch: bool = True
     levels: tuple[Level, ...] = ()
 
-    def at_epoch(self, epoch: int) -> Progress:
+    def at_epoch(self, epoch: int) -> EpochProgress:
         """`set_epoch`: that epoch from its start, fixed from now on."""
-        return Progress(int(epoch), False, ())
+        return EpochProgress(int(epoch), False, ())
 
-    def pass_done(self) -> Progress:
+    def pass_done(self) -> EpochProgress:
         """After a full pass: the next pass deals a whole epoch, the next one when epochs advance."""
-        return Progress(self.epoch + 1 if self.auto_epoch else self.epoch, self.auto_epoch, ())
+        return EpochProgress(self.epoch + 1 if self.auto_epoch else self.epoch, self.auto_epoch, ())
 
-    def resumed(self, state: Resume) -> Progress:
-        return Progress(state.epoch, self.auto_epoch, state.levels)
+    def resumed(self, state: Resume) -> EpochProgress:
+        return EpochProgress(state.epoch, self.auto_epoch, state.levels)
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class Resume:
     positions: dict[int, dict]
 
 
-def encode_state(layout: dict, progress: Progress, num_workers: int, positions: dict[int, dict], **extra) -> dict:
+def encode_state(layout: dict, progress: EpochProgress, num_workers: int, positions: dict[int, dict], **extra) -> dict:
     """A rank's state: its layout, the epoch, each worker's position and the passes it resumes."""
     return {**layout, "epoch": progress.epoch, "num_workers": num_workers, **extra,
             "workers": {str(w): dict(p) for w, p in sorted(positions.items())},
