@@ -1,5 +1,5 @@
-"""Resume state: where a worker is (`Position`), how far the epochs have come (`EpochProgress`; not the progress line of `wdsprep.progress`), and the
-one codec of the state dict (`encode_state` / `parse_state`) with its checks. `ShardDataset` and
+"""Resume state: where a worker is (`Position`), how far the epochs have come (`EpochProgress`, not
+to be confused with the progress line of `wdsprep.progress`), and the one codec of the state dict (`encode_state` / `parse_state`) with its checks. `ShardDataset` and
 `wdsprep.Loader` both save and load through this module and nothing else.
 
 Resume contract. Each worker counts how many source samples it pulled and how many outputs the
