@@ -1,6 +1,7 @@
 """Resume state: where a worker is (`Position`), how far the epochs have come (`EpochProgress`, not
-to be confused with the progress line of `wdsprep.progress`), and the one codec of the state dict (`encode_state` / `parse_state`) with its checks. `ShardDataset` and
-`wdsprep.Loader` both save and load through this module and nothing else.
+to be confused with the progress line of `wdsprep.progress`), and the one codec of the state dict
+(`encode_state` / `parse_state`) with its checks. `ShardDataset` and `wdsprep.Loader` both save and
+load through this module and nothing else.
 
 Resume contract. Each worker counts how many source samples it pulled and how many outputs the
 stages produced of the current one (stream/worker.py); a state holds, per worker, `skip` (source
