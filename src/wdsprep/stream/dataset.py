@@ -291,25 +291,11 @@ def _batcher(batchsize: int, collation_fn: Callable | None, partial: bool):
     return stage
 
 
-def dataset(
-    manifest_url: str | Manifest,
-    split: str = "train",
-    *,
-    seed: int = 0,
-    epoch: int | None = None,
-    shuffle_shards: bool = True,
-    shuffle_buffer: int = 0,
-    equalize: str | None = "pad",
-    rank: int | None = None,
-    world_size: int | None = None,
-    handler: Callable = wds.reraise_exception,
-    cache_dir: str | None = None,
-    cache_bytes: int | float | None = None,
-    outputs_per_sample: Sequence_[int] | Callable | None = None,
-    prefetch_bytes: int | None = None,
-    max_connections: int | None = None,
-) -> ShardDataset:
-    """A webdataset pipeline of raw shard samples (compose `wdsprep.decode()` or a reader stage).
+def dataset(manifest_url: str | Manifest, split: str = "train", **options) -> ShardDataset:
+    """A webdataset pipeline of raw shard samples (compose `wdsprep.decode()` or a reader stage):
+    `ShardDataset(manifest, split, **options)`, the manifest loaded from any location first. The
+    options are ShardDataset's keywords (seed, epoch, shuffle_shards, shuffle_buffer, equalize, rank,
+    world_size, handler, cache_dir, cache_bytes, outputs_per_sample, prefetch_bytes, max_connections).
 
     `cache_dir`/`cache_bytes`: keep remote shards in a local LRU cache bounded in bytes (default
     10 GB when only `cache_dir` is given); without `cache_dir` nothing is written to local disk.
@@ -325,20 +311,4 @@ def dataset(
     read (default 64 MiB, `WDSPREP_PREFETCH_BYTES`); `prefetch_bytes=0` reads each piece as one
     sequential stream instead (see stream/remote.py and docs/objectstore.md)."""
     manifest = manifest_url if isinstance(manifest_url, Manifest) else load_manifest(manifest_url)
-    return ShardDataset(
-        manifest,
-        split,
-        seed=seed,
-        epoch=epoch,
-        shuffle_shards=shuffle_shards,
-        shuffle_buffer=shuffle_buffer,
-        equalize=equalize,
-        rank=rank,
-        world_size=world_size,
-        handler=handler,
-        cache_dir=cache_dir,
-        cache_bytes=cache_bytes,
-        outputs_per_sample=outputs_per_sample,
-        prefetch_bytes=prefetch_bytes,
-        max_connections=max_connections,
-    )
+    return ShardDataset(manifest, split, **options)
