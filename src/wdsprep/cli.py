@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import tomllib
 from typing import Sequence
@@ -333,9 +334,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"wdsprep: error: {where}{error.strerror or error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("wdsprep: interrupted (re-run the same command to resume)", file=sys.stderr)
+        print(INTERRUPTED, file=sys.stderr)
         return 130
 
 
+INTERRUPTED = "wdsprep: interrupted (re-run the same command to resume)"
+
+
+def entry() -> None:
+    """The `wdsprep` command (console script and `python -m wdsprep`): `main()`, then exit with its
+    status. Once the command has returned, Ctrl-C is ignored while the interpreter exits: Python's
+    exit restores the default action of SIGINT, under which a Ctrl-C that comes just after the work
+    was done would kill the finished command without a word (status -2), or print a traceback from
+    the pool's shutdown. (`main` itself changes no signal handling: tests call it in-process.)"""
+    code = None
+    try:
+        code = main()
+    except KeyboardInterrupt:  # came before main's own handling began, or as it returned
+        if code is None:
+            print(INTERRUPTED, file=sys.stderr)
+            code = 130
+    finally:
+        while True:
+            try:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                break
+            except KeyboardInterrupt:  # a Ctrl-C that came while the handler was being set: nothing to stop
+                continue
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

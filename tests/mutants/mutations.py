@@ -570,4 +570,10 @@ MUTATIONS = [
              (("            if planned.times > 0:\n                planned.times -= 1\n",
                "            planned.times = max(planned.times - 1, 0)\n"),),
              ("tests/rawnind/test_rawnind_fetch.py",)),
+    # -- the command's exit: a Ctrl-C just after the work was done
+    Mutation("late-ctrl-c-kills-silently", "after the command returned, Ctrl-C keeps Python's handler, which the interpreter's exit resets to the default action (killed by SIGINT, no word)",
+             "src/wdsprep/cli.py",
+             (("                signal.signal(signal.SIGINT, signal.SIG_IGN)\n",
+               "                signal.signal(signal.SIGINT, signal.default_int_handler)\n"),),
+             ("tests/core/test_convert_interrupt.py",)),
 ]
