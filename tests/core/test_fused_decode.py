@@ -167,6 +167,55 @@ def test_every_local_read_path_gives_what_tarfile_and_numpy_read(mixed_sizes, mo
         key: value.tolist() for key, value in expected.items()}
 
 
+@pytest.fixture(scope="module")
+def small_samples(tmp_path_factory):
+    """Two shards of 60 samples of about 700 bytes each (several per 2 KiB window)."""
+    directory = tmp_path_factory.mktemp("small")
+    rows = []
+    for shard in range(2):
+        with ShardWriter(str(directory), f"train-{shard:05d}", shard_bytes=1 << 40, encoder=Encoder("none")) as writer:
+            for i in range(60):
+                writer.write(f"s{shard}x{i:02d}", {"value": np.full(40 + i, i, dtype=np.int16), "meta": {"i": i}})
+        rows += [r.as_dict() for r in writer.rows]
+    (directory / "manifest.json").write_bytes(Manifest("t", {}, "fp", {"train": rows}).dumps())
+    return str(directory / "manifest.json"), rows
+
+
+@pytest.mark.parametrize("shuffle_buffer", [5, 16])
+def test_a_shuffle_buffer_reads_each_byte_once_and_holds_one_block(small_samples, monkeypatch, shuffle_buffer):
+    """Through a shuffle buffer, the read windows of a block go back to the pool once the block was
+    delivered: the buffers in use stay within one block's bytes (and a window), though the cap
+    (`KEEP`) would allow the whole split, and every byte of the samples is read exactly once."""
+    import wdsprep.stream.read as read
+
+    monkeypatch.setattr(read, "WINDOW", 2048)
+    monkeypatch.setattr(read, "KEEP", 1 << 20)
+    monkeypatch.setattr(read, "_buffers", read._Buffers())
+    used, read_bytes = {}, []
+    get, preadv = read._Buffers.get, read.os.preadv
+
+    def counted_get(self):
+        buffer = get(self)
+        used[id(buffer)] = buffer  # kept alive: ids stay distinct
+        return buffer
+
+    def counted_preadv(fd, buffers, offset):
+        done = preadv(fd, buffers, offset)
+        read_bytes.append(done)
+        return done
+
+    monkeypatch.setattr(read._Buffers, "get", counted_get)
+    monkeypatch.setattr(read.os, "preadv", counted_preadv)
+    manifest, rows = small_samples
+    got = list(wdsprep.dataset(manifest, "train", shuffle_buffer=shuffle_buffer, equalize=None, seed=3)
+               .compose(wdsprep.decode(strip=True)))
+    assert sorted(s["__key__"] for s in got) == sorted(f"s{k}x{i:02d}" for k in range(2) for i in range(60))
+    assert all((s["value"] == s["meta"]["i"]).all() and len(s["value"]) == 40 + s["meta"]["i"] for s in got)
+    assert sum(read_bytes) == sum(row["index_offset"] for row in rows)  # the samples' bytes (the index: os.pread)
+    largest_block = max(shuffle_buffer * (512 + 2 * (40 + i) + 128 + 1024 + 512) for i in range(60))
+    assert 2 <= len(used) <= largest_block // 2048 + 3
+
+
 def test_torch_and_kept_extensions_fuse_the_same(counted_shards):
     manifest = counted_shards([4, 3], codec="zstd")
     for decode_args in ({"torch": True, "strip": True}, {"torch": True}, {}):

@@ -576,4 +576,13 @@ MUTATIONS = [
              (("                signal.signal(signal.SIGINT, signal.SIG_IGN)\n",
                "                signal.signal(signal.SIGINT, signal.default_int_handler)\n"),),
              ("tests/core/test_convert_interrupt.py",)),
+    # -- a shuffle buffer's read windows: one block's worth held, each byte read once
+    Mutation("shuffle-block-windows-kept", "a delivered shuffle block's read windows stay held (up to the cap) instead of going back to the pool",
+             "src/wdsprep/stream/worker.py",
+             (("            if current is not None:\n                held[current][0].release()\n", ""),),
+             ("tests/core/test_fused_decode.py",)),
+    Mutation("released-window-still-read", "released read windows go back to the pool but stay listed: a later read overwrites a window still served",
+             "src/wdsprep/stream/read.py",
+             (("            del self.windows[:drop], self.begins[:drop]\n", ""),),
+             ("tests/core/test_fused_decode.py",)),
 ]

@@ -20,8 +20,9 @@ differ from its manifest row raises `ShardError` before its first sample.
   copy; decoders build writable arrays on it without another). With `lazy=True` (the dataset) the
   check is done as the sample is read but the copy only when `LocalShard.take(i)` is called, so a
   shuffle buffer of 1,000 samples holds sample numbers (plain ints: nothing the cyclic GC tracks),
-  and each copy lands in memory the previous sample freed; the windows of the last `KEEP` bytes
-  read are kept for those takes, and a sample no longer among them is read and digested again.
+  and each copy lands in memory the previous sample freed; the windows read for the block being
+  shuffled are kept for those takes (at most `KEEP` bytes; they go back to the pool once the block
+  was delivered), and a sample no longer among them is read and digested again.
   `decode_members(i, members(i), ...)` decodes each member straight from the buffer instead (the
   dataset's fused `wdsprep.decode()`): the same values as `decode_sample(take(i))`, without the raw
   sample in between. A sample larger than `WINDOW` is read alone, straight into its members' own bytearrays,
@@ -141,7 +142,7 @@ def _indexed(url: str, row: dict, start: int, stop: int, stream: BinaryIO, lazy:
 
 
 WINDOW = 256 << 10  # bytes of a local shard read at a time: whole samples; a larger sample is read alone
-KEEP = 16 << 20  # bytes of read windows a LocalShard taken in any order keeps for `take` (and the pool keeps)
+KEEP = 32 << 20  # bytes of read windows a LocalShard taken in any order keeps at most for `take` (and the pool keeps)
 IOV_MAX = 1020  # buffers per preadv call (the kernel allows 1024)
 
 
@@ -207,7 +208,8 @@ class LocalShard:
     bytes are read whole, `WINDOW` bytes at a time, digested where they landed as `checked()` goes,
     and copied or decoded from there by `take`; taken in order (`in_order`: the dataset without a
     shuffle buffer) one buffer is reused, taken in any order (a shuffle buffer holds sample
-    numbers) the windows of the last `KEEP` bytes read stay. A larger sample, and a small one whose
+    numbers) the windows read stay until `release()` (a block was delivered), at most `KEEP`
+    bytes of them. A larger sample, and a small one whose
     window was dropped, is read alone, straight into its members' own bytearrays, and digested
     there (no second copy): a large one taken in order as `checked()` reaches it, otherwise when it
     is taken (`checked()` then checks only that it ends where the next one starts). Either way what
@@ -233,6 +235,16 @@ class LocalShard:
             os.close(self.fd)
             self.fd = -1
         _buffers.put([window[2] for window in self.windows])
+
+    def release(self, keep_newest: bool = True) -> None:
+        """Give the pool the windows read so far, all or all but the newest: the samples checked so
+        far were all taken (a shuffle block was delivered), and the ones still to come, if any, lie
+        in the newest window or later."""
+        drop = len(self.windows) - 1 if keep_newest else len(self.windows)
+        if drop > 0:
+            _buffers.put([window[2] for window in self.windows[:drop]])
+            del self.windows[:drop], self.begins[:drop]
+            self.kept = len(self.windows) * WINDOW
 
     # -- reading
     def _window(self, i: int) -> tuple:

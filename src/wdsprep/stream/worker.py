@@ -171,9 +171,13 @@ class ShardReader:
             order = block_permutation(self.seed, self.epoch, self.rank, self.worker, block, len(buffer))
             for i in order[offset:]:
                 yield buffer[i]
-            current = max(held, default=None)  # shards before the one being read are done: let them go
+            # shards before the one being read are done: their windows go back to the pool now (the
+            # consumer may still hold the shard a moment), as do the ones of this block in the shard read
+            current = max(held, default=None)
             for slot in [slot for slot in held if slot != current]:
-                del held[slot]
+                held.pop(slot)[0].release(keep_newest=False)
+            if current is not None:
+                held[current][0].release()
             offset = 0
             block += 1
 
