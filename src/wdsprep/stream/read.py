@@ -216,7 +216,7 @@ class LocalShard:
     is taken is what was digested."""
 
     __slots__ = ("url", "index", "fd", "start", "stop", "plans", "in_order", "keep", "begins", "windows",
-                 "kept", "ready", "limit")
+                 "ready", "limit")
 
     def __init__(self, url: str, index: ShardIndex, fd: int, start: int, stop: int, in_order: bool = True):
         self.fd = -1
@@ -225,7 +225,6 @@ class LocalShard:
         self.keep = 0 if in_order else KEEP
         self.begins: list[int] = []  # first byte of each window held, oldest first
         self.windows: list[tuple] = []  # (first byte, end byte, its WINDOW-byte buffer)
-        self.kept = 0
         self.ready: tuple | None = None  # (i, members): a large sample read straight into its bytearrays
         self.limit = index.sample_end(stop - 1)
         self.fd = os.dup(fd)
@@ -234,7 +233,7 @@ class LocalShard:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
-        _buffers.put([window[2] for window in self.windows])
+        self.release(keep_newest=False)
 
     def release(self, keep_newest: bool = True) -> None:
         """Give the pool the windows read so far, all or all but the newest: the samples checked so
@@ -244,7 +243,6 @@ class LocalShard:
         if drop > 0:
             _buffers.put([window[2] for window in self.windows[:drop]])
             del self.windows[:drop], self.begins[:drop]
-            self.kept = len(self.windows) * WINDOW
 
     # -- reading
     def _window(self, i: int) -> tuple:
@@ -257,10 +255,9 @@ class LocalShard:
         if j == self.stop and self.limit <= begin + WINDOW:
             end = self.limit
         buffer = None
-        while self.windows and self.kept + WINDOW > self.keep:
+        while self.windows and (len(self.windows) + 1) * WINDOW > self.keep:
             old = self.windows.pop(0)[2]
             del self.begins[0]
-            self.kept -= WINDOW
             if buffer is None:
                 buffer = old
             else:
@@ -271,7 +268,6 @@ class LocalShard:
         window = (begin, end, buffer)
         self.begins.append(begin)
         self.windows.append(window)
-        self.kept += WINDOW
         return window
 
     def _direct(self, i: int) -> list:
