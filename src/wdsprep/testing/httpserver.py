@@ -34,6 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlsplit
 
 from ._faults import FaultPlan, hang_up, trickled
+from ._threaded import ServedInThread
 
 CHUNK = 1 << 18  # bytes read, written and paced at a time: a shaped link costs the server little CPU
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
@@ -279,7 +280,7 @@ class _Server(ThreadingHTTPServer):
         pass
 
 
-class RangeHTTPServer:
+class RangeHTTPServer(ServedInThread):
     def __init__(self, root: str | os.PathLike | None = None, host: str = "127.0.0.1", port: int = 0, *,
                  shaping: Shaping | None = None, upstream: str | None = None):
         if (root is None) == (upstream is None):
@@ -298,29 +299,12 @@ class RangeHTTPServer:
         self.conn_ids = 0
         self.open_connections = 0
         self.peak_connections = 0
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
 
     def start(self) -> "RangeHTTPServer":
-        self._server = _Server((self.host, self.port), _Handler)
-        self._server.owner = self
-        self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="http-test-server", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-
-    def __enter__(self) -> "RangeHTTPServer":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+        server = _Server((self.host, self.port), _Handler)
+        server.owner = self
+        self.port = server.server_address[1]
+        return self._serve(server, "http-test-server")
 
     @property
     def url(self) -> str:

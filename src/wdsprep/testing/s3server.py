@@ -16,6 +16,7 @@ from typing import Callable, Iterator
 from urllib.parse import parse_qs, unquote
 
 from ._faults import FaultPlan, trickled
+from ._threaded import ServedInThread
 
 AWS_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -28,7 +29,7 @@ AWS_ENV = {
 }
 
 
-class S3Server:
+class S3Server(ServedInThread):
     """`with S3Server() as s3: ...` — `s3.endpoint`, `s3.env`, `s3.environment()`, `s3.client()`."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0):
@@ -38,8 +39,6 @@ class S3Server:
         self._corrupting: set[tuple[str, str]] = set()
         self.requests: list[dict] = []
         self._lock = threading.Lock()
-        self._server = None
-        self._thread: threading.Thread | None = None
 
     # -- lifecycle
     def start(self) -> "S3Server":
@@ -48,26 +47,14 @@ class S3Server:
 
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no per-request lines in test output
         self._backend = DomainDispatcherApplication(create_backend_app)
-        self._server = make_server(self.host, self.port, self._app, threaded=True, request_handler=MotoRequestHandler)
-        self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="s3-test-server", daemon=True)
-        self._thread.start()
-        return self
+        server = make_server(self.host, self.port, self._app, threaded=True, request_handler=MotoRequestHandler)
+        self.port = server.server_address[1]
+        return self._serve(server, "s3-test-server")
 
     def stop(self) -> None:
         if self.faults.gate is not None:
             self.faults.gate.release(fail=True)
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-
-    def __enter__(self) -> "S3Server":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+        super().stop()
 
     # -- client side
     @property

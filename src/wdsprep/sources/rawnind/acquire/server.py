@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from ....testing._faults import FaultPlan, hang_up
+from ....testing._threaded import ServedInThread
 
 LISTING_NAME = "dataverse_dataset.json"
 _RANGE_RE = re.compile(r"^bytes=(\d*)-(\d*)$")
@@ -100,7 +101,7 @@ class DataverseDirectory:
                 self.by_pid[datafile["persistentId"]] = int(datafile["id"])
 
 
-class DataverseServer:
+class DataverseServer(ServedInThread):
     """Runs the server in a thread: `with DataverseServer(dir) as server: server.url ...`."""
 
     def __init__(self, root: str, host: str = "127.0.0.1", port: int = 0, faults: Faults | None = None,
@@ -115,7 +116,7 @@ class DataverseServer:
         handler = type("Handler", (_Handler,), {"app": self})
         self.httpd = ThreadingHTTPServer((host, port), handler)
         self.httpd.daemon_threads = True
-        self._thread: threading.Thread | None = None
+        self._server = self.httpd  # closed by `stop()` even if never started
 
     @property
     def url(self) -> str:
@@ -127,21 +128,7 @@ class DataverseServer:
         return self.directory.doi
 
     def start(self) -> "DataverseServer":
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="dataverse-server", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def __enter__(self) -> "DataverseServer":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+        return self._serve(self.httpd, "dataverse-server")
 
     def record(self, entry: dict) -> None:
         with self._lock:
