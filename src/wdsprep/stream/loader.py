@@ -17,8 +17,10 @@ file's syntax tree, that it touches no private attribute).
 from __future__ import annotations
 
 import collections.abc
+import functools
 from typing import Any, Callable, Iterator
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from torch.utils.data._utils.collate import default_convert
@@ -84,9 +86,44 @@ def convert(data: Any) -> Any:
     return default_convert(data)
 
 
-def _convert_payload(item: tuple) -> tuple:
+# A tensor a worker sends goes through shared memory: one segment, one file descriptor handed to the
+# main process over a socket (a connection and an authentication round trip each). For a batch's small
+# numeric fields (indices, epochs, labels: a few hundred bytes) that costs far more than their bytes;
+# top-level numpy fields smaller than this travel pickled inside the batch's message instead and become
+# tensors in the main process (`_received`). Large fields still go through shared memory.
+INLINE_BYTES = 64 * 1024
+
+
+def _is_small_array(value: Any) -> bool:
+    return isinstance(value, np.ndarray) and value.nbytes < INLINE_BYTES
+
+
+def _top_level(batch: Any, inline: Callable[[Any], Any], rest: Callable[[Any], Any]) -> Any:
+    """`batch` with `inline` applied to its small top-level numpy fields and `rest` to everything else."""
+    def each(value: Any) -> Any:
+        return inline(value) if _is_small_array(value) else rest(value)
+
+    if isinstance(batch, collections.abc.Mapping):
+        return {key: each(value) for key, value in batch.items()}
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
+        return type(batch)(*(each(value) for value in batch))
+    if isinstance(batch, (list, tuple)):
+        return [each(value) for value in batch]
+    return rest(batch)
+
+
+def _convert_payload(item: tuple, inline: bool = False) -> tuple:
+    """Runs where the DataLoader collates: in each worker (`inline`: small top-level fields stay numpy,
+    see INLINE_BYTES), or in the main process without workers (everything converted)."""
     logical, position, payload = item
+    if inline:
+        return logical, position, _top_level(payload, lambda value: value, convert)
     return logical, position, convert(payload)
+
+
+def _received(batch: Any) -> Any:
+    """In the main process: the fields a worker left as numpy arrays, converted as `convert` would."""
+    return _top_level(batch, default_convert, lambda value: value)
 
 
 class Loader:
@@ -139,10 +176,13 @@ class Loader:
     def __iter__(self) -> Iterator[Any]:
         stream = _WorkerStream(self.dataset, self.logical_workers, self._next_worker, self.progress,
                                dict(self._positions), self.batch_size, self.collate_fn, self.partial)
-        loader = DataLoader(
-            stream, batch_size=None, num_workers=self.num_workers, collate_fn=_convert_payload, **self.options
-        )
+        # pinned memory is filled by the DataLoader from what the workers sent: then every field is a tensor there
+        inline = self.num_workers > 0 and not self.options.get("pin_memory")
+        loader = DataLoader(stream, batch_size=None, num_workers=self.num_workers,
+                            collate_fn=functools.partial(_convert_payload, inline=inline), **self.options)
         for logical, position, batch in loader:
+            if inline:
+                batch = _received(batch)
             self._positions[logical] = position
             self._next_worker = (logical + 1) % self.logical_workers
             yield batch
