@@ -600,4 +600,15 @@ MUTATIONS = [
              (("        inline = self.num_workers > 0 and not self.options.get(\"pin_memory\")\n",
                "        inline = self.num_workers > 0\n"),),
              ("tests/core/test_loader_transfer.py",)),
+    # -- the default number of requests at once: the rank's, shared by its workers
+    Mutation("rank-connections-per-worker", "every worker takes the rank's whole default of connections",
+             "src/wdsprep/stream/remote.py",
+             (("    return max(MIN_WORKER_CONNECTIONS, RANK_CONNECTIONS // max(1, num_workers))\n",
+               "    return RANK_CONNECTIONS\n"),),
+             ("tests/objectstore/test_read_ahead.py",)),
+    Mutation("rank-connections-old-default", "the default stays 12 requests per worker",
+             "src/wdsprep/stream/remote.py",
+             (("    return max(MIN_WORKER_CONNECTIONS, RANK_CONNECTIONS // max(1, num_workers))\n",
+               "    return 12\n"),),
+             ("tests/objectstore/test_read_ahead.py",)),
 ]

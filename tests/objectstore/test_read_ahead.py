@@ -207,6 +207,26 @@ def test_connections_stay_within_the_bound_and_are_reused(large, s3_server, kind
         assert stats["requests"] >= 20, stats
 
 
+def test_by_default_a_rank_sends_32_requests_at_once_shared_by_its_workers(large, monkeypatch):
+    """Without `max_connections`: one process up to RANK_CONNECTIONS (32) at once, each of 2 workers
+    up to half of them (small ranges and a 50 ms first byte, so that many are in flight)."""
+    from wdsprep.stream import remote
+
+    monkeypatch.setattr(remote, "MIN_RANGE", 4096)
+    assert remote.MAX_CONNECTIONS is None  # WDSPREP_MAX_CONNECTIONS not set
+    with RangeHTTPServer(large, shaping=Shaping(latency=0.05)) as server:
+        dataset = wdsprep.dataset(server.url_of("manifest.json"), "train", equalize=None, prefetch_bytes=2 << 20)
+        server.clear_log()
+        assert sum(1 for _ in dataset) == 600
+        assert server.stats()["peak_connections"] == 32, server.stats()  # 2 MiB / 64: 32 KiB ranges
+
+        server.clear_log()
+        idle = server.stats()["peak_connections"]
+        assert sum(len(batch["__key__"]) for batch in wdsprep.Loader(dataset, batch_size=50, num_workers=2)) == 600
+        stats = server.stats()
+        assert 16 < stats["connections"] <= 32 and stats["peak_connections"] <= idle + 32, (idle, stats)  # new ones: the workers'
+
+
 def test_read_ahead_holds_at_most_its_budget(large):
     """Measured with tracemalloc (the server runs in its own process): what the reading process
     allocates stays within the budget plus the socket reads in flight and the sample being read,

@@ -39,7 +39,7 @@ from ..shards.manifest import Manifest
 from .decode import ReaderStage
 from .manifests import load_manifest
 from .plan import Piece, Sequence, epoch_sequence, remainder, sequence_weights
-from .remote import check_options
+from .remote import check_options, worker_connections
 from .state import EpochProgress, Position, encode_state, parse_state
 from .worker import ShardReader, WorkerPlan, WorkerStream, worker_plan
 
@@ -247,7 +247,8 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
         decode = stages[1] if cut > 1 and isinstance(stages[1], ReaderStage) else None  # fused into the reader
         first = 1 if decode is None else 2
         reader = ShardReader(self.urls, self.rows, handler=self.handler, cache=self.cache,
-                             prefetch_bytes=self.prefetch_bytes, max_connections=self.max_connections,
+                             prefetch_bytes=self.prefetch_bytes,
+                             max_connections=worker_connections(self.max_connections, num_workers),
                              shuffle_buffer=self.shuffle_buffer, key=(self.seed, progress.epoch, rank, worker))
         return WorkerStream(reader, self.plan(worker, num_workers, progress=progress), resume or Position(),
                             stages=stages[first:cut], after=stages[cut:], invoke=self.invoke, decode=decode,
@@ -307,7 +308,8 @@ def dataset(manifest_url: str | Manifest, split: str = "train", **options) -> Sh
 
     `prefetch_bytes` / `max_connections`: the read-ahead of remote (http(s)://, s3://) shards, per
     DataLoader worker (or per process without workers): at most `max_connections` Range requests at
-    once (default 12, `WDSPREP_MAX_CONNECTIONS`), at most `prefetch_bytes` fetched ahead and not yet
+    once (default: 32 per rank shared by its workers, at least 8 each; `WDSPREP_MAX_CONNECTIONS` sets
+    a number per worker), at most `prefetch_bytes` fetched ahead and not yet
     read (default 64 MiB, `WDSPREP_PREFETCH_BYTES`); `prefetch_bytes=0` reads each piece as one
     sequential stream instead (see stream/remote.py and docs/objectstore.md)."""
     manifest = manifest_url if isinstance(manifest_url, Manifest) else load_manifest(manifest_url)

@@ -54,7 +54,14 @@ from ..storage.resuming import ObjectCheck
 
 MIB = 1 << 20
 PREFETCH_BYTES = int(os.environ.get("WDSPREP_PREFETCH_BYTES", 64 * MIB))
-MAX_CONNECTIONS = int(os.environ.get("WDSPREP_MAX_CONNECTIONS", 12))
+# Range requests at once. By default a rank (a process and its DataLoader workers) sends up to
+# RANK_CONNECTIONS, shared by its workers, each at least MIN_WORKER_CONNECTIONS: on a link whose
+# connections are slower than the whole, more requests in flight keep it full while each waits for its
+# first byte, and with more workers each needs fewer. `max_connections` (or WDSPREP_MAX_CONNECTIONS)
+# sets a number per worker instead.
+RANK_CONNECTIONS = 32
+MIN_WORKER_CONNECTIONS = 8
+MAX_CONNECTIONS = int(os.environ["WDSPREP_MAX_CONNECTIONS"]) if os.environ.get("WDSPREP_MAX_CONNECTIONS") else None
 FIRST_RANGE = 256 << 10  # the first request of a stream; each next one twice as large, up to range_bytes
 MIN_RANGE = 64 << 10
 MAX_RANGE = 16 * MIB
@@ -66,13 +73,24 @@ def range_bytes(prefetch_bytes: int, max_connections: int) -> int:
     return max(MIN_RANGE, min(MAX_RANGE, prefetch_bytes // (2 * max_connections)))
 
 
-def check_options(prefetch_bytes, max_connections) -> tuple[int, int]:
-    """The dataset's read-ahead options (None: the defaults), checked."""
+def worker_connections(max_connections: int | None, num_workers: int) -> int:
+    """Range requests at once for each of a rank's `num_workers` workers: `max_connections` when
+    given, else WDSPREP_MAX_CONNECTIONS when set, else the worker's share of RANK_CONNECTIONS."""
+    if max_connections is not None:
+        return max_connections
+    if MAX_CONNECTIONS is not None:
+        return MAX_CONNECTIONS
+    return max(MIN_WORKER_CONNECTIONS, RANK_CONNECTIONS // max(1, num_workers))
+
+
+def check_options(prefetch_bytes, max_connections) -> tuple[int, int | None]:
+    """The dataset's read-ahead options, checked: (prefetch bytes, connections per worker or None:
+    decided per worker count by `worker_connections`)."""
     prefetch = PREFETCH_BYTES if prefetch_bytes is None else int(prefetch_bytes)
-    connections = MAX_CONNECTIONS if max_connections is None else int(max_connections)
+    connections = None if max_connections is None else int(max_connections)
     if prefetch < 0:
         raise ConfigError(f"prefetch_bytes must be >= 0 (0: no read-ahead), got {prefetch_bytes}")
-    if connections < 1:
+    if connections is not None and connections < 1:
         raise ConfigError(f"max_connections must be >= 1, got {max_connections}")
     if prefetch and prefetch < 2 * MIN_RANGE:
         raise ConfigError(f"prefetch_bytes must be 0 (no read-ahead) or at least {2 * MIN_RANGE} "
@@ -406,7 +424,8 @@ class ReadAhead:
     the reader: `open(url, first, stop)` for each in turn; `close()` when done (or dropped)."""
 
     def __init__(self, jobs: Iterable[tuple[str, dict, int, int]], *, prefetch_bytes: int = PREFETCH_BYTES,
-                 max_connections: int = MAX_CONNECTIONS):
+                 max_connections: int | None = None):
+        max_connections = worker_connections(max_connections, 1)
         self.jobs = collections.deque(_Job(*job) for job in jobs)
         self.engine = _Engine(list(self.jobs), prefetch_bytes, max_connections)
         for name in {scheme_of(job.url) for job in self.jobs}:  # the clients, before the first piece
