@@ -611,4 +611,8 @@ MUTATIONS = [
              (("    return max(MIN_WORKER_CONNECTIONS, RANK_CONNECTIONS // max(1, num_workers))\n",
                "    return 12\n"),),
              ("tests/objectstore/test_read_ahead.py",)),
+    Mutation("env-connections-unchecked", "WDSPREP_MAX_CONNECTIONS=0 is taken: workers start no fetching thread and wait for ever",
+             "src/wdsprep/stream/remote.py",
+             (("    if MAX_CONNECTIONS is not None and MAX_CONNECTIONS < 1:\n", "    if False:\n"),),
+             ("tests/objectstore/test_read_ahead.py",)),
 ]

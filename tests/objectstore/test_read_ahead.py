@@ -227,6 +227,21 @@ def test_by_default_a_rank_sends_32_requests_at_once_shared_by_its_workers(large
         assert 16 < stats["connections"] <= 32 and stats["peak_connections"] <= idle + 32, (idle, stats)  # new ones: the workers'
 
 
+def test_read_ahead_options_are_checked(large, monkeypatch):
+    from wdsprep.errors import ConfigError
+    from wdsprep.stream import remote
+
+    manifest = str(large / "manifest.json")
+    for options, message in (({"max_connections": 0}, "max_connections must be >= 1"),
+                             ({"prefetch_bytes": -1}, "prefetch_bytes must be >= 0"),
+                             ({"prefetch_bytes": 1000}, "prefetch_bytes must be 0")):
+        with pytest.raises(ConfigError, match=message):
+            wdsprep.dataset(manifest, "train", **options)
+    monkeypatch.setattr(remote, "MAX_CONNECTIONS", 0)  # WDSPREP_MAX_CONNECTIONS=0
+    with pytest.raises(ConfigError, match="WDSPREP_MAX_CONNECTIONS must be >= 1"):
+        wdsprep.dataset(manifest, "train")
+
+
 def test_read_ahead_holds_at_most_its_budget(large):
     """Measured with tracemalloc (the server runs in its own process): what the reading process
     allocates stays within the budget plus the socket reads in flight and the sample being read,

@@ -92,6 +92,8 @@ def check_options(prefetch_bytes, max_connections) -> tuple[int, int | None]:
         raise ConfigError(f"prefetch_bytes must be >= 0 (0: no read-ahead), got {prefetch_bytes}")
     if connections is not None and connections < 1:
         raise ConfigError(f"max_connections must be >= 1, got {max_connections}")
+    if MAX_CONNECTIONS is not None and MAX_CONNECTIONS < 1:
+        raise ConfigError(f"WDSPREP_MAX_CONNECTIONS must be >= 1, got {MAX_CONNECTIONS}")
     if prefetch and prefetch < 2 * MIN_RANGE:
         raise ConfigError(f"prefetch_bytes must be 0 (no read-ahead) or at least {2 * MIN_RANGE} "
                           f"(two requests of {MIN_RANGE} bytes), got {prefetch_bytes}")
