@@ -122,8 +122,8 @@ def _convert_payload(item: tuple, inline: bool = False) -> tuple:
 
 
 def _received(batch: Any) -> Any:
-    """In the main process: the fields a worker left as numpy arrays, converted as `convert` would."""
-    return _top_level(batch, default_convert, lambda value: value)
+    """In the main process: the fields a worker left as numpy arrays, converted."""
+    return _top_level(batch, convert, lambda value: value)
 
 
 class Loader:

@@ -2,9 +2,9 @@
 requests over pooled connections, within a byte budget.
 
 A worker's stream is a list of pieces (shard, first sample, end sample; stream/plan.py), all known
-before its first sample. `ReadAhead(jobs)` fetches them in that order while the reader consumes
-them, and hands each piece to the reader (`open`) as a stream of exactly its own bytes, with its
-shard's index.
+before its first sample. `ReadAhead(jobs, max_connections=...)` fetches them in that order while
+the reader consumes them, and hands each piece to the reader (`open`) as a stream of exactly its
+own bytes, with its shard's index.
 
 What is fetched: each piece's own bytes, and its shard's index, once.
 - The piece's body is [offsets[first], end), `end` being the next sample's first header, or the
@@ -426,8 +426,7 @@ class ReadAhead:
     the reader: `open(url, first, stop)` for each in turn; `close()` when done (or dropped)."""
 
     def __init__(self, jobs: Iterable[tuple[str, dict, int, int]], *, prefetch_bytes: int = PREFETCH_BYTES,
-                 max_connections: int | None = None):
-        max_connections = worker_connections(max_connections, 1)
+                 max_connections: int):
         self.jobs = collections.deque(_Job(*job) for job in jobs)
         self.engine = _Engine(list(self.jobs), prefetch_bytes, max_connections)
         for name in {scheme_of(job.url) for job in self.jobs}:  # the clients, before the first piece
