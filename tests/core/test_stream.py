@@ -4,7 +4,7 @@ import collections
 import pytest
 
 import wdsprep
-from wdsprep.stream.plan import rank_pieces
+from wdsprep.stream.plan import epoch_sequence, rank_share
 
 
 def _keys(manifest_url, *, rank, world, worker=0, workers=1, epoch, equalize="pad", seed=0, monkeypatch=None):
@@ -55,7 +55,7 @@ def test_shards_move_between_ranks_across_epochs(uneven_manifest):
     counts = [7, 7, 7, 7, 7, 7, 7, 1]
     for epoch in range(6):
         for rank in range(3):
-            for piece in rank_pieces(counts, rank=rank, world_size=3, seed=0, epoch=epoch, shuffle=True, equalize=None):
+            for piece in rank_share(epoch_sequence(counts, 0, epoch, True), rank, 3, None)[0]:
                 owners[piece.shard].add(rank)
     assert any(len(ranks) > 1 for ranks in owners.values())
 

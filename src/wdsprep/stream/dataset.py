@@ -23,8 +23,6 @@ worker's reader; any other stage is applied to the reader's samples as webdatase
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import os
 from dataclasses import replace
 from typing import Callable, Iterator
@@ -38,7 +36,8 @@ from ..errors import ConfigError
 from ..shards.manifest import Manifest
 from .decode import ReaderStage
 from .manifests import load_manifest
-from .plan import Piece, Sequence, epoch_sequence, remainder, sequence_weights
+from .catalog import catalog_of
+from .plan import Sequence, epoch_sequence, remainder, sequence_weights
 from .remote import check_options, worker_connections
 from .state import EpochProgress, Position, encode_state, parse_state
 from .worker import ShardReader, WorkerPlan, WorkerStream, worker_plan
@@ -100,16 +99,21 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
         outputs_per_sample: Sequence_[int] | Callable | None = None,
         prefetch_bytes: int | None = None,
         max_connections: int | None = None,
+        keys=None,
+        select: str | None = None,
+        fraction: float | None = None,
+        limit: int | None = None,
     ):
         super().__init__()
         if equalize not in (None, "pad", "drop"):
             raise ConfigError(f"equalize must be 'pad', 'drop' or None (got {equalize!r})")
         self.manifest = manifest
         self.split = split
-        self.rows = manifest.shards(split)
-        self.urls = manifest.shard_urls(split)
-        self.counts = [row["samples"] for row in self.rows]
         self.seed = int(seed)
+        # the split's shards and what the selection keeps of them (stream/catalog.py)
+        self.catalog = catalog_of(manifest, split, seed=self.seed, keys=keys, select=select, fraction=fraction,
+                                  limit=limit)
+        self.rows, self.urls, self.counts = self.catalog.rows, self.catalog.urls, self.catalog.counts
         self.progress = EpochProgress(0 if epoch is None else int(epoch), epoch is None)
         self.shuffle_shards = shuffle_shards
         self.shuffle_buffer = int(shuffle_buffer)
@@ -118,7 +122,6 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
         self.handler = handler
         self.shard_weights = self._shard_weights(outputs_per_sample)
         self._resume: dict[int, Position] = {}  # worker -> where its next pass starts (load_state_dict)
-        self._digest: str | None = None
         self._stream: WorkerStream | None = None  # this process's current pass (for state_dict)
         self._count_at: int | None = None  # pipeline index where outputs are counted (before batching)
         self._worker_override: tuple[int, int] | None = None  # (worker, num_workers) for tests outside a DataLoader
@@ -138,11 +141,14 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
         if callable(outputs_per_sample):
             outputs_per_sample = outputs_per_sample(self.manifest, self.split)
         flat = np.asarray(list(outputs_per_sample), dtype=np.int64)
-        if flat.ndim != 1 or len(flat) != sum(self.counts) or (flat < 0).any():
-            raise ConfigError(f"outputs_per_sample must give a count >= 0 for each of the {sum(self.counts)} samples "
+        sizes = self.catalog.sizes
+        if flat.ndim != 1 or len(flat) != sizes.sum() or (flat < 0).any():
+            raise ConfigError(f"outputs_per_sample must give a count >= 0 for each of the {sizes.sum()} samples "
                               f"of split {self.split!r} (got {len(flat)} values)")
-        ends = np.cumsum(self.counts)
-        return [flat[end - count : end] for end, count in zip(ends, self.counts)]
+        ends = np.cumsum(sizes)
+        per_shard = [flat[end - size : end] for end, size in zip(ends, sizes)]
+        # a selection's pieces count kept samples: shard s's weights are those of its kept samples
+        return [w if (kept := self.catalog.members(s)) is None else w[kept] for s, w in enumerate(per_shard)]
 
     # -- epochs and state (stream/state.py)
     @property
@@ -168,16 +174,14 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
     @property
     def digest(self) -> str:
         """Names, counts and sha256 of the split's shards: what a saved state must have been read from."""
-        if self._digest is None:
-            rows = [[row["name"], row["samples"], row.get("sha256")] for row in self.rows]
-            self._digest = hashlib.sha256(json.dumps(rows).encode()).hexdigest()[:16]
-        return self._digest
+        return self.catalog.digest
 
     def layout(self) -> dict:
         """What a state saved from this pipeline records and a loaded one must match (stream/state.py)."""
         rank, world = distributed_info(self.rank_arg, self.world_arg)
         return {"dataset": self.digest, "split": self.split, "seed": self.seed, "shuffle_shards": self.shuffle_shards,
-                "shuffle_buffer": self.shuffle_buffer, "equalize": self.equalize, "rank": rank, "world_size": world}
+                "shuffle_buffer": self.shuffle_buffer, "equalize": self.equalize, "rank": rank, "world_size": world,
+                "selection": self.catalog.selection_text}
 
     def state_dict(self) -> dict:
         """This process's position: inside a DataLoader worker (torchdata's StatefulDataLoader) that
@@ -216,21 +220,18 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
         return worker_plan(self.sequence(epoch, progress), rank, world, worker, num_workers, self.equalize,
                            self.shard_weights)
 
-    def pieces(self, worker: int = 0, num_workers: int = 1, epoch: int | None = None) -> list[Piece]:
-        return self.plan(worker, num_workers, epoch).pieces
-
     def samples_per_rank(self, epoch: int | None = None, num_workers: int = 1) -> int:
         """Samples this rank reads per epoch; with `outputs_per_sample`, the training samples it
         yields, which with equalize depend on the worker count (each worker meets its own target)."""
         if self.shard_weights is None:
-            return sum(p.samples for p in self.plan(0, 1, epoch).rank_pieces)
+            return len(self.plan(0, 1, epoch).rank_pieces)
         total = 0
         for worker in range(num_workers):
             plan = self.plan(worker, num_workers, epoch)
             if plan.target is not None:
                 total += plan.target
             else:
-                total += int(sequence_weights(Sequence(plan.pieces, plan.sequence.discards), self.shard_weights).sum())
+                total += int(sequence_weights(plan.pieces.with_discards(plan.sequence.discards), self.shard_weights).sum())
         return total
 
     # -- iteration
@@ -246,7 +247,7 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
         cut = len(stages) if self._count_at is None else self._count_at
         decode = stages[1] if cut > 1 and isinstance(stages[1], ReaderStage) else None  # fused into the reader
         first = 1 if decode is None else 2
-        reader = ShardReader(self.urls, self.rows, handler=self.handler, cache=self.cache,
+        reader = ShardReader(self.catalog, handler=self.handler, cache=self.cache,
                              prefetch_bytes=self.prefetch_bytes,
                              max_connections=worker_connections(self.max_connections, num_workers),
                              shuffle_buffer=self.shuffle_buffer, key=(self.seed, progress.epoch, rank, worker))

@@ -36,12 +36,12 @@ Rule 4 then works on outputs: each worker k of every rank yields `output_targets
 smallest ("drop": the rest are cut) or the largest ("pad": the worker's first outputs are repeated)
 of what worker k has on any rank, so every rank makes the same batches without `Join`.
 
-A stream is a list of pieces (shard index, first sample, end sample); the same arguments give the
-same pieces on any machine.
+A stream is a `Sequence` of pieces (shard index, first sample, end sample), held as numpy columns
+so that planning a split of a million shards makes no per-shard Python object; the same arguments
+give the same pieces on any machine.
 """
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,43 +56,132 @@ class Piece:
     shard: int  # index into the manifest's shard list of the split
     start: int  # first sample within the shard
     stop: int  # one past the last sample
+    cycle: int = 0  # which pass over its part a piece belongs to (a part that cycles repeats shards)
 
     @property
     def samples(self) -> int:
         return self.stop - self.start
 
 
-@dataclass
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
 class Sequence:
-    """An ordered run of samples (pieces) plus the outputs already delivered of some of them."""
+    """An ordered run of samples: pieces (shard, start, stop, cycle) held as numpy columns, plus the
+    outputs already delivered of some samples (`discards`, keyed by (cycle, shard, index)). Nothing
+    is made per piece until pieces are iterated, so a sequence of a million shards costs a few arrays."""
 
-    pieces: list[Piece]
-    discards: dict[tuple[int, int], int] = field(default_factory=dict)  # (shard, index) -> outputs delivered
+    __slots__ = ("shard", "start", "stop", "cycle", "ends", "discards")
 
-    def __post_init__(self) -> None:
-        self.ends = list(np.cumsum([p.samples for p in self.pieces], dtype=np.int64)) if self.pieces else []
+    def __init__(self, shard=_EMPTY, start=_EMPTY, stop=_EMPTY, cycle=None, discards: dict | None = None):
+        self.shard = np.asarray(shard, dtype=np.int64)
+        self.start = np.asarray(start, dtype=np.int64)
+        self.stop = np.asarray(stop, dtype=np.int64)
+        self.cycle = np.zeros(len(self.shard), np.int64) if cycle is None else np.asarray(cycle, dtype=np.int64)
+        self.ends = np.cumsum(self.stop - self.start)
+        self.discards = {} if discards is None else discards
+
+    @classmethod
+    def of(cls, pieces, discards: dict | None = None) -> "Sequence":
+        """A sequence of these `Piece`s, in order."""
+        pieces = list(pieces)
+        columns = [[getattr(p, name) for p in pieces] for name in ("shard", "start", "stop", "cycle")]
+        return cls(*columns, discards=discards)
 
     def __len__(self) -> int:
-        return int(self.ends[-1]) if self.ends else 0
+        return int(self.ends[-1]) if len(self.ends) else 0
 
-    def sample(self, position: int) -> tuple[int, int]:
-        """(shard, index) at a position of the sequence."""
-        i = bisect.bisect_right(self.ends, position)
+    @property
+    def piece_count(self) -> int:
+        return len(self.shard)
+
+    def __iter__(self):
+        for shard, start, stop, cycle in zip(self.shard.tolist(), self.start.tolist(), self.stop.tolist(),
+                                             self.cycle.tolist()):
+            yield Piece(shard, start, stop, cycle)
+
+    @property
+    def pieces(self) -> list[Piece]:
+        return list(self)
+
+    def __add__(self, other: "Sequence") -> "Sequence":
+        return concat([self, other], merge=False)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Sequence) and self.pieces == other.pieces
+
+    def __repr__(self) -> str:
+        return f"Sequence({self.pieces!r})"
+
+    def with_discards(self, discards: dict) -> "Sequence":
+        return Sequence(self.shard, self.start, self.stop, self.cycle, discards)
+
+    def sample(self, position: int) -> tuple[int, int, int]:
+        """(cycle, shard, index) at a position of the sequence."""
+        i = int(np.searchsorted(self.ends, position, side="right"))
         before = int(self.ends[i - 1]) if i else 0
-        return self.pieces[i].shard, self.pieces[i].start + position - before
+        return int(self.cycle[i]), int(self.shard[i]), int(self.start[i]) + position - before
 
-    def slice(self, start: int, stop: int) -> list[Piece]:
+    def slice(self, start: int, stop: int) -> "Sequence":
         """The pieces of positions [start, stop)."""
-        out: list[Piece] = []
-        i = bisect.bisect_right(self.ends, start)
-        while start < stop and i < len(self.pieces):
-            piece, before = self.pieces[i], (int(self.ends[i - 1]) if i else 0)
-            hi = min(stop, int(self.ends[i]))
-            if start < hi:
-                out.append(Piece(piece.shard, piece.start + start - before, piece.start + hi - before))
-            start = hi
-            i += 1
-        return out
+        stop = min(stop, len(self))
+        if start >= stop:
+            return Sequence()
+        first = int(np.searchsorted(self.ends, start, side="right"))
+        last = int(np.searchsorted(self.ends, stop, side="left"))  # the piece holding position stop - 1
+        begins = self.ends[first : last + 1] - (self.stop[first : last + 1] - self.start[first : last + 1])
+        lo = self.start[first : last + 1].copy()
+        hi = self.stop[first : last + 1].copy()
+        lo[0] += start - int(begins[0])
+        hi[-1] -= int(self.ends[last]) - stop
+        return Sequence(self.shard[first : last + 1], lo, hi, self.cycle[first : last + 1])
+
+    def weights(self, shard_weights: list[np.ndarray]) -> np.ndarray:
+        """Outputs still to come of each position (a sample with delivered outputs has fewer)."""
+        parts = [shard_weights[p.shard][p.start : p.stop] for p in self]
+        weights = np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+        for (cycle, shard, index), done in self.discards.items():
+            at = self.position_of(cycle, shard, index)
+            if at is not None:
+                weights[at] = max(0, weights[at] - done)
+        return weights
+
+    def position_of(self, cycle: int, shard: int, index: int) -> int | None:
+        """The position of a sample in this sequence, or None when it is not in it."""
+        hits = np.flatnonzero((self.shard == shard) & (self.cycle == cycle) & (self.start <= index) & (index < self.stop))
+        if not len(hits):
+            return None
+        i = int(hits[0])
+        return int(self.ends[i]) - int(self.stop[i]) + index
+
+    def contains(self, sample: tuple[int, int, int]) -> bool:
+        return self.position_of(*sample) is not None
+
+
+def concat(sequences, merge: bool = True) -> Sequence:
+    """The pieces of several sequences, one after the other (with `merge`, adjacent runs of a shard
+    in the same cycle become one piece)."""
+    sequences = [s for s in sequences if s.piece_count]
+    if not sequences:
+        return Sequence()
+    shard = np.concatenate([s.shard for s in sequences])
+    start = np.concatenate([s.start for s in sequences])
+    stop = np.concatenate([s.stop for s in sequences])
+    cycle = np.concatenate([s.cycle for s in sequences])
+    return _merged(shard, start, stop, cycle) if merge else Sequence(shard, start, stop, cycle)
+
+
+def _merged(shard, start, stop, cycle) -> Sequence:
+    """Pieces with adjacent runs of one shard (and cycle) merged, empty pieces left out."""
+    keep = stop > start
+    shard, start, stop, cycle = shard[keep], start[keep], stop[keep], cycle[keep]
+    if len(shard) > 1:
+        joins = (shard[1:] == shard[:-1]) & (cycle[1:] == cycle[:-1]) & (start[1:] == stop[:-1])
+        if joins.any():
+            heads = np.concatenate([[True], ~joins])
+            last = np.concatenate([np.flatnonzero(heads)[1:] - 1, [len(shard) - 1]])
+            shard, cycle, start, stop = shard[heads], cycle[heads], start[heads], stop[last]
+    return Sequence(shard, start, stop, cycle)
 
 
 @dataclass(frozen=True)
@@ -111,10 +200,12 @@ def epoch_order(n_shards: int, seed: int, epoch: int, shuffle: bool) -> list[int
     return [int(i) for i in rng.permutation(n_shards)]
 
 
-def epoch_sequence(counts: list[int], seed: int, epoch: int, shuffle: bool) -> Sequence:
+def epoch_sequence(counts, seed: int, epoch: int, shuffle: bool) -> Sequence:
     """G: every shard's samples in order, shards in the epoch's permutation."""
-    order = epoch_order(len(counts), seed, epoch, shuffle)
-    return Sequence([Piece(s, 0, counts[s]) for s in order if counts[s] > 0])
+    counts = np.asarray(counts, dtype=np.int64)
+    order = np.asarray(epoch_order(len(counts), seed, epoch, shuffle), dtype=np.int64)
+    order = order[counts[order] > 0]
+    return Sequence(order, np.zeros(len(order), np.int64), counts[order])
 
 
 def share(total: int, parts: int, index: int) -> tuple[int, int]:
@@ -144,21 +235,12 @@ def weighted_cuts(weights: np.ndarray, parts: int) -> list[int]:
 
 def sequence_weights(sequence: Sequence, shard_weights: list[np.ndarray]) -> np.ndarray:
     """Outputs still to come of each position of a sequence (a resumed sample's are fewer)."""
-    parts = [shard_weights[p.shard][p.start : p.stop] for p in sequence.pieces]
-    weights = np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
-    position = 0
-    for piece in sequence.pieces:
-        for (shard, index), done in sequence.discards.items():
-            if shard == piece.shard and piece.start <= index < piece.stop:
-                at = position + index - piece.start
-                weights[at] = max(0, weights[at] - done)
-        position += piece.samples
-    return weights
+    return sequence.weights(shard_weights)
 
 
 def rank_share(
     sequence: Sequence, rank: int, world_size: int, equalize: str | None, weights: np.ndarray | None = None
-) -> tuple[list[Piece], int, int]:
+) -> tuple[Sequence, int, int]:
     """(this rank's pieces after equalizing, the sequence position of its first sample, how many of
     its pieces' samples are its own: the rest is the padding repeat). With `weights`, the cut is on
     outputs and equalizing is left to the outputs (`output_targets`)."""
@@ -179,14 +261,6 @@ def rank_share(
     return own, start, stop - start
 
 
-def rank_pieces(
-    counts: list[int], *, rank: int, world_size: int, seed: int, epoch: int, shuffle: bool, equalize: str | None
-) -> list[Piece]:
-    """Rules 1-4 for a fresh epoch."""
-    _check(rank, world_size, equalize)
-    return rank_share(epoch_sequence(counts, seed, epoch, shuffle), rank, world_size, equalize)[0]
-
-
 def worker_run(length: int, worker: int, num_workers: int, weights: np.ndarray | None = None) -> tuple[int, int]:
     """[start, stop) of a worker's run within its rank's list of `length` samples (rule 5)."""
     if weights is None:
@@ -195,13 +269,12 @@ def worker_run(length: int, worker: int, num_workers: int, weights: np.ndarray |
     return cuts[worker], cuts[worker + 1]
 
 
-def worker_pieces(pieces: list[Piece], *, worker: int, num_workers: int, weights: np.ndarray | None = None) -> list[Piece]:
+def worker_pieces(pieces: Sequence, *, worker: int, num_workers: int, weights: np.ndarray | None = None) -> Sequence:
     """A rank's stream cut into `num_workers` contiguous runs of equal sample counts (rule 5), or
     of outputs with `weights` (the rank's). A shard is split between at most two neighbouring workers."""
     if num_workers == 1:
         return pieces
-    start, stop = worker_run(sum(p.samples for p in pieces), worker, num_workers, weights)
-    return Sequence(pieces).slice(start, stop)
+    return pieces.slice(*worker_run(len(pieces), worker, num_workers, weights))
 
 
 def output_targets(weights: np.ndarray, world_size: int, num_workers: int, equalize: str | None, rank: int) -> list[int]:
@@ -260,7 +333,7 @@ def remainder(
     weights = None if shard_weights is None else sequence_weights(sequence, shard_weights)
     for rank in range(level.world_size):
         pieces, first, own = rank_share(sequence, rank, level.world_size, equalize, weights)
-        length = sum(p.samples for p in pieces)
+        length = len(pieces)
         mine = None if weights is None else weights[first : first + length]
         for worker in range(level.num_workers):
             skip, discard = level.positions.get((rank, worker), (0, 0))
@@ -274,27 +347,13 @@ def remainder(
                 (q,) = stream_positions(run_stop - run_start, skip, 1, shuffle_buffer=shuffle_buffer, key=key)
                 if run_start + q < own:
                     discards[sequence.sample(first + run_start + q)] = discard
-    pieces: list[Piece] = []
+    kept_runs: list[Sequence] = []
     position = 0
     for lo, hi in sorted(delivered):
-        pieces += sequence.slice(position, lo) if lo > position else []
+        if lo > position:
+            kept_runs.append(sequence.slice(position, lo))
         position = max(position, hi)
-    pieces += sequence.slice(position, len(sequence))
-    kept = Sequence(_merge(pieces))
-    kept.discards = {sample: n for sample, n in discards.items() if _contains(kept, sample)}
+    kept_runs.append(sequence.slice(position, len(sequence)))
+    kept = concat(kept_runs)
+    kept.discards = {sample: n for sample, n in discards.items() if kept.contains(sample)}
     return kept
-
-
-def _merge(pieces: list[Piece]) -> list[Piece]:
-    out: list[Piece] = []
-    for piece in pieces:
-        if out and out[-1].shard == piece.shard and out[-1].stop == piece.start:
-            out[-1] = Piece(piece.shard, out[-1].start, piece.stop)
-        elif piece.samples:
-            out.append(piece)
-    return out
-
-
-def _contains(sequence: Sequence, sample: tuple[int, int]) -> bool:
-    shard, index = sample
-    return any(p.shard == shard and p.start <= index < p.stop for p in sequence.pieces)

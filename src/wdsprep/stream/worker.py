@@ -37,6 +37,7 @@ from .plan import (
     stream_positions,
     worker_run,
 )
+from .catalog import Catalog
 from .read import LocalShard, read_samples
 from .remote import ReadAhead, reads_ahead
 from .state import Position
@@ -56,10 +57,10 @@ class WorkerPlan:
     """What one worker of this rank reads in this pass (see stream/plan.py)."""
 
     sequence: Sequence  # the pass's samples (G, or the remainder after an elastic resume)
-    rank_pieces: list[Piece]  # this rank's list, after equalizing
+    rank_pieces: Sequence  # this rank's list, after equalizing
     own: int  # samples of rank_pieces that are the rank's own (the rest is the padding repeat)
     run: tuple[int, int]  # this worker's [start, stop) within rank_pieces
-    pieces: list[Piece]  # this worker's samples
+    pieces: Sequence  # this worker's samples
     target: int | None  # outputs to yield (balancing on training samples with equalize), else None
 
 
@@ -68,13 +69,13 @@ def worker_plan(sequence: Sequence, rank: int, world: int, worker: int, num_work
     """The share of `sequence` that `worker` of `rank` reads, and its output target."""
     weights = None if shard_weights is None else sequence_weights(sequence, shard_weights)
     mine, first, own = rank_share(sequence, rank, world, equalize, weights)
-    length = sum(p.samples for p in mine)
+    length = len(mine)
     rank_weights = None if weights is None else weights[first : first + length]
     run = worker_run(length, worker, num_workers, rank_weights)
     target = None
     if weights is not None and equalize is not None:
         target = output_targets(weights, world, num_workers, equalize, rank)[worker]
-    return WorkerPlan(sequence, mine, own, run, Sequence(mine).slice(*run), target)
+    return WorkerPlan(sequence, mine, own, run, mine.slice(*run), target)
 
 
 @dataclass
@@ -83,17 +84,19 @@ class _Counter:
 
 
 class ShardReader:
-    """Reads the samples of pieces of a split's shards, for one worker of one pass: `urls` and
-    `rows` are the split's, `key` = (seed, epoch, rank, worker) orders `shuffle_buffer` blocks."""
+    """Reads the samples of pieces of a split's shards, for one worker of one pass: `catalog` is the
+    split (its shards' urls and rows, and the samples a selection keeps: pieces are in selected
+    positions), `key` = (seed, epoch, rank, worker) orders `shuffle_buffer` blocks."""
 
-    def __init__(self, urls: list[str], rows: list[dict], *, handler: Callable, cache, prefetch_bytes: int,
+    def __init__(self, catalog: Catalog, *, handler: Callable, cache, prefetch_bytes: int,
                  max_connections: int, shuffle_buffer: int, key: tuple[int, int, int, int]):
-        self.urls, self.rows, self.handler, self.cache = urls, rows, handler, cache
+        self.catalog = catalog
+        self.urls, self.rows, self.handler, self.cache = catalog.urls, catalog.rows, handler, cache
         self.prefetch_bytes, self.max_connections = prefetch_bytes, max_connections
         self.shuffle_buffer = shuffle_buffer
         self.seed, self.epoch, self.rank, self.worker = key
 
-    def _iter_pieces(self, pieces: list[Piece], skip: int, held: dict | None = None, keep: bool = True) -> Iterator:
+    def _iter_pieces(self, pieces: Sequence, skip: int, held: dict | None = None, keep: bool = True) -> Iterator:
         """This worker's raw samples, checked against their rows. With `held` (a dict), samples of
         local shards come as ints, `slot << 32 | sample number`, with `held[slot]` = (LocalShard,
         piece start): copied out when delivered (`samples`). Without `keep`, a shard's slot goes when
@@ -101,12 +104,16 @@ class ShardReader:
         Remote pieces are fetched ahead of the reader (`_read_ahead`)."""
         epoch = self.epoch
         slot = max(held, default=0) if held is not None else 0
-        runs = []  # (piece, first sample to read)
+        runs = []  # (piece, first sample to read): runs of consecutive sample numbers
         for piece in pieces:
             if skip >= piece.samples:
                 skip -= piece.samples
                 continue
-            runs.append((piece, piece.start + skip))
+            if self.catalog.selection is None:
+                runs.append((piece, piece.start + skip))
+            else:  # a piece of selected positions: the runs of consecutive samples it keeps
+                runs += [(Piece(piece.shard, a, b, piece.cycle), a)
+                         for a, b in self.catalog.runs(piece.shard, piece.start + skip, piece.stop)]
             skip = 0
         ahead = self._read_ahead(runs)
         try:
@@ -155,7 +162,7 @@ class ShardReader:
             return None
         return ReadAhead(jobs, prefetch_bytes=self.prefetch_bytes, max_connections=self.max_connections)
 
-    def _block_shuffled(self, pieces: list[Piece], skip: int, held: dict) -> Iterator:
+    def _block_shuffled(self, pieces: Sequence, skip: int, held: dict) -> Iterator:
         """Blocks of `shuffle_buffer` consecutive samples, each permuted. Samples of local shards are
         held as ints (checked already; see `_iter_pieces`) and copied out by the consumer only when
         delivered (before it asks for the next), so the buffer holds no sample bytes, gives the
@@ -181,7 +188,7 @@ class ShardReader:
             offset = 0
             block += 1
 
-    def samples(self, pieces: list[Piece], skip: int, counter: _Counter, decode: ReaderStage | None = None) -> Iterator[dict]:
+    def samples(self, pieces: Sequence, skip: int, counter: _Counter, decode: ReaderStage | None = None) -> Iterator[dict]:
         """This worker's samples from `skip` on, counted as pulled; with `decode` (a `ReaderStage`
         placed first), decoded as they are copied out of local shards (fused: no raw sample in between).
         A shard that cannot be read when a sample is taken goes to the handler (as when it is
@@ -226,15 +233,13 @@ class ShardReader:
         if not plan.sequence.discards:
             return {}
         run_start, run_stop = plan.run
-        run = Sequence(plan.pieces)
+        run = plan.pieces
         owned = max(0, min(run_stop, plan.own) - run_start)
         found: dict[int, int] = {}
-        position = 0
-        for piece in run.pieces:
-            for (shard, index), count in plan.sequence.discards.items():
-                if shard == piece.shard and piece.start <= index < piece.stop and position + index - piece.start < owned:
-                    found[position + index - piece.start] = count
-            position += piece.samples
+        for sample, count in plan.sequence.discards.items():
+            position = run.position_of(*sample)
+            if position is not None and position < owned:
+                found[position] = count
         if self.shuffle_buffer <= 1 or not found:
             return found
         order = stream_positions(len(run), 0, len(run), shuffle_buffer=self.shuffle_buffer,
@@ -314,10 +319,10 @@ class WorkerStream:
         the pass's, when it has none)."""
         yield from outputs
         plan, position = self.plan, self.position
-        own = int(sequence_weights(Sequence(plan.pieces, plan.sequence.discards), self.shard_weights).sum())
+        own = int(sequence_weights(plan.pieces.with_discards(plan.sequence.discards), self.shard_weights).sum())
         done = position.delivered - own  # repeats delivered before a resume
-        for pieces in (plan.pieces, plan.rank_pieces, plan.sequence.pieces):
-            if sum(p.samples for p in pieces):
+        for pieces in (plan.pieces, plan.rank_pieces, plan.sequence):
+            if len(pieces):
                 break
         index = 0  # position in the endless replay of `pieces`
         while position.delivered < plan.target:

@@ -1,0 +1,152 @@
+"""The sample table of a split: every sample's key and indexed fields, in one file beside the manifest.
+
+Why a file of its own. A selection (`keys=`, `select="label == 3"`) and random access by key are
+decided before any shard is read, on every rank: with the keys and fields inside each shard's index
+a remote rank would fetch one index per shard first (10^4 requests for 10^4 shards). The table is
+one request, read only when a selection or a key lookup asks for it; plain streaming never does.
+
+File `<split>.samples` (msgpack), `wdsprep-samples/1`: a map with `format`, `split`, `count`
+(samples), `keys` (the UTF-8 keys back to back, a bin) and `key_ends` (uint64 little-endian: where
+each key ends in `keys`), and `fields`: {name: column}, a column being either
+{`dtype`: a numpy dtype string of a bool, integer or float kind, `data`: the little-endian values}
+or, for strings, {`values`: [the distinct strings, sorted], `codes`: uint32 per sample}. Samples
+are in manifest order: shard after shard as the split lists them, each shard's samples in order.
+The manifest records each split's table in `tables["samples"][split]` = {`file`, `bytes`,
+`sha256`, `fields`: [names]}; a table whose bytes do not match is refused (`ManifestError`).
+
+An indexed field is a small scalar of each sample (a label, an ISO value, a sensor name): the
+conversion takes it from the sample's top-level field of that name, or by a dotted path through a
+metadata dict (`meta.iso`). A sample without it gets the column's missing value (`absent`: -1 for
+integers, NaN for floats, "" for strings) and the field lists it.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+import msgpack
+import numpy as np
+
+from ..errors import ConfigError, ManifestError
+
+FORMAT = "wdsprep-samples/1"
+TABLE = "samples"  # manifest.tables key
+
+
+def file_name(split: str) -> str:
+    return f"{split}.samples"
+
+
+def field_value(fields: Mapping[str, Any], path: str) -> Any:
+    """A sample's value of an indexed field: its top-level field `path`, or a dotted path through
+    dicts; `None` when the sample has no such value. Arrays of one element count as scalars."""
+    value: Any = fields
+    for part in [path] if path in fields else path.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return None
+        value = value[part]
+    if isinstance(value, np.ndarray) and value.size == 1:
+        value = value.reshape(()).item()
+    elif isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, (bool, int, float, str)):
+        return value
+    raise ConfigError(f"index field {path!r} is {type(value).__name__}, not a number, bool or string")
+
+
+def _column(name: str, values: list) -> dict:
+    present = [v for v in values if v is not None]
+    kinds = {type(v) for v in present}
+    if kinds <= {bool}:
+        data = np.array([bool(v) if v is not None else False for v in values], dtype="|b1")
+        return {"dtype": "|b1", "data": data.tobytes()}
+    if kinds <= {bool, int}:
+        data = np.array([int(v) if v is not None else -1 for v in values], dtype="<i8")
+        return {"dtype": "<i8", "data": data.tobytes()}
+    if kinds <= {bool, int, float}:
+        data = np.array([float(v) if v is not None else np.nan for v in values], dtype="<f8")
+        return {"dtype": "<f8", "data": data.tobytes()}
+    if kinds <= {str}:
+        distinct = sorted(set(present) | ({""} if len(present) < len(values) else set()))
+        code = {value: i for i, value in enumerate(distinct)}
+        codes = np.array([code[v if v is not None else ""] for v in values], dtype="<u4")
+        return {"values": distinct, "codes": codes.tobytes()}
+    raise ConfigError(f"index field {name!r} mixes strings and numbers ({', '.join(sorted(k.__name__ for k in kinds))})")
+
+
+def encode_table(split: str, keys: list[str], fields: Mapping[str, list]) -> bytes:
+    """The table file's bytes: `keys` in manifest order, `fields` {name: one value (or None) per key}."""
+    encoded = [key.encode("utf-8") for key in keys]
+    ends = np.cumsum([len(k) for k in encoded], dtype=np.uint64) if encoded else np.zeros(0, np.uint64)
+    columns = {}
+    for name, values in sorted(fields.items()):
+        if len(values) != len(keys):
+            raise ValueError(f"field {name!r} has {len(values)} values for {len(keys)} keys")
+        columns[name] = _column(name, list(values))
+    return msgpack.packb({"format": FORMAT, "split": split, "count": len(keys), "keys": b"".join(encoded),
+                          "key_ends": ends.astype("<u8").tobytes(), "fields": columns}, use_bin_type=True)
+
+
+def table_entry(manifest, split: str) -> dict | None:
+    return (manifest.tables.get(TABLE) or {}).get(split)
+
+
+def entry_for(split: str, data: bytes, fields: Iterable[str]) -> dict:
+    """The manifest's record of a table file."""
+    return {"file": file_name(split), "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
+            "fields": sorted(fields)}
+
+
+@dataclass
+class SampleTable:
+    keys: list[str]
+    fields: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @classmethod
+    def decode(cls, data: bytes, where: str, count: int) -> "SampleTable":
+        try:
+            table = msgpack.unpackb(data, raw=False)
+            if table.get("format") != FORMAT:
+                raise ValueError(f"unknown format {table.get('format')!r}")
+            blob, ends = table["keys"], np.frombuffer(table["key_ends"], "<u8").astype(np.int64)
+            if len(ends) != count or table["count"] != count or (len(ends) and ends[-1] != len(blob)):
+                raise ValueError(f"{len(ends)} keys for {count} samples")
+            starts = np.concatenate([[0], ends[:-1]]) if len(ends) else ends
+            keys = [blob[a:b].decode("utf-8") for a, b in zip(starts.tolist(), ends.tolist())]
+            fields = {}
+            for name, column in table["fields"].items():
+                if "codes" in column:
+                    codes = np.frombuffer(column["codes"], "<u4")
+                    values = np.array(column["values"], dtype=object)
+                    if len(codes) != count or (len(codes) and codes.max() >= len(values)):
+                        raise ValueError(f"field {name!r}: codes do not match")
+                    fields[name] = values[codes].astype(str) if len(values) else np.zeros(count, dtype=str)
+                else:
+                    if column["dtype"] not in ("|b1", "<i8", "<f8"):
+                        raise ValueError(f"field {name!r}: dtype {column['dtype']!r} is not allowed")
+                    values = np.frombuffer(column["data"], column["dtype"])
+                    if len(values) != count:
+                        raise ValueError(f"field {name!r}: {len(values)} values for {count} samples")
+                    fields[name] = values
+        except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError, msgpack.ExtraData,
+                msgpack.FormatError, msgpack.StackError) as error:
+            raise ManifestError(f"{where}: sample table is unreadable ({error})") from None
+        return cls(keys, fields)
+
+    @classmethod
+    def load(cls, manifest, split: str, entry: dict) -> "SampleTable":
+        """The split's table, read from beside the manifest and checked against its record."""
+        from ..storage import open_url
+        from .manifest import join_url
+
+        url = join_url(manifest.base_url(), entry["file"])
+        try:
+            with open_url(url) as stream:
+                data = stream.read(int(entry["bytes"]) + 1)
+        except OSError as error:
+            raise ManifestError(f"{url}: cannot read the sample table ({error})") from None
+        if len(data) != entry["bytes"] or hashlib.sha256(data).hexdigest() != entry["sha256"]:
+            raise ManifestError(f"{url}: sample table does not match the manifest (size or sha256)")
+        count = sum(row["samples"] for row in manifest.shards(split))
+        return cls.decode(data, url, count)

@@ -1,0 +1,210 @@
+"""A split as the planner sees it: its shards' sample counts, narrowed by a selection.
+
+`Catalog(manifest, split, selection)` is what an epoch is planned on (stream/plan.py): `counts`, the
+samples of each shard that the selection keeps (numpy, one entry per shard of the manifest, 0 for a
+shard with none kept), and `members(shard)`, their sample numbers. Pieces of the plan are in
+*selected positions*: position j of shard s is its j-th kept sample. Without a selection position j
+is sample j, and everything is exactly what it was before selections existed (same order, same states).
+
+A `Selection` is applied on the split's sample table (keys and indexed fields: `stream/samples.py`),
+never on sample data, in this order: `keys` (a list of keys, or the path of a file with one key per
+line), `select` (an expression over indexed fields: stream/select.py), `fraction` (exactly
+round(f * n) of the samples kept so far, chosen by a permutation keyed by the dataset's seed: the
+same subset in every epoch), `limit` (the first n kept, in manifest order). A selection that keeps
+no sample, names a key the split lacks or a field that was not indexed is one `ConfigError` line.
+Its `text` (canonical) goes into every state, so a state saved under another selection is refused.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from typing import Sequence as Sequence_
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..shards.manifest import Manifest
+from .select import Expression
+
+
+@dataclass(frozen=True)
+class Selection:
+    keys: tuple[str, ...] | None = None
+    select: Expression | None = None
+    fraction: float | None = None
+    limit: int | None = None
+    seed: int = 0
+
+    @classmethod
+    def of(cls, *, keys=None, select=None, fraction=None, limit=None, seed: int = 0) -> "Selection | None":
+        """The selection these arguments ask for, checked; None when they ask for none."""
+        if keys is None and select is None and fraction is None and limit is None:
+            return None
+        return cls(_keys(keys), None if select is None else Expression(select), _fraction(fraction), _limit(limit),
+                   int(seed) if fraction is not None else 0)
+
+    @property
+    def text(self) -> str:
+        """Canonical: what a state records (keys by their digest)."""
+        parts = {}
+        if self.keys is not None:
+            parts["keys"] = hashlib.sha256("\n".join(self.keys).encode()).hexdigest()[:16] + f"/{len(self.keys)}"
+        if self.select is not None:
+            parts["select"] = self.select.text
+        if self.fraction is not None:
+            parts["fraction"] = [self.fraction, self.seed]
+        if self.limit is not None:
+            parts["limit"] = self.limit
+        return json.dumps(parts, sort_keys=True)
+
+    def describe(self) -> str:
+        words = []
+        if self.keys is not None:
+            words.append(f"{len(self.keys)} keys")
+        if self.select is not None:
+            words.append(f"select {self.select.source!r}")
+        if self.fraction is not None:
+            words.append(f"fraction {self.fraction}")
+        if self.limit is not None:
+            words.append(f"limit {self.limit}")
+        return ", ".join(words)
+
+
+def _keys(keys) -> tuple[str, ...] | None:
+    if keys is None:
+        return None
+    if isinstance(keys, (str, os.PathLike)):
+        path = os.fspath(keys)
+        try:
+            with open(path, encoding="utf-8") as file:
+                keys = [line.strip() for line in file if line.strip()]
+        except OSError as error:
+            raise ConfigError(f"keys: cannot read the key file {path} ({error.strerror or error})") from None
+    else:
+        keys = list(keys)
+        if not all(isinstance(key, str) for key in keys):
+            raise ConfigError("keys must be a list of key strings, or the path of a file with one key per line")
+    if not keys:
+        raise ConfigError("keys: the list of keys is empty (a selection keeping no sample)")
+    return tuple(keys)
+
+
+def _fraction(fraction) -> float | None:
+    if fraction is None:
+        return None
+    try:
+        value = float(fraction)
+    except (TypeError, ValueError):
+        raise ConfigError(f"fraction must be a number in (0, 1], got {fraction!r}") from None
+    if not 0 < value <= 1:
+        raise ConfigError(f"fraction must be in (0, 1], got {fraction!r}")
+    return value
+
+
+def _limit(limit) -> int | None:
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 1:
+        raise ConfigError(f"limit must be a whole number >= 1, got {limit!r}")
+    return int(limit)
+
+
+class Catalog:
+    """One split of one manifest, narrowed by a selection (see the module docstring)."""
+
+    def __init__(self, manifest: Manifest, split: str, selection: Selection | None = None):
+        self.manifest, self.split, self.selection = manifest, split, selection
+        self.rows = manifest.shards(split)
+        self.urls = manifest.shard_urls(split)
+        self.sizes = np.fromiter((row["samples"] for row in self.rows), dtype=np.int64, count=len(self.rows))
+        self._members: tuple[np.ndarray, np.ndarray] | None = None  # CSR: (offsets per shard, sample numbers)
+        self.counts = self.sizes
+        if selection is not None:
+            kept = self._apply(selection)
+            shard_of = np.repeat(np.arange(len(self.sizes)), self.sizes)[kept]
+            self.counts = np.bincount(shard_of, minlength=len(self.sizes)).astype(np.int64)
+            starts = np.concatenate([[0], np.cumsum(self.sizes)[:-1]]).astype(np.int64)
+            numbers = kept - starts[shard_of]
+            self._members = (np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64), numbers.astype(np.int64))
+        self._digest: str | None = None
+
+    def _apply(self, selection: Selection) -> np.ndarray:
+        """Positions (in manifest order over the split) of the samples the selection keeps."""
+        from .samples import sample_table
+
+        total = int(self.sizes.sum())
+        kept = np.ones(total, dtype=bool)
+        if selection.keys is not None or selection.select is not None:
+            table = sample_table(self.manifest, self.split, fields=selection.select is not None)
+            if selection.keys is not None:
+                position = table.positions()
+                missing = [key for key in selection.keys if key not in position]
+                if missing:
+                    more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+                    raise ConfigError(f"keys: {missing[0]!r}{more} not in split {self.split!r} of {self._where()}")
+                wanted = np.zeros(total, dtype=bool)
+                wanted[[position[key] for key in selection.keys]] = True
+                kept &= wanted
+            if selection.select is not None:
+                kept &= selection.select.evaluate(table.fields, total)
+        positions = np.flatnonzero(kept)
+        if selection.fraction is not None:
+            count = int(round(selection.fraction * len(positions)))
+            rng = np.random.Generator(np.random.PCG64([selection.seed & 0xFFFFFFFF, 0xF4AC]))
+            positions = np.sort(positions[rng.permutation(len(positions))[:count]])
+        if selection.limit is not None:
+            positions = positions[: selection.limit]
+        if not len(positions):
+            raise ConfigError(f"the selection ({selection.describe()}) keeps no sample of split {self.split!r} "
+                              f"of {self._where()}")
+        return positions
+
+    def _where(self) -> str:
+        return self.manifest.url or "the manifest"
+
+    @property
+    def total(self) -> int:
+        return int(self.counts.sum())
+
+    def members(self, shard: int) -> np.ndarray | None:
+        """The sample numbers kept in `shard` (sorted), or None: all of them."""
+        if self._members is None:
+            return None
+        offsets, numbers = self._members
+        return numbers[offsets[shard] : offsets[shard + 1]]
+
+    def runs(self, shard: int, first: int, stop: int) -> list[tuple[int, int]]:
+        """The samples at selected positions [first, stop) of `shard`, as runs [a, b) of consecutive
+        sample numbers."""
+        members = self.members(shard)
+        if members is None:
+            return [(first, stop)] if first < stop else []
+        numbers = members[first:stop]
+        if not len(numbers):
+            return []
+        breaks = np.flatnonzero(np.diff(numbers) != 1) + 1
+        heads = np.concatenate([[0], breaks])
+        tails = np.concatenate([breaks, [len(numbers)]])
+        return [(int(numbers[h]), int(numbers[t - 1]) + 1) for h, t in zip(heads, tails)]
+
+    @property
+    def digest(self) -> str:
+        """Names, counts and sha256 of the split's shards: what a saved state must have been read from."""
+        if self._digest is None:
+            rows = [[row["name"], row["samples"], row.get("sha256")] for row in self.rows]
+            self._digest = hashlib.sha256(json.dumps(rows).encode()).hexdigest()[:16]
+        return self._digest
+
+    @property
+    def selection_text(self) -> str | None:
+        return None if self.selection is None else self.selection.text
+
+
+def catalog_of(manifest: Manifest, split: str, *, seed: int = 0, keys=None, select=None, fraction=None,
+               limit=None) -> Catalog:
+    return Catalog(manifest, split, Selection.of(keys=keys, select=select, fraction=fraction, limit=limit, seed=seed))
+
+
+__all__: Sequence_[str] = ("Catalog", "Selection", "catalog_of")

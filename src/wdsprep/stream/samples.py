@@ -1,0 +1,52 @@
+"""A split's sample table as a selection reads it: every sample's key and indexed fields, in
+manifest order (shard after shard, samples in shard order).
+
+Where it comes from: the split's sample table file beside the manifest (shards/samples.py: keys and
+the fields indexed at conversion, checked against the sha256 the manifest records), or, for shards
+converted before tables existed, the keys of every shard's index (one read per shard; no fields).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import ShardError
+from ..shards.index import has_index
+from ..shards.manifest import Manifest
+from ..shards.samples import SampleTable as StoredTable
+from ..shards.samples import table_entry
+from .read import load_index
+
+
+@dataclass
+class SampleTable:
+    keys: list[str]
+    fields: dict[str, np.ndarray] = field(default_factory=dict)
+    _positions: dict[str, int] | None = None
+
+    def positions(self) -> dict[str, int]:
+        """key -> position in the split (built on first use)."""
+        if self._positions is None:
+            self._positions = {key: i for i, key in enumerate(self.keys)}
+        return self._positions
+
+
+def sample_table(manifest: Manifest, split: str, fields: bool = True) -> SampleTable:
+    """The split's keys (and, with `fields`, its indexed fields) in manifest order."""
+    entry = table_entry(manifest, split)
+    if entry is not None:
+        stored = StoredTable.load(manifest, split, entry)
+        return SampleTable(stored.keys, stored.fields)
+    keys: list[str] = []
+    for url, row in zip(manifest.shard_urls(split), manifest.shards(split)):
+        keys.extend(_index_keys(url, row))
+    return SampleTable(keys)
+
+
+def _index_keys(url: str, row: dict) -> list[str]:
+    if not row["samples"]:
+        return []
+    if not has_index(row):
+        raise ShardError(url, "has no sample index to select on (run `wdsprep reindex` on its directory)")
+    return list(load_index(url, row).keys)
