@@ -36,10 +36,10 @@ from ..errors import ConfigError
 from ..shards.manifest import Manifest
 from .decode import ReaderStage
 from .manifests import load_manifest
-from .catalog import catalog_of
-from .plan import Sequence, epoch_sequence, remainder, sequence_weights
+from .catalog import Catalog, catalog_of
+from .plan import Sequence, epoch_sequence, remainder
 from .remote import check_options, worker_connections
-from .state import EpochProgress, Position, encode_state, parse_state
+from .state import EpochProgress, Position, Resume, encode_state, parse_state, worker_level
 from .worker import ShardReader, WorkerPlan, WorkerStream, worker_plan
 
 
@@ -76,7 +76,122 @@ class ShardSource:
         raise RuntimeError("ShardSource is driven by ShardDataset")
 
 
-class ShardDataset(wds.DataPipeline, FluidInterface):
+class PlannedDataset(wds.DataPipeline, FluidInterface):
+    """What `wdsprep.dataset(...)` and `wdsprep.mix(...)` return: a webdataset pipeline whose samples
+    are planned per (seed, epoch) before the rank/worker split, with the epoch, the state and the
+    iteration they share. A subclass says what a pass reads: `stream(worker, num_workers, progress=,
+    resume=)` (an iterable with a live `position`), `layout()` (what a state must match),
+    `position(saved)` (a worker's position from its saved dict), `samples_per_rank()`, and
+    `level_value` (what an elastic resume keeps of a worker's saved position)."""
+
+    def _init_reading(self, *, seed: int, epoch: int | None, shuffle_shards: bool, shuffle_buffer: int,
+                      equalize: str | None, rank: int | None, world_size: int | None, handler: Callable,
+                      cache_dir: str | None, cache_bytes: int | float | None, prefetch_bytes: int | None,
+                      max_connections: int | None) -> None:
+        if equalize not in (None, "pad", "drop"):
+            raise ConfigError(f"equalize must be 'pad', 'drop' or None (got {equalize!r})")
+        self.seed = int(seed)
+        self.progress = EpochProgress(0 if epoch is None else int(epoch), epoch is None)
+        self.shuffle_shards = shuffle_shards
+        self.shuffle_buffer = int(shuffle_buffer)
+        self.equalize = equalize
+        self.rank_arg, self.world_arg = rank, world_size
+        self.handler = handler
+        self._resume: dict[int, dict] = {}  # worker -> where its next pass starts (load_state_dict)
+        self._stream = None  # this process's current pass (for state_dict)
+        self._count_at: int | None = None  # pipeline index where outputs are counted (before batching)
+        self._worker_override: tuple[int, int] | None = None  # (worker, num_workers) for tests outside a DataLoader
+        # read-ahead of remote shards, per worker (stream/remote.py): byte budget, requests at once
+        self.prefetch_bytes, self.max_connections = check_options(prefetch_bytes, max_connections)
+        self.cache = None  # optional local LRU shard cache (stream/cache.py); off by default
+        if cache_dir is not None:
+            from .cache import ShardCache
+
+            self.cache = ShardCache(cache_dir, cache_bytes if cache_bytes is not None else 10e9)
+        self.append(ShardSource())
+
+    # -- epochs and state (stream/state.py)
+    @property
+    def epoch(self) -> int:
+        return self.progress.epoch
+
+    @epoch.setter
+    def epoch(self, epoch: int) -> None:
+        self.progress = replace(self.progress, epoch=int(epoch))
+
+    @property
+    def auto_epoch(self) -> bool:
+        return self.progress.auto_epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        self.progress = self.progress.at_epoch(epoch)
+
+    @property
+    def is_batched(self) -> bool:
+        """Whether `.batched()` was called on this pipeline (outputs are counted before it)."""
+        return self._count_at is not None
+
+    def rank_and_world(self) -> tuple[int, int]:
+        return distributed_info(self.rank_arg, self.world_arg)
+
+    def state_dict(self) -> dict:
+        """This process's position: inside a DataLoader worker (torchdata's StatefulDataLoader) that
+        worker's, otherwise a single-process iteration's (see `wdsprep.Loader` for workers)."""
+        worker, num_workers = self._worker_override or worker_info()
+        if self._stream is not None:
+            position = self._stream.position.as_dict()
+        else:  # not iterated since a load_state_dict: the loaded position, not the epoch's start
+            position = self.position(self._resume.get(worker)).as_dict()
+        return encode_state(self.layout(), self.progress, num_workers, {worker: position})
+
+    def load_state_dict(self, state: dict | list) -> None:
+        """Resume from this rank's own state (same world and workers), or from the list of every
+        old rank's state (any world and workers: the epoch's remainder is dealt afresh)."""
+        _, num_workers = self._worker_override or worker_info()
+        resume = self.parse_state(state, num_workers)
+        self.progress = self.progress.resumed(resume)
+        self._resume = dict(resume.positions)
+        self._stream = None  # the position is now the loaded one until the next iteration
+
+    def parse_state(self, state: dict | list, num_workers: int, what: str = "dataset") -> Resume:
+        """A state checked against this pipeline's layout and `num_workers` (stream/state.py)."""
+        return parse_state(state, self.layout(), num_workers, what, level_value=self.level_value)
+
+    level_value = staticmethod(worker_level)  # what an elastic resume keeps of a worker's position
+
+    # -- iteration
+    def iterator(self):
+        worker, num_workers = self._worker_override or worker_info()
+        resume = self._resume.pop(worker, None)
+        self._stream = stream = self.stream(worker, num_workers, resume=self.position(resume))
+        yield from stream
+        self.progress = self.progress.pass_done()  # a resumed pass is over: the next pass deals a whole epoch
+        if self.auto_epoch:
+            self._stream = None  # the state now points at the start of the next epoch
+
+    def batched(self, batchsize, collation_fn=wds.filters.default_collation_fn, partial=True):
+        result = copy.copy(self)
+        result.pipeline = list(self.pipeline)
+        if result._count_at is None:
+            result._count_at = len(result.pipeline)
+        result.append(_batcher(batchsize, collation_fn, partial))
+        return result
+
+    def _stages(self) -> tuple[ReaderStage | None, list, list]:
+        """(a `ReaderStage` placed first, fused into the reader; the stages before the counting
+        point; the stages after it: batching)."""
+        stages = self.pipeline
+        cut = len(stages) if self._count_at is None else self._count_at
+        decode = stages[1] if cut > 1 and isinstance(stages[1], ReaderStage) else None
+        first = 1 if decode is None else 2
+        return decode, stages[first:cut], stages[cut:]
+
+    def __len__(self) -> int:
+        """Samples this rank yields per epoch (with equalize, the same on every rank)."""
+        return self.samples_per_rank()
+
+
+class ShardDataset(PlannedDataset):
     """The pipeline `wdsprep.dataset(...)` returns (see the module docstring). It is iterated in
     one way only, `stream(worker, num_workers, ...)`, which both its own `__iter__` and
     `wdsprep.Loader` call."""
@@ -105,71 +220,16 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
         limit: int | None = None,
     ):
         super().__init__()
-        if equalize not in (None, "pad", "drop"):
-            raise ConfigError(f"equalize must be 'pad', 'drop' or None (got {equalize!r})")
+        self._init_reading(seed=seed, epoch=epoch, shuffle_shards=shuffle_shards, shuffle_buffer=shuffle_buffer,
+                           equalize=equalize, rank=rank, world_size=world_size, handler=handler, cache_dir=cache_dir,
+                           cache_bytes=cache_bytes, prefetch_bytes=prefetch_bytes, max_connections=max_connections)
         self.manifest = manifest
         self.split = split
-        self.seed = int(seed)
         # the split's shards and what the selection keeps of them (stream/catalog.py)
         self.catalog = catalog_of(manifest, split, seed=self.seed, keys=keys, select=select, fraction=fraction,
                                   limit=limit)
         self.rows, self.urls, self.counts = self.catalog.rows, self.catalog.urls, self.catalog.counts
-        self.progress = EpochProgress(0 if epoch is None else int(epoch), epoch is None)
-        self.shuffle_shards = shuffle_shards
-        self.shuffle_buffer = int(shuffle_buffer)
-        self.equalize = equalize
-        self.rank_arg, self.world_arg = rank, world_size
-        self.handler = handler
-        self.shard_weights = self._shard_weights(outputs_per_sample)
-        self._resume: dict[int, Position] = {}  # worker -> where its next pass starts (load_state_dict)
-        self._stream: WorkerStream | None = None  # this process's current pass (for state_dict)
-        self._count_at: int | None = None  # pipeline index where outputs are counted (before batching)
-        self._worker_override: tuple[int, int] | None = None  # (worker, num_workers) for tests outside a DataLoader
-        # read-ahead of remote shards, per worker (stream/remote.py): byte budget, requests at once
-        self.prefetch_bytes, self.max_connections = check_options(prefetch_bytes, max_connections)
-        self.cache = None  # optional local LRU shard cache (stream/cache.py); off by default
-        if cache_dir is not None:
-            from .cache import ShardCache
-
-            self.cache = ShardCache(cache_dir, cache_bytes if cache_bytes is not None else 10e9)
-        self.append(ShardSource())
-
-    def _shard_weights(self, outputs_per_sample) -> list[np.ndarray] | None:
-        """Per shard, the training samples each of its samples becomes (see stream/plan.py)."""
-        if outputs_per_sample is None:
-            return None
-        if callable(outputs_per_sample):
-            outputs_per_sample = outputs_per_sample(self.manifest, self.split)
-        flat = np.asarray(list(outputs_per_sample), dtype=np.int64)
-        sizes = self.catalog.sizes
-        if flat.ndim != 1 or len(flat) != sizes.sum() or (flat < 0).any():
-            raise ConfigError(f"outputs_per_sample must give a count >= 0 for each of the {sizes.sum()} samples "
-                              f"of split {self.split!r} (got {len(flat)} values)")
-        ends = np.cumsum(sizes)
-        per_shard = [flat[end - size : end] for end, size in zip(ends, sizes)]
-        # a selection's pieces count kept samples: shard s's weights are those of its kept samples
-        return [w if (kept := self.catalog.members(s)) is None else w[kept] for s, w in enumerate(per_shard)]
-
-    # -- epochs and state (stream/state.py)
-    @property
-    def epoch(self) -> int:
-        return self.progress.epoch
-
-    @epoch.setter
-    def epoch(self, epoch: int) -> None:
-        self.progress = replace(self.progress, epoch=int(epoch))
-
-    @property
-    def auto_epoch(self) -> bool:
-        return self.progress.auto_epoch
-
-    def set_epoch(self, epoch: int) -> None:
-        self.progress = self.progress.at_epoch(epoch)
-
-    @property
-    def is_batched(self) -> bool:
-        """Whether `.batched()` was called on this pipeline (outputs are counted before it)."""
-        return self._count_at is not None
+        self.shard_weights = shard_weights(self.catalog, outputs_per_sample)
 
     @property
     def digest(self) -> str:
@@ -178,29 +238,14 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
 
     def layout(self) -> dict:
         """What a state saved from this pipeline records and a loaded one must match (stream/state.py)."""
-        rank, world = distributed_info(self.rank_arg, self.world_arg)
+        rank, world = self.rank_and_world()
         return {"dataset": self.digest, "split": self.split, "seed": self.seed, "shuffle_shards": self.shuffle_shards,
                 "shuffle_buffer": self.shuffle_buffer, "equalize": self.equalize, "rank": rank, "world_size": world,
                 "selection": self.catalog.selection_text}
 
-    def state_dict(self) -> dict:
-        """This process's position: inside a DataLoader worker (torchdata's StatefulDataLoader) that
-        worker's, otherwise a single-process iteration's (see `wdsprep.Loader` for workers)."""
-        worker, num_workers = self._worker_override or worker_info()
-        if self._stream is not None:
-            position = self._stream.position
-        else:  # not iterated since a load_state_dict: the loaded position, not the epoch's start
-            position = self._resume.get(worker, Position())
-        return encode_state(self.layout(), self.progress, num_workers, {worker: position.as_dict()})
-
-    def load_state_dict(self, state: dict | list) -> None:
-        """Resume from this rank's own state (same world and workers), or from the list of every
-        old rank's state (any world and workers: the epoch's remainder is dealt afresh)."""
-        _, num_workers = self._worker_override or worker_info()
-        resume = parse_state(state, self.layout(), num_workers)
-        self.progress = self.progress.resumed(resume)
-        self._resume = {w: Position(**p) for w, p in resume.positions.items()}
-        self._stream = None  # the position is now the loaded one until the next iteration
+    @staticmethod
+    def position(saved: dict | None) -> Position:
+        return Position() if saved is None else Position(**saved)
 
     # -- what this worker reads
     def sequence(self, epoch: int | None = None, progress: EpochProgress | None = None) -> Sequence:
@@ -216,23 +261,14 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
 
     def plan(self, worker: int = 0, num_workers: int = 1, epoch: int | None = None,
              progress: EpochProgress | None = None) -> WorkerPlan:
-        rank, world = distributed_info(self.rank_arg, self.world_arg)
+        rank, world = self.rank_and_world()
         return worker_plan(self.sequence(epoch, progress), rank, world, worker, num_workers, self.equalize,
                            self.shard_weights)
 
     def samples_per_rank(self, epoch: int | None = None, num_workers: int = 1) -> int:
         """Samples this rank reads per epoch; with `outputs_per_sample`, the training samples it
         yields, which with equalize depend on the worker count (each worker meets its own target)."""
-        if self.shard_weights is None:
-            return len(self.plan(0, 1, epoch).rank_pieces)
-        total = 0
-        for worker in range(num_workers):
-            plan = self.plan(worker, num_workers, epoch)
-            if plan.target is not None:
-                total += plan.target
-            else:
-                total += int(sequence_weights(plan.pieces.with_discards(plan.sequence.discards), self.shard_weights).sum())
-        return total
+        return sum(self.plan(worker, num_workers, epoch).outputs(self.shard_weights) for worker in range(num_workers))
 
     # -- iteration
     def stream(self, worker: int = 0, num_workers: int = 1, *, progress: EpochProgress | None = None,
@@ -242,38 +278,33 @@ class ShardDataset(wds.DataPipeline, FluidInterface):
         the interrupted passes it continues (default this pipeline's); `resume`: where the worker
         starts (default the pass's start). Changes nothing on this pipeline."""
         progress = self.progress if progress is None else progress
-        rank, _ = distributed_info(self.rank_arg, self.world_arg)
-        stages = self.pipeline
-        cut = len(stages) if self._count_at is None else self._count_at
-        decode = stages[1] if cut > 1 and isinstance(stages[1], ReaderStage) else None  # fused into the reader
-        first = 1 if decode is None else 2
+        rank, _ = self.rank_and_world()
+        decode, stages, after = self._stages()
         reader = ShardReader(self.catalog, handler=self.handler, cache=self.cache,
                              prefetch_bytes=self.prefetch_bytes,
                              max_connections=worker_connections(self.max_connections, num_workers),
                              shuffle_buffer=self.shuffle_buffer, key=(self.seed, progress.epoch, rank, worker))
         return WorkerStream(reader, self.plan(worker, num_workers, progress=progress), resume or Position(),
-                            stages=stages[first:cut], after=stages[cut:], invoke=self.invoke, decode=decode,
+                            stages=stages, after=after, invoke=self.invoke, decode=decode,
                             equalize=self.equalize, shard_weights=self.shard_weights)
 
-    def iterator(self):
-        worker, num_workers = self._worker_override or worker_info()
-        self._stream = stream = self.stream(worker, num_workers, resume=self._resume.pop(worker, Position()))
-        yield from stream
-        self.progress = self.progress.pass_done()  # a resumed pass is over: the next pass deals a whole epoch
-        if self.auto_epoch:
-            self._stream = None  # the state now points at the start of the next epoch
 
-    def batched(self, batchsize, collation_fn=wds.filters.default_collation_fn, partial=True):
-        result = copy.copy(self)
-        result.pipeline = list(self.pipeline)
-        if result._count_at is None:
-            result._count_at = len(result.pipeline)
-        result.append(_batcher(batchsize, collation_fn, partial))
-        return result
-
-    def __len__(self) -> int:
-        """Samples this rank yields per epoch (with equalize, the same on every rank)."""
-        return self.samples_per_rank()
+def shard_weights(catalog: Catalog, outputs_per_sample) -> list[np.ndarray] | None:
+    """Per shard, the training samples each of its kept samples becomes (see stream/plan.py), from
+    `outputs_per_sample` (one count per sample of the split, or a function (manifest, split) -> counts)."""
+    if outputs_per_sample is None:
+        return None
+    if callable(outputs_per_sample):
+        outputs_per_sample = outputs_per_sample(catalog.manifest, catalog.split)
+    flat = np.asarray(list(outputs_per_sample), dtype=np.int64)
+    sizes = catalog.sizes
+    if flat.ndim != 1 or len(flat) != sizes.sum() or (flat < 0).any():
+        raise ConfigError(f"outputs_per_sample must give a count >= 0 for each of the {sizes.sum()} samples "
+                          f"of split {catalog.split!r} (got {len(flat)} values)")
+    ends = np.cumsum(sizes)
+    per_shard = [flat[end - size : end] for end, size in zip(ends, sizes)]
+    # a selection's pieces count kept samples: shard s's weights are those of its kept samples
+    return [w if (kept := catalog.members(s)) is None else w[kept] for s, w in enumerate(per_shard)]
 
 
 def _batcher(batchsize: int, collation_fn: Callable | None, partial: bool):

@@ -27,15 +27,15 @@ from torch.utils.data._utils.collate import default_convert
 from webdataset.filters import default_collation_fn
 
 from ..errors import ConfigError
-from .dataset import ShardDataset
-from .state import EpochProgress, Position, encode_state, parse_state
+from .dataset import PlannedDataset
+from .state import EpochProgress, encode_state
 
 
 class _WorkerStream(IterableDataset):
     """What each DataLoader worker iterates: its logical worker's `ShardDataset.stream`, batched,
     each batch sent with the worker's position after it."""
 
-    def __init__(self, dataset: ShardDataset, num_workers: int, rotation: int, progress: EpochProgress,
+    def __init__(self, dataset: PlannedDataset, num_workers: int, rotation: int, progress: EpochProgress,
                  positions: dict[int, dict], batch_size, collate_fn, partial):
         self.dataset = dataset
         self.num_workers = num_workers
@@ -52,7 +52,7 @@ class _WorkerStream(IterableDataset):
         logical = (slot + self.rotation) % self.num_workers
         saved = self.positions.get(logical)
         stream = self.dataset.stream(logical, self.num_workers, progress=self.progress,
-                                     resume=None if saved is None else Position(**saved))
+                                     resume=self.dataset.position(saved))
         position = stream.position
         if self.batch_size is None:
             for sample in stream:
@@ -131,7 +131,7 @@ class Loader:
 
     def __init__(
         self,
-        dataset: ShardDataset,
+        dataset: PlannedDataset,
         batch_size: int | None = None,
         *,
         num_workers: int = 0,
@@ -140,8 +140,8 @@ class Loader:
         epoch: int | None = None,
         **dataloader_options: Any,
     ):
-        if not isinstance(dataset, ShardDataset):
-            raise ConfigError("wdsprep.Loader needs a pipeline made by wdsprep.dataset(...)")
+        if not isinstance(dataset, PlannedDataset):
+            raise ConfigError("wdsprep.Loader needs a pipeline made by wdsprep.dataset(...) or wdsprep.mix(...)")
         if dataset.is_batched:
             raise ConfigError("batch with Loader(batch_size=...), not .batched(), so positions stay exact")
         dataloader_options.pop("persistent_workers", None)  # each epoch needs fresh worker state
@@ -197,7 +197,7 @@ class Loader:
     def load_state_dict(self, state: dict | list) -> None:
         """This rank's own state (same world size and num_workers), or the list of every old rank's
         state (any world size and num_workers)."""
-        resume = parse_state(state, self.dataset.layout(), self.logical_workers, "loader")
+        resume = self.dataset.parse_state(state, self.logical_workers, "loader")
         self.progress = self.progress.resumed(resume)
         self._positions = resume.positions
         self._next_worker = int(state.get("next_worker", 0)) if isinstance(state, dict) else 0

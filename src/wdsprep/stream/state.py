@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any, Callable
 
 from ..errors import ConfigError
 from .plan import Level
@@ -80,9 +81,17 @@ def encode_state(layout: dict, progress: EpochProgress, num_workers: int, positi
             "resumed_from": [_level_json(level) for level in progress.levels]}
 
 
-def parse_state(state: dict | list, layout: dict, num_workers: int, what: str = "dataset") -> Resume:
+def worker_level(position: dict) -> tuple[int, int]:
+    """What an interrupted pass's `Level` keeps of a worker's saved position: (skip, discard)."""
+    return int(position["skip"]), int(position.get("discard", 0))
+
+
+def parse_state(state: dict | list, layout: dict, num_workers: int, what: str = "dataset",
+                level_value: Callable[[dict], Any] = worker_level) -> Resume:
     """Check a state (this rank's own, or every old rank's) against this reader's layout and worker
-    count; the epoch, passes and worker positions to resume from (no positions after an elastic resume)."""
+    count; the epoch, passes and worker positions to resume from (no positions after an elastic
+    resume). `level_value`: what an elastic resume keeps of each worker's position (a mix keeps one
+    (skip, discard) per part)."""
     states = state if isinstance(state, list) else [state]
     if not states or not all(isinstance(s, dict) for s in states):
         raise ConfigError("a state is a dict (this rank's) or a list of every rank's dicts")
@@ -108,17 +117,21 @@ def parse_state(state: dict | list, layout: dict, num_workers: int, what: str = 
     if first.get("world_size") != world or sorted(s.get("rank") for s in states) != list(range(world)):
         raise ConfigError(f"the list must hold one state per rank 0..{first.get('world_size')}-1 "
                           f"(got ranks {[s.get('rank') for s in states]})")
-    positions = {
-        (s["rank"], int(w)): (int(p["skip"]), int(p.get("discard", 0))) for s in states for w, p in s["workers"].items()
-    }
+    positions = {(s["rank"], int(w)): level_value(p) for s in states for w, p in s["workers"].items()}
     return Resume(int(first["epoch"]), (*levels, Level(world, int(first["num_workers"]), positions)), {})
 
 
 def _level_json(level: Level) -> dict:
-    positions = [[r, w, skip, discard] for (r, w), (skip, discard) in sorted(level.positions.items())]
+    """A pass's positions as [rank, worker, skip, discard] (a mix's: [rank, worker, [[skip, discard], ...]])."""
+    positions = [[r, w, *value] if isinstance(value[0], int) else [r, w, [list(pair) for pair in value]]
+                 for (r, w), value in sorted(level.positions.items())]
     return {"world_size": level.world_size, "num_workers": level.num_workers, "positions": positions}
 
 
 def _level_from_json(data: dict) -> Level:
-    positions = {(int(r), int(w)): (int(skip), int(discard)) for r, w, skip, discard in data["positions"]}
+    positions = {}
+    for entry in data["positions"]:
+        r, w, *value = entry
+        positions[int(r), int(w)] = ((int(value[0]), int(value[1])) if len(value) == 2
+                                     else tuple((int(skip), int(discard)) for skip, discard in value[0]))
     return Level(int(data["world_size"]), int(data["num_workers"]), positions)

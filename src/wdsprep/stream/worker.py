@@ -63,6 +63,15 @@ class WorkerPlan:
     pieces: Sequence  # this worker's samples
     target: int | None  # outputs to yield (balancing on training samples with equalize), else None
 
+    def outputs(self, shard_weights: list[np.ndarray] | None) -> int:
+        """Outputs this worker yields in the pass: its target, else one per sample (or, with
+        `shard_weights`, its samples' outputs less those delivered before an elastic resume)."""
+        if self.target is not None:
+            return self.target
+        if shard_weights is None:
+            return len(self.pieces)
+        return int(sequence_weights(self.pieces.with_discards(self.sequence.discards), shard_weights).sum())
+
 
 def worker_plan(sequence: Sequence, rank: int, world: int, worker: int, num_workers: int, equalize: str | None,
                 shard_weights: list[np.ndarray] | None) -> WorkerPlan:
