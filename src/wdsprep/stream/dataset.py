@@ -144,11 +144,12 @@ class PlannedDataset(wds.DataPipeline, FluidInterface):
             position = self.position(self._resume.get(worker)).as_dict()
         return encode_state(self.layout(), self.progress, num_workers, {worker: position})
 
-    def load_state_dict(self, state: dict | list) -> None:
+    def load_state_dict(self, state: dict | list, **options) -> None:
         """Resume from this rank's own state (same world and workers), or from the list of every
-        old rank's state (any world and workers: the epoch's remainder is dealt afresh)."""
+        old rank's state (any world and workers: the epoch's remainder is dealt afresh). `options`:
+        those of `parse_state` (a mix's `reweight=True`)."""
         _, num_workers = self._worker_override or worker_info()
-        resume = self.parse_state(state, num_workers)
+        resume = self.parse_state(state, num_workers, **options)
         self.progress = self.progress.resumed(resume)
         self._resume = dict(resume.positions)
         self._stream = None  # the position is now the loaded one until the next iteration

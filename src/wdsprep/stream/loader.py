@@ -194,10 +194,10 @@ class Loader:
         return encode_state(self.dataset.layout(), self.progress, self.logical_workers, self._positions,
                             next_worker=self._next_worker)
 
-    def load_state_dict(self, state: dict | list) -> None:
+    def load_state_dict(self, state: dict | list, **options) -> None:
         """This rank's own state (same world size and num_workers), or the list of every old rank's
-        state (any world size and num_workers)."""
-        resume = self.dataset.parse_state(state, self.logical_workers, "loader")
+        state (any world size and num_workers). `options`: the dataset's (a mix's `reweight=True`)."""
+        resume = self.dataset.parse_state(state, self.logical_workers, "loader", **options)
         self.progress = self.progress.resumed(resume)
         self._positions = resume.positions
         self._next_worker = int(state.get("next_worker", 0)) if isinstance(state, dict) else 0

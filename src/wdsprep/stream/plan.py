@@ -292,9 +292,12 @@ def output_targets(weights: np.ndarray, world_size: int, num_workers: int, equal
     return [pick(row[k] for row in table) for k in range(num_workers)]
 
 
-def block_permutation(seed: int, epoch: int, rank: int, worker: int, block: int, size: int) -> np.ndarray:
-    """Rule 6: the order in which a worker yields block `block` (of `size` samples) of its run."""
-    return np.random.Generator(np.random.PCG64([seed, epoch, rank, worker, block])).permutation(size)
+def block_permutation(*key_block_size: int) -> np.ndarray:
+    """Rule 6: the order in which a worker yields a block of its run, `block_permutation(seed,
+    epoch, rank, worker, block, size)`; a part of a mix other than the first puts its index after
+    the worker (stream/mix.py)."""
+    *key, size = key_block_size
+    return np.random.Generator(np.random.PCG64(key)).permutation(size)
 
 
 def stream_positions(run_length: int, first: int, count: int, *, shuffle_buffer: int, key: tuple) -> list[int]:
@@ -325,7 +328,7 @@ def _delivered(run_length: int, skip: int, shuffle_buffer: int, key: tuple) -> l
 
 def remainder(
     sequence: Sequence, level: Level, *, seed: int, epoch: int, shuffle_buffer: int, equalize: str | None,
-    shard_weights: list[np.ndarray] | None = None,
+    shard_weights: list[np.ndarray] | None = None, key: tuple = (),
 ) -> Sequence:
     """Rule 7: the samples of `sequence` that the interrupted pass `level` had not delivered."""
     delivered: list[tuple[int, int]] = []
@@ -338,13 +341,13 @@ def remainder(
         for worker in range(level.num_workers):
             skip, discard = level.positions.get((rank, worker), (0, 0))
             run_start, run_stop = worker_run(length, worker, level.num_workers, mine)
-            key = (seed, epoch, rank, worker)
-            for lo, hi in _delivered(run_stop - run_start, skip, shuffle_buffer, key):
+            block_key = (seed, epoch, rank, worker, *key)
+            for lo, hi in _delivered(run_stop - run_start, skip, shuffle_buffer, block_key):
                 lo, hi = run_start + lo, min(run_start + hi, own)  # rank-list positions past `own` are padding
                 if lo < hi:
                     delivered.append((first + lo, first + hi))
             if discard and skip < run_stop - run_start:
-                (q,) = stream_positions(run_stop - run_start, skip, 1, shuffle_buffer=shuffle_buffer, key=key)
+                (q,) = stream_positions(run_stop - run_start, skip, 1, shuffle_buffer=shuffle_buffer, key=block_key)
                 if run_start + q < own:
                     discards[sequence.sample(first + run_start + q)] = discard
     kept_runs: list[Sequence] = []

@@ -98,12 +98,13 @@ class ShardReader:
     positions), `key` = (seed, epoch, rank, worker) orders `shuffle_buffer` blocks."""
 
     def __init__(self, catalog: Catalog, *, handler: Callable, cache, prefetch_bytes: int,
-                 max_connections: int, shuffle_buffer: int, key: tuple[int, int, int, int]):
+                 max_connections: int, shuffle_buffer: int, key: tuple[int, ...]):
         self.catalog = catalog
         self.urls, self.rows, self.handler, self.cache = catalog.urls, catalog.rows, handler, cache
         self.prefetch_bytes, self.max_connections = prefetch_bytes, max_connections
         self.shuffle_buffer = shuffle_buffer
-        self.seed, self.epoch, self.rank, self.worker = key
+        self.key = key  # (seed, epoch, rank, worker[, part]): what keys this worker's shuffle blocks
+        self.epoch = key[1]
 
     def _iter_pieces(self, pieces: Sequence, skip: int, held: dict | None = None, keep: bool = True) -> Iterator:
         """This worker's raw samples, checked against their rows. With `held` (a dict), samples of
@@ -184,7 +185,7 @@ class ShardReader:
             buffer = [s for _, s in zip(range(size), stream)]
             if not buffer:
                 return
-            order = block_permutation(self.seed, self.epoch, self.rank, self.worker, block, len(buffer))
+            order = block_permutation(*self.key, block, len(buffer))
             for i in order[offset:]:
                 yield buffer[i]
             # shards before the one being read are done: their windows go back to the pool now (the
@@ -251,8 +252,7 @@ class ShardReader:
                 found[position] = count
         if self.shuffle_buffer <= 1 or not found:
             return found
-        order = stream_positions(len(run), 0, len(run), shuffle_buffer=self.shuffle_buffer,
-                                 key=(self.seed, self.epoch, self.rank, self.worker))
+        order = stream_positions(len(run), 0, len(run), shuffle_buffer=self.shuffle_buffer, key=self.key)
         where = {q: p for p, q in enumerate(order)}
         return {where[q]: count for q, count in found.items()}
 

@@ -1,0 +1,555 @@
+"""`wdsprep.mix(parts, ...)`: several datasets as one stream, planned per (seed, epoch) before the
+rank/worker split, so every rank and worker gets the same number of training samples in exact
+proportions, and a state resumes the mix exactly (on the same world or another).
+
+The rules (docs/mixing.md says them for users; tests/core/test_mix_oracle.py models them):
+
+M1. Parts p = 0..P-1, each one split of one manifest narrowed by its selection (a `Catalog`), with
+    its own reader stages and, when a stage turns a sample into several training samples, its
+    `outputs_per_sample`. A part's size is its samples, or its outputs when it declares them.
+M2. How many of each part an epoch holds (n_p, in the part's unit):
+    - weighted: the shares q_p = w_p / sum(w). For a total S, n_p(S) is the largest-remainder
+      apportionment of S by the shares (ties to the lower part index). S is `samples_per_epoch`
+      when given; else with stop="first" the largest S with n_p(S) <= size_p for every part (the
+      epoch ends when the first part runs out), with stop="all" the smallest S with n_p(S) >= size_p
+      for every part (smaller parts cycle until every part was seen whole).
+    - epochized: n_p = size_p * repeat_p, rounded half up.
+M3. Part p's epoch sequence: passes j = 0, 1, ..., pass j being every sample of the part in the shard
+    order of PCG64([seed, epoch, 0x5EED, p, j]) (pass 0 of part 0 uses (seed, epoch) like
+    `wdsprep.dataset`, so a one-part mix is that dataset), cut after n_p samples (with outputs:
+    after the first sample that brings the outputs to n_p). A sample's identity is (pass, shard, index).
+M4. Each part's sequence is dealt to ranks and workers by stream/plan.py's rules 3-7 (equalize, the
+    weighted cuts on outputs, elastic remainders), part by part: every worker of every rank gets the
+    same count c_p of each part.
+M5. A worker's stream interleaves its parts' outputs by the earliest-deadline schedule over (c_p):
+    slot t = 1..T (T = sum c_p) goes, among the parts p with taken_p * T < t * c_p, to the one whose
+    next output has the earliest deadline (taken_p + 1) / c_p (ties to the lower index). So after
+    every slot, |taken_p - t * c_p / T| < 1 for every part. With `shuffle_buffer` B > 1 the parts of
+    each block of B slots are permuted by PCG64([seed, epoch, rank, worker, block, 0x313C]) (the
+    counts hold exactly at block ends), and each part's own stream is block-shuffled by rule 6.
+M6. Each output that is a dict names its part in `__part__`.
+
+A worker's position is one `Position` per part (its skip, discard and delivered outputs): a part is
+always consumed in its own order, so a resumed worker restarts the schedule at t = sum of delivered,
+and an elastic resume deals each part's remainder afresh (M4) and schedules the new counts (M5).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tomllib
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Callable, Iterator, Sequence as Sequence_
+
+import numpy as np
+import webdataset as wds
+
+from ..errors import ConfigError
+from ..shards.manifest import Manifest
+from .catalog import Catalog, Selection
+from .dataset import PlannedDataset, shard_weights
+from .decode import ReaderStage
+from .manifests import load_manifest
+from .plan import Level, Sequence, concat, epoch_order, remainder, sequence_weights
+from .remote import worker_connections
+from .state import EpochProgress, Position, Resume, parse_state, worker_level
+from .worker import ShardReader, WorkerPlan, WorkerStream, worker_plan
+
+MODES = ("weighted", "epochized")
+STOPS = ("first", "all")
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of a mix: a location (a directory, `http(s)://`, `s3://`, or a loaded manifest) and
+    split, its weight (weighted mode) or repeat (epochized mode), its own reader stages (applied to
+    its samples only, before they are mixed) and, when they expand samples, `outputs_per_sample`;
+    a selection (`keys`, `select`, `fraction`, `limit`) narrows it; `name` is what `__part__` says."""
+
+    location: Any
+    split: str = "train"
+    weight: float | None = None
+    repeat: float | None = None
+    stages: tuple = ()
+    outputs_per_sample: Any = None
+    name: str | None = None
+    keys: Any = None
+    select: str | None = None
+    fraction: float | None = None
+    limit: int | None = None
+
+
+@dataclass
+class _Planned:
+    """A part, loaded: its catalog and per-shard output counts, its stages, its size and share."""
+
+    index: int
+    name: str
+    catalog: Catalog
+    weights: list[np.ndarray] | None
+    stages: list
+    decode: ReaderStage | None
+    size: int
+    share: Fraction  # its weight (weighted) or repeat (epochized)
+    where: str = field(default="")
+
+    def outputs(self, sequence: Sequence) -> np.ndarray:
+        """Cumulative outputs (or samples) of a sequence's positions."""
+        if self.weights is None:
+            return np.arange(1, len(sequence) + 1, dtype=np.int64)
+        return np.cumsum(sequence_weights(sequence, self.weights))
+
+
+def _number(value: Any, what: str, where: str) -> Fraction:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ConfigError(f"{where}: {what} must be a number > 0, got {value!r}")
+    if not np.isfinite(value) or value <= 0:
+        raise ConfigError(f"{where}: {what} must be a number > 0, got {value!r}")
+    return Fraction(value)
+
+
+def apportion(total: int, shares: list[Fraction]) -> list[int]:
+    """Largest-remainder apportionment of `total` by `shares` (ties to the lower index)."""
+    whole = sum(shares)
+    exact = [total * share / whole for share in shares]
+    counts = [int(x) for x in exact]  # floor: every x >= 0
+    order = sorted(range(len(shares)), key=lambda p: (-(exact[p] - counts[p]), p))
+    for p in order[: total - sum(counts)]:
+        counts[p] += 1
+    return counts
+
+
+def epoch_counts(mode: str, sizes: list[int], shares: list[Fraction], stop: str,
+                 samples_per_epoch: int | None) -> list[int]:
+    """Rule M2: how many samples (outputs) of each part an epoch holds."""
+    if mode == "epochized":
+        return [int(size * share + Fraction(1, 2)) for size, share in zip(sizes, shares)]
+    if samples_per_epoch is not None:
+        return apportion(samples_per_epoch, shares)
+    whole = sum(shares)
+    if stop == "first":
+        total = min(int(size * whole / share) for size, share in zip(sizes, shares))
+        while total > 0 and any(n > size for n, size in zip(apportion(total, shares), sizes)):
+            total -= 1
+    else:
+        total = max(-(-size * whole // share) for size, share in zip(sizes, shares))
+        total = int(total)
+        while any(n < size for n, size in zip(apportion(total, shares), sizes)):
+            total += 1
+    return apportion(total, shares)
+
+
+def pass_order(shards: int, seed: int, epoch: int, shuffle: bool, part: int, cycle: int) -> np.ndarray:
+    """Rule M3: the shard order of pass `cycle` of part `part`."""
+    if not shuffle:
+        return np.arange(shards, dtype=np.int64)
+    if part == 0 and cycle == 0:
+        return np.asarray(epoch_order(shards, seed, epoch, True), dtype=np.int64)
+    rng = np.random.Generator(np.random.PCG64([seed & 0xFFFFFFFF, epoch & 0xFFFFFFFF, 0x5EED, part, cycle]))
+    return rng.permutation(shards).astype(np.int64)
+
+
+def part_sequence(part: _Planned, count: int, seed: int, epoch: int, shuffle: bool) -> Sequence:
+    """Rule M3: passes over the part, cut after `count` samples (outputs)."""
+    counts = part.catalog.counts
+    passes, taken, cycle = [], 0, 0
+    while taken < count:
+        order = pass_order(len(counts), seed, epoch, shuffle, part.index, cycle)
+        order = order[counts[order] > 0]
+        one = Sequence(order, np.zeros(len(order), np.int64), counts[order], np.full(len(order), cycle, np.int64))
+        ends = part.outputs(one)
+        if not len(ends) or ends[-1] == 0:
+            break  # the part makes no outputs at all
+        if taken + int(ends[-1]) >= count:
+            cut = int(np.searchsorted(ends, count - taken, side="left")) + 1
+            passes.append(one.slice(0, cut))
+            break
+        passes.append(one)
+        taken += int(ends[-1])
+        cycle += 1
+    return concat(passes, merge=False)
+
+
+def schedule(counts: list[int], start: int = 0, block: int = 0, key: tuple = ()) -> Iterator[int]:
+    """Rule M5: the part of each slot of a worker's stream, from slot `start` on (then, past the
+    counts, each remaining output of the lowest part that still has one: see `MixStream`)."""
+    total = sum(counts)
+    taken = [0] * len(counts)
+    labels: list[int] = []
+    size = block if block > 1 else 4096
+    for first in range(0, total, size):
+        labels.clear()
+        for t in range(first + 1, min(first + size, total) + 1):
+            best = -1
+            for p, c in enumerate(counts):
+                if taken[p] < c and taken[p] * total < t * c:
+                    if best < 0 or (taken[p] + 1) * counts[best] < (taken[best] + 1) * c:
+                        best = p
+            taken[best] += 1
+            labels.append(best)
+        if block > 1:
+            order = np.random.Generator(np.random.PCG64([*key, first // block, 0x313C])).permutation(len(labels))
+            labels = [labels[i] for i in order]
+        if start < first + len(labels):
+            yield from labels[max(0, start - first):]
+        start = max(start, first + len(labels))
+
+
+@dataclass
+class MixPosition:
+    """A worker's position in a mix: one `Position` per part."""
+
+    parts: list[Position]
+
+    def as_dict(self) -> dict:
+        return {"parts": [position.as_dict() for position in self.parts]}
+
+    @property
+    def delivered(self) -> int:
+        return sum(position.delivered for position in self.parts)
+
+
+def mix_level(position: dict) -> tuple[tuple[int, int], ...]:
+    """What an elastic resume keeps of a worker's mix position: (skip, discard) per part."""
+    return tuple(worker_level(part) for part in position["parts"])
+
+
+class MixStream:
+    """One worker's pass over a mix: its parts' streams (`WorkerStream`s) interleaved by rule M5;
+    `position` holds the parts' live positions. `after`: the stages past the counting point."""
+
+    def __init__(self, streams: list[WorkerStream], counts: list[int], names: list[str], *, block: int, key: tuple,
+                 after: list, invoke: Callable):
+        self.streams, self.counts, self.names = streams, counts, names
+        self.block, self.key, self.after, self.invoke = block, key, after, invoke
+        self.position = MixPosition([stream.position for stream in streams])
+
+    def _mixed(self) -> Iterator:
+        sources = [iter(stream) for stream in self.streams]
+        done = [False] * len(sources)
+        start = self.position.delivered
+        labels = schedule(self.counts, start, self.block, self.key)
+        for label in labels:
+            if done[label]:
+                continue  # a part whose stage made fewer outputs than it declared: its slots go
+            output = next(sources[label], _END)
+            if output is _END:
+                done[label] = True
+                continue
+            yield self._named(output, label)
+        for label, source in enumerate(sources):  # outputs past the declared counts, part by part
+            if not done[label]:
+                for output in source:
+                    yield self._named(output, label)
+
+    def _named(self, output: Any, label: int) -> Any:
+        if isinstance(output, dict):
+            output["__part__"] = self.names[label]
+        return output
+
+    def __iter__(self) -> Iterator:
+        source = self._mixed()
+        for step in self.after:
+            source = self.invoke(step, source)
+        return source
+
+
+_END = object()
+
+
+class MixDataset(PlannedDataset):
+    """The pipeline `wdsprep.mix(...)` returns (see the module docstring): the same interface as
+    `wdsprep.dataset(...)` (compose, batched, `wdsprep.Loader`, set_epoch, state_dict,
+    load_state_dict with one state or the list of every rank's)."""
+
+    def __init__(self, parts: Sequence_[Part | dict], *, mode: str = "weighted", samples_per_epoch: int | None = None,
+                 stop: str = "first", seed: int = 0, epoch: int | None = None, shuffle_shards: bool = True,
+                 shuffle_buffer: int = 0, equalize: str | None = "pad", rank: int | None = None,
+                 world_size: int | None = None, handler: Callable = wds.reraise_exception, cache_dir: str | None = None,
+                 cache_bytes: int | float | None = None, prefetch_bytes: int | None = None,
+                 max_connections: int | None = None):
+        super().__init__()
+        self._init_reading(seed=seed, epoch=epoch, shuffle_shards=shuffle_shards, shuffle_buffer=shuffle_buffer,
+                           equalize=equalize, rank=rank, world_size=world_size, handler=handler, cache_dir=cache_dir,
+                           cache_bytes=cache_bytes, prefetch_bytes=prefetch_bytes, max_connections=max_connections)
+        if mode not in MODES:
+            raise ConfigError(f"mix: mode must be 'weighted' or 'epochized', got {mode!r}")
+        if stop not in STOPS:
+            raise ConfigError(f"mix: stop must be 'first' or 'all', got {stop!r}")
+        if samples_per_epoch is not None and (isinstance(samples_per_epoch, bool) or
+                                              not isinstance(samples_per_epoch, (int, np.integer)) or samples_per_epoch < 1):
+            raise ConfigError(f"mix: samples_per_epoch must be a whole number >= 1, got {samples_per_epoch!r}")
+        if samples_per_epoch is not None and mode == "epochized":
+            raise ConfigError("mix: samples_per_epoch is for mode='weighted' (an epochized mix is sized by each part's repeat)")
+        self.mode, self.stop = mode, stop
+        self.samples_per_epoch = None if samples_per_epoch is None else int(samples_per_epoch)
+        if not parts:
+            raise ConfigError("mix: no parts")
+        self.parts = [self._load(index, part) for index, part in enumerate(parts)]
+        self._check_parts()
+        self._saved_shares: tuple[int, list[Fraction]] | None = None  # (epoch, weights) of a reweighted state
+        self._counts: dict[tuple, list[int]] = {}
+
+    # -- parts
+    def _load(self, index: int, part: Part | dict) -> _Planned:
+        if isinstance(part, dict):
+            unknown = set(part) - set(Part.__dataclass_fields__)
+            if unknown:
+                raise ConfigError(f"mix: part {index}: unknown field(s) {', '.join(sorted(unknown))}")
+            if "location" not in part:
+                raise ConfigError(f"mix: part {index}: no location")
+            part = Part(**part)
+        where = f"mix: part {index}" + (f" ({part.name})" if part.name else "")
+        if self.mode == "weighted":
+            if part.repeat is not None:
+                raise ConfigError(f"{where}: repeat is for mode='epochized' (a weighted part has a weight)")
+            share = _number(1 if part.weight is None else part.weight, "weight", where)
+        else:
+            if part.weight is not None:
+                raise ConfigError(f"{where}: weight is for mode='weighted' (an epochized part has a repeat)")
+            share = _number(1 if part.repeat is None else part.repeat, "repeat", where)
+        manifest = part.location if isinstance(part.location, Manifest) else load_manifest(str(part.location))
+        selection = Selection.of(keys=part.keys, select=part.select, fraction=part.fraction, limit=part.limit,
+                                 seed=self.seed + index)
+        catalog = Catalog(manifest, part.split, selection)
+        weights = shard_weights(catalog, part.outputs_per_sample)
+        stages = list(part.stages) if isinstance(part.stages, (list, tuple)) else [part.stages]
+        decode = stages.pop(0) if stages and isinstance(stages[0], ReaderStage) else None
+        size = catalog.total if weights is None else int(sum(int(w.sum()) for w in weights))
+        if size == 0:
+            raise ConfigError(f"{where}: split {part.split!r} of {manifest.url or 'its manifest'} has no samples")
+        name = part.name if part.name is not None else str(index)
+        return _Planned(index, name, catalog, weights, stages, decode, size, share, where)
+
+    def _check_parts(self) -> None:
+        seen: dict[tuple, int] = {}
+        for part in self.parts:
+            identity = (part.catalog.digest, part.catalog.split, part.catalog.selection_text)
+            if identity in seen:
+                raise ConfigError(f"{part.where}: the same part as part {seen[identity]} (same shards, split and "
+                                  "selection): give it one part with the sum of the weights")
+            seen[identity] = part.index
+        names = [part.name for part in self.parts]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"mix: part names must differ (got {names})")
+
+    # -- what an epoch holds
+    def epoch_counts(self, epoch: int | None = None) -> list[int]:
+        """Rule M2: each part's samples (outputs) in the epoch (a state loaded with `reweight=True`
+        keeps its own weights for its own epoch)."""
+        epoch = self.progress.epoch if epoch is None else epoch
+        shares = self._saved_shares[1] if self._saved_shares and self._saved_shares[0] == epoch else self._configured_shares()
+        key = tuple(shares)
+        if key not in self._counts:
+            self._counts[key] = epoch_counts(self.mode, [part.size for part in self.parts], shares, self.stop,
+                                             self.samples_per_epoch)
+        return self._counts[key]
+
+    def sequences(self, progress: EpochProgress | None = None) -> list[Sequence]:
+        """Each part's samples in the pass: its epoch sequence (M3), less what interrupted passes
+        delivered."""
+        progress = self.progress if progress is None else progress
+        out = []
+        for part, count in zip(self.parts, self.epoch_counts(progress.epoch)):
+            sequence = part_sequence(part, count, self.seed, progress.epoch, self.shuffle_shards)
+            for level in progress.levels:
+                sequence = remainder(sequence, _part_level(level, part.index), seed=self.seed, epoch=progress.epoch,
+                                     shuffle_buffer=self.shuffle_buffer, equalize=self.equalize,
+                                     shard_weights=part.weights, key=self._part_key(part.index))
+            out.append(sequence)
+        return out
+
+    def plans(self, worker: int = 0, num_workers: int = 1, progress: EpochProgress | None = None) -> list[WorkerPlan]:
+        rank, world = self.rank_and_world()
+        return [worker_plan(sequence, rank, world, worker, num_workers, self.equalize, part.weights)
+                for part, sequence in zip(self.parts, self.sequences(progress))]
+
+    def _part_key(self, index: int) -> tuple:
+        """What keys part `index`'s shuffle blocks besides (seed, epoch, rank, worker) (rule M5)."""
+        return () if index == 0 else (index,)
+
+    def samples_per_rank(self, epoch: int | None = None, num_workers: int = 1) -> int:
+        progress = self.progress if epoch is None else self.progress.at_epoch(epoch)
+        return sum(plan.outputs(part.weights) for worker in range(num_workers)
+                   for part, plan in zip(self.parts, self.plans(worker, num_workers, progress)))
+
+    def part_counts(self, epoch: int | None = None, num_workers: int = 1) -> dict[str, int]:
+        """Outputs of each part this rank yields in the epoch."""
+        progress = self.progress if epoch is None else self.progress.at_epoch(epoch)
+        totals = dict.fromkeys((part.name for part in self.parts), 0)
+        for worker in range(num_workers):
+            for part, plan in zip(self.parts, self.plans(worker, num_workers, progress)):
+                totals[part.name] += plan.outputs(part.weights)
+        return totals
+
+    # -- states
+    @property
+    def digest(self) -> str:
+        """Of every part's shards, split, selection and outputs: what a state must have been read from."""
+        return hashlib.sha256(json.dumps(self._part_layouts()).encode()).hexdigest()[:16]
+
+    def _part_layouts(self) -> list[dict]:
+        return [{"name": part.name, "dataset": part.catalog.digest, "split": part.catalog.split,
+                 "selection": part.catalog.selection_text, "outputs": None if part.weights is None else part.size}
+                for part in self.parts]
+
+    def layout(self) -> dict:
+        rank, world = self.rank_and_world()
+        return {"dataset": self.digest, "split": [part.catalog.split for part in self.parts], "seed": self.seed,
+                "shuffle_shards": self.shuffle_shards, "shuffle_buffer": self.shuffle_buffer,
+                "equalize": self.equalize, "rank": rank, "world_size": world, "selection": None,
+                "mix": {"mode": self.mode, "stop": self.stop, "samples_per_epoch": self.samples_per_epoch,
+                        "shares": [str(share) for share in self._configured_shares()],
+                        "parts": self._part_layouts()}}
+
+    def _configured_shares(self) -> list[Fraction]:
+        return [part.share for part in self.parts]
+
+    def parse_state(self, state: dict | list, num_workers: int, what: str = "mix", reweight: bool = False) -> Resume:
+        """A state checked against this mix (each difference named: a part's data, split, selection,
+        the mode, the weights), then as `wdsprep.dataset`'s. With `reweight`, the weights may differ:
+        the saved epoch is then read with the saved weights (recorded here), later ones with this mix's."""
+        states = state if isinstance(state, list) else [state]
+        here = self.layout()["mix"]
+        for one in states:
+            saved = one.get("mix") if isinstance(one, dict) else None
+            if not isinstance(saved, dict):
+                raise ConfigError(f"state was not saved from a mix (no 'mix' entry); this {what} is a mix")
+            _check_mix(saved, here, reweight, what)
+        resume = parse_state(state, self.layout(), num_workers, what, level_value=self.level_value)
+        self._saved_shares = (resume.epoch, [Fraction(share) for share in states[0]["mix"]["shares"]])
+        return resume
+
+    def position(self, saved: dict | None) -> MixPosition:
+        if saved is None:
+            return MixPosition([Position() for _ in self.parts])
+        return MixPosition([Position(**part) for part in saved["parts"]])
+
+    level_value = staticmethod(mix_level)
+
+    # -- iteration
+    def stream(self, worker: int = 0, num_workers: int = 1, *, progress: EpochProgress | None = None,
+               resume: MixPosition | None = None) -> MixStream:
+        """One worker's pass over the mix (rule M5), the one way it is iterated."""
+        progress = self.progress if progress is None else progress
+        resume = resume or self.position(None)
+        rank, _ = self.rank_and_world()
+        decode, stages, after = self._stages()
+        if decode is not None or stages:
+            raise ConfigError("mix: compose stages into each part (Part(stages=...)); after the mix, only "
+                              "batching (.batched or wdsprep.Loader) and stages that map one sample to one")
+        connections = worker_connections(self.max_connections, num_workers)
+        streams, counts = [], []
+        for part, plan, position in zip(self.parts, self.plans(worker, num_workers, progress), resume.parts):
+            reader = ShardReader(part.catalog, handler=self.handler, cache=self.cache,
+                                 prefetch_bytes=self.prefetch_bytes, max_connections=connections,
+                                 shuffle_buffer=self.shuffle_buffer,
+                                 key=(self.seed, progress.epoch, rank, worker, *self._part_key(part.index)))
+            streams.append(WorkerStream(reader, plan, position, stages=part.stages, after=[], invoke=_invoke,
+                                        decode=part.decode, equalize=self.equalize, shard_weights=part.weights))
+            counts.append(plan.outputs(part.weights))
+        return MixStream(streams, counts, [part.name for part in self.parts], block=self.shuffle_buffer,
+                         key=(self.seed, progress.epoch, rank, worker), after=after, invoke=self.invoke)
+
+
+def _check_mix(saved: dict, here: dict, reweight: bool, what: str) -> None:
+    """One `ConfigError` line naming the first way a saved mix differs from this one."""
+    for name in ("mode", "stop", "samples_per_epoch"):
+        if saved.get(name) != here[name]:
+            raise ConfigError(f"state was saved with {name}={saved.get(name)!r}, this {what} has {here[name]!r}")
+    old, new = saved.get("parts") or [], here["parts"]
+    if [p.get("name") for p in old] != [p["name"] for p in new]:
+        raise ConfigError(f"state was saved from a mix of parts {[p.get('name') for p in old]}, "
+                          f"this {what} has {[p['name'] for p in new]}")
+    for before, now in zip(old, new):
+        for name in ("dataset", "split", "selection", "outputs"):
+            if before.get(name) != now[name]:
+                thing = "data (shards)" if name == "dataset" else name
+                raise ConfigError(f"part {now['name']!r}: its {thing} differs from the saved state's "
+                                  f"({before.get(name)!r}, now {now[name]!r})")
+    if saved.get("shares") != here["shares"] and not reweight:
+        raise ConfigError(f"state was saved with weights {saved.get('shares')}, this {what} has {here['shares']}; "
+                          "load_state_dict(state, reweight=True) finishes the saved epoch with the saved weights")
+
+
+def _invoke(stage: Callable, source: Iterator) -> Iterator:
+    return stage(source)
+
+
+def _part_level(level: Level, part: int) -> Level:
+    return Level(level.world_size, level.num_workers, {k: value[part] for k, value in level.positions.items()})
+
+
+def mix(parts: Sequence_[Part | dict] | str | os.PathLike, **options) -> MixDataset:
+    """Several datasets as one stream: `parts` (a list of `wdsprep.Part` or dicts with its fields),
+    or the path of a mix file (TOML: the options at the top, one `[[part]]` table per part; see
+    docs/mixing.md). Options: mode ("weighted" | "epochized"), samples_per_epoch, stop ("first" |
+    "all"), and wdsprep.dataset's seed, epoch, shuffle_shards, shuffle_buffer, equalize, rank,
+    world_size, handler, cache_dir, cache_bytes, prefetch_bytes, max_connections."""
+    if isinstance(parts, (str, os.PathLike)):
+        parts, file_options = read_mix_file(os.fspath(parts))
+        options = {**file_options, **options}
+    return MixDataset(parts, **options)
+
+
+FILE_OPTIONS = ("mode", "samples_per_epoch", "stop", "seed", "shuffle_shards", "shuffle_buffer", "equalize")
+
+
+def read_mix_file(path: str) -> tuple[list[dict], dict]:
+    """(the parts, the options) of a mix file. A part's stage is named, never imported from the
+    file: `stage = {name = "minecraft.pairs", history_length = 4}` names a reader stage of a built-in
+    source (`wdsprep.<source>.<function>`), and `outputs_per_sample` likewise (`minecraft.pair_counts`)."""
+    try:
+        with open(path, "rb") as file:
+            data = tomllib.load(file)
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read the mix file ({error.strerror or error})") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path}: not valid TOML ({error})") from None
+    parts = data.pop("part", None)
+    if not isinstance(parts, list) or not parts:
+        raise ConfigError(f"{path}: a mix file needs one [[part]] table per part")
+    unknown = set(data) - set(FILE_OPTIONS)
+    if unknown:
+        raise ConfigError(f"{path}: unknown option(s) {', '.join(sorted(unknown))} (known: {', '.join(FILE_OPTIONS)})")
+    base = os.path.dirname(os.path.abspath(path))
+    loaded = []
+    for index, part in enumerate(parts):
+        part = dict(part)
+        location = part.get("location")
+        if isinstance(location, str) and "://" not in location and not os.path.isabs(location):
+            part["location"] = os.path.join(base, location)  # relative to the mix file
+        if "stage" in part:
+            part["stages"] = (_named_callable(part.pop("stage"), f"{path}: part {index}: stage"),)
+        if isinstance(part.get("outputs_per_sample"), dict):
+            part["outputs_per_sample"] = _named_callable(part["outputs_per_sample"], f"{path}: part {index}: outputs_per_sample")
+        if isinstance(part.get("keys"), str) and not os.path.isabs(part["keys"]):
+            part["keys"] = os.path.join(base, part["keys"])
+        loaded.append(part)
+    return loaded, data
+
+
+def _named_callable(spec: Any, where: str) -> Any:
+    """`{name = "<source>.<function>", ...arguments}`: that function of a built-in source's namespace,
+    called with the arguments (nothing else is looked up: a mix file names, it never imports)."""
+    from ..sources.registry import NAMESPACES
+
+    if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+        raise ConfigError(f"{where}: a table with name = \"<source>.<function>\" and its arguments")
+    arguments = dict(spec)
+    source, _, function = arguments.pop("name").partition(".")
+    namespace = None
+    if source in NAMESPACES:
+        import importlib
+
+        namespace = importlib.import_module(f"wdsprep.{source}")
+    value = getattr(namespace, function, None) if namespace is not None and not function.startswith("_") else None
+    if not callable(value):
+        raise ConfigError(f"{where}: {spec['name']!r} is not a reader function of a built-in source "
+                          f"(<source>.<function>, source one of {', '.join(NAMESPACES)})")
+    try:
+        return value(**arguments)
+    except TypeError as error:
+        raise ConfigError(f"{where}: {spec['name']}: {error}") from None
