@@ -1,6 +1,7 @@
 """wdsprep: research datasets to deterministic WebDataset shards, streamed into PyTorch.
 
-Public API: `urls`, `dataset`, `decode`, `decode_sample`, `zst_handler`, `Loader`, every exception of `wdsprep.errors`, and one
+Public API: `urls`, `dataset`, `mix`, `Part`, `MapDataset`, `decode`, `decode_sample`, `zst_handler`, `Loader`, every
+exception of `wdsprep.errors`, and one
 namespace per source (`wdsprep.voxels`, `wdsprep.minecraft`, `wdsprep.deepreg`, `wdsprep.rawnind`,
 `wdsprep.noisebase`), imported on first use. For tools that drive a conversion themselves (not in
 `__all__`): `wdsprep.Conversion`, the step-by-step driver, and `wdsprep.ConvertOptions`, its options.
@@ -42,6 +43,9 @@ __version__ = "0.1.0"
 __all__ = [
     "urls",
     "dataset",
+    "mix",
+    "Part",
+    "MapDataset",
     "decode",
     "decode_sample",
     "zst_handler",
@@ -69,6 +73,9 @@ _LAZY = {
     "urls": ("wdsprep.stream.manifests", "urls"),
     "dataset": ("wdsprep.stream.dataset", "dataset"),
     "Loader": ("wdsprep.stream.loader", "Loader"),
+    "mix": ("wdsprep.stream.mix", "mix"),
+    "Part": ("wdsprep.stream.mix", "Part"),
+    "MapDataset": ("wdsprep.stream.mapdataset", "MapDataset"),
     # the conversion driver, for code that runs a conversion step by step (rawnind's fetch --convert):
     # public for such tools, outside `__all__` (what `from wdsprep import *` gives is the training side)
     "Conversion": ("wdsprep.conversion", "Conversion"),
