@@ -24,7 +24,7 @@ import os
 import tempfile
 from typing import BinaryIO
 
-from ..errors import ConfigError
+from ..errors import ConfigError, ShardError
 from ..storage import BUFFER, local_path, open_url
 
 SUFFIX = ".tar"
@@ -66,6 +66,24 @@ class ShardCache:
         # not wrapped in another BufferedReader: `open_url` is buffered already, and an outer buffer
         # would be dropped and refilled on every seek of a piece that skips members (a tail piece)
         return _TeeStream(open_url(url), self, path, sha256, size)
+
+    def fetch(self, url: str, sha256: str | None, size: int | None) -> str | None:
+        """The path of the shard's entry for random access (`wdsprep.MapDataset`), the whole shard
+        downloaded into it on a miss (one request, admitted only once its size and sha256 match);
+        None for a local shard, one larger than the cache, or an entry evicted at once. A shard that
+        does not match its row is a `ShardError`."""
+        if local_path(url) is not None or (size is not None and size > self.max_bytes):
+            return None
+        path = os.path.join(self.directory, self.entry_name(url, sha256))
+        with self.open(url, sha256, size) as stream:
+            if isinstance(stream, _TeeStream):  # a miss: read it all (a hit is a file, read in place)
+                while stream.read(BUFFER):
+                    pass
+                if stream.count != size and size is not None:
+                    raise ShardError(url, f"shard is {stream.count} bytes, manifest says {size}")
+                if sha256 is not None and stream.digest.hexdigest() != sha256:
+                    raise ShardError(url, "sha256 differs from the manifest row (corrupt or changed shard)")
+        return path if os.path.exists(path) else None
 
     # -- bookkeeping
     def entries(self) -> list[tuple[float, int, str]]:
