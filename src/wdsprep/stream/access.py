@@ -220,9 +220,8 @@ class ShardAccess:
         url, row = self.urls[shard], self.rows[shard]
         path = local_path(url)
         if path is None and self.cache is not None:
-            hits = self.cache.hits
-            path = self.cache.fetch(url, row.get("sha256"), row["bytes"])
-            if self.cache.hits == hits and path is not None:
+            path, downloaded = self.cache.fetch(url, row.get("sha256"), row["bytes"])
+            if downloaded:
                 self._count(downloads=1, bytes=row["bytes"])
         with self._lock:
             self._paths[shard] = path

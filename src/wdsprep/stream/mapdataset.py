@@ -235,6 +235,9 @@ def _decoding(decode) -> tuple[bool, bool, bool]:
     if decode is False or decode is None:
         return False, False, False
     if isinstance(decode, ReaderStage):
+        if getattr(decode, "handler", None) is not None:
+            raise ConfigError("decode=wdsprep.decode(handler=...): a MapDataset item cannot be skipped; a sample "
+                              "that does not decode raises ShardError (give the stage without a handler)")
         return bool(decode.strip), bool(decode.torch), True
     raise ConfigError(f"decode must be True, False or a wdsprep.decode(...) stage, got {decode!r}")
 
