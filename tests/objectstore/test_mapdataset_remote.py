@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 import wdsprep
 from tests.core.mapsources import SOURCES, convert_source, same_raw, tar_reference
-from tests.objectstore.test_read_ahead import _remote
+from tests.objectstore.test_read_ahead import _layout, _remote
 from wdsprep.errors import ShardError
 from wdsprep.testing.httpserver import Shaping
 
@@ -34,16 +34,7 @@ def generic(tmp_path_factory):
 
 def _spans(path: pathlib.Path) -> tuple[list[tuple[int, int]], int]:
     """([first header, end) of each sample of the shard, the index member's header offset), by `tarfile`."""
-    starts, keys, index_at = [], [], None
-    with tarfile.open(path) as archive:
-        for info in archive.getmembers():
-            if info.name.startswith("__"):
-                index_at = info.offset
-                continue
-            key = info.name.split(".", 1)[0]
-            if not keys or keys[-1] != key:
-                keys.append(key)
-                starts.append(info.offset)
+    starts, index_at = _layout(path)
     return list(zip(starts, starts[1:] + [index_at])), index_at
 
 
