@@ -20,6 +20,7 @@ EXPECTED_KINDS = {
     "decode_sample": "function",
     "zst_handler": "function",
     "Loader": "class",
+    "MapDataset": "class",
     "WdsprepError": "exception",
     "InputError": "exception",
     "OutputError": "exception",

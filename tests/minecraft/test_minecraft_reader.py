@@ -280,3 +280,26 @@ def test_windows_give_exactly_the_whole_segment_pairs(length, window_frames, ove
         assert torch.equal(a["action"], b["action"])
         if history > 1:
             assert torch.equal(a["history_voxels"], b["history_voxels"])
+
+
+def test_map_style_pairs_over_http(tmp_path):
+    """`MinecraftPairs` on shards served over HTTP (read through wdsprep.MapDataset by Range
+    requests) gives the pairs it gives on the local directory."""
+    from wdsprep.sources.minecraft import MinecraftPairs
+    from wdsprep.testing import RangeHTTPServer
+
+    make_episode_dir(tmp_path / "in" / "data", "creative:1", 23, seed=1)
+    make_episode_dir(tmp_path / "in" / "data", "creative:2", 9, seed=2)
+    manifest = convert("minecraft", str(tmp_path / "in"), str(tmp_path / "out"), window_frames=7, window_overlap=4,
+                       shard_bytes=3000)
+    assert len(manifest.splits["train"]) > 2
+    local = MinecraftPairs(manifest.url, history_length=2)
+    with RangeHTTPServer(tmp_path / "out") as server:
+        remote = MinecraftPairs(server.url_of("manifest.json"), history_length=2)
+        assert all(r["range"] for r in server.requests if r["name"].endswith(".tar"))
+    assert len(remote) == len(local) > 0
+    for i in range(len(local)):
+        assert remote[i].keys() == local[i].keys()
+        for name, value in local[i].items():
+            same = torch.equal(remote[i][name], value) if isinstance(value, torch.Tensor) else remote[i][name] == value
+            assert same or name == "__url__", (i, name)

@@ -301,7 +301,7 @@ MUTATIONS = [
              ("tests/core/test_reindex.py",)),
     Mutation("map-style-pairs-unchecked", "MinecraftPairs reads its shards without the check against their rows",
              "src/wdsprep/sources/minecraft/read.py",
-             (("        self._pairs = list(stage(iter(shard_samples)))",
+             (("        self._pairs = list(stage(raw for _, raws in episodes.by_shard() for raw in raws))",
                "        from ...stream import iter_shard\n        self._pairs = list(stage(s for url in manifest.shard_urls(split) for s in iter_shard(url)))"),),
              ("tests/minecraft/test_minecraft_reader.py",)),
     Mutation("rerun-reuses-unindexed-units", "a conversion re-run reuses units whose shards have no index",
@@ -417,7 +417,7 @@ MUTATIONS = [
     # -- issue #24: every read path checked
     Mutation("voxels-mapstyle-unchecked", "the voxels map-style dataset reads a sample's members by offset, unchecked",
              "src/wdsprep/sources/voxels/mapstyle.py",
-             (("        raw = self.shards[sample[\"shard\"]].read(sample[\"number\"], names)\n",
+             (("        raw = self.data.read([sample[\"position\"]], names)[0]\n",
                "        path = self.shard_paths[sample[\"shard\"]]\n"
                "        where = dict(index_tar(path))[sample[\"key\"]]\n"
                "        with open(path, \"rb\") as handle:\n"
@@ -425,19 +425,20 @@ MUTATIONS = [
              ("tests/voxels/test_voxels_mapstyle.py",)),
     Mutation("rawnind-mapstyle-unchecked", "the rawnind map-style dataset reads a tile's members by offset, unchecked",
              "src/wdsprep/sources/rawnind/mapstyle.py",
-             (("        return decode_sample(shard.read(number, names))\n",
+             (("        return decode_sample(self.data.read([position], names)[0])\n",
                "        from ...shards.tarformat import index_samples\n"
-               "        where = dict(index_samples(shard.path))[key]\n"
-               "        with open(shard.path, \"rb\") as handle:\n"
+               "        path = self.data.urls[shard_index]\n"
+               "        where = dict(index_samples(path))[key]\n"
+               "        with open(path, \"rb\") as handle:\n"
                "            return decode_sample({\"__key__\": key, **{name: handle.seek(where[name][0]) and handle.read(where[name][1]) for name in names}})\n"),),
              ("tests/rawnind/test_rawnind_convert_read.py",)),
     Mutation("noisebase-frame-unchecked", "the noisebase loader reads a frame's members by offset, unchecked",
              "src/wdsprep/sources/noisebase/_shardread.py",
-             (("        raw = shard.read(number, [members[\"meta\"], *(members[field] for field in wanted if field in members)])\n",
+             (("        raw = self.access.read([(shard, number, names)])[0]\n",
                "        from ...storage import read_range\n"
-               "        raw, at, k = {}, shard.index.offsets[number], shard.index.first[number]\n"
-               "        for name in shard.index.names(number):\n"
-               "            size = shard.index.sizes[k]\n"
+               "        raw, at, k = {}, index.offsets[number], index.first[number]\n"
+               "        for name in index.names(number):\n"
+               "            size = index.sizes[k]\n"
                "            raw[name], at, k = bytearray(read_range(url, at + 512, size)), at + 512 + size + (-size % 512), k + 1\n"),),
              ("tests/noisebase/test_noisebase_loader.py", "tests/noisebase/test_noisebase_stream.py")),
     Mutation("deepreg-recovery-unchecked", "DeepReg's block recovery re-reads the shard's start unchecked",
@@ -452,10 +453,9 @@ MUTATIONS = [
                "        for raw in islice(iter_shard(urls[0]), max(args.samples, 0)):\n"),),
              ("tests/core/test_conversion.py",)),
     Mutation("older-shard-index-unhashed", "a local shard without an index is indexed in memory without hashing it against its row first",
-             "src/wdsprep/stream/read.py",
-             (("    indexed (one header per member, a sample's members back to back from byte 0).\"\"\"\n    check_whole(url, row, fd)\n",
-               "    indexed (one header per member, a sample's members back to back from byte 0).\"\"\"\n"),),
-             ("tests/voxels/test_voxels_mapstyle.py", "tests/noisebase/test_noisebase_stream.py")),
+             "src/wdsprep/stream/access.py",
+             (("back to back from byte 0).\"\"\"\n    check_whole(url, row, fd)\n", "back to back from byte 0).\"\"\"\n"),),
+             ("tests/voxels/test_voxels_mapstyle.py", "tests/noisebase/test_noisebase_stream.py", "tests/core/test_mapdataset.py")),
     # -- issue 26: the remote read-ahead (stream/remote.py, storage/resuming.py, storage/http.py, storage/s3.py)
     Mutation("remote-piece-from-byte-0", "a piece that starts mid-shard is fetched from byte 0 (the bytes before it read and dropped)",
              "src/wdsprep/stream/remote.py",
@@ -615,4 +615,37 @@ MUTATIONS = [
              "src/wdsprep/stream/remote.py",
              (("    if MAX_CONNECTIONS is not None and MAX_CONNECTIONS < 1:\n", "    if False:\n"),),
              ("tests/objectstore/test_read_ahead.py",)),
+    # -- issue 38, item 1: random access (stream/mapdataset.py, stream/access.py)
+    Mutation("map-position-wrong-shard", "index lookup off by one: a position at a shard's end is looked up in the shard before",
+             "src/wdsprep/stream/mapdataset.py",
+             (("        shard = bisect.bisect_right(self._ends, position)\n", "        shard = bisect.bisect_left(self._ends, position)\n"),),
+             ("tests/core/test_mapdataset.py",)),
+    Mutation("map-gap-sample-returned", "a coalesced request's samples taken as consecutive: a sample in the gap returned",
+             "src/wdsprep/stream/access.py",
+             (("            for item in items:\n                out[item] = self._sample(indexes[shard], spans[item], memoryview(buffer), low)\n",
+               "            for k, item in enumerate(items):\n"
+               "                span = _Span(indexes[shard], shard, spans[items[0]].number + k, None)\n"
+               "                out[item] = self._sample(indexes[shard], span, memoryview(buffer), low)\n"),),
+             ("tests/objectstore/test_mapdataset_remote.py",)),
+    Mutation("map-run-split", "samples that touch are read by one request each (a run split)",
+             "src/wdsprep/stream/access.py",
+             (("and low <= runs[-1][2] + gap:", "and low < runs[-1][2] + gap:"),),
+             ("tests/objectstore/test_mapdataset_remote.py", "tests/core/test_mapdataset.py")),
+    Mutation("map-digest-unchecked", "random access returns members without checking their digests",
+             "src/wdsprep/stream/access.py",
+             (("            if digest_of(part) != index.digests[k]:\n", "            if False:\n"),),
+             ("tests/core/test_mapdataset.py", "tests/objectstore/test_mapdataset_remote.py")),
+    Mutation("map-index-not-kept", "a shard's index is fetched again for every batch",
+             "src/wdsprep/stream/access.py",
+             (("                    for shard, index in zip(missing, loaded):\n", "                    for shard, index in zip(missing, ()):\n"),),
+             ("tests/objectstore/test_mapdataset_remote.py",)),
+    Mutation("map-cache-unused", "MapDataset ignores cache_dir: every pass reads the remote shards",
+             "src/wdsprep/stream/access.py",
+             (("            path, downloaded = self.cache.fetch(url, row.get(\"sha256\"), row[\"bytes\"])\n",
+               "            path, downloaded = None, False\n"),),
+             ("tests/objectstore/test_mapdataset_remote.py",)),
+    Mutation("map-shards-one-at-a-time", "the requests of a batch's shards are sent one after another",
+             "src/wdsprep/stream/access.py",
+             (("        if sum(remote) <= 1:\n", "        if True:\n"),),
+             ("tests/objectstore/test_mapdataset_remote.py",)),
 ]

@@ -350,3 +350,22 @@ def test_map_style_raises_a_shard_error_for_a_flipped_byte_in_any_member(synth_t
         count, error = same_until_error((dataset[i] for i in range(len(dataset))), expected[split], same)
         assert count == 0 and error is not None and path.name in str(error), (key, member)  # one tile per split
     assert flipped == {"clean.npy", "noisy.npy", "mask.npy", "meta.mp"}
+
+
+def test_map_style_drop_in_over_http(shards):
+    """The same items from the shards served over HTTP (read by Range requests through
+    wdsprep.MapDataset) as from the local directory."""
+    from wdsprep.rawnind import CleanProfiledRGBNoisyBayerImageCropsDataset as Dataset
+    from wdsprep.testing import RangeHTTPServer
+
+    native, out, manifest = shards
+    local = Dataset(str(out / "manifest.json"), num_crops=2, crop_size=128, alignment_max_loss=None, mask_mean_min=None)
+    with RangeHTTPServer(out) as server:
+        remote = Dataset(server.url_of("manifest.json"), num_crops=2, crop_size=128, alignment_max_loss=None,
+                         mask_mean_min=None)
+        assert remote.pairs == local.pairs
+        for i in range(len(local)):
+            mine, theirs = remote[i], local[i]
+            assert set(mine) == set(theirs)
+            assert all(np.array_equal(np.asarray(mine[k]), np.asarray(theirs[k])) for k in mine)
+        assert any(r["range"] for r in server.requests)  # read by Range requests, not whole shards

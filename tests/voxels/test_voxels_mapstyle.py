@@ -250,3 +250,20 @@ def test_older_shards_without_an_index_are_hashed_whole_when_the_dataset_opens(t
     with pytest.raises(wdsprep.ShardError, match=rf"{path.name}: sha256 differs"):
         HierarchicalVoxelRayDataset(older, **options)
     flips.close()
+
+
+def test_map_style_over_http(converted):
+    """The same chunks from the shards served over HTTP (read by Range requests through
+    wdsprep.MapDataset) as from the local directory, and over a list of shard URLs."""
+    from wdsprep.testing import RangeHTTPServer
+
+    native, shards, manifest, natives, membership = converted
+    local = HierarchicalVoxelRayDataset(shards, split="val", rays_per_chunk=50)
+    with RangeHTTPServer(shards) as server:
+        remote = HierarchicalVoxelRayDataset(server.url_of("manifest.json"), split="val", rays_per_chunk=50)
+        assert len(remote) == len(local)
+        for index in np.random.default_rng(1).permutation(len(local))[:40]:
+            _same_chunk(remote[int(index)], local[int(index)])
+        listed = HierarchicalVoxelRayDataset([server.url_of(row["name"]) for row in manifest.shards("val")], rays_per_chunk=50)
+        _same_chunk(listed[len(local) - 1], local[len(local) - 1])
+        assert all(r["range"] for r in server.requests if r["name"].endswith(".tar"))

@@ -89,7 +89,9 @@ def encode_table(split: str, keys: list[str], fields: Mapping[str, list]) -> byt
 
 
 def table_entry(manifest, split: str) -> dict | None:
-    return (manifest.tables.get(TABLE) or {}).get(split)
+    entry = (manifest.tables.get(TABLE) or {}).get(split)
+    # voxels' own per-split "samples" table (lists of [key, level, rays]) shares the name: not a sample table
+    return entry if isinstance(entry, dict) else None
 
 
 def entry_for(split: str, data: bytes, fields: Iterable[str]) -> dict:

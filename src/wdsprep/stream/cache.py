@@ -15,6 +15,10 @@ shard split between two workers seeks past the samples it skips: on a miss that 
 tee (its partial copy is dropped) and goes on as the plain remote stream, by Range request, so it
 never downloads the head that the neighbouring worker reads. Each split shard is then fetched once
 per epoch (plus at most `DRAIN_BYTES` drained by a head piece that tries to complete its entry).
+
+Random access (`wdsprep.MapDataset`, stream/access.py) asks for a shard's entry with `fetch`: on a
+miss the whole shard is read through the same tee (one request) before its first sample, then the
+entry is read in place.
 """
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ import os
 import tempfile
 from typing import BinaryIO
 
-from ..errors import ConfigError
+from ..errors import ConfigError, ShardError
 from ..storage import BUFFER, local_path, open_url
 
 SUFFIX = ".tar"
@@ -66,6 +70,25 @@ class ShardCache:
         # not wrapped in another BufferedReader: `open_url` is buffered already, and an outer buffer
         # would be dropped and refilled on every seek of a piece that skips members (a tail piece)
         return _TeeStream(open_url(url), self, path, sha256, size)
+
+    def fetch(self, url: str, sha256: str | None, size: int | None) -> tuple[str | None, bool]:
+        """(the path of the shard's entry, whether it was downloaded now) for random access
+        (`wdsprep.MapDataset`): on a miss the whole shard is read into it (one request, admitted only
+        once its size and sha256 match). The path is None for a local shard, one larger than the
+        cache, or an entry evicted at once. A shard that does not match its row is a `ShardError`."""
+        if local_path(url) is not None or (size is not None and size > self.max_bytes):
+            return None, False
+        path = os.path.join(self.directory, self.entry_name(url, sha256))
+        with self.open(url, sha256, size) as stream:
+            downloaded = isinstance(stream, _TeeStream)
+            if downloaded:  # a miss: read it all (a hit is a file, read in place)
+                while stream.read(BUFFER):
+                    pass
+                if stream.count != size and size is not None:
+                    raise ShardError(url, f"shard is {stream.count} bytes, manifest says {size}")
+                if sha256 is not None and stream.digest.hexdigest() != sha256:
+                    raise ShardError(url, "sha256 differs from the manifest row (corrupt or changed shard)")
+        return (path if os.path.exists(path) else None), downloaded
 
     # -- bookkeeping
     def entries(self) -> list[tuple[float, int, str]]:

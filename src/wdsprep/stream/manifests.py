@@ -1,9 +1,9 @@
 """Loading manifests and shard URLs from any location."""
 from __future__ import annotations
 
-from ..errors import ConfigError, ManifestError, ShardError
+from ..errors import ManifestError, ShardError
 from ..shards.manifest import MANIFEST_NAME, Manifest
-from ..storage import local_path, read_url, scheme_of
+from ..storage import read_url, scheme_of
 
 
 def manifest_location(url: str) -> str:
@@ -50,27 +50,3 @@ def shard_row(url: str, manifests: dict | None = None) -> dict:
             if row["name"] == name:
                 return row
     raise ShardError(url, f"{manifest.url} does not list it, so its samples cannot be checked")
-
-
-def local_shards(location, split: str = "train") -> list[tuple[str, dict]]:
-    """(local file path, manifest row) of a split's shards, for map-style (random access) datasets.
-
-    `location` is a local manifest (file or directory), a single `.tar`, or a list of tar paths (their
-    rows from the manifest beside them: `shard_row`).
-    """
-    import os
-
-    if isinstance(location, (str, os.PathLike)) and not str(location).endswith(".tar"):
-        manifest = load_manifest(str(location))
-        shards = []
-        for url, row in zip(manifest.shard_urls(split), manifest.shards(split)):
-            path = local_path(url)
-            if path is None:
-                raise ConfigError(f"{url}: map-style datasets read local shards; stream remote ones with the reader stage")
-            shards.append((path, row))
-        return shards
-    paths = [str(location)] if isinstance(location, (str, os.PathLike)) else [str(path) for path in location]
-    if not paths:
-        raise ConfigError("no shards given")
-    manifests: dict = {}
-    return [(path, shard_row(path, manifests)) for path in paths]

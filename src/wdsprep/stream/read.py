@@ -43,11 +43,12 @@ differ from its manifest row raises `ShardError` before its first sample.
   is refused with one line naming `wdsprep reindex`, which gives it an index (spooling it to local
   disk first would break the rule that a remote read writes nothing locally unless a cache is asked
   for, and would make every piece of it download the whole shard).
-- Every other reader of shard bytes goes through this module too, so no path yields an unchecked
-  byte. Random access (`CheckedShard`: map-style datasets, the noisebase loader): the index is
-  loaded once per shard, and a read of sample i is one bounded read of the members asked for, each
-  member in it checked against its digest before anything is returned (an older local shard is
-  hashed whole first and indexed in memory; an older remote one is refused the same way).
+- Every other reader of shard bytes goes through this module or checks alike, so no path yields an
+  unchecked byte. Random access (`wdsprep.MapDataset`, the map-style classes, the noisebase
+  loader) is stream/access.py's: the index loaded once per shard (`load_index`), a read of samples
+  one bounded read of their bytes, each member checked against its digest (`_corrupt` names one
+  that fails) before anything is returned (an older local shard is hashed whole first,
+  `check_whole`, and indexed in memory; an older remote one is refused with `UNINDEXED_REMOTE`).
   `checked_samples` opens a URL and reads it through `read_samples`, for readers that hold a
   shard's URL and row rather than a pipeline (`wdsprep inspect`, DeepReg's block recovery).
 """
@@ -62,8 +63,8 @@ from typing import BinaryIO, Iterator
 from ..errors import ShardError
 from ..shards.codec import DECODE_ERRORS, member_decoder
 from ..shards.index import ROW_FIELDS, ShardIndex, digest_of, has_index, member_span, xxh3_64
-from ..shards.tarformat import BLOCK, TarCursor, group_samples, index_samples
-from ..storage import BUFFER, local_path, open_from, open_url, read_range
+from ..shards.tarformat import BLOCK, TarCursor, group_samples
+from ..storage import BUFFER, open_from, open_url, read_range
 from ..storage.files import fill
 
 
@@ -489,115 +490,3 @@ def checked_samples(url: str, row: dict, start: int = 0, stop: int | None = None
         return
     with open_url(url) as stream:
         yield from read_samples(url, row, start, stop, stream)
-
-
-class CheckedShard:
-    """One shard opened for random access (map-style datasets, per-sequence readers): `read(i,
-    names)` gives members of sample i, each member's bytes (header, data, padding) checked against
-    its digest in the shard's index before anything is returned.
-
-    The index comes from `load_index` (checked against the row). A local shard without one (an older
-    manifest) is hashed whole against its row first (`check_whole`), as the streaming path does, and
-    its index is then made in memory from its headers and members (`_index_of_hashed`), so its reads
-    are checked the same way; a remote one is refused with the line naming `wdsprep reindex`.
-    A read is one bounded read of the bytes from the first to the last member asked for (`pread`
-    locally, a Range request remotely); every member inside that span is checked. A local shard
-    keeps one descriptor open (`pread` needs no shared offset: threads and forked workers share it);
-    a pickled one (spawned workers) opens and loads again where it is unpickled; `close()` closes the
-    descriptor, and the next read opens it again.
-    """
-
-    def __init__(self, url: str, row: dict):
-        self.url, self.row, self.fd = url, row, None
-        self.path = local_path(url)
-        self.fd = None if self.path is None else os.open(self.path, os.O_RDONLY)
-        try:
-            if has_index(row):
-                self.index = load_index(url, row, self.fd)
-            elif self.fd is not None:
-                self.index = _index_of_hashed(url, row, self.fd, self.path)
-            else:
-                raise ShardError(url, UNINDEXED_REMOTE)
-        except BaseException:
-            self.close()
-            raise
-
-    def __len__(self) -> int:
-        return len(self.index)
-
-    def __getstate__(self) -> dict:
-        return {"url": self.url, "row": self.row}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state["url"], state["row"])
-
-    def close(self) -> None:
-        """Close the descriptor of a local shard (the next read opens it again)."""
-        fd, self.fd = self.fd, None
-        if fd is not None:
-            os.close(fd)
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # at interpreter exit `os` may be gone already
-            pass
-
-    def read(self, i: int, names=None) -> dict:
-        """Raw sample i (`__key__`, `__url__`, member -> bytearray), with only the members in `names`
-        (all by default); every member in the span read is checked first."""
-        index, url = self.index, self.url
-        key, at, k = index.keys[i], index.offsets[i], index.first[i]
-        spans = []  # (member, its number in the columns, first byte, data size)
-        for name in index.names(i):
-            size = index.sizes[k]
-            spans.append((name, k, at, size))
-            at += member_span(size)
-            k += 1
-        sample = {"__key__": key, "__url__": url}
-        wanted = [span for span in spans if names is None or span[0] in names]
-        if not wanted:
-            return sample
-        low, high = wanted[0][2], wanted[-1][2] + member_span(wanted[-1][3])
-        if self.path is None:
-            data = read_range(url, low, high - low)
-        else:
-            if self.fd is None:
-                self.fd = os.open(self.path, os.O_RDONLY)
-            data = os.pread(self.fd, high - low, low)
-        if len(data) != high - low:
-            raise ShardError(url, f"truncated shard: sample {key!r} ends early (at byte {low + len(data)})")
-        view = memoryview(data)
-        for name, k, start, size in spans:
-            if low <= start < high:
-                part = view[start - low : start - low + member_span(size)]
-                if digest_of(part) != index.digests[k]:
-                    raise _corrupt(url, key, name)
-                if names is None or name in names:
-                    sample[name] = bytearray(part[BLOCK : BLOCK + size])
-        return sample
-
-
-def _index_of_hashed(url: str, row: dict, fd: int, path: str) -> ShardIndex:
-    """The index of a local shard written without one, made in memory once the whole shard matched
-    its row: where its members lie (`tarformat.index_samples`, from the headers) and the digests a
-    written index would hold, so `CheckedShard` checks its reads alike. Only wdsprep's own layout is
-    indexed (one header per member, a sample's members back to back from byte 0)."""
-    check_whole(url, row, fd)
-    keys, offsets, layout, sizes, digests = [], [], [], [], []
-    layouts: dict[tuple, int] = {}
-    end = 0
-    for key, members in index_samples(path):
-        keys.append(key)
-        offsets.append(end)
-        layout.append(layouts.setdefault(tuple(members), len(layouts)))
-        for name, (at, size) in members.items():
-            if at != end + BLOCK:
-                raise ShardError(url, f"member {key}.{name} is not where a wdsprep shard has it; "
-                                      "run `wdsprep reindex` on its directory once")
-            start, end = end, at + size + (-size % BLOCK)
-            sizes.append(size)
-            digests.append(digest_of(os.pread(fd, end - start, start)))
-    if len(keys) != row["samples"]:
-        raise ShardError(url, f"shard holds {len(keys)} samples, manifest says {row['samples']}")
-    return ShardIndex(url, tuple(keys), tuple(offsets), tuple(layout), tuple(layouts), tuple(sizes), tuple(digests), end)

@@ -270,24 +270,25 @@ def collate_fn(device: str | torch.device | None = None, pin_memory: bool | None
 
 # ------------------------------------------------------------------------------------ map-style
 class MinecraftPairs(torch.utils.data.Dataset):
-    """Map-style drop-in for upstream `MinecraftDataset` (len, indexing, any sampler) over shards.
+    """Map-style drop-in for upstream `MinecraftDataset` (len, indexing, any sampler) over shards at
+    any location.
 
-    Reads every shard of `split` once and keeps the episodes as block ids (about 9 KB a 21³ frame),
-    so `len` and `dataset[i]` are the same pairs, in the same order, as the `pairs` stage gives on
-    the unshuffled shard list. `pair_options` are those of `pairs`; `vocabulary` gives the names.
+    Reads every sample of `split` once, shard by shard, through `wdsprep.MapDataset` (each checked
+    against its shard's index), and keeps the episodes as block ids (about 9 KB a 21³ frame), so
+    `len` and `dataset[i]` are the same pairs, in the same order, as the `pairs` stage gives on the
+    unshuffled shard list. `pair_options` are those of `pairs`; `vocabulary` gives the names.
     """
 
     def __init__(self, manifest: Any, split: str = "train", **pair_options: Any):
         from ...stream import load_manifest
-        from ...stream.dataset import dataset
+        from ...stream.mapdataset import MapDataset
 
         if not hasattr(manifest, "shard_urls"):
             manifest = load_manifest(os.fspath(manifest))
         self.vocabulary = vocabulary(manifest)
         stage = pairs(**pair_options)
-        # every shard in manifest order, each sample checked against the shard's row before it is used
-        shard_samples = dataset(manifest, split, shuffle_shards=False, equalize=None, rank=0, world_size=1)
-        self._pairs = list(stage(iter(shard_samples)))
+        episodes = MapDataset(manifest, split, decode=False)  # the split in manifest order, read and checked
+        self._pairs = list(stage(raw for _, raws in episodes.by_shard() for raw in raws))
 
     def __len__(self) -> int:
         return len(self._pairs)

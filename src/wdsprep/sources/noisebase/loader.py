@@ -12,8 +12,9 @@ Same arguments, same batches (bit for bit), same epoch counting, DDP rule and ch
   `loader.state_dict()`, `loader.load_state_dict(sd)`.
 
 Instead of opening a zarr zip per frame, each worker reads the frames it needs out of the shards,
-each frame checked against its shard's index before it is decoded (`_shardread.SequenceReader`; at
-most the shards of the current batch's sequences stay open).
+each frame checked against its shard's index before it is decoded (`_shardread.SequenceReader`, through
+the `ShardAccess` that `wdsprep.MapDataset` reads with: indexes loaded at first use and kept, a
+bounded number of shards open, Range requests over pooled connections remotely).
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ import torch.distributed as dist
 from ...errors import ConfigError, ManifestError
 from ...stream import load_manifest
 from .native import BUFFERS, decode_rgbe
+from ...stream.access import ShardAccess
 from ._shardread import SequenceReader
 from .convert import frame_key
 from .projective import Orientation, log_depth, motion_vectors, screen_space_normal
@@ -191,39 +193,38 @@ class FrameDataset(torch.utils.data.Dataset):
             for member in _MEMBERS[buffer]:
                 wanted[member] = None if member == "reference" else samples
         self.wanted = wanted
+        shards = {url: row for segments_of in segments for url, row, _, _ in segments_of}
+        self.access = ShardAccess(list(shards), list(shards.values()))  # every frame is read through it
         self._pid = None
 
     def __len__(self) -> int:
         return len(self.sequences) * self.frames_per_sequence
 
-    # -- per-process state: open readers and a thread pool (never shared across a fork)
+    # -- per-process state: readers and a thread pool (never shared across a fork; the access keeps its own)
     def _state(self):
         if self._pid != os.getpid():
             self._pid = os.getpid()
             self._readers: dict[int, SequenceReader] = {}
-            self._shards: dict = {}  # shard URL -> CheckedShard, shared by the readers
             self._pool = None
         return self._readers
 
-    def __getstate__(self) -> dict:  # for spawned workers: open shards and threads stay here
+    def __getstate__(self) -> dict:  # for spawned workers: readers and threads stay here
         state = dict(self.__dict__)
-        for name in ("_readers", "_shards", "_pool"):
+        for name in ("_readers", "_pool"):
             state.pop(name, None)
         state["_pid"] = None
         return state
 
     def close(self) -> None:
-        """Close open readers and stop the thread pool; both come back lazily if the dataset is read again."""
+        """Close open shards and stop the thread pool; both come back lazily if the dataset is read again."""
         if self._pid == os.getpid():
-            for reader in self._readers.values():
-                reader.close()
             self._readers.clear()
-            for shard in self._shards.values():
-                shard.close()
-            self._shards.clear()
             pool, self._pool = getattr(self, "_pool", None), None
             if pool is not None:
                 pool.shutdown(wait=False)
+        access = getattr(self, "access", None)
+        if access is not None:
+            access.close()
 
     def __del__(self):
         try:
@@ -237,7 +238,7 @@ class FrameDataset(torch.utils.data.Dataset):
         if reader is None:
             entry = self.sequences[sequence]
             keys = [frame_key(entry["file"], frame) for frame in range(entry["frames"])]
-            reader = readers[sequence] = SequenceReader(self.segments[sequence], entry["file"], keys, self._shards)
+            reader = readers[sequence] = SequenceReader(self.segments[sequence], entry["file"], keys, self.access)
         return reader
 
     def orientation(self, epoch: int, sequence: int) -> Orientation:
@@ -250,14 +251,11 @@ class FrameDataset(torch.utils.data.Dataset):
     def __getitems__(self, indices: list[dict]) -> list[dict]:
         readers = self._state()
         current = {index["idx"] // self.frames_per_sequence for index in indices}
-        for sequence in [s for s in readers if s not in current]:  # at most the batch's sequences stay open
-            readers.pop(sequence).close()
+        for sequence in [s for s in readers if s not in current]:  # the batch's sequences' readers stay
+            readers.pop(sequence)
         out = _Prebatched(self._allocate(len(indices)))
         jobs = [(index, self._reader(index["idx"] // self.frames_per_sequence), slot)
                 for slot, index in enumerate(indices)]
-        used = {url for reader in readers.values() for url, *_ in reader.segments}
-        for url in [url for url in self._shards if url not in used]:  # and only their shards stay open
-            self._shards.pop(url).close()
         if len(jobs) == 1:
             out.append(self._load(*jobs[0], out=out.block))
             return out

@@ -4,9 +4,9 @@
 Like the legacy class, an item is a *pair* (reference clean capture, y capture: upstream's pairs,
 clean-clean and second-reference ones included; filtered by alignment loss, mask mean, MS-SSIM)
 and `__getitem__(i)` returns `num_crops` random crops from a random pre-cropped tile of that pair.
-It reads local shards by byte offset (each shard's sample index), so any DataLoader sampler works;
-every read is checked against that index (`stream.read.CheckedShard`), so a corrupted shard is a
-`ShardError` naming it, never a crop.
+It reads shards at any location by byte offset (each shard's sample index) through
+`wdsprep.MapDataset`, so any DataLoader sampler works; every read is checked against that index, so
+a corrupted shard is a `ShardError` naming it, never a crop.
 Randomness is drawn from (seed, epoch, i) instead of the global `random` module, so an item is
 reproducible; call `set_epoch` to get new crops each epoch.
 """
@@ -19,8 +19,7 @@ import numpy as np
 
 from ...errors import ConfigError
 from ...shards.codec import decode_sample, split_field
-from ...stream.manifests import local_shards
-from ...stream.read import CheckedShard
+from ...stream.mapdataset import MapDataset
 from .read import _check_crop_size, crop_pair, pair_files, pair_passes
 
 _FIELDS = ("clean", "noisy", "gt_rgb", "noisy_bayer", "mask", "meta")  # both layouts (see convert)
@@ -61,13 +60,14 @@ class CleanProfiledRGBNoisyBayerImageCropsDataset(_Base):
                             match_gain=match_gain, to_torch=to_torch, legacy_values=legacy_values, input=input)
         self.seed = seed
         self.epoch = 0
-        self.shards = [CheckedShard(path, row) for path, row in local_shards(manifest_url, self.split)]
+        self.data = MapDataset(manifest_url, self.split, decode=False)  # raw: only some members are read
         tiles_of_pair: dict[tuple[str, str, str], list[tuple[int, str, int]]] = defaultdict(list)
-        self._numbers: dict[tuple[int, str], int] = {}  # (shard, key) -> the sample's number in its shard
-        for shard_index, shard in enumerate(self.shards):
-            for number, key in enumerate(shard.index.keys):
-                self._numbers[(shard_index, key)] = number
-                meta = decode_sample(shard.read(number, ("meta.mp",)))["meta"]
+        self._positions: dict[tuple[int, str], int] = {}  # (shard, key) -> the sample's position
+        for positions, raws in self.data.by_shard(("meta.mp",)):  # one shard's metas at a time
+            for position, raw in zip(positions, raws):
+                key, (shard_index, _) = raw["__key__"], self.data.locate(position)
+                self._positions[(shard_index, key)] = position
+                meta = decode_sample(raw)["meta"]
                 if input == "bayer" and not meta.get("is_bayer", True):
                     continue  # X-Trans scenes have no RGGB input
                 for n in range(len(meta["best_alignment_loss"])):
@@ -87,9 +87,9 @@ class CleanProfiledRGBNoisyBayerImageCropsDataset(_Base):
         return len(self.pairs)
 
     def _tile(self, shard_index: int, key: str) -> dict:
-        shard, number = self.shards[shard_index], self._numbers[(shard_index, key)]
-        names = [name for name in shard.index.names(number) if split_field(name)[0] in _FIELDS]
-        return decode_sample(shard.read(number, names))
+        position = self._positions[(shard_index, key)]
+        names = [name for name in self.data.member_names(position) if split_field(name)[0] in _FIELDS]
+        return decode_sample(self.data.read([position], names)[0])
 
     def __getitem__(self, i: int) -> dict:
         if not -len(self) <= i < len(self):

@@ -1,12 +1,12 @@
-"""Map-style drop-in for upstream `HierarchicalVoxelRayDataset`, over local wdsprep shards.
+"""Map-style drop-in for upstream `HierarchicalVoxelRayDataset`, over wdsprep shards at any location.
 
-Opening the dataset reads each shard's sample index and each sample's small `meta.mp` member;
-`__getitem__` then reads just the members of the one sample it needs with positioned reads. Every
-read goes through `stream.read.CheckedShard`: each member read is checked against the shard's index
-(an older shard without one is hashed whole first), so a corrupted shard is a `ShardError` naming
-it, never a sample. Voxel grids sit in a real LRU cache (a hit refreshes
-the entry; upstream's is FIFO); the decoded rays of the most recently used samples are kept too,
-so consecutive chunks of a subvolume decompress its rays once.
+Built on `wdsprep.MapDataset` (stream/mapdataset.py): opening the dataset reads each shard's sample
+index and each sample's small `meta.mp` member (read together, shard by shard); `__getitem__` then
+reads just the members of the one sample it needs (one positioned read locally, one Range request
+remotely). Every member read is checked against the shard's index (a local shard without one is
+hashed whole first), so a corrupted shard is a `ShardError` naming it, never a sample. Voxel grids
+sit in a real LRU cache (a hit refreshes the entry; upstream's is FIFO); the decoded rays of the
+most recently used samples are kept too, so consecutive chunks of a subvolume decompress its rays once.
 """
 from __future__ import annotations
 
@@ -20,8 +20,7 @@ from torch.utils.data import BatchSampler, Dataset, RandomSampler, SequentialSam
 from ...errors import ConfigError, ShardError
 from ...shards.codec import decode_value
 from ...shards.tarformat import index_samples
-from ...stream.manifests import local_shards
-from ...stream.read import CheckedShard
+from ...stream.mapdataset import MapDataset
 from .read import (
     READ_FIELDS,
     ray_arrays,
@@ -73,30 +72,29 @@ class HierarchicalVoxelRayDataset(Dataset):
         self.sparse_voxels = sparse_voxels
         self.sparse_mode = sparse_mode
         self.sparse_connectivity = sparse_connectivity
-        located = local_shards(shards, split)
-        self.shard_paths = [path for path, _ in located]
+        # the shards at any location, or a list of shard paths/URLs; raw bytes, decoded here per member
+        self.data = MapDataset(shards, split, decode=False)
+        self.shard_paths = self.data.urls
 
         wanted = None if self.levels is None else set(self.levels)
-        self.samples: list[dict] = []  # {shard, number (in the shard), key, members, meta}
-        self.shards: list[CheckedShard] = []
+        self.samples: list[dict] = []  # {position, shard, number (in the shard), key, members, meta}
         chunk_sample, chunk_start, chunk_end, chunk_number = [], [], [], []
         seen = set()
-        for shard_number, (path, row) in enumerate(located):
-            shard = CheckedShard(path, row)
-            self.shards.append(shard)
-            for number in range(len(shard)):
-                key, members = shard.index.keys[number], shard.index.names(number)
-                if "meta.mp" not in members:
-                    raise ShardError(path, f"sample {key!r} has no meta.mp member (not a voxels shard?)")
-                meta = decode_value("meta.mp", shard.read(number, ("meta.mp",))["meta.mp"])
+        for positions, raws in self.data.by_shard(("meta.mp",)):  # one shard's metas at a time
+            for position, raw in zip(positions, raws):
+                key, (shard, number) = raw["__key__"], self.data.locate(position)
+                if "meta.mp" not in raw:
+                    raise ShardError(raw["__url__"], f"sample {key!r} has no meta.mp member (not a voxels shard?)")
+                meta = decode_value("meta.mp", raw["meta.mp"])
                 if not keep_sample(meta, wanted, include_empty) or key in seen:
                     continue
                 seen.add(key)
                 sample_number = len(self.samples)
-                self.samples.append({"shard": shard_number, "number": number, "key": key, "members": members, "meta": meta})
-                for chunk, (start, end) in enumerate(chunk_bounds(int(meta["num_rays"]), rays_per_chunk)):
+                self.samples.append({"position": position, "shard": shard, "number": number, "key": key,
+                                     "members": self.data.member_names(position), "meta": meta})
+                for chunk, (first, end) in enumerate(chunk_bounds(int(meta["num_rays"]), rays_per_chunk)):
                     chunk_sample.append(sample_number)
-                    chunk_start.append(start)
+                    chunk_start.append(first)
                     chunk_end.append(end)
                     chunk_number.append(chunk)
         if not self.samples:
@@ -125,7 +123,7 @@ class HierarchicalVoxelRayDataset(Dataset):
         """Decoded members `names` of one sample, read (and checked) in one positioned read."""
         if self._pid != os.getpid():
             self._reset_process_state()
-        raw = self.shards[sample["shard"]].read(sample["number"], names)
+        raw = self.data.read([sample["position"]], names)[0]
         return {name: decode_value(name, raw[name]) for name in names}
 
     def _member_name(self, sample: dict, field: str) -> str | None:
@@ -206,10 +204,10 @@ class HierarchicalVoxelRayDataset(Dataset):
         return int(np.count_nonzero(self._chunk_sample == sample_number))
 
     def close(self) -> None:
-        """Close this process's shard file descriptors (they reopen on the next access; a shard
-        closes its own when it goes)."""
-        for shard in getattr(self, "shards", ()):
-            shard.close()
+        """Close this process's shard file descriptors (they reopen on the next access)."""
+        data = getattr(self, "data", None)
+        if data is not None:
+            data.close()
 
 
 class RayBatchSampler(BatchSampler):

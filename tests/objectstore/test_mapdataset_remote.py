@@ -1,0 +1,191 @@
+"""`wdsprep.MapDataset` over HTTP and S3: every source's samples against `tarfile` (the reference of
+tests/core/mapsources.py), a flipped byte, and what the server saw: one Range request per contiguous
+run of a batch within a shard, requests of different shards at once, one index request per shard,
+none at all once the shard cache holds the shards. Requests and connections are counted by the
+RangeHTTPServer (in front of the S3 test server for s3://); byte spans come from `tarfile`."""
+import collections
+import pathlib
+import shutil
+import tarfile
+
+import pytest
+from torch.utils.data import DataLoader, DistributedSampler
+
+import wdsprep
+from tests.core.mapsources import SOURCES, convert_source, same_raw, tar_reference
+from tests.objectstore.test_read_ahead import _layout, _remote
+from wdsprep.errors import ShardError
+from wdsprep.testing.httpserver import Shaping
+
+KINDS = ["http", "s3"]
+
+
+@pytest.fixture(scope="module", params=sorted(SOURCES))
+def converted(request, tmp_path_factory):
+    out, split = convert_source(request.param, tmp_path_factory.mktemp(request.param))
+    return out, split, tar_reference(out, split)
+
+
+@pytest.fixture(scope="module")
+def generic(tmp_path_factory):
+    out, split = convert_source("generic", tmp_path_factory.mktemp("generic"))
+    return out, split, tar_reference(out, split)
+
+
+def _spans(path: pathlib.Path) -> tuple[list[tuple[int, int]], int]:
+    """([first header, end) of each sample of the shard, the index member's header offset), by `tarfile`."""
+    starts, index_at = _layout(path)
+    return list(zip(starts, starts[1:] + [index_at])), index_at
+
+
+def _asked(requests: list[dict]) -> list[tuple[str, int, int]]:
+    """(shard name, first byte, end) of every GET of a shard, in the order the server got them."""
+    out = []
+    for r in requests:
+        name = r["name"].rsplit("/", 1)[-1]
+        if r["method"] == "GET" and name.endswith(".tar"):
+            first, last = r["range"][len("bytes="):].split("-") if r["range"] else (0, -1)
+            out.append((name, int(first), int(last) + 1))
+    return out
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_position_over_http_and_s3(converted, s3_server, kind):
+    out, split, reference = converted
+    with _remote(kind, out, s3_server) as (base, _):
+        ds = wdsprep.MapDataset(f"{base}/manifest.json", split, decode=False)
+        assert len(ds) == len(reference)
+        for i, expected in enumerate(reference):
+            same_raw(ds[i], expected)
+        batch = list(range(len(reference)))[::-1]
+        for sample, i in zip(ds.__getitems__(batch), batch):
+            same_raw(sample, reference[i])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_flipped_byte_fails_that_sample_only_over_http_and_s3(generic, tmp_path, s3_server, kind):
+    """Sample k's member flipped: k fails naming the shard and the member; k - 1 and k + 1 read,
+    alone and in one batch, where the request that brings them both brings k's bytes too (the gap)."""
+    out, split, reference = generic
+    root = tmp_path / "shards"
+    shutil.copytree(out, root)
+    k = next(i for i in range(20, len(reference) - 1)
+             if reference[i - 1]["__shard__"] == reference[i]["__shard__"] == reference[i + 1]["__shard__"])
+    name, key = reference[k]["__shard__"], reference[k]["__key__"]
+    with tarfile.open(root / name) as archive:
+        info = archive.getmember(f"{key}.array.npy.zst")
+    data = bytearray((root / name).read_bytes())
+    data[info.offset_data + 100] ^= 0x01
+    with _remote(kind, root, s3_server) as (base, server):  # uploaded intact (upload checks), then changed
+        if kind == "http":
+            (root / name).write_bytes(bytes(data))
+        else:
+            s3_server.client().put_object(Bucket=base[len("s3://"):].split("/")[0], Key=f"d/{name}", Body=bytes(data))
+        ds = wdsprep.MapDataset(f"{base}/manifest.json", split, decode=False)
+        with pytest.raises(ShardError, match=rf"{name}: member {key}\.array\.npy\.zst: corrupt"):
+            ds[k]
+        server.clear_log()
+        got = ds.__getitems__([k + 1, k - 1])
+        same_raw(got[0], reference[k + 1])
+        same_raw(got[1], reference[k - 1])
+        spans, _ = _spans(root / name)
+        first = k - reference.index(next(s for s in reference if s["__shard__"] == name))
+        assert _asked(server.requests) == [(name, spans[first - 1][0], spans[first + 1][1])]  # one request, k inside
+        with pytest.raises(ShardError, match=rf"member {key}\.array"):
+            ds.__getitems__([k - 1, k, k + 1])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_batch_in_one_shard_is_one_request_per_contiguous_run(generic, s3_server, kind):
+    """gap_bytes=0: samples a, a+1 and a+3, a+4 of one shard (asked in any order) are two requests,
+    for exactly their bytes; the shard's index one request, at first use only. With the default gap
+    (256 KiB, samples of ~17 KB) the same batch is one request, sample a+2's bytes read and dropped."""
+    out, split, reference = generic
+    shard = next(name for name, count in collections.Counter(s["__shard__"] for s in reference).items() if count >= 5)
+    a = next(i for i, s in enumerate(reference) if s["__shard__"] == shard)
+    spans, index_at = _spans(out / shard)
+    size = (out / shard).stat().st_size
+    batch = [a + 4, a, a + 3, a + 1]
+    with _remote(kind, out, s3_server) as (base, server):
+        ds = wdsprep.MapDataset(f"{base}/manifest.json", split, decode=False, gap_bytes=0)
+        server.clear_log()
+        for sample, i in zip(ds.__getitems__(batch), batch):
+            same_raw(sample, reference[i])
+        asked = _asked(server.requests)
+        assert asked[0] == (shard, index_at, size)  # the index first, alone
+        assert sorted(asked[1:]) == [(shard, spans[0][0], spans[1][1]), (shard, spans[3][0], spans[4][1])]
+        assert ds.stats["requests"] == 2 and ds.stats["index_requests"] == 1  # what benchmarks read
+
+        server.clear_log()
+        for sample, i in zip(ds.__getitems__(batch), batch):
+            same_raw(sample, reference[i])
+        assert sorted(_asked(server.requests)) == sorted(asked[1:])  # the index is kept
+
+        coalesced = wdsprep.MapDataset(f"{base}/manifest.json", split, decode=False)
+        coalesced.access.index(coalesced.locate(a)[0])  # read beforehand: only the batch is counted
+        server.clear_log()
+        for sample, i in zip(coalesced.__getitems__(batch), batch):
+            same_raw(sample, reference[i])
+        assert _asked(server.requests) == [(shard, spans[0][0], spans[4][1])]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_requests_of_different_shards_go_at_once(generic, s3_server, kind):
+    """One sample from each of 4 shards, each response 50 ms late: 4 requests, on 4 connections at
+    once (one after another, keep-alive would have used one)."""
+    out, split, reference = generic
+    firsts = {}
+    for i, sample in enumerate(reference):
+        firsts.setdefault(sample["__shard__"], i)
+    batch = list(firsts.values())[:4]
+    with _remote(kind, out, s3_server, Shaping(latency=0.05)) as (base, server):
+        ds = wdsprep.MapDataset(f"{base}/manifest.json", split, decode=False, max_connections=4)
+        ds.access.indexes([ds.locate(i)[0] for i in batch])
+        server.clear_log()
+        for sample, i in zip(ds.__getitems__(batch), batch):
+            same_raw(sample, reference[i])
+        stats = server.stats()
+        assert len(_asked(server.requests)) == 4
+        assert stats["peak_connections"] >= 4, stats
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_cache_serves_every_pass_after_the_first(generic, tmp_path, s3_server, kind):
+    """cache_dir: the first pass downloads each shard it touches once, whole (no index request); a
+    new dataset on the same cache, and DataLoader workers, make no request at all."""
+    out, split, reference = generic
+    cache = tmp_path / "cache"
+    with _remote(kind, out, s3_server) as (base, server):
+        server.clear_log()
+        ds = wdsprep.MapDataset(f"{base}/manifest.json", split, decode=False, cache_dir=cache)
+        for start in range(0, len(reference), 16):
+            for sample, i in zip(ds.__getitems__(list(range(start, start + 16))[: len(reference) - start]),
+                                 range(start, len(reference))):
+                same_raw(sample, reference[i])
+        asked = _asked(server.requests)
+        shards = sorted({sample["__shard__"] for sample in reference})
+        assert sorted(name for name, _, _ in asked) == shards  # once each
+        assert all(first == 0 for _, first, _ in asked)
+        assert ds.stats["downloads"] == len(shards) and ds.stats["requests"] == ds.stats["index_requests"] == 0
+
+        server.clear_log()
+        again = wdsprep.MapDataset(f"{base}/manifest.json", split, decode=False, cache_dir=cache)
+        for i in (0, 77, len(reference) - 1):
+            same_raw(again[i], reference[i])
+        loader = DataLoader(again, batch_size=10, num_workers=2, collate_fn=lambda batch: len(batch))
+        assert sum(loader) == len(reference)
+        assert _asked(server.requests) == []
+
+
+def test_distributed_sampler_and_workers_over_http(generic, s3_server):
+    out, split, reference = generic
+    with _remote("http", out, s3_server) as (base, _):
+        ds = wdsprep.MapDataset(f"{base}/manifest.json", split, decode=False)
+        ds[0]  # a client, a thread pool and an index in this process: the workers make their own
+        seen = []
+        for rank in (0, 1):
+            sampler = DistributedSampler(ds, num_replicas=2, rank=rank, seed=1)
+            loader = DataLoader(ds, batch_size=8, sampler=sampler, num_workers=2,
+                                collate_fn=lambda batch: [s["__key__"] for s in batch])
+            seen += [key for batch in loader for key in batch]
+        assert collections.Counter(seen) == collections.Counter(s["__key__"] for s in reference)
