@@ -11,7 +11,7 @@ each key ends in `keys`), and `fields`: {name: column}, a column being either
 {`dtype`: a numpy dtype string of a bool, integer or float kind, `data`: the little-endian values}
 or, for strings, {`values`: [the distinct strings, sorted], `codes`: uint32 per sample}. Samples
 are in manifest order: shard after shard as the split lists them, each shard's samples in order.
-The manifest records each split's table in `tables["samples"][split]` = {`file`, `bytes`,
+The manifest records each split's table in `tables["sample_tables"][split]` = {`file`, `bytes`,
 `sha256`, `fields`: [names]}; a table whose bytes do not match is refused (`ManifestError`).
 
 An indexed field is a small scalar of each sample (a label, an ISO value, a sensor name): the
@@ -31,7 +31,7 @@ import numpy as np
 from ..errors import ConfigError, ManifestError
 
 FORMAT = "wdsprep-samples/1"
-TABLE = "samples"  # manifest.tables key
+TABLE = "sample_tables"  # manifest.tables key (not "samples": a source may name its own table so)
 
 
 def file_name(split: str) -> str:
@@ -89,9 +89,7 @@ def encode_table(split: str, keys: list[str], fields: Mapping[str, list]) -> byt
 
 
 def table_entry(manifest, split: str) -> dict | None:
-    entry = (manifest.tables.get(TABLE) or {}).get(split)
-    # voxels' own per-split "samples" table (lists of [key, level, rays]) shares the name: not a sample table
-    return entry if isinstance(entry, dict) else None
+    return (manifest.tables.get(TABLE) or {}).get(split)
 
 
 def entry_for(split: str, data: bytes, fields: Iterable[str]) -> dict:
