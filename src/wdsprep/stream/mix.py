@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -128,14 +129,15 @@ def epoch_counts(mode: str, sizes: list[int], shares: list[Fraction], stop: str,
         return [int(size * share + Fraction(1, 2)) for size, share in zip(sizes, shares)]
     if samples_per_epoch is not None:
         return apportion(samples_per_epoch, shares)
+    # a part's count is its quota S * share / sum(shares) rounded down or up, and may shrink as S
+    # grows (the Alabama paradox): so every S between the bounds where the rounding alone decides is tried
     whole = sum(shares)
-    if stop == "first":
-        total = min(int(size * whole / share) for size, share in zip(sizes, shares))
+    if stop == "first":  # from the largest S whose quotas round down within every size, downwards
+        total = min(sum(sizes), *(math.ceil((size + 1) * whole / share) - 1 for size, share in zip(sizes, shares)))
         while total > 0 and any(n > size for n, size in zip(apportion(total, shares), sizes)):
             total -= 1
-    else:
-        total = max(-(-size * whole // share) for size, share in zip(sizes, shares))
-        total = int(total)
+    else:  # from the smallest S whose quotas round up to every size, upwards
+        total = max(math.floor((size - 1) * whole / share) + 1 for size, share in zip(sizes, shares))
         while any(n < size for n, size in zip(apportion(total, shares), sizes)):
             total += 1
     return apportion(total, shares)
