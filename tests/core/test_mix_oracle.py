@@ -210,3 +210,163 @@ def test_weighted_epoch_counts_are_the_models(counted_shards, parts, weights, st
     expected = model_epoch_counts([sum(c) for c in parts], weights, stop=stop, samples_per_epoch=samples_per_epoch)
     assert mix.epoch_counts() == expected
     assert len(mix) == sum(expected)
+
+
+def test_epochized_epoch_counts_are_the_models(counted_shards):
+    parts, repeats = [[3, 0, 4], [5], [1, 1]], [0.25, 1, 3]
+    mix = open_mix(written(counted_shards, parts), repeats, mode="epochized")
+    assert mix.epoch_counts() == model_epoch_counts([7, 5, 2], repeats, mode="epochized") == [2, 5, 6]
+
+
+# ------------------------------------------------------------------------------ what each worker reads
+@FAST
+@given(parts=mix_parts, weights=st.lists(weight_values, min_size=3, max_size=3), stop=st.sampled_from(["first", "all"]),
+       samples_per_epoch=st.one_of(st.none(), st.integers(1, 30)), seed=seeds, epoch=epochs, world=st.integers(1, 5),
+       workers=st.integers(1, 4), equalize=st.sampled_from(EQUALIZE), buffer=buffers)
+def test_weighted_every_rank_and_worker_reads_what_the_model_says(counted_shards, parts, weights, stop,
+                                                                  samples_per_epoch, seed, epoch, world, workers,
+                                                                  equalize, buffer):
+    weights = weights[: len(parts)]
+    manifests = written(counted_shards, parts)
+    sizing = dict(stop=stop, samples_per_epoch=samples_per_epoch)
+    for rank in range(world):
+        for worker in range(workers):
+            plan = dict(world=world, rank=rank, equalize=equalize, buffer=buffer, seed=seed, epoch=epoch)
+            expected = model_worker(parts, weights, workers=workers, worker=worker, **plan, **sizing)
+            got = real_worker(manifests, weights, workers=workers, worker=worker, **plan, **sizing)
+            assert got == expected, (rank, worker)
+
+
+@FAST
+@given(parts=mix_parts, repeats=st.lists(repeat_values, min_size=3, max_size=3), seed=seeds, epoch=epochs,
+       world=st.integers(1, 5), workers=st.integers(1, 4), equalize=st.sampled_from(EQUALIZE), buffer=buffers)
+def test_epochized_every_rank_and_worker_reads_what_the_model_says(counted_shards, parts, repeats, seed, epoch, world,
+                                                                   workers, equalize, buffer):
+    repeats = repeats[: len(parts)]
+    manifests = written(counted_shards, parts)
+    for rank in range(world):
+        for worker in range(workers):
+            plan = dict(world=world, rank=rank, equalize=equalize, buffer=buffer, seed=seed, epoch=epoch)
+            expected = model_worker(parts, repeats, workers=workers, worker=worker, mode="epochized", **plan)
+            got = real_worker(manifests, repeats, workers=workers, worker=worker, mode="epochized", **plan)
+            assert got == expected, (rank, worker)
+
+
+# ------------------------------------------------------------------------------ proportions
+def prefix_deviations(stream, names, buffer):
+    """max over checked prefixes and parts of |taken_p(t) - t * c_p / T| (c_p: the stream's own
+    count of part p); every prefix without a shuffle buffer, the block ends with one."""
+    totals = collections.Counter(stream)
+    length, taken, worst = len(stream), collections.Counter(), Fraction(0)
+    for t, name in enumerate(stream, 1):
+        taken[name] += 1
+        if buffer <= 1 or t % buffer == 0 or t == length:
+            worst = max([worst, *(abs(taken[n] - Fraction(t * totals[n], length)) for n in names)])
+    return worst
+
+
+@FAST
+@given(parts=mix_parts, weights=st.lists(weight_values, min_size=3, max_size=3), stop=st.sampled_from(["first", "all"]),
+       samples_per_epoch=st.one_of(st.none(), st.integers(1, 30)), seed=seeds, world=st.integers(1, 5),
+       workers=st.integers(1, 4), equalize=st.sampled_from(EQUALIZE), buffer=buffers)
+def test_weighted_every_prefix_of_every_worker_holds_each_part_within_one_of_its_share(
+        counted_shards, parts, weights, stop, samples_per_epoch, seed, world, workers, equalize, buffer):
+    weights = weights[: len(parts)]
+    manifests = written(counted_shards, parts)
+    names = [str(p) for p in range(len(parts))]
+    per_rank = collections.defaultdict(list)
+    for rank in range(world):
+        for worker in range(workers):
+            got = real_worker(manifests, weights, workers=workers, worker=worker, world=world, rank=rank,
+                              equalize=equalize, buffer=buffer, seed=seed, stop=stop,
+                              samples_per_epoch=samples_per_epoch)
+            assert prefix_deviations([name for name, _ in got], names, buffer) < 1, (rank, worker)
+            per_rank[worker].append(collections.Counter(name for name, _ in got))
+    if equalize is not None:  # every rank: the same count of each part on each worker, hence the same total
+        for worker, counts in per_rank.items():
+            assert all(count == counts[0] for count in counts), worker
+
+
+def test_the_prefix_bound_is_checked_on_a_stream_that_drifts():
+    """The property's own check: a stream that takes one part twice too early is caught."""
+    assert prefix_deviations(list("abbaab"), "ab", 0) < 1
+    assert prefix_deviations(list("aabbba"), "ab", 0) >= 1  # after "aa": 2 where 1 is due
+    assert prefix_deviations(list("aabbba"), "ab", 3) < 1  # with a buffer of 3: only block ends count
+    assert prefix_deviations(list("aaabbb"), "ab", 3) >= 1  # at the end of the first block of 3
+
+
+@FAST
+@given(parts=mix_parts, repeats=st.lists(repeat_values, min_size=3, max_size=3), seed=seeds, epoch=epochs,
+       world=st.integers(1, 5), workers=st.integers(1, 4), buffer=buffers)
+def test_epochized_gives_each_part_exactly_its_count(counted_shards, parts, repeats, seed, epoch, world, workers,
+                                                     buffer):
+    """Over every rank and worker (dealt as is): part p's samples are round(repeat x size) of its
+    keys, each key as often as whole passes plus the partial pass say, counted from the key lists."""
+    repeats = repeats[: len(parts)]
+    manifests = written(counted_shards, parts)
+    got = collections.Counter()
+    for rank in range(world):
+        for worker in range(workers):
+            got.update(real_worker(manifests, repeats, mode="epochized", workers=workers, worker=worker, world=world,
+                                   rank=rank, equalize=None, buffer=buffer, seed=seed, epoch=epoch))
+    for p, counts in enumerate(parts):
+        keys = [key for shard in part_keys(counts, p) for key in shard]
+        wanted = math.floor(len(keys) * Fraction(repeats[p]) + Fraction(1, 2))
+        mine = {key: n for (name, key), n in got.items() if name == str(p)}
+        assert sum(mine.values()) == wanted
+        whole, rest = divmod(wanted, len(keys))
+        multiplicities = [whole + 1] * rest + [whole] * (len(keys) - rest)  # whole passes, then part of one more
+        assert sorted(mine.values(), reverse=True) == [m for m in multiplicities if m]
+
+
+# ------------------------------------------------------------------------------ through wdsprep.Loader
+LOADER_PARTS = [[3, 1, 0, 2], [4], [2, 2]]  # 6 + 4 + 4 samples; a worker's run crosses shards
+LOADER_WEIGHTS = [2, 1, 1.5]
+BATCH = 2
+
+
+def model_loader_epoch(epoch, *, workers, buffer, world=1, rank=0, equalize=None, seed=11, stop="all", batch=BATCH,
+                       parts=LOADER_PARTS, weights=LOADER_WEIGHTS):
+    """The batches one epoch of a Loader delivers, in delivery order: lists of (part, key, epoch).
+    Each worker batches its own stream; the DataLoader takes one batch from each worker in turn,
+    skipping a worker that has run out."""
+    streams = []
+    for worker in range(max(1, workers)):
+        items = model_worker(parts, weights, world=world, rank=rank, workers=max(1, workers), worker=worker,
+                             equalize=equalize, buffer=buffer, seed=seed, epoch=epoch, stop=stop)
+        streams.append([(name, key, epoch) for name, key in items])
+    return [items for _, items in round_robin_batches(streams, batch)]
+
+
+def round_robin_batches(streams, batch):
+    """(worker, batch) in the order a DataLoader delivers them: each worker batches its own stream,
+    one batch from each worker in turn, a worker that has run out skipped."""
+    batched = [[stream[i : i + batch] for i in range(0, len(stream), batch)] for stream in streams]
+    return [(worker, batches[turn]) for turn in range(max(map(len, batched), default=0))
+            for worker, batches in enumerate(batched) if turn < len(batches)]
+
+
+def loader_collate(batch):
+    return [(sample["__part__"], sample["__key__"], int(sample["__epoch__"])) for sample in batch]
+
+
+def make_loader(manifests, workers, buffer, *, world=1, rank=0, equalize=None, seed=11, stop="all", epoch=None,
+                weights=LOADER_WEIGHTS):
+    parts = [wdsprep.Part(m, weight=w) for m, w in zip(manifests, weights)]
+    mix = wdsprep.mix(parts, seed=seed, epoch=epoch, stop=stop, shuffle_buffer=buffer, equalize=equalize, rank=rank,
+                      world_size=world)
+    return wdsprep.Loader(mix, batch_size=BATCH, num_workers=workers, collate_fn=loader_collate)
+
+
+def as_lists(batches):
+    return [[tuple(item) for item in batch] for batch in batches]
+
+
+@pytest.mark.parametrize("workers", [0, 1, 2, 3, 4])
+@pytest.mark.parametrize("buffer", [0, 3])
+def test_the_loader_delivers_the_models_batches_on_each_rank(counted_shards, workers, buffer):
+    manifests = written(counted_shards, LOADER_PARTS)
+    for rank in range(2):
+        plan = dict(world=2, rank=rank, equalize="pad", buffer=buffer)
+        loader = make_loader(manifests, workers, epoch=1, **plan)
+        assert as_lists(loader) == model_loader_epoch(1, workers=workers, **plan), rank

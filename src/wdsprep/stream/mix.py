@@ -404,7 +404,15 @@ class MixDataset(PlannedDataset):
                 "equalize": self.equalize, "rank": rank, "world_size": world, "selection": None,
                 "mix": {"mode": self.mode, "stop": self.stop, "samples_per_epoch": self.samples_per_epoch,
                         "shares": [str(share) for share in self._configured_shares()],
-                        "parts": self._part_layouts()}}
+                        "parts": self._part_layouts(), **self._reweighted()}}
+
+    def _reweighted(self) -> dict:
+        """The weights a reweighted state's epoch is read with, when they are not this mix's (so a
+        state saved inside that epoch finishes it with them too)."""
+        if self._saved_shares is None or self._saved_shares[1] == self._configured_shares():
+            return {}
+        epoch, shares = self._saved_shares
+        return {"reweighted": {"epoch": epoch, "shares": [str(share) for share in shares]}}
 
     def _configured_shares(self) -> list[Fraction]:
         return [part.share for part in self.parts]
@@ -412,7 +420,8 @@ class MixDataset(PlannedDataset):
     def parse_state(self, state: dict | list, num_workers: int, what: str = "mix", reweight: bool = False) -> Resume:
         """A state checked against this mix (each difference named: a part's data, split, selection,
         the mode, the weights), then as `wdsprep.dataset`'s. With `reweight`, the weights may differ:
-        the saved epoch is then read with the saved weights (recorded here), later ones with this mix's."""
+        the saved epoch is then read with the weights it was read with (recorded here, and in the
+        states saved from now on: `reweighted`), later ones with this mix's."""
         states = state if isinstance(state, list) else [state]
         here = self.layout()["mix"]
         for one in states:
@@ -421,7 +430,10 @@ class MixDataset(PlannedDataset):
                 raise ConfigError(f"state was not saved from a mix (no 'mix' entry); this {what} is a mix")
             _check_mix(saved, here, reweight, what)
         resume = parse_state(state, self.layout(), num_workers, what, level_value=self.level_value)
-        self._saved_shares = (resume.epoch, [Fraction(share) for share in states[0]["mix"]["shares"]])
+        saved = states[0]["mix"]
+        reweighted = saved.get("reweighted") or {}
+        shares = reweighted["shares"] if reweighted.get("epoch") == resume.epoch else saved["shares"]
+        self._saved_shares = (resume.epoch, [Fraction(share) for share in shares])
         return resume
 
     def position(self, saved: dict | None) -> MixPosition:
