@@ -207,3 +207,89 @@ def test_reweight_finishes_the_saved_epoch_with_the_saved_weights_and_uses_the_n
     rest = [named(s) for s in again]
     assert head + middle + rest == before[0]
     assert [named(s) for s in again] == after[1]  # the next epoch: the new weights
+
+
+# ------------------------------------------------------------------------------ foreign states
+def a_state(parts, **options):
+    run = wdsprep.mix(parts, seed=3, epoch=1, **options)
+    take(iter(run), 3)
+    return saved(run)
+
+
+def refusal(load) -> str:
+    with pytest.raises(wdsprep.ConfigError) as error:
+        load()
+    message = str(error.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.fixture
+def two_splits(tmp_path):
+    """One directory whose manifest has a train and a valid split of the same shard counts."""
+    from wdsprep.stream import load_manifest
+
+    from .shardsets import write_counted_shards
+
+    both = load_manifest(write_counted_shards(tmp_path, [4, 4], split="train", tag="t"))
+    both.splits.update(load_manifest(write_counted_shards(tmp_path, [4, 4], split="valid", tag="t")).splits)
+    (tmp_path / "manifest.json").write_bytes(both.dumps())
+    return str(tmp_path / "manifest.json")
+
+
+def test_a_state_of_a_mix_with_another_parts_data_is_refused(counted_shards):
+    a, b, other = counted_shards([3, 3], tag="a"), counted_shards([4, 2], tag="b"), counted_shards([4, 2], tag="z")
+    state = a_state([{"location": a}, {"location": b}])
+    mix = wdsprep.mix([{"location": a}, {"location": other}], seed=3, epoch=1)
+    assert "part '1': its data (shards) differs" in refusal(lambda: mix.load_state_dict(state))
+
+
+def test_a_state_of_a_mix_with_another_split_is_refused(counted_shards, two_splits):
+    a = counted_shards([3, 3], tag="a")
+    state = a_state([{"location": a}, {"location": two_splits, "split": "train"}])
+    mix = wdsprep.mix([{"location": a}, {"location": two_splits, "split": "valid"}], seed=3, epoch=1)
+    assert "part '1': its split differs" in refusal(lambda: mix.load_state_dict(state))
+
+
+def test_a_state_of_a_mix_with_another_selection_is_refused(counted_shards):
+    a, b = counted_shards([3, 3], tag="a"), counted_shards([4, 2], tag="b")
+    state = a_state([{"location": a}, {"location": b}])
+    mix = wdsprep.mix([{"location": a}, {"location": b, "limit": 5}], seed=3, epoch=1)
+    assert "part '1': its selection differs" in refusal(lambda: mix.load_state_dict(state))
+    keyed = wdsprep.mix([{"location": a, "keys": ["as00x00", "as01x02"]}, {"location": b}], seed=3, epoch=1)
+    assert "part '0': its selection differs" in refusal(lambda: keyed.load_state_dict(state))
+
+
+def test_a_state_of_a_mix_with_other_weights_mode_or_stop_is_refused(counted_shards):
+    a, b = counted_shards([3, 3], tag="a"), counted_shards([4, 2], tag="b")
+    state = a_state([{"location": a, "weight": 1}, {"location": b, "weight": 2}])
+    weights = wdsprep.mix([{"location": a, "weight": 1}, {"location": b, "weight": 3}], seed=3, epoch=1)
+    assert "weights ['1', '2'], this mix has ['1', '3']" in refusal(lambda: weights.load_state_dict(state))
+    epochized = wdsprep.mix([{"location": a}, {"location": b, "repeat": 2}], mode="epochized", seed=3, epoch=1)
+    assert "mode='weighted', this mix has 'epochized'" in refusal(lambda: epochized.load_state_dict(state))
+    everything = wdsprep.mix([{"location": a, "weight": 1}, {"location": b, "weight": 2}], stop="all", seed=3, epoch=1)
+    assert "stop='first', this mix has 'all'" in refusal(lambda: everything.load_state_dict(state))
+    fewer = wdsprep.mix([{"location": a}], seed=3, epoch=1)
+    assert "parts ['0', '1'], this mix has ['0']" in refusal(lambda: fewer.load_state_dict(state))
+
+
+def test_a_single_dataset_state_and_a_mix_state_are_not_interchangeable(counted_shards):
+    a = counted_shards([3, 3], tag="a")
+    one = wdsprep.dataset(a, "train", seed=3, epoch=1)
+    take(iter(one), 3)
+    mix = wdsprep.mix([{"location": a}], seed=3, epoch=1)
+    assert "not saved from a mix" in refusal(lambda: mix.load_state_dict(saved(one)))
+    dataset = wdsprep.dataset(a, "train", seed=3, epoch=1)
+    assert "saved from a mix" in refusal(lambda: dataset.load_state_dict(a_state([{"location": a}])))
+    loader = wdsprep.Loader(wdsprep.dataset(a, "train", seed=3, epoch=1), batch_size=2)
+    assert "saved from a mix" in refusal(lambda: loader.load_state_dict(a_state([{"location": a}])))
+
+
+def test_a_one_part_mix_reads_what_the_dataset_reads(counted_shards):
+    """M3: pass 0 of part 0 is the dataset's epoch, so a one-part mix is that dataset (plus `__part__`)."""
+    a = counted_shards([3, 1, 4, 2], tag="a")
+    for rank in range(2):
+        plan = dict(seed=5, epoch=2, shuffle_buffer=3, rank=rank, world_size=2, equalize="pad")
+        mixed = [named(s) for s in wdsprep.mix([{"location": a}], **plan)]
+        alone = [("0", s["__key__"]) for s in wdsprep.dataset(a, "train", **plan)]
+        assert mixed == alone

@@ -478,7 +478,7 @@ def _check_mix(saved: dict, here: dict, reweight: bool, what: str) -> None:
         raise ConfigError(f"state was saved from a mix of parts {[p.get('name') for p in old]}, "
                           f"this {what} has {[p['name'] for p in new]}")
     for before, now in zip(old, new):
-        for name in ("dataset", "split", "selection", "outputs"):
+        for name in ("split", "dataset", "selection", "outputs"):  # another split has other shards: say the split
             if before.get(name) != now[name]:
                 thing = "data (shards)" if name == "dataset" else name
                 raise ConfigError(f"part {now['name']!r}: its {thing} differs from the saved state's "
