@@ -293,9 +293,12 @@ class MixDataset(PlannedDataset):
         self._check_parts()
         self._saved_shares: tuple[int, list[Fraction]] | None = None  # (epoch, weights) of a reweighted state
         self._counts: dict[tuple, list[int]] = {}
+        self._check_world()
 
     # -- parts
     def _load(self, index: int, part: Part | dict) -> _Planned:
+        if not isinstance(part, (Part, dict)):
+            raise ConfigError(f"mix: part {index}: a wdsprep.Part or a dict of its fields, got {part!r}")
         if isinstance(part, dict):
             unknown = set(part) - set(Part.__dataclass_fields__)
             if unknown:
@@ -313,11 +316,20 @@ class MixDataset(PlannedDataset):
                 raise ConfigError(f"{where}: weight is for mode='weighted' (an epochized part has a repeat)")
             share = _number(1 if part.repeat is None else part.repeat, "repeat", where)
         manifest = part.location if isinstance(part.location, Manifest) else load_manifest(str(part.location))
-        selection = Selection.of(keys=part.keys, select=part.select, fraction=part.fraction, limit=part.limit,
-                                 seed=self.seed + index)
-        catalog = Catalog(manifest, part.split, selection)
-        weights = shard_weights(catalog, part.outputs_per_sample)
+        if part.split not in manifest.splits:
+            raise ConfigError(f"{where}: no split {part.split!r} in {manifest.url or 'its manifest'} "
+                              f"(splits: {', '.join(sorted(manifest.splits))})")
+        try:
+            selection = Selection.of(keys=part.keys, select=part.select, fraction=part.fraction, limit=part.limit,
+                                     seed=self.seed + index)
+            catalog = Catalog(manifest, part.split, selection)
+            weights = shard_weights(catalog, part.outputs_per_sample)
+        except ConfigError as error:
+            raise ConfigError(f"{where}: {error}") from None
         stages = list(part.stages) if isinstance(part.stages, (list, tuple)) else [part.stages]
+        if not all(callable(stage) for stage in stages):
+            raise ConfigError(f"{where}: stages must be reader stages (functions of an iterator of samples), "
+                              f"got {part.stages!r}")
         decode = stages.pop(0) if stages and isinstance(stages[0], ReaderStage) else None
         size = catalog.total if weights is None else int(sum(int(w.sum()) for w in weights))
         if size == 0:
@@ -336,6 +348,20 @@ class MixDataset(PlannedDataset):
         names = [part.name for part in self.parts]
         if len(set(names)) != len(names):
             raise ConfigError(f"mix: part names must differ (got {names})")
+
+    def _check_world(self, progress: EpochProgress | None = None) -> None:
+        """equalize="drop" drops the extra sample of the ranks that have one: a part with fewer samples
+        in the epoch than ranks would be left out on every rank, so it is refused (before any read)."""
+        _, world = self.rank_and_world()
+        progress = self.progress if progress is None else progress
+        if self.equalize != "drop" or world == 1 or progress.levels:
+            return
+        for part, count in zip(self.parts, self.epoch_counts(progress.epoch)):
+            samples = len(part_sequence(part, count, self.seed, progress.epoch, self.shuffle_shards))
+            if samples < world:
+                raise ConfigError(f"{part.where}: {samples} sample(s) in the epoch for {world} ranks: "
+                                  "equalize='drop' would leave it out on every rank (equalize='pad' repeats one "
+                                  "on the ranks short of one)")
 
     # -- what an epoch holds
     def epoch_counts(self, epoch: int | None = None) -> list[int]:
@@ -364,6 +390,7 @@ class MixDataset(PlannedDataset):
         return out
 
     def plans(self, worker: int = 0, num_workers: int = 1, progress: EpochProgress | None = None) -> list[WorkerPlan]:
+        self._check_world(progress)
         rank, world = self.rank_and_world()
         return [worker_plan(sequence, rank, world, worker, num_workers, self.equalize, part.weights)
                 for part, sequence in zip(self.parts, self.sequences(progress))]
@@ -546,8 +573,9 @@ def read_mix_file(path: str) -> tuple[list[dict], dict]:
 
 
 def _named_callable(spec: Any, where: str) -> Any:
-    """`{name = "<source>.<function>", ...arguments}`: that function of a built-in source's namespace,
-    called with the arguments (nothing else is looked up: a mix file names, it never imports)."""
+    """`{name = "<source>.<function>", ...arguments}`: that reader function of a built-in source's
+    namespace (one its `read` module defines: a stage or an output count, never a fetch, a server or
+    a synth), called with the arguments. Nothing else is looked up: a mix file names, it never imports."""
     from ..sources.registry import NAMESPACES
 
     if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
@@ -560,7 +588,7 @@ def _named_callable(spec: Any, where: str) -> Any:
 
         namespace = importlib.import_module(f"wdsprep.{source}")
     value = getattr(namespace, function, None) if namespace is not None and not function.startswith("_") else None
-    if not callable(value):
+    if not callable(value) or getattr(value, "__module__", None) != f"wdsprep.sources.{source}.read":
         raise ConfigError(f"{where}: {spec['name']!r} is not a reader function of a built-in source "
                           f"(<source>.<function>, source one of {', '.join(NAMESPACES)})")
     try:

@@ -1,0 +1,292 @@
+"""Configuring a mix: a bad mix is one `ConfigError` line before any shard is read; a part smaller
+than the ranks; parts with their own stages (`wdsprep.decode()`, stages that expand a sample into
+several training samples with `outputs_per_sample`: proportions counted in outputs, against the
+reference model of test_mix_oracle extended to outputs); a mix file (TOML) that names the reader
+functions of built-in sources and never imports anything it names."""
+import collections
+import math
+import subprocess
+import sys
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+import wdsprep
+from wdsprep.testing import RangeHTTPServer
+
+from tests.timeouts import SUBPROCESS
+
+from .test_mix_oracle import (
+    TAGS,
+    model_block_shuffle,
+    model_contiguous_run,
+    model_epoch_counts,
+    model_interleave,
+    model_part_epoch,
+    model_worker,
+    named,
+    part_key,
+    part_keys,
+    prefix_deviations,
+    real_worker,
+    written,
+)
+from .test_plan_oracle import simulated_worker
+
+
+def one_line_refusal(make) -> str:
+    with pytest.raises(wdsprep.ConfigError) as error:
+        make()
+    assert "\n" not in str(error.value)
+    return str(error.value)
+
+
+# ------------------------------------------------------------------------------ bad mixes
+BAD_PARTS = {  # the second part of a mix, its mode, and what the one line says
+    "weight zero": ({"weight": 0}, "weighted", "part 1: weight must be a number > 0, got 0"),
+    "weight negative": ({"weight": -1.5}, "weighted", "part 1: weight must be a number > 0, got -1.5"),
+    "weight text": ({"weight": "2"}, "weighted", "part 1: weight must be a number > 0, got '2'"),
+    "weight nan": ({"weight": float("nan")}, "weighted", "part 1: weight must be a number > 0, got nan"),
+    "weight infinite": ({"weight": float("inf")}, "weighted", "part 1: weight must be a number > 0, got inf"),
+    "weight boolean": ({"weight": True}, "weighted", "part 1: weight must be a number > 0, got True"),
+    "repeat zero": ({"repeat": 0}, "epochized", "part 1: repeat must be a number > 0, got 0"),
+    "repeat negative": ({"repeat": -0.25}, "epochized", "part 1: repeat must be a number > 0, got -0.25"),
+    "repeat in weighted": ({"repeat": 2}, "weighted", "part 1: repeat is for mode='epochized'"),
+    "weight in epochized": ({"weight": 2}, "epochized", "part 1: weight is for mode='weighted'"),
+    "no such split": ({"split": "valid"}, "weighted", "part 1: no split 'valid' in"),
+    "unknown field": ({"wieght": 2}, "weighted", "part 1: unknown field(s) wieght"),
+    "stages not callable": ({"stages": (3,)}, "weighted", "part 1: stages must be reader stages"),
+    "outputs of another length": ({"outputs_per_sample": [1, 2]}, "weighted",
+                                  "part 1: outputs_per_sample must give a count >= 0 for each of the 6 samples"),
+    "a selection that keeps nothing": ({"keys": ["nope"]}, "weighted", "part 1: keys: 'nope' not in split 'train'"),
+    "a selection limit of zero": ({"limit": 0}, "weighted", "part 1: limit must be a whole number >= 1"),
+}
+
+
+@pytest.fixture
+def served(counted_shards):
+    """Part 0 of every bad mix: counted shards over HTTP, so the requests show what was read."""
+    manifest = counted_shards([3, 2], tag="a")
+    with RangeHTTPServer(manifest.rsplit("/", 1)[0]) as server:
+        yield server, f"{server.url}/manifest.json"
+
+
+def shard_requests(server):
+    return [r["name"] for r in server.requests if r["name"] != "manifest.json"]
+
+
+@pytest.mark.parametrize("case", sorted(BAD_PARTS))
+def test_a_bad_part_is_one_config_error_line_before_any_shard_is_read(served, counted_shards, case):
+    server, good = served
+    fields, mode, expected = BAD_PARTS[case]
+    second = {"location": counted_shards([4, 2], tag="b"), **fields}
+    message = one_line_refusal(lambda: wdsprep.mix([{"location": good}, second], mode=mode))
+    assert message.startswith("mix: ") and expected in message
+    assert shard_requests(server) == []
+
+
+def test_more_bad_mixes_are_one_config_error_line_before_any_shard_is_read(served, counted_shards):
+    server, good = served
+    other = counted_shards([4, 2], tag="b")
+    empty = counted_shards([0, 0], tag="e")
+    cases = [
+        (lambda: wdsprep.mix([{"location": good}, {"location": empty}]), "part 1: split 'train' of"),
+        (lambda: wdsprep.mix([{"location": good}, {"location": counted_shards([3, 2], tag="a")}]),
+         "part 1: the same part as part 0"),
+        (lambda: wdsprep.mix([{"location": good}, {"weight": 2}]), "part 1: no location"),
+        (lambda: wdsprep.mix([{"location": good}, other]), "part 1: a wdsprep.Part or a dict of its fields"),
+        (lambda: wdsprep.mix([{"location": good, "name": "x"}, {"location": other, "name": "x"}]),
+         "part names must differ"),
+        (lambda: wdsprep.mix([]), "mix: no parts"),
+        (lambda: wdsprep.mix([{"location": good}], mode="weigthed"), "mode must be 'weighted' or 'epochized'"),
+        (lambda: wdsprep.mix([{"location": good}], stop="last"), "stop must be 'first' or 'all', got 'last'"),
+        (lambda: wdsprep.mix([{"location": good}], samples_per_epoch=0), "samples_per_epoch must be a whole number"),
+        (lambda: wdsprep.mix([{"location": good}], samples_per_epoch=2.5), "samples_per_epoch must be a whole number"),
+        (lambda: wdsprep.mix([{"location": good}], mode="epochized", samples_per_epoch=4),
+         "samples_per_epoch is for mode='weighted'"),
+        (lambda: wdsprep.mix([{"location": good}], equalize="both"), "equalize must be 'pad', 'drop' or None"),
+    ]
+    for make, expected in cases:
+        assert expected in one_line_refusal(make)
+    assert "has no samples" in one_line_refusal(cases[0][0])
+    assert shard_requests(server) == []
+
+
+# ------------------------------------------------------------------------------ a part smaller than the ranks
+SMALL = [[1], [5, 5, 5, 5]]  # stop="all" with weights 1:10 -> 2 and 20 samples: part 0 cycles to 2 < 3 ranks
+SMALL_WEIGHTS = [1, 10]
+
+
+def test_a_part_with_fewer_samples_than_ranks_is_refused_with_drop(counted_shards):
+    manifests = written(counted_shards, SMALL)
+    assert model_epoch_counts([1, 20], SMALL_WEIGHTS, stop="all") == [2, 20]
+    message = one_line_refusal(lambda: wdsprep.mix(
+        [{"location": m, "weight": w} for m, w in zip(manifests, SMALL_WEIGHTS)], stop="all", equalize="drop",
+        rank=0, world_size=3))
+    assert "part 0: 2 sample(s) in the epoch for 3 ranks: equalize='drop' would leave it out" in message
+
+
+def test_a_part_with_fewer_samples_than_ranks_times_workers_is_padded_onto_every_rank(counted_shards):
+    """equalize="pad": a rank short of the part repeats one of its samples, so every rank holds the
+    part; of each rank's 2 workers, only the first has it (a rank's list is cut into worker runs)."""
+    manifests = written(counted_shards, SMALL)
+    table = {}
+    for rank in range(3):
+        for worker in range(2):
+            table[rank, worker] = real_worker(manifests, SMALL_WEIGHTS, workers=2, worker=worker, world=3, rank=rank,
+                                              equalize="pad", stop="all", seed=4)
+            assert table[rank, worker] == model_worker(SMALL, SMALL_WEIGHTS, world=3, rank=rank, workers=2,
+                                                       worker=worker, equalize="pad", stop="all", seed=4)
+    for worker in range(2):
+        assert len({len(table[rank, worker]) for rank in range(3)}) == 1  # equal batches on every rank
+    small = [[name for name, _ in table[rank, worker]].count("0") for rank in range(3) for worker in range(2)]
+    assert small == [1, 0, 1, 0, 1, 0]
+    assert {key for stream in table.values() for name, key in stream if name == "0"} == {"as00x00"}
+
+
+# ------------------------------------------------------------------------------ parts with their own stages
+def test_a_decoded_part_and_a_raw_part_each_keep_their_own_stages(counted_shards):
+    parts = [[3, 2], [4]]
+    manifests = written(counted_shards, parts)
+    mix = wdsprep.mix([wdsprep.Part(manifests[0], stages=(wdsprep.decode(strip=True),)), wdsprep.Part(manifests[1])], seed=2,
+                      epoch=1)
+    samples = list(mix)
+    assert [named(s) for s in samples] == model_worker(parts, [1, 1], seed=2, epoch=1)
+    for sample in samples:
+        if sample["__part__"] == "0":
+            assert isinstance(sample["value"], np.ndarray) and sample["meta"]["shard"] == int(sample["__key__"][2:4])
+        else:
+            assert isinstance(sample["value.npy"], bytearray) and "value" not in sample  # raw member bytes
+
+
+EXPANDED = [[3, 0, 4, 2], [5, 1]]
+
+
+def outputs_of(key):
+    """What the test's expanding stage makes of a sample: 0 to 3 outputs, from its key."""
+    shard, i = int(key[2:4]), int(key[5:7])
+    return (shard + 2 * i) % 4
+
+
+def expand(source):
+    for sample in source:
+        for j in range(outputs_of(sample["__key__"])):
+            yield {"__key__": f"{sample['__key__']}/{j}"}
+
+
+def manifest_order_outputs(counts, p):
+    return [outputs_of(key) for shard in part_keys(counts, p) for key in shard]
+
+
+def model_weighted_run(items, weights, parts, index):
+    """The samples whose output midpoint lies in share `index` of the outputs (divmod rule)."""
+    total = sum(weights)
+    base, extra = divmod(total, parts)
+    start = index * base + min(index, extra)
+    stop = start + base + (1 if index < extra else 0)
+    before, mine = 0, []
+    for item, weight in zip(items, weights):
+        if start <= before + Fraction(weight, 2) < stop:
+            mine.append(item)
+        before += weight
+    return mine
+
+
+def model_expanded_worker(shares, *, world, rank, workers, worker, seed, epoch, stop):
+    """One worker's outputs with equalize=None: part 0 expanded by the stage (dealt on outputs),
+    part 1 one output per sample; the schedule counts outputs."""
+    sizes = [sum(manifest_order_outputs(EXPANDED[0], 0)), sum(EXPANDED[1])]
+    counts = model_epoch_counts(sizes, shares, stop=stop)
+    outputs = {key: outputs_of(key) for shard in part_keys(EXPANDED[0], 0) for key in shard}
+    streams = []
+    for p in range(2):
+        items = model_part_epoch(part_keys(EXPANDED[p], p), counts[p], seed, epoch, p,
+                                 outputs if p == 0 else None)
+        weights = [outputs[key] if p == 0 else 1 for key in items]
+        mine = model_weighted_run(items, weights, world, rank)
+        run = model_weighted_run(mine, [outputs[key] if p == 0 else 1 for key in mine], workers, worker)
+        streams.append([f"{key}/{j}" for key in run for j in range(outputs[key])] if p == 0 else run)
+    return counts, [(str(p), key) for p, key in model_interleave(streams, 0, ())]
+
+
+def expanded_mix(manifests, shares, **options):
+    return wdsprep.mix([wdsprep.Part(manifests[0], weight=shares[0], stages=(expand,),
+                                     outputs_per_sample=manifest_order_outputs(EXPANDED[0], 0)),
+                        wdsprep.Part(manifests[1], weight=shares[1])], **options)
+
+
+@pytest.mark.parametrize("stop", ["first", "all"])
+def test_an_expanding_part_is_mixed_in_proportion_to_its_outputs(counted_shards, stop):
+    manifests = written(counted_shards, EXPANDED)
+    shares = [2, 1]
+    for rank in range(2):
+        for worker in range(2):
+            counts, expected = model_expanded_worker(shares, world=2, rank=rank, workers=2, worker=worker, seed=7,
+                                                     epoch=3, stop=stop)
+            with simulated_worker(worker, 2):
+                mix = expanded_mix(manifests, shares, seed=7, epoch=3, stop=stop, rank=rank, world_size=2,
+                                   equalize=None)
+                assert mix.epoch_counts() == counts
+                got = [named(s) for s in mix]
+            assert got == expected, (rank, worker)
+            assert prefix_deviations([name for name, _ in got], "01", 0) < 1
+
+
+def test_an_expanding_part_gives_equal_outputs_per_worker_on_every_rank_with_pad(counted_shards):
+    manifests = written(counted_shards, EXPANDED)
+    table = collections.defaultdict(list)
+    for rank in range(3):
+        for worker in range(2):
+            with simulated_worker(worker, 2):
+                mix = expanded_mix(manifests, [1, 1], seed=1, epoch=0, stop="all", rank=rank, world_size=3,
+                                   equalize="pad")
+                got = [named(s) for s in mix]
+            table[worker].append(collections.Counter(name for name, _ in got))
+            assert prefix_deviations([name for name, _ in got], "01", 0) < 1
+    for worker, counts in table.items():
+        assert all(count == counts[0] for count in counts), worker
+
+
+# ------------------------------------------------------------------------------ a minecraft part: pairs
+def wdsprep_cli(*args):
+    run = subprocess.run([sys.executable, "-m", "wdsprep", *args], capture_output=True, text=True, timeout=SUBPROCESS)
+    assert run.returncode == 0, run.stderr
+    return run
+
+
+@pytest.fixture(scope="module")
+def minecraft(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mc")
+    wdsprep_cli("synth", "minecraft", str(root / "in"), "--size", "small", "--quiet")
+    wdsprep_cli("convert", "minecraft", str(root / "in"), str(root / "out"), "--shard-bytes", "20KB",
+                "--window-frames", "12", "--window-overlap", "4", "--quiet")
+    return str(root / "out" / "manifest.json")
+
+
+def every_pair(manifest, history):
+    import webdataset as wds
+
+    stage = wdsprep.minecraft.pairs(history_length=history)
+    return [p["__key__"] for p in wds.WebDataset(wdsprep.urls(manifest, "train"), shardshuffle=False).compose(stage)]
+
+
+def test_minecraft_pairs_mixed_with_a_counted_part_are_proportioned_in_pairs(minecraft, counted_shards):
+    history = 2
+    pairs = every_pair(minecraft, history)
+    other = counted_shards([6, 6, 6], tag="a")
+    parts = [wdsprep.Part(minecraft, weight=3, stages=(wdsprep.minecraft.pairs(history_length=history),),
+                          outputs_per_sample=wdsprep.minecraft.pair_counts(history_length=history), name="mc"),
+             wdsprep.Part(other, weight=1, name="counted")]
+    assert wdsprep.mix(parts, seed=0).epoch_counts() == model_epoch_counts([len(pairs), 18], [3, 1])
+    table, seen = collections.defaultdict(list), collections.Counter()
+    for rank in range(2):
+        for worker in range(2):
+            with simulated_worker(worker, 2):
+                got = [named(s) for s in wdsprep.mix(parts, seed=0, epoch=1, rank=rank, world_size=2)]
+            assert prefix_deviations([name for name, _ in got], ["mc", "counted"], 0) < 1
+            table[worker].append(collections.Counter(name for name, _ in got))
+            seen.update(got)
+    for worker, counts in table.items():  # equalize="pad" (the default): equal outputs of each part
+        assert all(count == counts[0] for count in counts), worker
+    assert {key for name, key in seen if name == "mc"} <= set(pairs)
