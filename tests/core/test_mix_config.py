@@ -290,3 +290,117 @@ def test_minecraft_pairs_mixed_with_a_counted_part_are_proportioned_in_pairs(min
     for worker, counts in table.items():  # equalize="pad" (the default): equal outputs of each part
         assert all(count == counts[0] for count in counts), worker
     assert {key for name, key in seen if name == "mc"} <= set(pairs)
+
+
+# ------------------------------------------------------------------------------ a mix file
+def write_text(path, text):
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.fixture
+def mix_directory(tmp_path, minecraft):
+    """A directory with a counted part in a/ (a mix file names it relatively) and a key file."""
+    from .shardsets import write_counted_shards
+
+    write_counted_shards(tmp_path / "a", [4, 3, 5], tag="a")
+    (tmp_path / "keys.txt").write_text("as00x01\nas02x04\nas01x00\nas02x00\n")
+    return tmp_path
+
+
+def test_a_mix_file_reads_what_the_same_mix_written_in_python_reads(mix_directory, minecraft):
+    path = write_text(mix_directory / "mix.toml", f"""
+mode = "weighted"
+stop = "all"
+seed = 9
+shuffle_buffer = 3
+
+[[part]]
+location = "a/manifest.json"
+weight = 1.5
+name = "counted"
+
+[[part]]
+location = "{minecraft}"
+weight = 2
+name = "pairs"
+stage = {{name = "minecraft.pairs", history_length = 2}}
+outputs_per_sample = {{name = "minecraft.pair_counts", history_length = 2}}
+
+[[part]]
+location = "a/manifest.json"
+keys = "keys.txt"
+name = "chosen"
+""")
+    in_python = [
+        wdsprep.Part(str(mix_directory / "a" / "manifest.json"), weight=1.5, name="counted"),
+        wdsprep.Part(minecraft, weight=2, name="pairs", stages=(wdsprep.minecraft.pairs(history_length=2),),
+                     outputs_per_sample=wdsprep.minecraft.pair_counts(history_length=2)),
+        wdsprep.Part(str(mix_directory / "a" / "manifest.json"), name="chosen",
+                     keys=["as00x01", "as02x04", "as01x00", "as02x00"]),
+    ]
+    for rank in range(2):
+        from_file = [named(s) for s in wdsprep.mix(path, epoch=1, rank=rank, world_size=2)]
+        from_python = [named(s) for s in wdsprep.mix(in_python, stop="all", seed=9, shuffle_buffer=3, epoch=1,
+                                                     rank=rank, world_size=2)]
+        assert from_file == from_python
+        assert {name for name, _ in from_file} == {"counted", "pairs", "chosen"}
+        assert {key for name, key in from_file if name == "chosen"} <= {"as00x01", "as02x04", "as01x00", "as02x00"}
+    # options given to mix() win over the file's
+    assert wdsprep.mix(path, seed=4).seed == 4 and wdsprep.mix(path).seed == 9
+
+
+MARKER_MODULE = """
+import pathlib
+pathlib.Path(__file__).with_name("imported.marker").write_text("the mix file imported me")
+
+def stage(**arguments):
+    pathlib.Path(__file__).with_name("called.marker").write_text("the mix file called me")
+    return lambda source: source
+"""
+
+
+@pytest.mark.parametrize("name", ["mix_marker_module.stage", "mix_marker_module:stage", "os.system",
+                                  "wdsprep.sources.minecraft.read.pairs", "minecraft.read.pairs",
+                                  "minecraft.nope", "minecraft._pairs", "voxels.synth", "rawnind.fetch",
+                                  "rawnind.serve_main", "minecraft.episode_key"])
+def test_a_mix_file_names_only_reader_functions_of_built_in_sources(tmp_path, monkeypatch, counted_shards, name):
+    """Nothing a mix file names is imported or called unless it is a reader function of a built-in
+    source: a module on the path that writes a marker when imported is never imported, and
+    voxels.synth (which would write a dataset into `directory`) is never called."""
+    (tmp_path / "mix_marker_module.py").write_text(MARKER_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = write_text(tmp_path / "mix.toml", f"""
+[[part]]
+location = "{counted_shards([3, 3], tag="a")}"
+stage = {{name = "{name}", directory = "{tmp_path / "synth"}", command = "touch {tmp_path / "ran"}"}}
+""")
+    message = one_line_refusal(lambda: wdsprep.mix(path))
+    assert message.startswith(f"{path}: part 0: stage: {name!r} is not a reader function of a built-in source")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mix.toml", "mix_marker_module.py"]
+    assert "mix_marker_module" not in sys.modules
+
+
+def test_bad_mix_files_are_one_config_error_line_naming_the_file(tmp_path, counted_shards):
+    good = counted_shards([3, 3], tag="a")
+    cases = {
+        "missing.toml": (None, "cannot read the mix file"),
+        "broken.toml": ("[[part]\nlocation = 1", "not valid TOML"),
+        "no-parts.toml": ('seed = 1\n', "a mix file needs one [[part]] table per part"),
+        "unknown-option.toml": (f'epochs = 3\n[[part]]\nlocation = "{good}"\n', "unknown option(s) epochs"),
+        "bad-weight.toml": (f'[[part]]\nlocation = "{good}"\nweight = -1\n', "part 0: weight must be a number > 0"),
+        "bad-field.toml": (f'[[part]]\nlocation = "{good}"\nwieght = 2\n', "part 0: unknown field(s) wieght"),
+        "bad-stage.toml": (f'[[part]]\nlocation = "{good}"\nstage = "minecraft.pairs"\n',
+                           'part 0: stage: a table with name = "<source>.<function>"'),
+        "bad-arguments.toml": (f'[[part]]\nlocation = "{good}"\nstage = {{name = "minecraft.pairs", window = 3}}\n',
+                               "part 0: stage: minecraft.pairs: "),
+        "bad-mode.toml": (f'mode = "mixed"\n[[part]]\nlocation = "{good}"\n', "mode must be 'weighted' or 'epochized'"),
+        "missing-part.toml": ('[[part]]\nlocation = "nowhere/manifest.json"\n',
+                              "part 0: " + str(tmp_path / "nowhere" / "manifest.json") + ": cannot read manifest"),
+    }
+    for name, (text, expected) in cases.items():
+        path = str(tmp_path / name) if text is None else write_text(tmp_path / name, text)
+        with pytest.raises(wdsprep.WdsprepError) as error:
+            wdsprep.mix(path)
+        message = str(error.value)
+        assert "\n" not in message and path in message and expected in message, (name, message)

@@ -47,7 +47,7 @@ from typing import Any, Callable, Iterator, Sequence as Sequence_
 import numpy as np
 import webdataset as wds
 
-from ..errors import ConfigError
+from ..errors import ConfigError, ManifestError
 from ..shards.manifest import Manifest
 from .catalog import Catalog, Selection
 from .dataset import PlannedDataset, shard_weights
@@ -315,7 +315,10 @@ class MixDataset(PlannedDataset):
             if part.weight is not None:
                 raise ConfigError(f"{where}: weight is for mode='weighted' (an epochized part has a repeat)")
             share = _number(1 if part.repeat is None else part.repeat, "repeat", where)
-        manifest = part.location if isinstance(part.location, Manifest) else load_manifest(str(part.location))
+        try:
+            manifest = part.location if isinstance(part.location, Manifest) else load_manifest(str(part.location))
+        except ManifestError as error:
+            raise ManifestError(f"{where}: {error}") from None
         if part.split not in manifest.splits:
             raise ConfigError(f"{where}: no split {part.split!r} in {manifest.url or 'its manifest'} "
                               f"(splits: {', '.join(sorted(manifest.splits))})")
@@ -529,10 +532,14 @@ def mix(parts: Sequence_[Part | dict] | str | os.PathLike, **options) -> MixData
     docs/mixing.md). Options: mode ("weighted" | "epochized"), samples_per_epoch, stop ("first" |
     "all"), and wdsprep.dataset's seed, epoch, shuffle_shards, shuffle_buffer, equalize, rank,
     world_size, handler, cache_dir, cache_bytes, prefetch_bytes, max_connections."""
-    if isinstance(parts, (str, os.PathLike)):
-        parts, file_options = read_mix_file(os.fspath(parts))
-        options = {**file_options, **options}
-    return MixDataset(parts, **options)
+    if not isinstance(parts, (str, os.PathLike)):
+        return MixDataset(parts, **options)
+    path = os.fspath(parts)
+    parts, file_options = read_mix_file(path)
+    try:
+        return MixDataset(parts, **{**file_options, **options})
+    except (ConfigError, ManifestError) as error:  # name the file the bad part or option is in
+        raise type(error)(f"{path}: {error}") from None
 
 
 FILE_OPTIONS = ("mode", "samples_per_epoch", "stop", "seed", "shuffle_shards", "shuffle_buffer", "equalize")
