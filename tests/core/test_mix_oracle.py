@@ -141,9 +141,11 @@ def model_part_streams(epochs, *, world, rank, workers, worker, equalize, buffer
 
 
 def model_epochs(parts, shares, *, seed, epoch, **sizing):
-    """Each part's epoch items (rules 1-3)."""
-    counts = model_epoch_counts([sum(c) for c in parts], shares, **sizing)
-    return [model_part_epoch(part_keys(c, p), n, seed, epoch, p) for p, (c, n) in enumerate(zip(parts, counts))]
+    """Each part's epoch items (rules 1-3); a part is its shards' sample counts (keys named as
+    `part_keys` says) or its shards' key lists."""
+    shards = [part_keys(part, p) if all(isinstance(c, int) for c in part) else part for p, part in enumerate(parts)]
+    counts = model_epoch_counts([sum(map(len, keys)) for keys in shards], shares, **sizing)
+    return [model_part_epoch(keys, n, seed, epoch, p) for p, (keys, n) in enumerate(zip(shards, counts))]
 
 
 def model_worker(parts, shares, *, world=1, rank=0, workers=1, worker=0, equalize=None, buffer=0, seed=0, epoch=0,
