@@ -7,6 +7,7 @@ difference, and `reweight=True` finishes the saved epoch with the saved weights.
 import collections
 import json
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -298,3 +299,37 @@ def test_a_one_part_mix_reads_what_the_dataset_reads(counted_shards):
         mixed = [named(s) for s in wdsprep.mix([{"location": a}], **plan)]
         alone = [("0", s["__key__"]) for s in wdsprep.dataset(a, "train", **plan)]
         assert mixed == alone
+
+
+# ------------------------------------------------------------------------------ stages composed on the mix
+def suffixed(source):
+    """A one-to-one stage: each sample's key with its part appended."""
+    for sample in source:
+        yield {**sample, "__key__": f"{sample['__key__']}@{sample['__part__']}"}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_one_to_one_stage_composed_on_the_mix_runs_on_the_mixed_stream_and_resumes_exactly(counted_shards,
+                                                                                               workers):
+    manifests = written(counted_shards, LOADER_PARTS)
+    expected = [[(name, f"{key}@{name}", epoch) for name, key, epoch in batch]
+                for batch in model_loader_epoch(1, workers=workers, buffer=3)]
+
+    def make():
+        parts = [wdsprep.Part(m, weight=w) for m, w in zip(manifests, LOADER_WEIGHTS)]
+        mix = wdsprep.mix(parts, seed=11, epoch=1, stop="all", shuffle_buffer=3, equalize=None)
+        mix = mix.compose(wdsprep.decode(strip=True)).compose(suffixed)
+        return wdsprep.Loader(mix, batch_size=BATCH, num_workers=workers,
+                              collate_fn=lambda batch: [(s["__part__"], s["__key__"], int(s["__epoch__"]))
+                                                        for s in batch if isinstance(s["value"], np.ndarray)])
+
+    loader = make()
+    got, states = [], [saved(loader)]
+    for batch in loader:
+        got.append(batch)
+        states.append(saved(loader))
+    assert as_lists(got) == expected
+    for done, state in enumerate(states):
+        resumed = make()
+        resumed.load_state_dict(state)
+        assert as_lists(resumed) == expected[done:], done

@@ -19,19 +19,26 @@ M3. Part p's epoch sequence: passes j = 0, 1, ..., pass j being every sample of 
     `wdsprep.dataset`, so a one-part mix is that dataset), cut after n_p samples (with outputs:
     after the first sample that brings the outputs to n_p). A sample's identity is (pass, shard, index).
 M4. Each part's sequence is dealt to ranks and workers by stream/plan.py's rules 3-7 (equalize, the
-    weighted cuts on outputs, elastic remainders), part by part: every worker of every rank gets the
-    same count c_p of each part.
+    weighted cuts on outputs, elastic remainders), part by part: with equalize, worker k of every rank
+    gets the same count c_p of each part. equalize="pad" gives a part with fewer samples in the epoch
+    than ranks to every rank (repeats); "drop" would drop it on every rank, so such a mix is refused.
 M5. A worker's stream interleaves its parts' outputs by the earliest-deadline schedule over (c_p):
     slot t = 1..T (T = sum c_p) goes, among the parts p with taken_p * T < t * c_p, to the one whose
     next output has the earliest deadline (taken_p + 1) / c_p (ties to the lower index). So after
     every slot, |taken_p - t * c_p / T| < 1 for every part. With `shuffle_buffer` B > 1 the parts of
     each block of B slots are permuted by PCG64([seed, epoch, rank, worker, block, 0x313C]) (the
     counts hold exactly at block ends), and each part's own stream is block-shuffled by rule 6.
-M6. Each output that is a dict names its part in `__part__`.
+M6. Each output that is a dict names its part in `__part__`. Stages composed on the mix run on the
+    mixed stream, past the counting point (as batching does): they must map one sample to one.
 
 A worker's position is one `Position` per part (its skip, discard and delivered outputs): a part is
 always consumed in its own order, so a resumed worker restarts the schedule at t = sum of delivered,
 and an elastic resume deals each part's remainder afresh (M4) and schedules the new counts (M5).
+A state names every part (data, split, selection, outputs), the mode, stop and weights; one from
+another mix is refused naming the difference. `load_state_dict(state, reweight=True)` accepts other
+weights: the state's epoch is read with the weights it was read with (kept in later states as
+`reweighted`), the next epochs with the new ones. A mix file names a part's stage as a function of
+a built-in source's `read` module; nothing it names is imported otherwise.
 """
 from __future__ import annotations
 
@@ -481,9 +488,9 @@ class MixDataset(PlannedDataset):
         resume = resume or self.position(None)
         rank, _ = self.rank_and_world()
         decode, stages, after = self._stages()
-        if decode is not None or stages:
-            raise ConfigError("mix: compose stages into each part (Part(stages=...)); after the mix, only "
-                              "batching (.batched or wdsprep.Loader) and stages that map one sample to one")
+        # a stage composed on the mix runs on the mixed stream, past the counting point (as batching
+        # does), so it must map one sample to one; a part's own stages go in Part(stages=...)
+        after = [*([] if decode is None else [decode]), *stages, *after]
         connections = worker_connections(self.max_connections, num_workers)
         streams, counts = [], []
         for part, plan, position in zip(self.parts, self.plans(worker, num_workers, progress), resume.parts):
