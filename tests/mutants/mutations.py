@@ -619,10 +619,9 @@ MUTATIONS = [
              ("tests/objectstore/test_read_ahead.py",)),
     # -- issue 37: wdsprep.mix (stream/mix.py), against test_mix_oracle's reference model
     Mutation("mix-schedule-tie-to-higher", "the mix schedule breaks a tie of deadlines to the higher part index", MIX,
-             (("if best < 0 or (taken[p] + 1) * counts[best] < (taken[best] + 1) * c:",
-               "if best < 0 or (taken[p] + 1) * counts[best] <= (taken[best] + 1) * c:"),), MIX_ORACLE),
+             (("(best < 0 or (k + 1) * period < due * c)", "(best < 0 or (k + 1) * period <= due * c)"),), MIX_ORACLE),
     Mutation("mix-schedule-eligibility-ignored", "the mix schedule picks the earliest deadline among every part with outputs left, eligible or not", MIX,
-             (("if taken[p] < c and taken[p] * total < t * c:", "if taken[p] < c:"),), MIX_ORACLE),
+             (("if k * total < t * c and (best", "if k < c and (best"),), MIX_ORACLE),
     Mutation("mix-schedule-block-unkeyed", "with a shuffle buffer every block of the mix schedule is permuted alike (the block number left out)", MIX,
              (("np.random.PCG64([*key, first // block, 0x313C])", "np.random.PCG64([*key, 0x313C])"),), MIX_ORACLE),
     Mutation("mix-part-dealt-with-part-0-key", "every part's shuffle blocks are keyed like part 0's", MIX,

@@ -186,24 +186,34 @@ def schedule(counts: list[int], start: int = 0, block: int = 0, key: tuple = ())
     counts, each remaining output of the lowest part that still has one: see `MixStream`)."""
     total = sum(counts)
     taken = [0] * len(counts)
-    labels: list[int] = []
     size = block if block > 1 else 4096
     for first in range(0, total, size):
-        labels.clear()
-        for t in range(first + 1, min(first + size, total) + 1):
-            best = -1
-            for p, c in enumerate(counts):
-                if taken[p] < c and taken[p] * total < t * c:
-                    if best < 0 or (taken[p] + 1) * counts[best] < (taken[best] + 1) * c:
-                        best = p
-            taken[best] += 1
-            labels.append(best)
+        labels = _slots(counts, total, first, min(first + size, total), taken)
         if block > 1:
             order = np.random.Generator(np.random.PCG64([*key, first // block, 0x313C])).permutation(len(labels))
-            labels = [labels[i] for i in order]
+            labels = np.asarray(labels)[order].tolist()
         if start < first + len(labels):
             yield from labels[max(0, start - first):]
         start = max(start, first + len(labels))
+
+
+def _slots(counts: list[int], total: int, first: int, stop: int, taken: list[int]) -> list[int]:
+    """The parts of slots first+1..stop (rule M5), `taken` updated. Part p is eligible at slot t
+    when taken_p * T < t * c_p (which also means taken_p < c_p); among those, the earliest
+    deadline (taken_p + 1) / c_p wins, compared by cross-multiplying (exact), ties to the lower p."""
+    parts = [(p, c) for p, c in enumerate(counts) if c]
+    labels: list[int] = []
+    append = labels.append
+    due = period = 0  # the best part's (taken + 1, c) in the slot being decided
+    for t in range(first + 1, stop + 1):
+        best = -1
+        for p, c in parts:
+            k = taken[p]
+            if k * total < t * c and (best < 0 or (k + 1) * period < due * c):
+                best, due, period = p, k + 1, c
+        taken[best] += 1
+        append(best)
+    return labels
 
 
 @dataclass
@@ -237,35 +247,31 @@ class MixStream:
 
     def _mixed(self) -> Iterator:
         sources = [iter(stream) for stream in self.streams]
-        done = [False] * len(sources)
-        start = self.position.delivered
-        labels = schedule(self.counts, start, self.block, self.key)
-        for label in labels:
+        pulls = [source.__next__ for source in sources]
+        names, done = self.names, [False] * len(pulls)
+        for label in schedule(self.counts, self.position.delivered, self.block, self.key):
             if done[label]:
                 continue  # a part whose stage made fewer outputs than it declared: its slots go
-            output = next(sources[label], _END)
-            if output is _END:
+            try:
+                output = pulls[label]()
+            except StopIteration:
                 done[label] = True
                 continue
-            yield self._named(output, label)
+            if isinstance(output, dict):
+                output["__part__"] = names[label]
+            yield output
         for label, source in enumerate(sources):  # outputs past the declared counts, part by part
             if not done[label]:
                 for output in source:
-                    yield self._named(output, label)
-
-    def _named(self, output: Any, label: int) -> Any:
-        if isinstance(output, dict):
-            output["__part__"] = self.names[label]
-        return output
+                    if isinstance(output, dict):
+                        output["__part__"] = names[label]
+                    yield output
 
     def __iter__(self) -> Iterator:
         source = self._mixed()
         for step in self.after:
             source = self.invoke(step, source)
         return source
-
-
-_END = object()
 
 
 class MixDataset(PlannedDataset):
