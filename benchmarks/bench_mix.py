@@ -30,7 +30,6 @@ import collections
 import json
 import os
 import pathlib
-import resource
 import shutil
 import subprocess
 import sys
@@ -39,6 +38,7 @@ import time
 import numpy as np
 
 from _smoke import sized
+from bench_peers import _child_env, _cpu, convert_files, write_sample_files  # the generic layout, `wdsprep convert`
 
 PARTS = {"a": sized(12_000, 120), "b": sized(6_000, 60), "c": sized(3_000, 40)}  # samples of each part
 WEIGHTS = {"a": 3, "b": 2, "c": 1}
@@ -61,23 +61,6 @@ def _samples(part: str, count: int):
 
 
 # ------------------------------------------------------------------------------------------ writing
-def write_files(directory: pathlib.Path, part: str, count: int) -> None:
-    """A part as files in the generic source's layout: what `wdsprep convert generic` reads."""
-    train = directory / "train"
-    train.mkdir(parents=True)
-    for i, array, meta in _samples(part, count):
-        np.save(train / f"{part}{i:07d}.array.npy", array)
-        (train / f"{part}{i:07d}.meta.json").write_text(json.dumps(meta))
-
-
-def convert(source: pathlib.Path, output: pathlib.Path) -> None:
-    command = [sys.executable, "-m", "wdsprep", "convert", "generic", str(source), str(output),
-               "--shard-bytes", SHARD_BYTES, "--codec", "none", "--quiet"]
-    result = subprocess.run(command, capture_output=True, text=True, env=_child_env())
-    if result.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)}: {result.stderr.strip()[-300:]}")
-
-
 def write_litdata(directory: pathlib.Path, part: str, count: int) -> None:
     from litdata.streaming.writer import BinaryWriter
 
@@ -88,11 +71,6 @@ def write_litdata(directory: pathlib.Path, part: str, count: int) -> None:
         writer.add_item(i, {"array": array, "meta": meta})
     writer.done()
     writer.merge()
-
-
-def _child_env() -> dict:
-    src = str(pathlib.Path(__file__).resolve().parent.parent / "src")
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])))
 
 
 # ------------------------------------------------------------------------------------------ reading
@@ -150,11 +128,6 @@ def _identity(sample: dict) -> tuple[str, int]:
     if not isinstance(sample["array"], np.ndarray) or sample["array"].shape != (ELEMENTS,):
         raise TypeError("a sample was not decoded to its array")
     return meta["part"], int(meta["index"])
-
-
-def _cpu() -> float:
-    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def read(system: str, workdir: str) -> dict:
@@ -231,9 +204,9 @@ def run(workdir: pathlib.Path) -> str:
     for part, count in PARTS.items():
         files = workdir / "files" / part
         shutil.rmtree(files, ignore_errors=True)
-        write_files(files, part, count)
+        write_sample_files(files, _samples(part, count), prefix=part)  # what `wdsprep convert generic` reads
         shutil.rmtree(workdir / "wdsprep" / part, ignore_errors=True)
-        convert(files, workdir / "wdsprep" / part)
+        convert_files(str(files), str(workdir / "wdsprep" / part), SHARD_BYTES)
         if not missing:
             shutil.rmtree(workdir / "litdata" / part, ignore_errors=True)
             write_litdata(workdir / "litdata" / part, part, count)

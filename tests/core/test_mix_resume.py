@@ -39,6 +39,7 @@ from .test_mix_oracle import (
     round_robin_batches,
     written,
 )
+from .test_loader_oracle import batches_and_states, resumed_until
 from .test_plan_oracle import simulated_worker
 
 EPOCHS = 2
@@ -59,11 +60,7 @@ def test_a_loader_state_saved_after_every_batch_resumes_exactly(counted_shards, 
     manifests = written(counted_shards, LOADER_PARTS)
     plan = dict(world=2, rank=1, equalize="pad", buffer=buffer)
     expected = model_loader_epoch(1, workers=workers, **plan)
-    loader = make_loader(manifests, workers, epoch=1, **plan)
-    got, states = [], [saved(loader)]  # states[n]: saved after n batches, the last one included
-    for batch in loader:
-        got.append(batch)
-        states.append(saved(loader))
+    got, states = batches_and_states(make_loader(manifests, workers, epoch=1, **plan), saved)
     assert as_lists(got) == expected
     for done, state in enumerate(states):
         resumed = make_loader(manifests, workers, epoch=1, **plan)
@@ -87,12 +84,8 @@ def test_states_saved_across_two_epochs_resume_into_the_epoch_they_were_saved_in
         states.append((len(got), saved(loader)))  # after the loop ended: the next epoch's start
     assert as_lists(got) == expected
     for done, state in states:
-        resumed = make_loader(manifests, workers, 3)
-        resumed.load_state_dict(state)
-        rest = []
-        while resumed.epoch < EPOCHS:
-            rest += as_lists(resumed)
-        assert rest == expected[done:], (done, state["epoch"])
+        rest = resumed_until(lambda: make_loader(manifests, workers, 3), state, EPOCHS)
+        assert as_lists(rest) == expected[done:], (done, state["epoch"])
 
 
 @FAST
@@ -323,11 +316,7 @@ def test_a_one_to_one_stage_composed_on_the_mix_runs_on_the_mixed_stream_and_res
                               collate_fn=lambda batch: [(s["__part__"], s["__key__"], int(s["__epoch__"]))
                                                         for s in batch if isinstance(s["value"], np.ndarray)])
 
-    loader = make()
-    got, states = [], [saved(loader)]
-    for batch in loader:
-        got.append(batch)
-        states.append(saved(loader))
+    got, states = batches_and_states(make(), saved)
     assert as_lists(got) == expected
     for done, state in enumerate(states):
         resumed = make()
