@@ -73,17 +73,19 @@ def model_epoch_counts(sizes, shares, *, mode="weighted", stop="first", samples_
             return counts
 
 
-def model_pass_order(shards, seed, epoch, part, cycle):
+def model_pass_order(shards, seed, epoch, part, cycle, shuffle=True):
+    if not shuffle:
+        return list(range(shards))
     key = [seed & 0xFFFFFFFF, epoch & 0xFFFFFFFF, 0x5EED] + ([] if (part, cycle) == (0, 0) else [part, cycle])
     return [int(i) for i in np.random.Generator(np.random.PCG64(key)).permutation(shards)]
 
 
-def model_part_epoch(shards, count, seed, epoch, part, outputs=None):
+def model_part_epoch(shards, count, seed, epoch, part, outputs=None, shuffle=True):
     """Part `part`'s samples in the epoch: passes, each in its own shard order, cut after `count`
     samples (or, with `outputs` (key -> outputs), after the sample that brings them to `count`)."""
     items, taken = [], 0
     for cycle in itertools.count():
-        for shard in model_pass_order(len(shards), seed, epoch, part, cycle):
+        for shard in model_pass_order(len(shards), seed, epoch, part, cycle, shuffle):
             for key in shards[shard]:
                 if taken >= count:
                     return items
@@ -140,19 +142,19 @@ def model_part_streams(epochs, *, world, rank, workers, worker, equalize, buffer
     return streams
 
 
-def model_epochs(parts, shares, *, seed, epoch, **sizing):
+def model_epochs(parts, shares, *, seed, epoch, shuffle=True, **sizing):
     """Each part's epoch items (rules 1-3); a part is its shards' sample counts (keys named as
     `part_keys` says) or its shards' key lists."""
     shards = [part_keys(part, p) if all(isinstance(c, int) for c in part) else part for p, part in enumerate(parts)]
     counts = model_epoch_counts([sum(map(len, keys)) for keys in shards], shares, **sizing)
-    return [model_part_epoch(keys, n, seed, epoch, p) for p, (keys, n) in enumerate(zip(shards, counts))]
+    return [model_part_epoch(keys, n, seed, epoch, p, shuffle=shuffle) for p, (keys, n) in enumerate(zip(shards, counts))]
 
 
 def model_worker(parts, shares, *, world=1, rank=0, workers=1, worker=0, equalize=None, buffer=0, seed=0, epoch=0,
-                 **sizing):
+                 shuffle=True, **sizing):
     """(part name, key) of what one worker of one rank yields; REFUSED when equalize="drop" would
     leave a part out on every rank (fewer samples in the epoch than ranks: every rank drops its one)."""
-    epochs = model_epochs(parts, shares, seed=seed, epoch=epoch, **sizing)
+    epochs = model_epochs(parts, shares, seed=seed, epoch=epoch, shuffle=shuffle, **sizing)
     if equalize == "drop" and world > 1 and any(len(items) < world for items in epochs):
         return REFUSED
     streams = model_part_streams(epochs, world=world, rank=rank, workers=workers, worker=worker, equalize=equalize,
@@ -263,6 +265,41 @@ def test_epochized_every_rank_and_worker_reads_what_the_model_says(counted_shard
             expected = model_worker(parts, repeats, workers=workers, worker=worker, mode="epochized", **plan)
             got = real_worker(manifests, repeats, workers=workers, worker=worker, mode="epochized", **plan)
             assert got == expected, (rank, worker)
+
+
+def test_without_shard_shuffling_every_pass_keeps_the_manifest_order(counted_shards):
+    parts, weights = [[3, 0, 2], [4, 1]], [1, 3]
+    manifests = written(counted_shards, parts)
+    unshuffled, shuffled = [], []
+    for rank in range(2):
+        plan = dict(world=2, rank=rank, equalize="pad", buffer=0, seed=5, epoch=2, stop="all")
+        unshuffled.append(model_worker(parts, weights, shuffle=False, **plan))
+        shuffled.append(model_worker(parts, weights, **plan))
+        assert real_worker(manifests, weights, shuffle_shards=False, **plan) == unshuffled[-1], rank
+    assert unshuffled != shuffled  # the case differs from a shuffled one
+
+
+@pytest.mark.parametrize("buffer", [0, 3])
+def test_a_part_narrowed_by_a_selection_is_planned_on_its_kept_samples(counted_shards, buffer):
+    """Part 0 keeps some keys (one shard keeps none), part 1 its first 5 samples in manifest order;
+    the model's parts are the kept keys of each shard."""
+    parts = [[3, 2, 4], [4, 3]]
+    manifests = written(counted_shards, parts)
+    kept = ["as00x02", "as00x00", "as02x01", "as02x03", "as02x02"]
+    selected = [[[key for key in shard if key in kept] for shard in part_keys(parts[0], 0)],
+                [shard[: max(0, 5 - sum(map(len, part_keys(parts[1], 1)[:i])))] for i, shard in
+                 enumerate(part_keys(parts[1], 1))]]
+    assert [sum(map(len, part)) for part in selected] == [5, 5] and selected[0][1] == []
+    for rank in range(2):
+        for worker in range(2):
+            plan = dict(world=2, rank=rank, workers=2, worker=worker, equalize="pad", buffer=buffer, seed=4,
+                        epoch=1, stop="all")
+            expected = model_worker(selected, [2, 1], **plan)
+            with simulated_worker(worker, 2):
+                mix = wdsprep.mix([{"location": manifests[0], "weight": 2, "keys": kept},
+                                   {"location": manifests[1], "limit": 5}], seed=4, epoch=1, stop="all",
+                                  shuffle_buffer=buffer, rank=rank, world_size=2)
+                assert [named(s) for s in mix] == expected, (rank, worker)
 
 
 # ------------------------------------------------------------------------------ proportions
