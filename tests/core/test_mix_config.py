@@ -404,3 +404,40 @@ def test_bad_mix_files_are_one_config_error_line_naming_the_file(tmp_path, count
             wdsprep.mix(path)
         message = str(error.value)
         assert "\n" not in message and path in message and expected in message, (name, message)
+
+
+def test_an_expanding_part_resumed_elastically_delivers_the_epochs_outputs(counted_shards):
+    """Three ranks stop mid-sample (some outputs of a sample delivered), two resume from the list
+    of states: old and new together deliver the epoch's outputs, each as often as the epoch holds it
+    (stop="all": a part that cycles holds some twice; dealt as is)."""
+    manifests = written(counted_shards, EXPANDED)
+    plan = dict(seed=7, epoch=3, stop="all", equalize=None)
+    epoch = collections.Counter()
+    for rank in range(3):
+        epoch.update(named(s) for s in expanded_mix(manifests, [2, 1], rank=rank, world_size=3, **plan))
+    delivered, states = collections.Counter(), []
+    for rank, stop in zip(range(3), [2, 5, 1]):
+        run = expanded_mix(manifests, [2, 1], rank=rank, world_size=3, **plan)
+        iterator = iter(run)
+        delivered.update(named(next(iterator)) for _ in range(stop))
+        states.append(run.state_dict())
+    assert any(part["discard"] for state in states for part in state["workers"]["0"]["parts"])  # mid-sample
+    for rank in range(2):
+        resumed = expanded_mix(manifests, [2, 1], rank=rank, world_size=2, **plan)
+        resumed.load_state_dict(states)
+        delivered.update(named(s) for s in resumed)
+    assert delivered == epoch and max(epoch.values()) == 2
+
+
+def test_a_mix_says_how_many_samples_of_each_part_a_rank_yields(counted_shards):
+    parts, weights = [[3, 1, 4], [5, 2], [2]], [1, 2, 1]
+    manifests = written(counted_shards, parts)
+    for rank in range(3):
+        per_part = collections.Counter()
+        for worker in range(2):
+            per_part.update(name for name, _ in real_worker(manifests, weights, workers=2, worker=worker, world=3,
+                                                            rank=rank, equalize="pad", stop="all", seed=2))
+        mix = wdsprep.mix([{"location": m, "weight": w} for m, w in zip(manifests, weights)], stop="all", seed=2,
+                          rank=rank, world_size=3)
+        assert mix.part_counts(num_workers=2) == dict(per_part)
+        assert mix.samples_per_rank(num_workers=2) == sum(per_part.values())
