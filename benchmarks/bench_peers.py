@@ -63,11 +63,16 @@ def _samples(elements: int, count: int):
 # ------------------------------------------------------------------------------------------ writers
 def write_files(directory: pathlib.Path, elements: int, count: int) -> None:
     """The samples as files in the generic source's layout: what `wdsprep convert generic` reads."""
+    write_sample_files(directory, _samples(elements, count))
+
+
+def write_sample_files(directory: pathlib.Path, samples, prefix: str = "s") -> None:
+    """(number, array, meta) samples as `train/<prefix><number>.array.npy` + `.meta.json` files."""
     train = directory / "train"
     train.mkdir(parents=True)
-    for i, array, meta in _samples(elements, count):
-        np.save(train / f"s{i:07d}.array.npy", array)
-        (train / f"s{i:07d}.meta.json").write_text(json.dumps(meta))
+    for i, array, meta in samples:
+        np.save(train / f"{prefix}{i:07d}.array.npy", array)
+        (train / f"{prefix}{i:07d}.meta.json").write_text(json.dumps(meta))
 
 
 def convert_files(source: str, directory: str, shard_bytes: str) -> None:

@@ -63,11 +63,7 @@ def _saved(loader):
 def test_loader_delivers_the_model_and_resumes_from_every_batch(counted_shards, workers, buffer):
     manifest = counted_shards(COUNTS)
     expected = model_epoch(1, workers=workers, buffer=buffer)
-    loader = _loader(manifest, workers, buffer, epoch=1)
-    got, states = [], [_saved(loader)]  # states[n]: saved after n batches, the last one included
-    for batch in loader:
-        got.append(batch)
-        states.append(_saved(loader))
+    got, states = batches_and_states(_loader(manifest, workers, buffer, epoch=1), _saved)
     assert _as_lists(got) == expected
     for done, state in enumerate(states):
         resumed = _loader(manifest, workers, buffer, epoch=1)
@@ -94,12 +90,28 @@ def test_states_saved_across_three_epochs_resume_into_the_epoch_they_were_saved_
         states.append((len(got), _saved(loader)))  # after the epoch's loop ended: the next epoch's start
     assert _as_lists(got) == expected
     for done, state in states:
-        resumed = _loader(manifest, workers, 3)
-        resumed.load_state_dict(state)
-        rest = []
-        while resumed.epoch < EPOCHS:
-            rest += list(resumed)
+        rest = resumed_until(lambda: _loader(manifest, workers, 3), state, EPOCHS)
         assert _as_lists(rest) == expected[done:], (done, state["epoch"])
+
+
+def batches_and_states(loader, save):
+    """An epoch's batches, and `save(loader)` before the first and after each (states[n]: after n
+    batches, the last one included)."""
+    got, states = [], [save(loader)]
+    for batch in loader:
+        got.append(batch)
+        states.append(save(loader))
+    return got, states
+
+
+def resumed_until(make, state, epochs):
+    """The batches a fresh loader (`make()`) delivers from `state` on, until its epoch reaches `epochs`."""
+    resumed = make()
+    resumed.load_state_dict(state)
+    rest = []
+    while resumed.epoch < epochs:
+        rest += list(resumed)
+    return rest
 
 
 @pytest.mark.parametrize("workers", [1, 3])

@@ -130,3 +130,27 @@ def test_elastic_resume_with_weights_keeps_ranks_equal(manifest, equalize):
 def test_wrong_number_of_counts_is_refused(manifest):
     with pytest.raises(wdsprep.ConfigError, match="each of the 75 samples"):
         wdsprep.dataset(manifest, "train", outputs_per_sample=WEIGHTS[:-1])
+
+
+def test_a_worker_whose_samples_make_no_output_still_pads_to_its_target(tmp_path):
+    """Samples with 0 outputs can fill a worker's whole run (here rank 1's worker 0 for some seeds):
+    with "pad" it replays the rank's (or the pass's) outputs, never gives up with none."""
+    counts = [3, 0, 4, 2]
+    outputs = {f"s{s:02d}x{i:02d}": (s + 2 * i) % 4 for s, c in enumerate(counts) for i in range(c)}
+    weights = [outputs[f"s{s:02d}x{i:02d}"] for s, c in enumerate(counts) for i in range(c)]
+    manifest = write_counted_shards(tmp_path / "z", counts)
+
+    def expand(source):
+        for sample in source:
+            yield from (f"{sample['__key__']}/{j}" for j in range(outputs[sample["__key__"]]))
+
+    for seed in range(6):
+        table = {}
+        for rank in range(3):
+            for worker in range(2):
+                dataset = wdsprep.dataset(manifest, "train", rank=rank, world_size=3, seed=seed, epoch=0,
+                                          equalize="pad", outputs_per_sample=weights).compose(expand)
+                dataset._worker_override = (worker, 2)
+                table[rank, worker] = list(dataset)
+        for worker in range(2):
+            assert len({len(table[rank, worker]) for rank in range(3)}) == 1, (seed, worker)

@@ -16,6 +16,8 @@ from wdsprep.shards.writer import ShardWriter
 EXPECTED_KINDS = {
     "urls": "function",
     "dataset": "function",
+    "mix": "function",
+    "Part": "class",
     "decode": "function",
     "decode_sample": "function",
     "zst_handler": "function",

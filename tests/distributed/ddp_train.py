@@ -1,7 +1,8 @@
 """One rank of a DDP training loop that streams wdsprep shards from a URL (run under torchrun).
 
     torchrun --nproc_per_node=2 tests/distributed/ddp_train.py MANIFEST_URL OUT_DIR [--stop-after K | --resume STATE_DIR]
-    (--resume-all STATE_DIR: load every old rank's state, saved on any world size, for an elastic resume)
+    (--resume-all STATE_DIR: load every old rank's state, saved on any world size, for an elastic resume;
+    --mix: MANIFEST_URL is a mix file, read by wdsprep.mix)
 
 The process refuses to write anything to local disk: an audit hook raises on every file opened for
 writing (and on mkdir/rename/temp files) except this rank's result file, so "no local copy" is
@@ -71,6 +72,8 @@ def main() -> None:
     parser.add_argument("--resume-all", default=None,
                         help="directory of every old rank's rank<R>.json: an elastic resume on this world")
     parser.add_argument("--only-partial", action="store_true", help="with --stop-after: skip the full epoch")
+    parser.add_argument("--mix", action="store_true",
+                        help="MANIFEST_URL is a mix file: train on wdsprep.mix(MANIFEST_URL); keys are part/key")
     parser.add_argument("--pairs", type=int, default=None, metavar="H",
                         help="Minecraft shards: train on wdsprep.minecraft.pairs(history_length=H), balanced on pairs")
     args = parser.parse_args()
@@ -124,7 +127,19 @@ def main() -> None:
         return {"keys": [p["__key__"] for p in pairs],  # a voxel's mean as a 4096-wide input: the model is not the point
                 "x": torch.stack([p["voxel"].float().mean().expand(4096) for p in pairs])}
 
+    def collate_mix(samples):
+        decoded = [wdsprep.decode_sample(s) for s in samples]
+        return {"keys": [f"{d['__part__']}/{d['__key__']}" for d in decoded],
+                "x": torch.from_numpy(np.stack([d["array"] for d in decoded]))}
+
     def make_loader(split):
+        if args.mix:
+            dataset = wdsprep.mix(args.manifest, seed=args.seed, equalize="pad")
+            dataset.set_epoch(args.epoch)
+            loader = wdsprep.Loader(dataset, batch_size=args.batch_size, num_workers=args.workers,
+                                    collate_fn=collate_mix, timeout=600)
+            loader.set_epoch(args.epoch)
+            return dataset, loader
         if args.pairs:
             dataset = wdsprep.dataset(args.manifest, split, seed=args.seed, equalize="pad",
                                       outputs_per_sample=wdsprep.minecraft.pair_counts(history_length=args.pairs))

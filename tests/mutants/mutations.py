@@ -42,6 +42,8 @@ UPLOAD = ("tests/objectstore/test_upload_oracle.py", "tests/objectstore")
 LOADER = ("tests/core/test_loader_oracle.py", "tests/core")
 NPY = ("tests/core/test_npy_oracle.py", "tests/core")
 REPLACED = ("tests/core/test_shard_replaced.py", "tests/core")
+MIX = "src/wdsprep/stream/mix.py"
+MIX_ORACLE = ("tests/core/test_mix_oracle.py",)
 
 MUTATIONS = [
     # -- the stream plan
@@ -74,10 +76,12 @@ MUTATIONS = [
              (("np.random.PCG64([self.seed, self.epoch, *worker_key, block])",
                "np.random.PCG64([self.seed, *worker_key, block])"),), ORACLE,
              also=(Variant("h3", PLAN, (("np.random.PCG64([seed, epoch, rank, worker, block])", "np.random.PCG64([seed, rank, worker, block])"),)),
-                   Variant("h37", PLAN, (("    *key, size = key_block_size\n", "    *key, size = key_block_size\n    key = [key[0], *key[2:]]\n"),)))),
+                   Variant("planner", DATASET, (("shuffle_buffer=self.shuffle_buffer, key=(self.seed, progress.epoch, rank, worker))",
+                                                 "shuffle_buffer=self.shuffle_buffer, key=(self.seed, 0, rank, worker))"),)))),
     Mutation("state-other-seed", "load_state_dict accepts a state from another seed", STATE,
              (('for name in ("split", "seed", "dataset", "shuffle_shards", "shuffle_buffer", "equalize"):', 'for name in ("split", "dataset", "shuffle_shards", "shuffle_buffer", "equalize"):'),), ORACLE,
-             also=(Variant("h38", STATE, (('for name in ("split", "seed", "dataset", "selection", ', 'for name in ("split", "dataset", "selection", '),)),)),
+             also=(Variant("planner", STATE, (('for name in ("split", "seed", "dataset", "selection", "shuffle_shards", "shuffle_buffer", "equalize"):',
+                                               'for name in ("split", "dataset", "selection", "shuffle_shards", "shuffle_buffer", "equalize"):'),)),)),
     # -- the format
     Mutation("checksum-unchecked", "tar header checksum not checked", "src/wdsprep/shards/tarformat.py",
              (("        if checksum != computed:\n            raise ShardError(url, \"corrupt tar header (checksum mismatch)\")",
@@ -517,7 +521,7 @@ MUTATIONS = [
     Mutation("loader-resume-position-dropped", "wdsprep.Loader's workers start their pass from its beginning after load_state_dict (the saved position is not passed to ShardDataset.stream)",
              LOADER_PY,
              (("resume=None if saved is None else Position(**saved))", "resume=None)"),),
-             LOADER, also=(Variant("h37", LOADER_PY, (("resume=self.dataset.position(saved))", "resume=self.dataset.position(None))"),)),)),
+             LOADER, also=(Variant("planner", LOADER_PY, (("resume=self.dataset.position(saved))", "resume=self.dataset.position(None))"),)),)),
     Mutation("state-drops-resumed-from", "a saved state forgets the interrupted passes it continues (resumed_from empty), so a second elastic resume deals the whole epoch again",
              STATE,
              (('"resumed_from": [_level_json(level) for level in progress.levels]}', '"resumed_from": []}'),),
@@ -650,4 +654,37 @@ MUTATIONS = [
              "src/wdsprep/stream/access.py",
              (("        if sum(remote) <= 1:\n", "        if True:\n"),),
              ("tests/objectstore/test_mapdataset_remote.py",)),
+    # -- issue 37: wdsprep.mix (stream/mix.py), against test_mix_oracle's reference model
+    Mutation("mix-schedule-tie-to-higher", "the mix schedule breaks a tie of deadlines to the higher part index", MIX,
+             (("(best < 0 or (k + 1) * period < due * c)", "(best < 0 or (k + 1) * period <= due * c)"),), MIX_ORACLE),
+    Mutation("mix-schedule-eligibility-ignored", "the mix schedule picks the earliest deadline among every part with outputs left, eligible or not", MIX,
+             (("if k * total < t * c and (best", "if k < c and (best"),), MIX_ORACLE),
+    Mutation("mix-schedule-block-unkeyed", "with a shuffle buffer every block of the mix schedule is permuted alike (the block number left out)", MIX,
+             (("np.random.PCG64([*key, first // block, 0x313C])", "np.random.PCG64([*key, 0x313C])"),), MIX_ORACLE),
+    Mutation("mix-part-dealt-with-part-0-key", "every part's shuffle blocks are keyed like part 0's", MIX,
+             (("return () if index == 0 else (index,)", "return ()"),), MIX_ORACLE),
+    Mutation("mix-pass-order-of-part-0", "every part's passes take part 0's shard orders", MIX,
+             (("0x5EED, part, cycle]", "0x5EED, 0, cycle]"),), MIX_ORACLE),
+    Mutation("mix-totals-from-size-over-share", "stop='first' searches totals down from min(size / share) only (a larger total that fits is missed)", MIX,
+             (("math.ceil((size + 1) * whole / share) - 1", "math.floor(size * whole / share)"),), MIX_ORACLE),
+    Mutation("mix-elastic-levels-of-part-0", "an elastic resume takes part 0's saved positions for every part", MIX,
+             (("{k: value[part] for k, value in level.positions.items()}", "{k: value[0] for k, value in level.positions.items()}"),),
+             ("tests/core/test_mix_resume.py",)),
+    Mutation("mix-state-weights-not-compared", "a mix state saved with other weights is loaded without reweight=True", MIX,
+             (("if saved.get(\"shares\") != here[\"shares\"] and not reweight:", "if False:"),), ("tests/core/test_mix_resume.py",)),
+    Mutation("mix-state-mode-not-compared", "a weighted mix's state is loaded into an epochized mix of the same shares", MIX,
+             (("for name in (\"mode\", \"stop\", \"samples_per_epoch\"):", "for name in (\"stop\", \"samples_per_epoch\"):"),),
+             ("tests/core/test_mix_resume.py",)),
+    Mutation("mix-reweighted-epoch-forgotten", "a state saved inside a reweighted epoch records only the new weights", MIX,
+             (("        if self._saved_shares is None or self._saved_shares[1] == self._configured_shares():\n            return {}",
+               "        if True:\n            return {}"),), ("tests/core/test_mix_resume.py",)),
+    Mutation("mix-drop-leaves-part-out", "equalize='drop' silently leaves out a part with fewer samples than ranks", MIX,
+             (("if self.equalize != \"drop\" or world == 1 or progress.levels:", "if True:"),),
+             ("tests/core/test_mix_config.py", "tests/core/test_mix_oracle.py")),
+    Mutation("mix-file-calls-any-function", "a mix file may name any function of a source's namespace (voxels.synth, rawnind.fetch)", MIX,
+             (("if not callable(value) or getattr(value, \"__module__\", None) != f\"wdsprep.sources.{source}.read\":",
+               "if not callable(value):"),), ("tests/core/test_mix_config.py",)),
+    Mutation("pad-replays-outputless-samples", "with equalize='pad' a worker whose samples make no output replays them and stops short of its target", WORKER,
+             (("            if len(pieces) and sequence_weights(pieces, self.shard_weights).sum() > 0:",
+               "            if len(pieces):"),), ("tests/core/test_plan_outputs.py", "tests/core/test_mix_config.py")),
 ]

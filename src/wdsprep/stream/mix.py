@@ -19,24 +19,32 @@ M3. Part p's epoch sequence: passes j = 0, 1, ..., pass j being every sample of 
     `wdsprep.dataset`, so a one-part mix is that dataset), cut after n_p samples (with outputs:
     after the first sample that brings the outputs to n_p). A sample's identity is (pass, shard, index).
 M4. Each part's sequence is dealt to ranks and workers by stream/plan.py's rules 3-7 (equalize, the
-    weighted cuts on outputs, elastic remainders), part by part: every worker of every rank gets the
-    same count c_p of each part.
+    weighted cuts on outputs, elastic remainders), part by part: with equalize, worker k of every rank
+    gets the same count c_p of each part. equalize="pad" gives a part with fewer samples in the epoch
+    than ranks to every rank (repeats); "drop" would drop it on every rank, so such a mix is refused.
 M5. A worker's stream interleaves its parts' outputs by the earliest-deadline schedule over (c_p):
     slot t = 1..T (T = sum c_p) goes, among the parts p with taken_p * T < t * c_p, to the one whose
     next output has the earliest deadline (taken_p + 1) / c_p (ties to the lower index). So after
     every slot, |taken_p - t * c_p / T| < 1 for every part. With `shuffle_buffer` B > 1 the parts of
     each block of B slots are permuted by PCG64([seed, epoch, rank, worker, block, 0x313C]) (the
     counts hold exactly at block ends), and each part's own stream is block-shuffled by rule 6.
-M6. Each output that is a dict names its part in `__part__`.
+M6. Each output that is a dict names its part in `__part__`. Stages composed on the mix run on the
+    mixed stream, past the counting point (as batching does): they must map one sample to one.
 
 A worker's position is one `Position` per part (its skip, discard and delivered outputs): a part is
 always consumed in its own order, so a resumed worker restarts the schedule at t = sum of delivered,
 and an elastic resume deals each part's remainder afresh (M4) and schedules the new counts (M5).
+A state names every part (data, split, selection, outputs), the mode, stop and weights; one from
+another mix is refused naming the difference. `load_state_dict(state, reweight=True)` accepts other
+weights: the state's epoch is read with the weights it was read with (kept in later states as
+`reweighted`), the next epochs with the new ones. A mix file names a part's stage as a function of
+a built-in source's `read` module; nothing it names is imported otherwise.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -46,7 +54,7 @@ from typing import Any, Callable, Iterator, Sequence as Sequence_
 import numpy as np
 import webdataset as wds
 
-from ..errors import ConfigError
+from ..errors import ConfigError, ManifestError
 from ..shards.manifest import Manifest
 from .catalog import Catalog, Selection
 from .dataset import PlannedDataset, shard_weights
@@ -128,14 +136,15 @@ def epoch_counts(mode: str, sizes: list[int], shares: list[Fraction], stop: str,
         return [int(size * share + Fraction(1, 2)) for size, share in zip(sizes, shares)]
     if samples_per_epoch is not None:
         return apportion(samples_per_epoch, shares)
+    # a part's count is its quota S * share / sum(shares) rounded down or up, and may shrink as S
+    # grows (the Alabama paradox): so every S between the bounds where the rounding alone decides is tried
     whole = sum(shares)
-    if stop == "first":
-        total = min(int(size * whole / share) for size, share in zip(sizes, shares))
+    if stop == "first":  # from the largest S whose quotas round down within every size, downwards
+        total = min(sum(sizes), *(math.ceil((size + 1) * whole / share) - 1 for size, share in zip(sizes, shares)))
         while total > 0 and any(n > size for n, size in zip(apportion(total, shares), sizes)):
             total -= 1
-    else:
-        total = max(-(-size * whole // share) for size, share in zip(sizes, shares))
-        total = int(total)
+    else:  # from the smallest S whose quotas round up to every size, upwards
+        total = max(math.floor((size - 1) * whole / share) + 1 for size, share in zip(sizes, shares))
         while any(n < size for n, size in zip(apportion(total, shares), sizes)):
             total += 1
     return apportion(total, shares)
@@ -177,24 +186,34 @@ def schedule(counts: list[int], start: int = 0, block: int = 0, key: tuple = ())
     counts, each remaining output of the lowest part that still has one: see `MixStream`)."""
     total = sum(counts)
     taken = [0] * len(counts)
-    labels: list[int] = []
     size = block if block > 1 else 4096
     for first in range(0, total, size):
-        labels.clear()
-        for t in range(first + 1, min(first + size, total) + 1):
-            best = -1
-            for p, c in enumerate(counts):
-                if taken[p] < c and taken[p] * total < t * c:
-                    if best < 0 or (taken[p] + 1) * counts[best] < (taken[best] + 1) * c:
-                        best = p
-            taken[best] += 1
-            labels.append(best)
+        labels = _slots(counts, total, first, min(first + size, total), taken)
         if block > 1:
             order = np.random.Generator(np.random.PCG64([*key, first // block, 0x313C])).permutation(len(labels))
-            labels = [labels[i] for i in order]
+            labels = np.asarray(labels)[order].tolist()
         if start < first + len(labels):
             yield from labels[max(0, start - first):]
         start = max(start, first + len(labels))
+
+
+def _slots(counts: list[int], total: int, first: int, stop: int, taken: list[int]) -> list[int]:
+    """The parts of slots first+1..stop (rule M5), `taken` updated. Part p is eligible at slot t
+    when taken_p * T < t * c_p (which also means taken_p < c_p); among those, the earliest
+    deadline (taken_p + 1) / c_p wins, compared by cross-multiplying (exact), ties to the lower p."""
+    parts = [(p, c) for p, c in enumerate(counts) if c]
+    labels: list[int] = []
+    append = labels.append
+    due = period = 0  # the best part's (taken + 1, c) in the slot being decided
+    for t in range(first + 1, stop + 1):
+        best = -1
+        for p, c in parts:
+            k = taken[p]
+            if k * total < t * c and (best < 0 or (k + 1) * period < due * c):
+                best, due, period = p, k + 1, c
+        taken[best] += 1
+        append(best)
+    return labels
 
 
 @dataclass
@@ -228,35 +247,31 @@ class MixStream:
 
     def _mixed(self) -> Iterator:
         sources = [iter(stream) for stream in self.streams]
-        done = [False] * len(sources)
-        start = self.position.delivered
-        labels = schedule(self.counts, start, self.block, self.key)
-        for label in labels:
+        pulls = [source.__next__ for source in sources]
+        names, done = self.names, [False] * len(pulls)
+        for label in schedule(self.counts, self.position.delivered, self.block, self.key):
             if done[label]:
                 continue  # a part whose stage made fewer outputs than it declared: its slots go
-            output = next(sources[label], _END)
-            if output is _END:
+            try:
+                output = pulls[label]()
+            except StopIteration:
                 done[label] = True
                 continue
-            yield self._named(output, label)
+            if isinstance(output, dict):
+                output["__part__"] = names[label]
+            yield output
         for label, source in enumerate(sources):  # outputs past the declared counts, part by part
             if not done[label]:
                 for output in source:
-                    yield self._named(output, label)
-
-    def _named(self, output: Any, label: int) -> Any:
-        if isinstance(output, dict):
-            output["__part__"] = self.names[label]
-        return output
+                    if isinstance(output, dict):
+                        output["__part__"] = names[label]
+                    yield output
 
     def __iter__(self) -> Iterator:
         source = self._mixed()
         for step in self.after:
             source = self.invoke(step, source)
         return source
-
-
-_END = object()
 
 
 class MixDataset(PlannedDataset):
@@ -291,9 +306,12 @@ class MixDataset(PlannedDataset):
         self._check_parts()
         self._saved_shares: tuple[int, list[Fraction]] | None = None  # (epoch, weights) of a reweighted state
         self._counts: dict[tuple, list[int]] = {}
+        self._check_world()
 
     # -- parts
     def _load(self, index: int, part: Part | dict) -> _Planned:
+        if not isinstance(part, (Part, dict)):
+            raise ConfigError(f"mix: part {index}: a wdsprep.Part or a dict of its fields, got {part!r}")
         if isinstance(part, dict):
             unknown = set(part) - set(Part.__dataclass_fields__)
             if unknown:
@@ -310,12 +328,24 @@ class MixDataset(PlannedDataset):
             if part.weight is not None:
                 raise ConfigError(f"{where}: weight is for mode='weighted' (an epochized part has a repeat)")
             share = _number(1 if part.repeat is None else part.repeat, "repeat", where)
-        manifest = part.location if isinstance(part.location, Manifest) else load_manifest(str(part.location))
-        selection = Selection.of(keys=part.keys, select=part.select, fraction=part.fraction, limit=part.limit,
-                                 seed=self.seed + index)
-        catalog = Catalog(manifest, part.split, selection)
-        weights = shard_weights(catalog, part.outputs_per_sample)
+        try:
+            manifest = part.location if isinstance(part.location, Manifest) else load_manifest(str(part.location))
+        except ManifestError as error:
+            raise ManifestError(f"{where}: {error}") from None
+        if part.split not in manifest.splits:
+            raise ConfigError(f"{where}: no split {part.split!r} in {manifest.url or 'its manifest'} "
+                              f"(splits: {', '.join(sorted(manifest.splits))})")
+        try:
+            selection = Selection.of(keys=part.keys, select=part.select, fraction=part.fraction, limit=part.limit,
+                                     seed=self.seed + index)
+            catalog = Catalog(manifest, part.split, selection)
+            weights = shard_weights(catalog, part.outputs_per_sample)
+        except ConfigError as error:
+            raise ConfigError(f"{where}: {error}") from None
         stages = list(part.stages) if isinstance(part.stages, (list, tuple)) else [part.stages]
+        if not all(callable(stage) for stage in stages):
+            raise ConfigError(f"{where}: stages must be reader stages (functions of an iterator of samples), "
+                              f"got {part.stages!r}")
         decode = stages.pop(0) if stages and isinstance(stages[0], ReaderStage) else None
         size = catalog.total if weights is None else int(sum(int(w.sum()) for w in weights))
         if size == 0:
@@ -334,6 +364,20 @@ class MixDataset(PlannedDataset):
         names = [part.name for part in self.parts]
         if len(set(names)) != len(names):
             raise ConfigError(f"mix: part names must differ (got {names})")
+
+    def _check_world(self, progress: EpochProgress | None = None) -> None:
+        """equalize="drop" drops the extra sample of the ranks that have one: a part with fewer samples
+        in the epoch than ranks would be left out on every rank, so it is refused (before any read)."""
+        _, world = self.rank_and_world()
+        progress = self.progress if progress is None else progress
+        if self.equalize != "drop" or world == 1 or progress.levels:
+            return
+        for part, count in zip(self.parts, self.epoch_counts(progress.epoch)):
+            samples = len(part_sequence(part, count, self.seed, progress.epoch, self.shuffle_shards))
+            if samples < world:
+                raise ConfigError(f"{part.where}: {samples} sample(s) in the epoch for {world} ranks: "
+                                  "equalize='drop' would leave it out on every rank (equalize='pad' repeats one "
+                                  "on the ranks short of one)")
 
     # -- what an epoch holds
     def epoch_counts(self, epoch: int | None = None) -> list[int]:
@@ -362,6 +406,7 @@ class MixDataset(PlannedDataset):
         return out
 
     def plans(self, worker: int = 0, num_workers: int = 1, progress: EpochProgress | None = None) -> list[WorkerPlan]:
+        self._check_world(progress)
         rank, world = self.rank_and_world()
         return [worker_plan(sequence, rank, world, worker, num_workers, self.equalize, part.weights)
                 for part, sequence in zip(self.parts, self.sequences(progress))]
@@ -402,7 +447,15 @@ class MixDataset(PlannedDataset):
                 "equalize": self.equalize, "rank": rank, "world_size": world, "selection": None,
                 "mix": {"mode": self.mode, "stop": self.stop, "samples_per_epoch": self.samples_per_epoch,
                         "shares": [str(share) for share in self._configured_shares()],
-                        "parts": self._part_layouts()}}
+                        "parts": self._part_layouts(), **self._reweighted()}}
+
+    def _reweighted(self) -> dict:
+        """The weights a reweighted state's epoch is read with, when they are not this mix's (so a
+        state saved inside that epoch finishes it with them too)."""
+        if self._saved_shares is None or self._saved_shares[1] == self._configured_shares():
+            return {}
+        epoch, shares = self._saved_shares
+        return {"reweighted": {"epoch": epoch, "shares": [str(share) for share in shares]}}
 
     def _configured_shares(self) -> list[Fraction]:
         return [part.share for part in self.parts]
@@ -410,7 +463,8 @@ class MixDataset(PlannedDataset):
     def parse_state(self, state: dict | list, num_workers: int, what: str = "mix", reweight: bool = False) -> Resume:
         """A state checked against this mix (each difference named: a part's data, split, selection,
         the mode, the weights), then as `wdsprep.dataset`'s. With `reweight`, the weights may differ:
-        the saved epoch is then read with the saved weights (recorded here), later ones with this mix's."""
+        the saved epoch is then read with the weights it was read with (recorded here, and in the
+        states saved from now on: `reweighted`), later ones with this mix's."""
         states = state if isinstance(state, list) else [state]
         here = self.layout()["mix"]
         for one in states:
@@ -419,7 +473,10 @@ class MixDataset(PlannedDataset):
                 raise ConfigError(f"state was not saved from a mix (no 'mix' entry); this {what} is a mix")
             _check_mix(saved, here, reweight, what)
         resume = parse_state(state, self.layout(), num_workers, what, level_value=self.level_value)
-        self._saved_shares = (resume.epoch, [Fraction(share) for share in states[0]["mix"]["shares"]])
+        saved = states[0]["mix"]
+        reweighted = saved.get("reweighted") or {}
+        shares = reweighted["shares"] if reweighted.get("epoch") == resume.epoch else saved["shares"]
+        self._saved_shares = (resume.epoch, [Fraction(share) for share in shares])
         return resume
 
     def position(self, saved: dict | None) -> MixPosition:
@@ -437,9 +494,9 @@ class MixDataset(PlannedDataset):
         resume = resume or self.position(None)
         rank, _ = self.rank_and_world()
         decode, stages, after = self._stages()
-        if decode is not None or stages:
-            raise ConfigError("mix: compose stages into each part (Part(stages=...)); after the mix, only "
-                              "batching (.batched or wdsprep.Loader) and stages that map one sample to one")
+        # a stage composed on the mix runs on the mixed stream, past the counting point (as batching
+        # does), so it must map one sample to one; a part's own stages go in Part(stages=...)
+        after = [*([] if decode is None else [decode]), *stages, *after]
         connections = worker_connections(self.max_connections, num_workers)
         streams, counts = [], []
         for part, plan, position in zip(self.parts, self.plans(worker, num_workers, progress), resume.parts):
@@ -464,7 +521,7 @@ def _check_mix(saved: dict, here: dict, reweight: bool, what: str) -> None:
         raise ConfigError(f"state was saved from a mix of parts {[p.get('name') for p in old]}, "
                           f"this {what} has {[p['name'] for p in new]}")
     for before, now in zip(old, new):
-        for name in ("dataset", "split", "selection", "outputs"):
+        for name in ("split", "dataset", "selection", "outputs"):  # another split has other shards: say the split
             if before.get(name) != now[name]:
                 thing = "data (shards)" if name == "dataset" else name
                 raise ConfigError(f"part {now['name']!r}: its {thing} differs from the saved state's "
@@ -488,10 +545,14 @@ def mix(parts: Sequence_[Part | dict] | str | os.PathLike, **options) -> MixData
     docs/mixing.md). Options: mode ("weighted" | "epochized"), samples_per_epoch, stop ("first" |
     "all"), and wdsprep.dataset's seed, epoch, shuffle_shards, shuffle_buffer, equalize, rank,
     world_size, handler, cache_dir, cache_bytes, prefetch_bytes, max_connections."""
-    if isinstance(parts, (str, os.PathLike)):
-        parts, file_options = read_mix_file(os.fspath(parts))
-        options = {**file_options, **options}
-    return MixDataset(parts, **options)
+    if not isinstance(parts, (str, os.PathLike)):
+        return MixDataset(parts, **options)
+    path = os.fspath(parts)
+    parts, file_options = read_mix_file(path)
+    try:
+        return MixDataset(parts, **{**file_options, **options})
+    except (ConfigError, ManifestError) as error:  # name the file the bad part or option is in
+        raise type(error)(f"{path}: {error}") from None
 
 
 FILE_OPTIONS = ("mode", "samples_per_epoch", "stop", "seed", "shuffle_shards", "shuffle_buffer", "equalize")
@@ -532,8 +593,9 @@ def read_mix_file(path: str) -> tuple[list[dict], dict]:
 
 
 def _named_callable(spec: Any, where: str) -> Any:
-    """`{name = "<source>.<function>", ...arguments}`: that function of a built-in source's namespace,
-    called with the arguments (nothing else is looked up: a mix file names, it never imports)."""
+    """`{name = "<source>.<function>", ...arguments}`: that reader function of a built-in source's
+    namespace (one its `read` module defines: a stage or an output count, never a fetch, a server or
+    a synth), called with the arguments. Nothing else is looked up: a mix file names, it never imports."""
     from ..sources.registry import NAMESPACES
 
     if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
@@ -546,7 +608,7 @@ def _named_callable(spec: Any, where: str) -> Any:
 
         namespace = importlib.import_module(f"wdsprep.{source}")
     value = getattr(namespace, function, None) if namespace is not None and not function.startswith("_") else None
-    if not callable(value):
+    if not callable(value) or getattr(value, "__module__", None) != f"wdsprep.sources.{source}.read":
         raise ConfigError(f"{where}: {spec['name']!r} is not a reader function of a built-in source "
                           f"(<source>.<function>, source one of {', '.join(NAMESPACES)})")
     try:

@@ -96,6 +96,8 @@ def parse_state(state: dict | list, layout: dict, num_workers: int, what: str = 
     if not states or not all(isinstance(s, dict) for s in states):
         raise ConfigError("a state is a dict (this rank's) or a list of every rank's dicts")
     for one in states:
+        if "mix" in one and "mix" not in layout:
+            raise ConfigError(f"state was saved from a mix (wdsprep.mix), this {what} reads one split")
         for name in ("split", "seed", "dataset", "selection", "shuffle_shards", "shuffle_buffer", "equalize"):
             if one.get(name) != layout.get(name):
                 raise ConfigError(f"state was saved with {name}={one.get(name)!r}, this {what} has {layout[name]!r}")

@@ -15,7 +15,7 @@ Invariants.
   samples one at a time (every reader stage of wdsprep), and for batching placed after the
   counting point.
 - With `equalize="pad"` a worker that meets its target short replays its first outputs (the
-  rank's, or the pass's, when it has none); with "drop" it stops at its target.
+  rank's, or the pass's, when its own samples make none); with "drop" it stops at its target.
 """
 from __future__ import annotations
 
@@ -325,13 +325,13 @@ class WorkerStream:
 
     def _pad_outputs(self, outputs: Iterator) -> Iterator:
         """Extend a worker's outputs to its target by replaying its first outputs (the rank's, or
-        the pass's, when it has none)."""
+        the pass's, when its samples make none)."""
         yield from outputs
         plan, position = self.plan, self.position
         own = int(sequence_weights(plan.pieces.with_discards(plan.sequence.discards), self.shard_weights).sum())
         done = position.delivered - own  # repeats delivered before a resume
         for pieces in (plan.pieces, plan.rank_pieces, plan.sequence):
-            if len(pieces):
+            if len(pieces) and sequence_weights(pieces, self.shard_weights).sum() > 0:
                 break
         index = 0  # position in the endless replay of `pieces`
         while position.delivered < plan.target:

@@ -1,0 +1,300 @@
+"""Mixing: what `wdsprep.mix` costs over reading its parts alone, and LitData's
+`CombinedStreamingDataset` on the same parts (CPU per sample, and whether its resume is exact).
+
+Three parts of different sizes (4 KiB float32 arrays + a small dict, different data in each) are
+written as files in the `generic` source's layout and converted by the command line (`wdsprep
+convert generic --codec none`, several shards per part); LitData's copies are written with its own
+`BinaryWriter` (uncompressed). Every measurement runs in a fresh process, single process (no
+DataLoader workers), decoding each sample to an array and a dict, best of the repeats, the systems
+interleaved; CPU is the measured loop's user + system time.
+
+- wdsprep, parts alone: each part's `wdsprep.dataset(...)` (shuffle buffer 1,000, and none), one
+  after the other.
+- wdsprep, mix: `wdsprep.mix` of the three parts in mode "epochized" with repeat 1 (every sample of
+  every part once: the same samples as the parts alone), the same shuffle buffer, each part decoded
+  by its own `wdsprep.decode()` stage (shuffle buffer 1,000, and none); and weighted 3:2:1 with
+  stop="all" (parts cycle).
+  Overhead = mix ÷ parts alone - 1, CPU per sample (the goal: at most 5%).
+- LitData, parts alone: each part's `StreamingDataset(shuffle=True)`; combined:
+  `CombinedStreamingDataset` of the three, iterate_over_all=True (every sample once) and weighted
+  3:2:1 (iterate_over_all=False).
+- Resume: a `StreamingDataLoader` (LitData) / `wdsprep.Loader` (wdsprep) over the combined / mixed
+  weighted parts, batch 16, 0 and 2 workers: the uninterrupted epoch's samples (twice: is a second
+  run the same?), then a fresh loader resumed from the state saved after a third of the batches;
+  exact when the resumed run's samples are the uninterrupted run's rest, in order. Both runs' samples are compared by identity (part,
+  index), so a mismatch is counted as samples missing, repeated, or in another order.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from _smoke import sized
+from bench_peers import _child_env, _cpu, convert_files, write_sample_files  # the generic layout, `wdsprep convert`
+
+PARTS = {"a": sized(12_000, 120), "b": sized(6_000, 60), "c": sized(3_000, 40)}  # samples of each part
+WEIGHTS = {"a": 3, "b": 2, "c": 1}
+ELEMENTS = 1024  # float32: 4 KiB arrays
+SHARD_BYTES = sized("4MB", "120KB")
+BUFFER = 1000
+REPEATS = sized(3, 1)
+RESUME_BATCH = 16
+READS = ("wdsprep-alone", "wdsprep-mix", "wdsprep-alone-unbuffered", "wdsprep-mix-unbuffered", "wdsprep-mix-weighted",
+         "litdata-alone", "litdata-combined", "litdata-combined-weighted")
+BASELINE = {"wdsprep-mix": "wdsprep-alone", "wdsprep-mix-unbuffered": "wdsprep-alone-unbuffered",
+            "wdsprep-mix-weighted": "wdsprep-alone", "litdata-combined": "litdata-alone",
+            "litdata-combined-weighted": "litdata-alone"}
+
+
+def _samples(part: str, count: int):
+    rng = np.random.default_rng(ord(part))  # different data in every part
+    for i in range(count):
+        yield i, rng.standard_normal(ELEMENTS).astype(np.float32), {"part": part, "index": i}
+
+
+# ------------------------------------------------------------------------------------------ writing
+def write_litdata(directory: pathlib.Path, part: str, count: int) -> None:
+    from litdata.streaming.writer import BinaryWriter
+
+    from wdsprep.sizes import parse_size
+
+    writer = BinaryWriter(str(directory), chunk_bytes=parse_size(SHARD_BYTES))
+    for i, array, meta in _samples(part, count):
+        writer.add_item(i, {"array": array, "meta": meta})
+    writer.done()
+    writer.merge()
+
+
+# ------------------------------------------------------------------------------------------ reading
+def _wdsprep_parts(workdir: str, **part_options):
+    import wdsprep
+
+    return [wdsprep.Part(os.path.join(workdir, "wdsprep", part, "manifest.json"), name=part,
+                         stages=(wdsprep.decode(strip=True),), **{k: v[part] for k, v in part_options.items()})
+            for part in PARTS]
+
+
+def _wdsprep_mix(workdir: str, weighted: bool, buffer: int = BUFFER):
+    import wdsprep
+
+    if weighted:
+        return wdsprep.mix(_wdsprep_parts(workdir, weight=WEIGHTS), stop="all", seed=0, shuffle_buffer=buffer,
+                           equalize=None)
+    return wdsprep.mix(_wdsprep_parts(workdir, repeat=dict.fromkeys(PARTS, 1)), mode="epochized", seed=0,
+                       shuffle_buffer=buffer, equalize=None)
+
+
+def _litdata_datasets(workdir: str):
+    from litdata import StreamingDataset
+
+    return [StreamingDataset(os.path.join(workdir, "litdata", part), shuffle=True, seed=0) for part in PARTS]
+
+
+def _litdata_combined(workdir: str, weighted: bool):
+    from litdata import CombinedStreamingDataset
+
+    if weighted:
+        return CombinedStreamingDataset(_litdata_datasets(workdir), seed=0, weights=[WEIGHTS[p] for p in PARTS],
+                                        iterate_over_all=False)
+    return CombinedStreamingDataset(_litdata_datasets(workdir), seed=0, iterate_over_all=True)
+
+
+def _read_sources(system: str, workdir: str):
+    """What one measurement iterates: a list of iterables, read one after the other."""
+    buffer = 0 if system.endswith("unbuffered") else BUFFER
+    if system.startswith("wdsprep-alone"):
+        import wdsprep
+
+        return [wdsprep.dataset(os.path.join(workdir, "wdsprep", part, "manifest.json"), "train", seed=0,
+                                shuffle_buffer=buffer, equalize=None).compose(wdsprep.decode(strip=True))
+                for part in PARTS]
+    if system.startswith("wdsprep-mix"):
+        return [_wdsprep_mix(workdir, weighted=system.endswith("weighted"), buffer=buffer)]
+    if system == "litdata-alone":
+        return _litdata_datasets(workdir)
+    return [_litdata_combined(workdir, weighted=system.endswith("weighted"))]
+
+
+def _identity(sample: dict) -> tuple[str, int]:
+    meta = sample["meta"]
+    if not isinstance(sample["array"], np.ndarray) or sample["array"].shape != (ELEMENTS,):
+        raise TypeError("a sample was not decoded to its array")
+    return meta["part"], int(meta["index"])
+
+
+def read(system: str, workdir: str) -> dict:
+    sources = _read_sources(system, workdir)
+    counts: collections.Counter = collections.Counter()
+    cpu, wall = _cpu(), time.perf_counter()
+    for source in sources:
+        for sample in source:
+            counts[_identity(sample)[0]] += 1
+    wall, cpu = time.perf_counter() - wall, _cpu() - cpu
+    total = sum(counts.values())
+    return {"samples": total, "per_part": dict(counts), "cpu_us": cpu / max(total, 1) * 1e6, "rate": total / wall}
+
+
+# ------------------------------------------------------------------------------------------ resume
+def _collate(batch: list) -> list:
+    return [_identity(sample) for sample in batch]
+
+
+def _resume_loader(system: str, workdir: str, workers: int):
+    if system == "wdsprep":
+        import wdsprep
+
+        return wdsprep.Loader(_wdsprep_mix(workdir, weighted=True), batch_size=RESUME_BATCH, num_workers=workers,
+                              collate_fn=_collate)
+    from litdata import StreamingDataLoader
+
+    return StreamingDataLoader(_litdata_combined(workdir, weighted=True), batch_size=RESUME_BATCH,
+                               num_workers=workers, collate_fn=_collate)
+
+
+def resume(system: str, workdir: str, workers: int) -> dict:
+    """The uninterrupted epoch, then: stop after a third of its batches, save, resume in a fresh loader."""
+    whole = [tuple(item) for batch in _resume_loader(system, workdir, workers) for item in batch]
+    again = [tuple(item) for batch in _resume_loader(system, workdir, workers) for item in batch]
+    batches = max(1, len(whole) // RESUME_BATCH // 3)
+    loader = _resume_loader(system, workdir, workers)
+    iterator = iter(loader)
+    head = [tuple(item) for _, batch in zip(range(batches), iterator) for item in batch]
+    state = loader.state_dict()
+    del iterator
+    resumed = _resume_loader(system, workdir, workers)
+    resumed.load_state_dict(state)
+    rest = [tuple(item) for batch in resumed for item in batch]
+    expected, got = collections.Counter(whole), collections.Counter(head + rest)
+    return {"whole": len(whole), "repeatable": again == whole, "head": len(head), "rest": len(rest),
+            "head_matches": head == whole[: len(head)],
+            "exact": head + rest == whole, "missing": sum((expected - got).values()),
+            "repeated": sum((got - expected).values())}
+
+
+def child(job: dict) -> dict:
+    if job["task"] == "read":
+        return read(job["system"], job["workdir"])
+    return resume(job["system"], job["workdir"], job["workers"])
+
+
+def _spawn(job: dict) -> dict:
+    result = subprocess.run([sys.executable, __file__, "child", json.dumps(job)], capture_output=True, text=True,
+                            timeout=1800, env=_child_env())
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": last[:160]}
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _litdata_missing() -> str | None:
+    probe = subprocess.run([sys.executable, "-c", "import litdata"], capture_output=True, text=True)
+    return None if probe.returncode == 0 else "not installed (`make bench` installs the bench extra)"
+
+
+def run(workdir: pathlib.Path) -> str:
+    missing = _litdata_missing()
+    for part, count in PARTS.items():
+        files = workdir / "files" / part
+        shutil.rmtree(files, ignore_errors=True)
+        write_sample_files(files, _samples(part, count), prefix=part)  # what `wdsprep convert generic` reads
+        shutil.rmtree(workdir / "wdsprep" / part, ignore_errors=True)
+        convert_files(str(files), str(workdir / "wdsprep" / part), SHARD_BYTES)
+        if not missing:
+            shutil.rmtree(workdir / "litdata" / part, ignore_errors=True)
+            write_litdata(workdir / "litdata" / part, part, count)
+    shards = {part: len(json.loads((workdir / "wdsprep" / part / "manifest.json").read_text())["splits"]["train"]["shards"])
+              for part in PARTS}
+    reads: dict = {}
+    for _ in range(REPEATS):
+        for system in READS:  # interleaved: every system once per round
+            if missing and system.startswith("litdata"):
+                reads[system] = {"error": missing}
+                continue
+            result = _spawn({"task": "read", "system": system, "workdir": str(workdir)})
+            best = reads.get(system)
+            if best is None or "error" in best or ("error" not in result and result["cpu_us"] < best["cpu_us"]):
+                reads[system] = result
+    resumes = {}
+    for system in ("wdsprep", "litdata"):
+        for workers in (0, 2):
+            resumes[system, workers] = ({"error": missing} if missing and system == "litdata" else
+                                        _spawn({"task": "resume", "system": system, "workdir": str(workdir),
+                                                "workers": workers}))
+    return _table(reads, resumes, shards)
+
+
+NAMES = {
+    "wdsprep-alone": "wdsprep, each part's `wdsprep.dataset` alone",
+    "wdsprep-mix": "wdsprep, `wdsprep.mix` epochized, repeat 1",
+    "wdsprep-alone-unbuffered": "wdsprep, each part alone, no shuffle buffer",
+    "wdsprep-mix-unbuffered": "wdsprep, `wdsprep.mix` epochized, repeat 1, no shuffle buffer",
+    "wdsprep-mix-weighted": "wdsprep, `wdsprep.mix` weighted 3:2:1, stop=\"all\"",
+    "litdata-alone": "LitData, each part's `StreamingDataset` alone",
+    "litdata-combined": "LitData, `CombinedStreamingDataset`, iterate_over_all",
+    "litdata-combined-weighted": "LitData, `CombinedStreamingDataset`, weights 3:2:1",
+}
+
+
+def _overhead(ours: dict | None, base: dict | None) -> str:
+    if ours and "cpu_us" in ours and base and "cpu_us" in base:
+        return f"{(ours['cpu_us'] / base['cpu_us'] - 1) * 100:+.1f}%"
+    return "n/a"
+
+
+def _table(reads: dict, resumes: dict, shards: dict) -> str:
+    sizes = ", ".join(f"{part}: {count:,} samples in {shards[part]} shards" for part, count in PARTS.items())
+    lines = [
+        "## mix: `wdsprep.mix` against its parts alone, and LitData `CombinedStreamingDataset`",
+        "",
+        f"Three parts of 4 KiB float32 arrays + a dict ({sizes}), converted by `wdsprep convert generic "
+        f"--codec none --shard-bytes {SHARD_BYTES}`; LitData's copies written by its `BinaryWriter`. Read in one "
+        f"process (no workers), each sample decoded to an array and a dict, shuffle buffer {BUFFER:,} for wdsprep "
+        "unless the row says none; "
+        f"best of {REPEATS} interleaved runs, each in a fresh process. Overhead: CPU per sample ÷ the same "
+        "system's parts read alone, - 1 (the goal for wdsprep.mix: at most +5%).",
+        "",
+        "| reading | samples | samples/s (wall) | CPU µs/sample | over its parts alone |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for system in READS:
+        result = reads.get(system) or {}
+        if "error" in result:
+            lines.append(f"| {NAMES[system]} | n/a | n/a | n/a | {result['error']} |")
+            continue
+        overhead = _overhead(result, reads.get(BASELINE[system])) if system in BASELINE else "—"
+        lines.append(f"| {NAMES[system]} | {result['samples']:,} | {result['rate']:,.0f} | {result['cpu_us']:.1f} "
+                     f"| {overhead} |")
+    lines += [
+        "",
+        f"Resume of the weighted 3:2:1 mix (`wdsprep.Loader` / LitData `StreamingDataLoader`, batch {RESUME_BATCH}): "
+        "the uninterrupted epoch, then a fresh loader resumed from the state saved after a third of its batches, "
+        "compared by sample identity.",
+        "",
+        "| system | workers | epoch samples | a second run the same | before the stop | after the resume "
+        "| exact (same rest, same order) | missing | repeated |",
+        "|---|---:|---:|---|---:|---:|---|---:|---:|",
+    ]
+    for (system, workers), result in resumes.items():
+        name = "wdsprep.mix" if system == "wdsprep" else "LitData CombinedStreamingDataset"
+        if "error" in result:
+            lines.append(f"| {name} | {workers} | n/a | n/a | n/a | n/a | {result['error']} | n/a | n/a |")
+            continue
+        exact = "yes" if result["exact"] else ("no" + ("" if result["head_matches"] else " (nor the run up to the stop)"))
+        same = "yes" if result["repeatable"] else "no"
+        lines.append(f"| {name} | {workers} | {result['whole']:,} | {same} | {result['head']:,} | {result['rest']:,} | {exact} "
+                     f"| {result['missing']:,} | {result['repeated']:,} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "child":
+        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+        print(json.dumps(child(json.loads(sys.argv[2]))))

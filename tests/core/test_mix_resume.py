@@ -1,0 +1,324 @@
+"""Resuming a mix, against test_mix_oracle's reference model: a state saved at every stop point
+(0-4 Loader workers, inside shuffle blocks, after an epoch's last batch, across epochs) resumes to
+exactly the uninterrupted run; an elastic resume (3 -> 2 and 2 -> 3 ranks) deals exactly what the
+old ranks had not delivered (the model: each part's epoch less the samples the old workers' model
+streams delivered, dealt again); a state from another mix is refused in one line naming the
+difference, and `reweight=True` finishes the saved epoch with the saved weights."""
+import collections
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import wdsprep
+
+from .test_mix_oracle import (
+    BATCH,
+    EQUALIZE,
+    FAST,
+    LOADER_PARTS,
+    LOADER_WEIGHTS,
+    REFUSED,
+    TAGS,
+    as_lists,
+    buffers,
+    make_loader,
+    model_block_shuffle,
+    model_contiguous_run,
+    model_epochs,
+    model_interleave,
+    model_loader_epoch,
+    model_part_streams,
+    model_rank,
+    model_worker,
+    named,
+    open_mix,
+    part_key,
+    round_robin_batches,
+    written,
+)
+from .test_loader_oracle import batches_and_states, resumed_until
+from .test_plan_oracle import simulated_worker
+
+EPOCHS = 2
+
+
+def saved(source):
+    return json.loads(json.dumps(source.state_dict()))  # states travel as JSON
+
+
+def take(iterator, n):
+    return [next(iterator) for _ in range(n)]
+
+
+# ------------------------------------------------------------------------------ resume on the same world
+@pytest.mark.parametrize("buffer", [0, 3])
+@pytest.mark.parametrize("workers", [0, 1, 2, 3, 4])
+def test_a_loader_state_saved_after_every_batch_resumes_exactly(counted_shards, workers, buffer):
+    manifests = written(counted_shards, LOADER_PARTS)
+    plan = dict(world=2, rank=1, equalize="pad", buffer=buffer)
+    expected = model_loader_epoch(1, workers=workers, **plan)
+    got, states = batches_and_states(make_loader(manifests, workers, epoch=1, **plan), saved)
+    assert as_lists(got) == expected
+    for done, state in enumerate(states):
+        resumed = make_loader(manifests, workers, epoch=1, **plan)
+        resumed.load_state_dict(state)
+        assert as_lists(resumed) == expected[done:], done
+
+
+@pytest.mark.parametrize("workers", [0, 3])
+def test_states_saved_across_two_epochs_resume_into_the_epoch_they_were_saved_in(counted_shards, workers):
+    """A loader counting epochs itself: states saved before the first batch, after each batch and
+    after each epoch's loop ended, resumed by a fresh loader (whose own epoch is 0), deliver exactly
+    the rest of both epochs, each sample stamped with the model's epoch."""
+    manifests = written(counted_shards, LOADER_PARTS)
+    expected = [batch for epoch in range(EPOCHS) for batch in model_loader_epoch(epoch, workers=workers, buffer=3)]
+    loader = make_loader(manifests, workers, 3)
+    got, states = [], [(0, saved(loader))]
+    for _ in range(EPOCHS):
+        for batch in loader:
+            got.append(batch)
+            states.append((len(got), saved(loader)))
+        states.append((len(got), saved(loader)))  # after the loop ended: the next epoch's start
+    assert as_lists(got) == expected
+    for done, state in states:
+        rest = resumed_until(lambda: make_loader(manifests, workers, 3), state, EPOCHS)
+        assert as_lists(rest) == expected[done:], (done, state["epoch"])
+
+
+@FAST
+@given(parts=st.lists(st.lists(st.integers(0, 4), min_size=1, max_size=3).filter(sum), min_size=1, max_size=3),
+       stop=st.sampled_from(["first", "all"]), world=st.integers(1, 3), equalize=st.sampled_from(EQUALIZE),
+       buffer=buffers, seed=st.integers(0, 5), data=st.data())
+def test_a_resumed_mix_and_a_resumed_resumed_mix_give_exactly_the_rest(counted_shards, parts, stop, world, equalize,
+                                                                       buffer, seed, data):
+    weights = [1, 2, 0.5][: len(parts)]
+    manifests = written(counted_shards, parts)
+    rank = data.draw(st.integers(0, world - 1), label="rank")
+    plan = dict(world=world, rank=rank, equalize=equalize, buffer=buffer, seed=seed, epoch=1, stop=stop)
+    expected = model_worker(parts, weights, **plan)
+    if expected == REFUSED:
+        with pytest.raises(wdsprep.ConfigError, match="equalize='drop' would leave it out"):
+            open_mix(manifests, weights, **plan)
+        return
+    first = data.draw(st.integers(0, len(expected)), label="first stop")
+    run = open_mix(manifests, weights, **plan)
+    head = [named(s) for s in take(iter(run), first)]
+    resumed = open_mix(manifests, weights, **plan)
+    resumed.load_state_dict(saved(run))
+    second = data.draw(st.integers(0, len(expected) - first), label="second stop")
+    middle = [named(s) for s in take(iter(resumed), second)]
+    again = open_mix(manifests, weights, **plan)
+    again.load_state_dict(saved(resumed))
+    tail = [named(s) for s in again]
+    assert (head, middle, tail) == (expected[:first], expected[first : first + second], expected[first + second :])
+
+
+# ------------------------------------------------------------------------------ elastic resume
+def model_rank_marked(items, world, rank, equalize):
+    """model_rank's list, each entry with whether it is the padding repeat (which delivers nothing)."""
+    own = len(model_contiguous_run(items, world, rank))
+    return [(item, i >= own) for i, item in enumerate(model_rank(items, world, rank, equalize))]
+
+
+def model_worker_marked(epochs, *, world, rank, workers, worker, equalize, buffer, seed, epoch):
+    """(part, (position in the part's epoch, padding?)) of one worker's stream over `epochs`."""
+    streams = []
+    for p, items in enumerate(epochs):
+        mine = model_rank_marked(list(range(len(items))), world, rank, equalize)
+        run = model_contiguous_run(mine, workers, worker)
+        streams.append(model_block_shuffle(run, buffer, (seed, epoch, rank, worker, *part_key(p))))
+    return model_interleave(streams, buffer, (seed, epoch, rank, worker))
+
+
+def model_remainder(epochs, delivered):
+    """Each part's epoch less the positions delivered, in epoch order."""
+    return [[item for position, item in enumerate(items) if (p, position) not in delivered]
+            for p, items in enumerate(epochs)]
+
+
+def old_loader(manifests, rank, world, workers, equalize, buffer):
+    return make_loader(manifests, workers, buffer, world=world, rank=rank, equalize=equalize, epoch=1)
+
+
+@pytest.mark.parametrize("old_world, new_world, new_workers", [(3, 2, 0), (3, 2, 3), (2, 3, 1), (2, 3, 2)])
+@pytest.mark.parametrize("equalize, buffer", [(None, 0), (None, 3), ("pad", 3)])
+def test_elastic_resume_deals_exactly_what_the_old_ranks_had_not_delivered(counted_shards, old_world, new_world,
+                                                                          new_workers, equalize, buffer):
+    """Old ranks with 2 Loader workers each stop after 0, 1, 3 (, 2) batches; the list of their states
+    resumes on another number of ranks and workers."""
+    manifests = written(counted_shards, LOADER_PARTS)
+    epochs = model_epochs(LOADER_PARTS, LOADER_WEIGHTS, seed=11, epoch=1, stop="all")
+    delivered, old_batches, states = set(), [], []
+    for rank, stop in zip(range(old_world), [1, 3, 0]):
+        plan = dict(world=old_world, rank=rank, equalize=equalize, buffer=buffer, seed=11, epoch=1)
+        marked = [model_worker_marked(epochs, workers=2, worker=w, **plan) for w in range(2)]
+        delivered |= {(p, position) for _, batch in round_robin_batches(marked, BATCH)[:stop]
+                      for p, (position, padding) in batch if not padding}
+        loader = old_loader(manifests, rank, old_world, 2, equalize, buffer)
+        iterator = iter(loader)
+        old_batches += take(iterator, stop)
+        states.append(saved(loader))
+        del iterator
+    rest = model_remainder(epochs, delivered)
+    new_batches = []
+    for rank in range(new_world):
+        streams = []
+        for worker in range(max(1, new_workers)):
+            part_streams = model_part_streams(rest, world=new_world, rank=rank, workers=max(1, new_workers),
+                                              worker=worker, equalize=equalize, buffer=buffer, seed=11, epoch=1)
+            streams.append([(str(p), key, 1) for p, key in
+                            model_interleave(part_streams, buffer, (11, 1, rank, worker))])
+        expected = [batch for _, batch in round_robin_batches(streams, BATCH)]
+        loader = make_loader(manifests, new_workers, buffer, world=new_world, rank=rank, equalize=equalize)
+        loader.load_state_dict(states)
+        got = as_lists(loader)
+        assert got == expected, rank
+        new_batches += got
+    if equalize is None:  # the old run and the new one together: the epoch's samples, each exactly once
+        everything = collections.Counter((str(p), key) for p, items in enumerate(epochs) for key in items)
+        together = collections.Counter((name, key) for batch in old_batches + new_batches for name, key, _ in batch)
+        assert together == everything
+
+
+# ------------------------------------------------------------------------------ reweighting
+def test_reweight_finishes_the_saved_epoch_with_the_saved_weights_and_uses_the_new_ones_after(counted_shards):
+    manifests = written(counted_shards, LOADER_PARTS)
+    old, new = [2, 1, 1.5], [1, 3, 1]
+    plan = dict(seed=11, stop="all", buffer=3)
+    before = [model_worker(LOADER_PARTS, old, epoch=e, **plan) for e in range(2)]
+    after = [model_worker(LOADER_PARTS, new, epoch=e, **plan) for e in range(2)]
+    assert before[0] != after[0] and before[1] != after[1]  # the weights change what an epoch holds
+    run = open_mix(manifests, old, epoch=None, **plan)
+    head = [named(s) for s in take(iter(run), 5)]
+    state = saved(run)
+    refused = open_mix(manifests, new, epoch=None, **plan)
+    with pytest.raises(wdsprep.ConfigError, match=r"weights .*reweight=True") as error:
+        refused.load_state_dict(state)
+    assert "\n" not in str(error.value)
+    resumed = open_mix(manifests, new, epoch=None, **plan)
+    resumed.load_state_dict(state, reweight=True)
+    middle = [named(s) for s in take(iter(resumed), 4)]
+    again = open_mix(manifests, new, epoch=None, **plan)  # a state saved inside the reweighted epoch
+    again.load_state_dict(saved(resumed), reweight=True)
+    rest = [named(s) for s in again]
+    assert head + middle + rest == before[0]
+    assert [named(s) for s in again] == after[1]  # the next epoch: the new weights
+
+
+# ------------------------------------------------------------------------------ foreign states
+def a_state(parts, **options):
+    run = wdsprep.mix(parts, seed=3, epoch=1, **options)
+    take(iter(run), 3)
+    return saved(run)
+
+
+def refusal(load) -> str:
+    with pytest.raises(wdsprep.ConfigError) as error:
+        load()
+    message = str(error.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.fixture
+def two_splits(tmp_path):
+    """One directory whose manifest has a train and a valid split of the same shard counts."""
+    from wdsprep.stream import load_manifest
+
+    from .shardsets import write_counted_shards
+
+    both = load_manifest(write_counted_shards(tmp_path, [4, 4], split="train", tag="t"))
+    both.splits.update(load_manifest(write_counted_shards(tmp_path, [4, 4], split="valid", tag="t")).splits)
+    (tmp_path / "manifest.json").write_bytes(both.dumps())
+    return str(tmp_path / "manifest.json")
+
+
+def test_a_state_of_a_mix_with_another_parts_data_is_refused(counted_shards):
+    a, b, other = counted_shards([3, 3], tag="a"), counted_shards([4, 2], tag="b"), counted_shards([4, 2], tag="z")
+    state = a_state([{"location": a}, {"location": b}])
+    mix = wdsprep.mix([{"location": a}, {"location": other}], seed=3, epoch=1)
+    assert "part '1': its data (shards) differs" in refusal(lambda: mix.load_state_dict(state))
+
+
+def test_a_state_of_a_mix_with_another_split_is_refused(counted_shards, two_splits):
+    a = counted_shards([3, 3], tag="a")
+    state = a_state([{"location": a}, {"location": two_splits, "split": "train"}])
+    mix = wdsprep.mix([{"location": a}, {"location": two_splits, "split": "valid"}], seed=3, epoch=1)
+    assert "part '1': its split differs" in refusal(lambda: mix.load_state_dict(state))
+
+
+def test_a_state_of_a_mix_with_another_selection_is_refused(counted_shards):
+    a, b = counted_shards([3, 3], tag="a"), counted_shards([4, 2], tag="b")
+    state = a_state([{"location": a}, {"location": b}])
+    mix = wdsprep.mix([{"location": a}, {"location": b, "limit": 5}], seed=3, epoch=1)
+    assert "part '1': its selection differs" in refusal(lambda: mix.load_state_dict(state))
+    keyed = wdsprep.mix([{"location": a, "keys": ["as00x00", "as01x02"]}, {"location": b}], seed=3, epoch=1)
+    assert "part '0': its selection differs" in refusal(lambda: keyed.load_state_dict(state))
+
+
+def test_a_state_of_a_mix_with_other_weights_mode_or_stop_is_refused(counted_shards):
+    a, b = counted_shards([3, 3], tag="a"), counted_shards([4, 2], tag="b")
+    state = a_state([{"location": a, "weight": 1}, {"location": b, "weight": 2}])
+    weights = wdsprep.mix([{"location": a, "weight": 1}, {"location": b, "weight": 3}], seed=3, epoch=1)
+    assert "weights ['1', '2'], this mix has ['1', '3']" in refusal(lambda: weights.load_state_dict(state))
+    epochized = wdsprep.mix([{"location": a}, {"location": b, "repeat": 2}], mode="epochized", seed=3, epoch=1)
+    assert "mode='weighted', this mix has 'epochized'" in refusal(lambda: epochized.load_state_dict(state))
+    everything = wdsprep.mix([{"location": a, "weight": 1}, {"location": b, "weight": 2}], stop="all", seed=3, epoch=1)
+    assert "stop='first', this mix has 'all'" in refusal(lambda: everything.load_state_dict(state))
+    fewer = wdsprep.mix([{"location": a}], seed=3, epoch=1)
+    assert "parts ['0', '1'], this mix has ['0']" in refusal(lambda: fewer.load_state_dict(state))
+
+
+def test_a_single_dataset_state_and_a_mix_state_are_not_interchangeable(counted_shards):
+    a = counted_shards([3, 3], tag="a")
+    one = wdsprep.dataset(a, "train", seed=3, epoch=1)
+    take(iter(one), 3)
+    mix = wdsprep.mix([{"location": a}], seed=3, epoch=1)
+    assert "not saved from a mix" in refusal(lambda: mix.load_state_dict(saved(one)))
+    dataset = wdsprep.dataset(a, "train", seed=3, epoch=1)
+    assert "saved from a mix" in refusal(lambda: dataset.load_state_dict(a_state([{"location": a}])))
+    loader = wdsprep.Loader(wdsprep.dataset(a, "train", seed=3, epoch=1), batch_size=2)
+    assert "saved from a mix" in refusal(lambda: loader.load_state_dict(a_state([{"location": a}])))
+
+
+def test_a_one_part_mix_reads_what_the_dataset_reads(counted_shards):
+    """M3: pass 0 of part 0 is the dataset's epoch, so a one-part mix is that dataset (plus `__part__`)."""
+    a = counted_shards([3, 1, 4, 2], tag="a")
+    for rank in range(2):
+        plan = dict(seed=5, epoch=2, shuffle_buffer=3, rank=rank, world_size=2, equalize="pad")
+        mixed = [named(s) for s in wdsprep.mix([{"location": a}], **plan)]
+        alone = [("0", s["__key__"]) for s in wdsprep.dataset(a, "train", **plan)]
+        assert mixed == alone
+
+
+# ------------------------------------------------------------------------------ stages composed on the mix
+def suffixed(source):
+    """A one-to-one stage: each sample's key with its part appended."""
+    for sample in source:
+        yield {**sample, "__key__": f"{sample['__key__']}@{sample['__part__']}"}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_one_to_one_stage_composed_on_the_mix_runs_on_the_mixed_stream_and_resumes_exactly(counted_shards,
+                                                                                               workers):
+    manifests = written(counted_shards, LOADER_PARTS)
+    expected = [[(name, f"{key}@{name}", epoch) for name, key, epoch in batch]
+                for batch in model_loader_epoch(1, workers=workers, buffer=3)]
+
+    def make():
+        parts = [wdsprep.Part(m, weight=w) for m, w in zip(manifests, LOADER_WEIGHTS)]
+        mix = wdsprep.mix(parts, seed=11, epoch=1, stop="all", shuffle_buffer=3, equalize=None)
+        mix = mix.compose(wdsprep.decode(strip=True)).compose(suffixed)
+        return wdsprep.Loader(mix, batch_size=BATCH, num_workers=workers,
+                              collate_fn=lambda batch: [(s["__part__"], s["__key__"], int(s["__epoch__"]))
+                                                        for s in batch if isinstance(s["value"], np.ndarray)])
+
+    got, states = batches_and_states(make(), saved)
+    assert as_lists(got) == expected
+    for done, state in enumerate(states):
+        resumed = make()
+        resumed.load_state_dict(state)
+        assert as_lists(resumed) == expected[done:], done
