@@ -3,9 +3,11 @@
 A source's extra commands (`Source.commands()`, e.g. rawnind's `fetch rawnind` and `serve dataverse`)
 are mounted as `wdsprep VERB NAME ...`: the core knows no source by name, built-in ids come from
 `sources.registry.BUILTIN`, and every command that takes a SOURCE also takes a plugin
-`package.module:OBJECT`. Nor does it name any executor's flag: each `executors.EXECUTORS` entry
-declares its own. `wdsprep convert`'s flags take their defaults from `options.ConvertOptions` and
-are handed to `conversion.convert` apart: the core's options, and the source's own.
+`package.module:OBJECT` or an installed `wdsprep.sources` entry point's name (the user named it);
+`wdsprep show` draws with the source its manifest names only when that is allowed (`--plugin`).
+Nor does it name any executor's flag: each `executors.EXECUTORS` entry declares its own.
+`wdsprep convert`'s flags take their defaults from `options.ConvertOptions` and are handed to
+`conversion.convert` apart: the core's options, and the source's own.
 """
 from __future__ import annotations
 
@@ -19,10 +21,10 @@ from typing import Sequence
 
 from .errors import ConfigError, WdsprepError
 from .executors import EXECUTORS, executor_kind
-from .sources.registry import BUILTIN, is_plugin, load_source
+from .sources.registry import BUILTIN, ENTRY_POINT_GROUP, is_plugin, load_source
 from .storage import describe as describe_schemes
 
-SOURCES_HELP = f"{', '.join(BUILTIN)}, or a plugin package.module:OBJECT"
+SOURCES_HELP = f"{', '.join(BUILTIN)}, an installed '{ENTRY_POINT_GROUP}' entry point, or a plugin package.module:OBJECT"
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:

@@ -57,6 +57,13 @@ from .storage import Store, open_store
 UNITS_NAME = "_units.json"
 
 
+def written_by_conversion(name: str) -> bool:
+    """Names a conversion (and `reindex`) may write, replace or remove in its output: the manifest,
+    the units record, shards and temporaries. One that exists and is not a regular file is refused
+    before any work (`Store.check_replaceable`)."""
+    return name in (MANIFEST_NAME, UNITS_NAME) or name.endswith((".tar", ".tmp"))
+
+
 @dataclass
 class UnitResult:
     split: str
@@ -133,6 +140,7 @@ class Conversion:
         self.problems = list(problems)
         self.config = dict(plan.config, **core.config())
         self.fingerprint = _digest([input_mode, list(inputs)])
+        store.check_replaceable(written_by_conversion)
         store.clean_temporaries()  # ours only: the lock (or the caller) excludes another run
         units = identities if identities is not None else plan.units
         self._digests = {(unit.split, unit.index): unit_digest(identity, self.config, unit_inputs)
@@ -240,6 +248,7 @@ def convert(source_id: str, input: str, output: str, *, quiet: bool = True, opti
         input = os.path.abspath(input)  # units carry paths that workers on other nodes can resolve
     store = open_store(output)
     with store.lock():
+        store.check_replaceable(written_by_conversion)  # before the input is planned and fingerprinted
         try:
             return _convert(source_id, source, input, store, core, source_options, runner=runner, quiet=quiet,
                             started=started)

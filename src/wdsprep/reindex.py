@@ -29,7 +29,7 @@ import io
 import sys
 from dataclasses import dataclass, field
 
-from .conversion import replace_unit_rows
+from .conversion import replace_unit_rows, written_by_conversion
 from .errors import ManifestError, ShardError
 from .progress import Progress
 from .shards.index import INDEX_MEMBER, has_index
@@ -70,6 +70,7 @@ def reindex(location: str, *, quiet: bool = True) -> ReindexReport:
     load_manifest(location)  # a location without a manifest is refused before anything is made there
     store = open_store(location.removesuffix(MANIFEST_NAME).rstrip("/") or ".")
     with store.lock():
+        store.check_replaceable(written_by_conversion)  # a symlink, FIFO or device among them: refused
         text = store.read_bytes(MANIFEST_NAME)  # again, under the lock
         if text is None:
             raise ManifestError(f"{store.name_url(MANIFEST_NAME)}: no manifest (is this a `wdsprep convert` output?)")

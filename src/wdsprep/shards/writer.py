@@ -31,7 +31,7 @@ from ..errors import FormatError, OutputError
 from . import tarformat
 from .codec import Encoder
 from .index import INDEX_MEMBER, IndexBuilder, digest_text, entry_bound
-from ..storage.files import output_error, remove_quietly
+from ..storage.files import open_regular, output_error, refuse_unless_regular, remove_quietly
 
 
 @dataclass
@@ -70,10 +70,9 @@ class ShardFile:
         self.name = name
         self.path = os.path.join(directory, name)
         self.temporary = self.path + ".tmp"
-        try:
-            self._file = open(self.temporary, "wb", buffering=WRITE_BUFFER)
-        except OSError as error:
-            raise output_error(self.temporary, error) from None
+        # a temporary name that is a symlink or a FIFO (not ours) is refused, never followed or waited on
+        fd = open_regular(self.temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        self._file = open(fd, "wb", buffering=WRITE_BUFFER)
         self._hash = hashlib.sha256()
         self.size = 0
         self.index = IndexBuilder()
@@ -118,7 +117,9 @@ class ShardFile:
         return self.row
 
     def publish(self) -> str:
-        """Rename the finished file to its final name; returns that path."""
+        """Rename the finished file to its final name (refused if that name is not a regular file);
+        returns that path."""
+        refuse_unless_regular(self.path)
         try:
             os.replace(self.temporary, self.path)
         except OSError as error:

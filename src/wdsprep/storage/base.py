@@ -24,7 +24,7 @@ import secrets
 import shutil
 import tempfile
 import threading
-from typing import BinaryIO
+from typing import BinaryIO, Callable
 
 from ..errors import ShardError
 from .files import BUFFER, fill, output_error, remove_quietly
@@ -150,6 +150,12 @@ class Store:
     def clean_temporaries(self, names: set[str] | None = None) -> None:
         """Remove what an interrupted writer left (temporary files, incomplete uploads): all of it, or
         only what belongs to `names`. Default: nothing to remove."""
+
+    def check_replaceable(self, owned: Callable[[str], bool]) -> None:
+        """Refuse (`OutputError`, one line), before any work, an existing entry whose name `owned`
+        accepts and that a write must not replace: locally a symlink, FIFO, device, socket or
+        directory (`files.refuse_special_entries`). Default: nothing to refuse (an object store
+        holds only objects)."""
 
 
 class Scheme:

@@ -4,7 +4,10 @@ A local store writes shards in place (the shard writer's `.tmp` + rename is alre
 is used by one conversion at a time: `lock()` takes an exclusive `flock` on `.wdsprep.lock` in the
 directory, which the kernel releases when the process exits, even on kill -9. Files are created with
 mode 0666 less the umask (0644 by default), like any ordinary file; a write that fails (a full disk)
-removes its temporary file and raises `OutputError` naming the file.
+removes its temporary file and raises `OutputError` naming the file. A name that exists and is not a
+regular file (a symlink, FIFO, device, socket, directory) is never written through, renamed over,
+appended to or removed: one `OutputError` line (`files.refuse_unless_regular`); `check_replaceable`
+refuses such entries before a command's work begins.
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from typing import BinaryIO
 
 from ..errors import ConfigError, OutputError, ShardError
 from .base import Scheme, Store
-from .files import BUFFER, file_sha256, output_error, remove_quietly
+from .files import BUFFER, file_sha256, open_regular, output_error, refuse_special_entries, refuse_unless_regular, remove_quietly
 
 LOCK_NAME = ".wdsprep.lock"
 
@@ -55,6 +58,7 @@ class LocalStore(Store):
 
     def publish(self, local_path: str, name: str) -> None:
         if os.path.abspath(local_path) != self.path(name):
+            refuse_unless_regular(self.path(name))
             os.replace(local_path, self.path(name))
 
     def stat(self, name: str) -> int | None:
@@ -82,14 +86,19 @@ class LocalStore(Store):
                 handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
+            refuse_unless_regular(self.path(name))
             os.replace(tmp, self.path(name))
+        except OutputError:
+            remove_quietly(tmp)
+            raise
         except OSError as error:
             remove_quietly(tmp)
             raise output_error(self.path(name), error) from None
 
     def append_bytes(self, name: str, data: bytes) -> None:
+        fd = open_regular(self.path(name), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         try:
-            with open(self.path(name), "ab") as handle:
+            with os.fdopen(fd, "ab") as handle:
                 handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
@@ -100,16 +109,22 @@ class LocalStore(Store):
         return DirectoryLock(self.path(LOCK_NAME))
 
     def delete(self, name: str) -> None:
+        refuse_unless_regular(self.path(name))
         remove_quietly(self.path(name))
 
     def list_names(self) -> list[str]:
         return sorted(os.listdir(self.directory))
 
     def clean_temporaries(self, names: set[str] | None = None) -> None:
-        """Temporary files end in `.tmp`: `NAME.tmp` (shard writer), `.NAME.XXXX.tmp` (writes, uploads)."""
-        for entry in os.listdir(self.directory):
-            if entry.endswith(".tmp") and (names is None or _temporary_of(entry) in names):
-                remove_quietly(self.path(entry))
+        """Temporary files end in `.tmp`: `NAME.tmp` (shard writer), `.NAME.XXXX.tmp` (writes, uploads).
+        Only regular files are ours to remove (`check_replaceable` refuses anything else up front)."""
+        for entry in os.scandir(self.directory):
+            ours = entry.name.endswith(".tmp") and entry.is_file(follow_symlinks=False)
+            if ours and (names is None or _temporary_of(entry.name) in names):
+                remove_quietly(entry.path)
+
+    def check_replaceable(self, owned) -> None:
+        refuse_special_entries(self.directory, owned)
 
 
 def _temporary_of(entry: str) -> str:
@@ -124,10 +139,7 @@ class DirectoryLock:
 
     def __init__(self, path: str):
         self.path = path
-        try:
-            self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-        except OSError as error:
-            raise output_error(path, error) from None
+        self.fd = open_regular(path, os.O_RDWR | os.O_CREAT)  # never a symlink's target truncated below
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
