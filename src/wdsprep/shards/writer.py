@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterator
 from ..errors import FormatError, OutputError
 from . import tarformat
 from .codec import Encoder
-from .index import INDEX_MEMBER, IndexBuilder, digest_text, entry_bound
+from .index import FRAMING_BOUND, INDEX_MEMBER, IndexBuilder, digest_text, entry_bound
 from ..storage.files import open_regular, output_error, refuse_unless_regular, remove_quietly
 
 
@@ -174,7 +174,8 @@ def balance_cut(first: ShardFile, last: ShardFile, shard_bytes: int) -> int:
     spans = first.sample_bytes() + last.sample_bytes()
     entries = [entry_bound(key, len(names)) for key, _, names, _ in (*first.index.entries(), *last.index.entries())]
     total = sum(spans)
-    fixed = first.index.layout_bound() + last.index.layout_bound() + len(tarformat.END_OF_ARCHIVE)
+    # the second shard's one index framing, the layouts of both shards' samples, its end blocks
+    fixed = first.index.layout_bound() + last.index.layout_bound() - FRAMING_BOUND + len(tarformat.END_OF_ARCHIVE)
     head = sum(spans[: first.samples])
     tail = total - head + sum(entries[first.samples :])  # the second shard's samples and index entries
     best, best_gap = first.samples, abs(total - 2 * head)
