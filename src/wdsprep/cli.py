@@ -336,11 +336,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"wdsprep: error: {where}{error.strerror or error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(INTERRUPTED, file=sys.stderr)
+        print(interrupted(argv), file=sys.stderr)
         return 130
 
 
+RESUMABLE = ("convert", "pipeline", "upload", "reindex")  # a re-run of these continues where it stopped
 INTERRUPTED = "wdsprep: interrupted (re-run the same command to resume)"
+
+
+def interrupted(argv: Sequence[str]) -> str:
+    """The one line for Ctrl-C: only a command whose re-run resumes says to re-run it."""
+    return INTERRUPTED if argv and argv[0] in RESUMABLE else "wdsprep: interrupted"
 
 
 def entry() -> None:
@@ -354,7 +360,7 @@ def entry() -> None:
         code = main()
     except KeyboardInterrupt:  # came before main's own handling began, or as it returned
         if code is None:
-            print(INTERRUPTED, file=sys.stderr)
+            print(interrupted(sys.argv[1:]), file=sys.stderr)
             code = 130
     finally:
         while True:

@@ -55,10 +55,12 @@ WRITE_BUFFER = 1 << 20  # small samples reach the disk in ~1 MiB writes, not one
 
 
 def check_key(key: str) -> None:
+    """The key rule readers hold every member name to (`tarformat.split_key`): no dot, and a plain
+    name, never a path."""
     if not key or "." in key:
         raise FormatError(f"sample key {key!r} is empty or contains a dot (webdataset splits keys at the first dot)")
-    if key.startswith("/") or key.endswith("/") or "//" in key or key.startswith("__"):
-        raise FormatError(f"sample key {key!r} is not a clean relative name")
+    if not tarformat.KEY.fullmatch(key):
+        raise FormatError(f"sample key {key!r} is not a plain name (no '/', '\\', NUL or leading '__': readers refuse paths)")
 
 
 class ShardFile:
@@ -99,9 +101,10 @@ class ShardFile:
         self.index.add(key, self.size, blob, spans)
         self._write(blob)
 
-    def finish(self) -> ShardRow:
-        """Append the index and the end blocks and make the file durable (under its temporary name)."""
-        index = self.index.encode()
+    def finish(self, reindexed_from: str | None = None) -> ShardRow:
+        """Append the index and the end blocks and make the file durable (under its temporary name);
+        `reindexed_from`: see `IndexBuilder.encode`."""
+        index = self.index.encode(reindexed_from)
         index_offset = self.size
         member = tarformat.header(INDEX_MEMBER, len(index)) + index + tarformat.padding(len(index))
         self._write(member)

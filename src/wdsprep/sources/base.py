@@ -48,7 +48,7 @@ import numpy as np
 from ..errors import ConfigError, ConversionError, InputError
 from ..shards.codec import encode_msgpack
 from ..options import DEFAULT_ON_ERROR, ON_ERROR, ConvertOptions  # noqa: F401 (ON_ERROR: the sources' name for it)
-from ..shards.manifest import check_split_name  # noqa: F401 (the sources' name for it)
+from ..shards.manifest import check_split_name, unique_keys  # noqa: F401 (check_split_name: the sources' name for it)
 
 if TYPE_CHECKING:
     from ..show.model import ShowContext, Shown
@@ -355,12 +355,13 @@ def read_npy_file(path: str) -> np.ndarray:
 
 def read_json_file(path: str) -> Any:
     """A JSON file whose value a shard can hold (it is stored as msgpack: integers within 64 bits);
-    an empty, malformed or too deeply nested file, or a value msgpack cannot hold, is an InputError."""
+    an empty, malformed or too deeply nested file, a field given twice in one object, or a value
+    msgpack cannot hold, is an InputError."""
     data = read_input_bytes(path)
     if not data:
         raise InputError(f"{path}: empty file (0 bytes), expected JSON")
     try:
-        value = json.loads(data)
+        value = json.loads(data, object_pairs_hook=unique_keys)
     except RecursionError:
         raise InputError(f"{path}: not valid JSON here (nested deeper than Python's recursion limit)") from None
     except ValueError as error:  # JSONDecodeError and UnicodeDecodeError alike

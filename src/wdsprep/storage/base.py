@@ -135,8 +135,9 @@ class Store:
         trusting the upload's own check). Default: `content_sha256`."""
         return self.content_sha256(name)
 
-    def lock(self):
-        """An exclusive lock for one conversion (`release()` frees it). Default: `NoLock`."""
+    def lock(self, holder: str = "wdsprep convert"):
+        """An exclusive lock for one run that writes the store (`release()` frees it); `holder` names
+        the command, for the refusal another run gets. Default: `NoLock`."""
         return NoLock()
 
     def append_bytes(self, name: str, data: bytes) -> None:

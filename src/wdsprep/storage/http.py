@@ -10,7 +10,10 @@ new one is opened, so a worker that reads many shards (or many ranges of one) op
 (and TLS) connections, not one per request. A body read to its end gives its connection back; a
 body closed early (a piece that ends mid-shard on the sequential path) closes it. The client is
 made per process (a DataLoader worker forked from a process that has one makes its own: sockets
-are never shared across a fork), from one SSL context that forked workers inherit. `Accept-Encoding: identity`: byte offsets are the object's own.
+are never shared across a fork), from one SSL context that forked workers inherit.
+`Accept-Encoding: identity`: byte offsets are the object's own, so a response that comes with any
+other `Content-Encoding` (a server that gzips whatever it sends) is refused with a `ShardError` naming
+the encoding, never read as the object's bytes (a manifest would read as "not valid JSON").
 """
 from __future__ import annotations
 
@@ -108,6 +111,11 @@ def _send(url: str, start: int, stop: int | None):
     if status >= 400:
         response.close()
         raise ConnectionError(f"HTTP {status} {response.reason_phrase}")  # transient: retried
+    encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):  # its bytes and offsets are not the object's own: never decoded here
+        response.close()
+        raise ShardError(url, f"the server sent it with Content-Encoding: {encoding} although identity was asked "
+                              "for; serve it as it is stored (uncompressed by the server)")
     return status, HttpBody(response), response.headers
 
 

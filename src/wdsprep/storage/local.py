@@ -1,8 +1,9 @@
 """Local paths (`/data/shards`, `shards/train-00000-00.tar`): read with `open`, written by `LocalStore`.
 
 A local store writes shards in place (the shard writer's `.tmp` + rename is already atomic there) and
-is used by one conversion at a time: `lock()` takes an exclusive `flock` on `.wdsprep.lock` in the
-directory, which the kernel releases when the process exits, even on kill -9. Files are created with
+is used by one run at a time (a `convert` or a `reindex`): `lock(holder)` takes an exclusive `flock` on
+`.wdsprep.lock` in the directory, which the kernel releases when the process exits, even on kill -9,
+and writes the holding command and its pid there, so a second run's refusal names what holds it. Files are created with
 mode 0666 less the umask (0644 by default), like any ordinary file; a write that fails (a full disk)
 removes its temporary file and raises `OutputError` naming the file. A name that exists and is not a
 regular file (a symlink, FIFO, device, socket, directory) is never written through, renamed over,
@@ -105,8 +106,8 @@ class LocalStore(Store):
         except OSError as error:
             raise output_error(self.path(name), error) from None
 
-    def lock(self) -> "DirectoryLock":
-        return DirectoryLock(self.path(LOCK_NAME))
+    def lock(self, holder: str = "wdsprep convert") -> "DirectoryLock":
+        return DirectoryLock(self.path(LOCK_NAME), holder)
 
     def delete(self, name: str) -> None:
         refuse_unless_regular(self.path(name))
@@ -135,22 +136,24 @@ def _temporary_of(entry: str) -> str:
 
 
 class DirectoryLock:
-    """An exclusive, non-blocking `flock` on a lock file; the kernel drops it when the process dies."""
+    """An exclusive, non-blocking `flock` on a lock file; the kernel drops it when the process dies.
+    The file records who holds it (`holder`, e.g. "wdsprep reindex", and the pid), so another run's
+    refusal names the command that holds the directory."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, holder: str = "wdsprep convert"):
         self.path = path
         self.fd = open_regular(path, os.O_RDWR | os.O_CREAT)  # never a symlink's target truncated below
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(self.fd, 100, 0).decode(errors="replace").strip() or "another process"
+            recorded = os.pread(self.fd, 200, 0).decode(errors="replace").strip()
             os.close(self.fd)
             raise OutputError(
-                f"{os.path.dirname(path)}: output directory in use by another wdsprep convert ({holder}); "
+                f"{os.path.dirname(path)}: output directory in use by another {_holder_of(recorded)}; "
                 "wait for it to finish or choose another output"
             ) from None
         os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, f"pid {os.getpid()}".encode(), 0)
+        os.pwrite(self.fd, f"{holder}\npid {os.getpid()}\n".encode(), 0)
 
     def release(self) -> None:
         if self.fd is not None:
@@ -162,6 +165,15 @@ class DirectoryLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def _holder_of(recorded: str) -> str:
+    """Who holds a lock, from what its file records, for the refusal: `wdsprep reindex (pid 12)`
+    (an older wdsprep recorded only `pid 12`)."""
+    lines = recorded.splitlines()
+    if len(lines) == 2 and lines[1].startswith("pid "):
+        return f"{lines[0]} ({lines[1]})"
+    return f"wdsprep run ({recorded})" if recorded.startswith("pid ") else "process"
 
 
 class LocalScheme(Scheme):

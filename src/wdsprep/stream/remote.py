@@ -31,8 +31,9 @@ The one exception: a single index larger than the budget is fetched anyway (the 
 without it), the budget then being exceeded by that index alone.
 
 Integrity and order are the reader's (stream/read.py): every member is checked against the index
-before its sample is yielded, exactly as on a sequential stream; the index is checked against the
-manifest row (`ShardIndex.from_tail`); every response must give the row's total size and, within a
+before its sample is yielded, exactly as on a sequential stream; the row's index fields must lie
+within the shard before anything is requested (`check_index_fields`; else the piece's error), and the
+index is checked against the manifest row (`ShardIndex.from_tail`); every response must give the row's total size and, within a
 piece, one ETag (`ObjectCheck`). Each request is the scheme's one bounded read (`read_into`,
 storage/resuming.py): retried after a dropped connection, a transient error or a window below the
 rate floor (`WDSPREP_MIN_RATE` / `WDSPREP_RATE_WINDOW`), resuming at its first missing byte.
@@ -48,7 +49,7 @@ import threading
 from typing import Iterable
 
 from ..errors import ConfigError, ShardError
-from ..shards.index import ShardIndex, has_index
+from ..shards.index import ShardIndex, check_index_fields, has_index
 from ..storage import scheme_for, scheme_of
 from ..storage.resuming import ObjectCheck
 
@@ -168,6 +169,10 @@ class _Job:
         self.check = ObjectCheck(size=row["bytes"])  # every response: the row's size, one ETag
         self.index: ShardIndex | None = None
         self.error: BaseException | None = None
+        try:  # offsets outside the shard are never requested: the piece's error, raised when it is opened
+            check_index_fields(url, row)
+        except ShardError as error:
+            self.error = error
         self.ranges: list[_Range] = []  # the body's ranges in byte order (known once `planned`)
         self.tail: _Range | None = None  # the range holding the index: with the body's last bytes, or alone
         self.planned = False
@@ -219,7 +224,7 @@ class _Engine:
     def _plan(self) -> None:
         while not self.queue and self.blocked is None and self.pending:
             job = self.pending.popleft()
-            if job.closed:
+            if job.closed or job.error is not None:
                 continue
             job.index = _cached_index(job.url, job.row)
             row = job.row
