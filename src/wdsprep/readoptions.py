@@ -179,12 +179,13 @@ class ReadOptions:
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None, **keywords: Any) -> "ReadOptions":
         """The options the environment sets now (`os.environ` by default), each variable checked
-        under its own name, with `keywords` (field names; None: not given) overriding them."""
+        under its own name, with `keywords` (field names; None: not given) overriding them (a
+        variable a keyword overrides is not read)."""
         environ = os.environ if environ is None else environ
         values: dict[str, Any] = {}
         for field, variable in VARIABLES.items():
             text = environ.get(variable)
-            if text is not None:
+            if text is not None and keywords.get(field) is None:
                 values[field] = SETTINGS[field].check(text, variable)
         for name, value in keywords.items():
             if name not in SETTINGS:
