@@ -6,6 +6,12 @@ are mounted as `wdsprep VERB NAME ...`: the core knows no source by name, built-
 `package.module:OBJECT`. Nor does it name any executor's flag: each `executors.EXECUTORS` entry
 declares its own. `wdsprep convert`'s flags take their defaults from `options.ConvertOptions` and
 are handed to `conversion.convert` apart: the core's options, and the source's own.
+
+One convention for what goes wrong: an error is one `wdsprep: error: ...` line, exit status 1 (2 for
+a command line that names no command: an unknown command, named with the list of commands); a
+warning wdsprep gives while a command runs (a `UserWarning` from the package) is one
+`wdsprep: warning: ...` line. `wdsprep --version` prints the installed version, `wdsprep VERB
+--help` the whole help of every `VERB NAME` command a source mounts.
 """
 from __future__ import annotations
 
@@ -359,7 +365,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             warnings.showwarning = _warning_line
             if argv[0] in COMMANDS:
                 return COMMANDS[argv[0]](argv[1:])
-            verbs = list(COMMANDS) + list(dict.fromkeys(verb for verb, _ in source_commands()))
+            name = argv[1] if len(argv) > 1 and argv[1] not in ("-h", "--help") else None
+            verbs = list(COMMANDS) + list(dict.fromkeys(verb for verb, _ in source_commands(name)))  # a plugin's too
             if argv[0] not in verbs:
                 print(f"wdsprep: error: unknown command {argv[0]!r} (commands: {', '.join(verbs)}; "
                       "wdsprep --help describes them)", file=sys.stderr)

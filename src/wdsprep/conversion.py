@@ -30,7 +30,9 @@ One conversion at a time per local output directory (an `flock` the kernel relea
 dies; stores without `supports_lock`, such as `s3://` outputs, have no lock). The driver uses the
 output only through `wdsprep.storage.Store`'s methods and capability flags, never by probing it.
 A failed write of the output (a full disk) stops the conversion at the first failure, with one
-line, and leaves no temporary file behind.
+line, and leaves no temporary file behind. A `--shard-bytes` that makes most shards hold a single
+sample is not refused (the output is valid) but said, in one `UserWarning` when the manifest is
+written (`one_sample_shards_warning`; the CLI prints it as one `wdsprep: warning:` line).
 """
 from __future__ import annotations
 

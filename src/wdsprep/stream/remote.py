@@ -38,6 +38,16 @@ storage/resuming.py): retried after a dropped connection, a transient error or a
 rate floor (`WDSPREP_MIN_RATE` / `WDSPREP_RATE_WINDOW`), resuming at its first missing byte.
 A request that cannot be read becomes the `ShardError` of its piece, raised when the reader reaches
 that piece (the dataset's handler then skips the piece or ends the stream); later pieces go on.
+
+Settings: the budget and every request's retries, timeout and rate floor are the dataset's
+`ReadOptions` (wdsprep/readoptions.py), handed to `ReadAhead` (`options`) and to the schemes
+(`Scheme.configured`); nothing here reads the environment.
+
+Many tiny pieces (one-sample shards): each is one request of its whole shard (its index included),
+and requests of consecutive pieces are in flight together, up to `max_connections` (the fetching
+threads wait on a condition of their own, woken one at a time, so a finished request wakes the
+reader and not every idle thread). A shard is an object of its own: one request per shard is the
+floor, and past that the cost is the client's CPU per request (BENCHMARKS.md, *tiny shards*).
 """
 from __future__ import annotations
 
