@@ -181,6 +181,14 @@ class ReadOptions:
         """The options the environment sets now (`os.environ` by default), each variable checked
         under its own name, with `keywords` (field names; None: not given) overriding them (a
         variable a keyword overrides is not read)."""
+        if environ is None and not keywords:  # storage's point of use: once per distinct environment
+            texts = tuple(os.environ.get(variable) for variable in VARIABLES.values())
+            options = _FROM_ENVIRONMENT.get(texts)
+            if options is None:
+                if len(_FROM_ENVIRONMENT) >= 16:
+                    _FROM_ENVIRONMENT.clear()
+                options = _FROM_ENVIRONMENT[texts] = cls.from_environment(dict(zip(VARIABLES.values(), texts)))
+            return options
         environ = os.environ if environ is None else environ
         values: dict[str, Any] = {}
         for field, variable in VARIABLES.items():
@@ -196,3 +204,6 @@ class ReadOptions:
 
     def replace(self, **changes: Any) -> "ReadOptions":
         return dataclasses.replace(self, **changes)
+
+
+_FROM_ENVIRONMENT: dict[tuple, ReadOptions] = {}  # the variables' texts -> their checked options
