@@ -4,7 +4,8 @@
 dict each) writes N shards of one sample (and says so in one warning line). They are read with
 `wdsprep.dataset(url, "train")` at its defaults (32 Range requests at once in one process) from
 local disk and from the Range-capable test server (`python -m wdsprep.testing http`, its own
-process on 127.0.0.1), unshaped and with a 20 ms first byte per response. Reported per row: the
+process on 127.0.0.1), unshaped and with a 20 ms first byte per response; and, for comparison, the
+same samples converted with `--shard-bytes 16MB`, from the same server. Reported per row: the
 wall time of one pass, samples/s, the requests the server answered, the most it answered at once,
 and its count of the client's sequential waits (`RangeHTTPServer.round_trips`: N for a client that
 fetches one shard after the other).
@@ -50,26 +51,31 @@ def _pass(url: str) -> tuple[float, int]:
 
 def run(workdir: pathlib.Path) -> str:
     workdir = pathlib.Path(workdir) / "tiny-shards"
-    native, shards = workdir / "input", workdir / "shards"
-    convert = [sys.executable, "-m", "wdsprep", "convert", "generic", str(native), str(shards),
-               "--shard-bytes", "1KB", "--split", "train", "--workers", "2", "--quiet"]
+    native, shards, large = workdir / "input", workdir / "shards", workdir / "large"
     if not (shards / "manifest.json").exists():
         from wdsprep.sources.generic import SOURCE
 
         SOURCE.synth(str(native), seed=0, size="small", splits={"train": SAMPLES})
-    converted = subprocess.run(convert, capture_output=True, text=True, check=True)
-    warning = next((line for line in converted.stderr.splitlines() if line.startswith("wdsprep: warning:")), "none")
+    warning = "none"
+    for output, size in ((shards, "1KB"), (large, "16MB")):
+        converted = subprocess.run([sys.executable, "-m", "wdsprep", "convert", "generic", str(native), str(output),
+                                    "--shard-bytes", size, "--split", "train", "--workers", "2", "--quiet"],
+                                   capture_output=True, text=True, check=True)
+        if output == shards:
+            warning = next((line for line in converted.stderr.splitlines() if line.startswith("wdsprep: warning:")), "none")
     assert len(list(shards.glob("*.tar"))) == SAMPLES
+    large_shards = len(list(large.glob("*.tar")))
 
     rows = []
     seconds, count = _pass(str(shards))
     rows.append(("local disk", seconds, count, None))
-    process, url = _server(shards)
+    process, url = _server(workdir)
     try:
-        for label, latency in (("HTTP (127.0.0.1)", 0.0), ("HTTP, 20 ms to the first byte", 0.02)):
+        for label, latency, where in (("HTTP (127.0.0.1)", 0.0, "shards"), ("HTTP, 20 ms to the first byte", 0.02, "shards"),
+                                      (f"HTTP, the same samples in {large_shards} shard{'s' * (large_shards != 1)} of 16MB", 0.0, "large")):
             _ask(process, f"shape 0 0 {latency} 0")
             _ask(process, "clear")
-            seconds, count = _pass(f"{url}/manifest.json")
+            seconds, count = _pass(f"{url}/{where}/manifest.json")
             rows.append((label, seconds, count, _ask(process, "stats")))
     finally:
         process.stdin.close()
