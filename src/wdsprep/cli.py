@@ -8,15 +8,23 @@ are mounted as `wdsprep VERB NAME ...`: the core knows no source by name, built-
 Nor does it name any executor's flag: each `executors.EXECUTORS` entry declares its own.
 `wdsprep convert`'s flags take their defaults from `options.ConvertOptions` and are handed to
 `conversion.convert` apart: the core's options, and the source's own.
+
+One convention for what goes wrong: an error is one `wdsprep: error: ...` line, exit status 1 (2 for
+a command line that names no command: an unknown command, named with the list of commands); a
+warning wdsprep gives while a command runs (a `UserWarning` from the package) is one
+`wdsprep: warning: ...` line. `wdsprep --version` prints the installed version, `wdsprep VERB
+--help` the whole help of every `VERB NAME` command a source mounts.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import signal
 import sys
 import tomllib
+import warnings
 from typing import Sequence
 
 from .errors import ConfigError, WdsprepError
@@ -250,20 +258,29 @@ def source_commands(name: str | None = None) -> dict:
     return mounted
 
 
-def run_source_command(argv: Sequence[str]) -> int:
-    """`wdsprep VERB NAME ...` for a command a source declares."""
-    verb, name = argv[0], (argv[1] if len(argv) > 1 else None)
-    mounted = source_commands(name)
-    command = mounted.get((verb, name))
-    if command is None:
-        names = sorted(target for known, target in mounted if known == verb)
-        print(f"usage: wdsprep {verb} {{{','.join(names)}}} ..." if names else usage(), file=sys.stderr)
-        return 2
-    parser = argparse.ArgumentParser(prog=f"wdsprep {verb} {name}")
+def _source_command_parser(verb: str, name: str, command) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"wdsprep {verb} {name}", description=command.summary or None)
     command.add_arguments(parser)
     if not any(action.dest == "debug" for action in parser._actions):
         _add_common(parser)
-    return int(command.main(parser.parse_args(argv[2:])) or 0)
+    return parser
+
+
+def run_source_command(argv: Sequence[str]) -> int:
+    """`wdsprep VERB NAME ...` for a command a source declares; `wdsprep VERB --help`: the complete
+    help of every `VERB NAME` command."""
+    verb, name = argv[0], (argv[1] if len(argv) > 1 else None)
+    mounted = source_commands(name if name not in ("-h", "--help") else None)
+    if name in ("-h", "--help"):
+        print("\n\n".join(_source_command_parser(verb, target, command).format_help().rstrip()
+                           for (known, target), command in mounted.items() if known == verb))
+        return 0
+    command = mounted.get((verb, name))
+    if command is None:
+        names = sorted(target for known, target in mounted if known == verb)
+        print(f"usage: wdsprep {verb} {{{','.join(names)}}} ...   (wdsprep {verb} --help: their options)", file=sys.stderr)
+        return 2
+    return int(command.main(_source_command_parser(verb, name, command).parse_args(argv[2:])) or 0)
 
 
 def cmd_upload(argv: Sequence[str]) -> int:
@@ -314,16 +331,49 @@ def usage() -> str:
     return "usage: wdsprep {" + ",".join(verbs) + "} ...\n" + "\n".join(f"  {words:<29} {text}" for words, text in rows)
 
 
+def version() -> str:
+    """The installed distribution's version (its metadata), else the package's own."""
+    try:
+        return importlib.metadata.version("wdsprep")
+    except importlib.metadata.PackageNotFoundError:
+        from . import __version__
+
+        return __version__
+
+
+def _warning_line(message, category, filename, lineno, file=None, line=None) -> None:
+    """wdsprep's own warnings as one `wdsprep: warning: ...` line on stderr; others as Python shows them."""
+    if os.path.realpath(str(filename)).startswith(PACKAGE_DIR + os.sep):
+        print(f"wdsprep: warning: {message}", file=sys.stderr)
+    else:
+        _SHOW_WARNING(message, category, filename, lineno, file, line)
+
+
+PACKAGE_DIR = os.path.dirname(os.path.realpath(__file__))
+_SHOW_WARNING = warnings.showwarning
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     if not argv or argv[0] in ("-h", "--help"):
         print(usage(), file=sys.stderr)
         return 0 if argv else 2
+    if argv[0] == "--version":
+        print(f"wdsprep {version()}")
+        return 0
     try:
-        if argv[0] not in COMMANDS:
+        with warnings.catch_warnings():
+            warnings.showwarning = _warning_line
+            if argv[0] in COMMANDS:
+                return COMMANDS[argv[0]](argv[1:])
+            name = argv[1] if len(argv) > 1 and argv[1] not in ("-h", "--help") else None
+            verbs = list(COMMANDS) + list(dict.fromkeys(verb for verb, _ in source_commands(name)))  # a plugin's too
+            if argv[0] not in verbs:
+                print(f"wdsprep: error: unknown command {argv[0]!r} (commands: {', '.join(verbs)}; "
+                      "wdsprep --help describes them)", file=sys.stderr)
+                return 2
             return run_source_command(argv)
-        return COMMANDS[argv[0]](argv[1:])
     except WdsprepError as error:
         if debug:
             raise

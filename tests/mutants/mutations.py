@@ -33,6 +33,7 @@ DATASET = "src/wdsprep/stream/dataset.py"
 STATE = "src/wdsprep/stream/state.py"
 WORKER = "src/wdsprep/stream/worker.py"
 LOADER_PY = "src/wdsprep/stream/loader.py"
+READ_OPTIONS = "src/wdsprep/readoptions.py"
 CORE = ("tests/core",)
 # the most relevant file first (pytest -x stops at the first failure), then the whole folder
 ORACLE = ("tests/core/test_plan_oracle.py", "tests/core")
@@ -616,7 +617,47 @@ MUTATIONS = [
     Mutation("env-connections-unchecked", "WDSPREP_MAX_CONNECTIONS=0 is taken: workers start no fetching thread and wait for ever",
              "src/wdsprep/stream/remote.py",
              (("    if MAX_CONNECTIONS is not None and MAX_CONNECTIONS < 1:\n", "    if False:\n"),),
-             ("tests/objectstore/test_read_ahead.py",)),
+             ("tests/objectstore/test_read_ahead.py",),
+             also=(Variant("h35", READ_OPTIONS, (('        value, name, 1, "Range requests at once per worker;',
+                                                  '        value, name, 0, "Range requests at once per worker;'),)),)),
+    # -- issue 35/36: the read side's settings (readoptions.ReadOptions), the command line, tiny shards
+    Mutation("read-setting-unchecked", "WDSPREP_RATE_WINDOW=0 (and rate_window=0) is taken: every read judged on no waiting",
+             READ_OPTIONS,
+             (('        value, name, 0, "seconds of waiting over which the rate floor is judged; default 30", above=True)),',
+               '        value, name, 0, "seconds of waiting over which the rate floor is judged; default 30")),'),),
+             ("tests/core/test_read_options.py",)),
+    Mutation("read-settings-frozen-at-import", "the environment is read once, at import: a value set later is ignored",
+             READ_OPTIONS,
+             (("DEFAULT_CACHE_BYTES = 10 * 10**9\n", "DEFAULT_CACHE_BYTES = 10 * 10**9\n_AT_IMPORT = dict(os.environ)\n"),
+              ("        environ = os.environ if environ is None else environ\n",
+               "        environ = _AT_IMPORT if environ is None else environ\n"),
+              ("            texts = tuple(os.environ.get(variable) for variable in VARIABLES.values())\n",
+               "            texts = tuple(_AT_IMPORT.get(variable) for variable in VARIABLES.values())\n")),
+             ("tests/core/test_read_options.py",)),
+    Mutation("shuffle-buffer-unchecked", "dataset(shuffle_buffer=-1) is accepted", DATASET,
+             (('        self.shuffle_buffer = whole_number(shuffle_buffer, "shuffle_buffer", 0, "samples permuted together; 0 or 1: none")\n',
+               "        self.shuffle_buffer = int(shuffle_buffer)\n"),),
+             ("tests/core/test_read_options.py",)),
+    Mutation("keyword-loses-to-variable", "a dataset keyword does not override its WDSPREP_* variable",
+             READ_OPTIONS,
+             (("            if text is not None and keywords.get(field) is None:\n", "            if text is not None:\n"),
+              ("            if value is not None:\n                values[name] = value\n",
+               "            if value is not None:\n                values.setdefault(name, value)\n")),
+             ("tests/core/test_read_options.py",)),
+    Mutation("unknown-command-silent", "an unknown command prints the usage text without naming it", "src/wdsprep/cli.py",
+             (("            if argv[0] not in verbs:\n", "            if False:\n"),),
+             ("tests/core/test_cli_usability.py",)),
+    Mutation("verb-help-one-line", "`wdsprep fetch --help` prints one usage line, rc 2", "src/wdsprep/cli.py",
+             (('    if name in ("-h", "--help"):\n        print(', '    if False:\n        print('),),
+             ("tests/core/test_cli_usability.py",)),
+    Mutation("one-sample-shards-silent", "a conversion into one-sample shards says nothing", "src/wdsprep/conversion.py",
+             (("    if len(single) < 2 or 2 * len(single) < total:\n", "    if True:\n"),),
+             ("tests/core/test_cli_usability.py",)),
+    Mutation("tiny-shards-one-at-a-time", "the read-ahead fetches the next shard only when nothing is in flight",
+             "src/wdsprep/stream/remote.py",
+             (("        while not self.queue and self.blocked is None and self.pending:\n",
+               "        while not self.queue and self.blocked is None and self.pending and not self.in_flight:\n"),),
+             ("tests/objectstore/test_tiny_shards.py",)),
     # -- issue 35 (format checks): index fields within the shard, member names never paths, the
     # content encoding named; reindex: every shard verify accepts, an atomic replace, what holds the lock
     Mutation("reindex-delete-then-rename", "reindex removes the old shard before renaming the new one over it",
@@ -701,4 +742,5 @@ MUTATIONS += [
              (("last.index.layout_bound() - FRAMING_BOUND + len(tarformat.END_OF_ARCHIVE)",
                "last.index.layout_bound() + len(tarformat.END_OF_ARCHIVE)"),),
              ("tests/core/test_rebalanced_shards.py",)),
+
 ]

@@ -210,6 +210,12 @@ class Scheme:
         """The local file behind `url`, for random access (mmap, map-style datasets), or None."""
         return None
 
+    def configured(self, options) -> "Scheme":
+        """This scheme reading with `options` (a `wdsprep.readoptions.ReadOptions`: retries,
+        timeouts, the rate floor; a dataset's), or None: as it is. Default: the scheme itself, a
+        scheme with no such settings (`ResumingScheme` gives a copy that keeps them)."""
+        return self
+
     def connect(self, connections: int) -> None:
         """Make this process's client (connection pool) now, with room for `connections` requests at
         once, so that the first read does not pay for it. Default: nothing to make."""

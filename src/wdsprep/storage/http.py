@@ -21,7 +21,7 @@ import os
 import threading
 
 from ..errors import ShardError
-from . import resuming
+from ..readoptions import ReadOptions
 from .files import BUFFER
 from .resuming import ResumingScheme, range_header
 
@@ -97,12 +97,13 @@ class HttpBody:
         response.close()
 
 
-def _send(url: str, start: int, stop: int | None):
-    """One GET of `url` from `start` (to `stop`, exclusive): (status, HttpBody, headers)."""
+def _send(url: str, start: int, stop: int | None, timeout: float):
+    """One GET of `url` from `start` (to `stop`, exclusive), `timeout` seconds per connect and read:
+    (status, HttpBody, headers)."""
     wanted = range_header(start, stop)
     headers = {"Range": wanted} if wanted else {}
     client = http_client()
-    request = client.build_request("GET", url, headers=headers, timeout=resuming.TIMEOUT)  # read now: tests lower it
+    request = client.build_request("GET", url, headers=headers, timeout=timeout)
     response = client.send(request, stream=True)
     status = response.status_code
     if status in PERMANENT:
@@ -127,12 +128,14 @@ def _total(headers, start: int) -> int | None:
     return start + int(length) if length is not None else None
 
 
-def http_open_at(url: str, end: int | None = None):
+def http_open_at(url: str, end: int | None = None, *, timeout: float | None = None):
     """`open_at(offset)` for `ResumingStream`: one GET (with `Range` past 0, or up to `end`
-    exclusive when it is given) -> (body, total, etag)."""
+    exclusive when it is given) -> (body, total, etag); `timeout` per connect and read (default:
+    the environment's now, `ReadOptions`)."""
+    timeout = ReadOptions.from_environment().timeout if timeout is None else timeout
 
     def open_at(offset: int):
-        status, body, headers = _send(url, offset, end)
+        status, body, headers = _send(url, offset, end, timeout)
         etag = headers.get("ETag")
         if offset and status != 206:
             # the server ignored Range: read past what we already have (still no disk, bounded by offset)
@@ -158,7 +161,7 @@ class HttpScheme(ResumingScheme):
     example = "https://HOST/PATH"
 
     def open_at(self, url: str, end: int | None = None):
-        return http_open_at(url, end)
+        return http_open_at(url, end, timeout=self.options.timeout)
 
     def connect(self, connections: int) -> None:
         http_client(connections)
