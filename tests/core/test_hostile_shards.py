@@ -33,6 +33,7 @@ import pytest
 import xxhash
 
 import wdsprep
+from wdsprep.readoptions import ReadOptions
 from wdsprep.errors import FormatError, ManifestError, ShardError
 from wdsprep.shards.codec import Encoder
 from wdsprep.shards.writer import ShardWriter
@@ -117,7 +118,7 @@ def test_each_read_path_checks_a_rows_index_fields_before_it_reads(converted, tm
         list(checked_samples(path, row))
     with RangeHTTPServer(converted) as server:
         url = server.url_of(row["name"])
-        read_ahead = ReadAhead([(url, row, 0, row["samples"])], max_connections=2)
+        read_ahead = ReadAhead([(url, row, 0, row["samples"])], options=ReadOptions.from_environment({}), max_connections=2)
         try:
             with pytest.raises(ShardError, match="manifest row: index_offset") as caught:
                 read_ahead.open(url, 0, row["samples"])
