@@ -40,6 +40,7 @@ import importlib
 import io
 import json
 import os
+import zipfile
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -401,6 +402,38 @@ def check_npy_bytes(where: str, shape: tuple, dtype: np.dtype, present: int) -> 
         raise InputError(f"{where}: truncated or malformed .npy (its header declares a {dtype} array of shape "
                          f"{tuple(shape)}, {declared} bytes, but {present} bytes follow it)")
     return declared
+
+
+def read_npz_file(path: str, member_limit: int, what: str = "an array of this file") -> dict[str, np.ndarray]:
+    """Every array of an `.npz` file (a zip of `.npy` members), never unpickled and never more than
+    its format allows: a member whose declared size is above `member_limit`, or whose header declares
+    other than the bytes the member holds, is refused before anything is inflated or allocated (zipfile
+    itself never inflates past a member's declared size, and checks its CRC). Any problem is an
+    InputError naming the file (and the member)."""
+    if not input_size(path):
+        raise InputError(f"{path}: not a readable .npz file (empty file, 0 bytes)")
+    arrays: dict[str, np.ndarray] = {}
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                where = f"{path}: member {info.filename}"
+                if not info.filename.endswith(".npy"):
+                    raise InputError(f"{where}: not a .npy array (an .npz holds .npy members only)")
+                check_input_size(where, info.file_size, member_limit, what)
+                with archive.open(info) as member:
+                    shape, fortran, dtype = npy_header(member, where)
+                    buffer = bytearray(check_npy_bytes(where, shape, dtype, info.file_size - member.tell()))
+                    if member.readinto(buffer) != len(buffer):
+                        raise InputError(f"{where}: truncated")
+                array = np.frombuffer(buffer, dtype=dtype).reshape(shape, order="F" if fortran else "C")
+                arrays[info.filename[: -len(".npy")]] = array
+    except InputError:
+        raise
+    except OSError as error:
+        raise InputError(f"{path}: cannot read ({error.strerror or error})") from None
+    except Exception as error:  # zipfile and zlib raise BadZipFile, zlib.error, EOFError, NotImplementedError...
+        raise InputError(f"{path}: not a readable .npz file ({str(error) or type(error).__name__})") from None
+    return arrays
 
 
 def _refuse_duplicate_keys(pairs: list) -> dict:
