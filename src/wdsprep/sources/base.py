@@ -322,6 +322,7 @@ def _even_cut(sizes: list[int], lo: int, hi: int, limit: int) -> int:
 # and never more memory or reading than the file's format allows: a size cap checked before a byte is
 # read (and again on what was read), a header's declared size checked against the bytes present
 MAX_JSON_BYTES = 16 << 20  # a JSON input (metadata, split lists, listings); its objects take up to ~20x this in memory
+MAX_YAML_BYTES = 16 << 20  # a YAML input (an index, a config); the real RawNIND index is 457 kB
 
 
 def input_size(path: str, limit: int | None = None, what: str = "this input") -> int:
@@ -434,6 +435,78 @@ def read_npz_file(path: str, member_limit: int, what: str = "an array of this fi
     except Exception as error:  # zipfile and zlib raise BadZipFile, zlib.error, EOFError, NotImplementedError...
         raise InputError(f"{path}: not a readable .npz file ({str(error) or type(error).__name__})") from None
     return arrays
+
+
+def check_expanded_size(value: Any, where: str, limit: int) -> None:
+    """Refuse a parsed document (YAML: its aliases share one object) that holds more than `limit`
+    values once every shared part is counted as the copy a reader walking it meets (a "billion laughs"
+    of nested aliases: kilobytes of text, 10**9 values), or that contains itself. Counted on the
+    object graph, memoized: linear in the distinct objects, so the check itself is bounded."""
+    counts: dict[int, int] = {}
+    on_path: set[int] = set()
+    work = [(value, False)]
+    while work:
+        node, children_done = work.pop()
+        key = id(node)
+        children = (list(node.keys()) + list(node.values())) if isinstance(node, dict) else \
+            list(node) if isinstance(node, (list, tuple, set, frozenset)) else ()
+        if children_done:
+            on_path.discard(key)
+            counts[key] = min(1 + sum(counts.get(id(child), 1) for child in children), limit + 1)
+            if counts[key] > limit:
+                raise InputError(f"{where}: holds more than {limit} values once its aliases are expanded")
+            continue
+        if key in counts or not children:
+            continue
+        if key in on_path:
+            raise InputError(f"{where}: a structure that contains itself (an alias of its own ancestor)")
+        on_path.add(key)
+        work.append((node, True))
+        for child in children:
+            if id(child) in on_path:
+                raise InputError(f"{where}: a structure that contains itself (an alias of its own ancestor)")
+            work.append((child, False))
+
+
+def parse_yaml(data: bytes | str, where: str, error: type[Exception] = InputError) -> Any:
+    """The one YAML parser of native inputs: safe tags only (libyaml's parser when installed), a
+    mapping key given twice refused (PyYAML keeps the last silently), and no more values than
+    `len(data) + 10000` with aliases expanded (`check_expanded_size`). Problems are `error` (InputError,
+    or ConfigError for a config) "`where`: not valid YAML (...)"."""
+    import yaml
+
+    try:
+        value = yaml.load(data, Loader=_strict_yaml_loader())
+    except RecursionError:
+        raise error(f"{where}: not valid YAML here (nested too deeply)") from None
+    except (yaml.YAMLError, ValueError) as problem:  # UnicodeDecodeError is a ValueError
+        raise error(f"{where}: not valid YAML ({' '.join(str(problem).split())})") from None
+    check_expanded_size(value, where, len(data) + 10_000)
+    return value
+
+
+_STRICT_YAML_LOADER = None
+
+
+def _strict_yaml_loader():
+    """yaml's (C) SafeLoader, refusing a key given twice in one mapping (made once, on first use)."""
+    global _STRICT_YAML_LOADER
+    if _STRICT_YAML_LOADER is None:
+        import yaml
+
+        class StrictSafeLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+            def construct_mapping(self, node, deep=False):
+                seen = set()
+                for key_node, _ in node.value:
+                    key = self.construct_object(key_node, deep=True)
+                    if isinstance(key, (str, int, float, bool, type(None))) and key in seen:
+                        raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r} in one mapping",
+                                                                key_node.start_mark)
+                    seen.add(key) if isinstance(key, (str, int, float, bool, type(None))) else None
+                return super().construct_mapping(node, deep)
+
+        _STRICT_YAML_LOADER = StrictSafeLoader
+    return _STRICT_YAML_LOADER
 
 
 def _refuse_duplicate_keys(pairs: list) -> dict:
