@@ -540,13 +540,13 @@ class SourceTests:
         output = tmp_path / "out"
         counts, status, err = run_measured(["convert", self.source, copy, output, *self.convert_args, "--workers", "1", "--quiet"])
         assert status == 0 and counts, f"the conversion died (status {status}):\n{err}"
+        bound = hostile.expands_to // 4
+        work = counts["read_bytes"] + counts["inflated_bytes"]
+        assert work < bound, f"read and inflated {work} bytes of a {plant} that expands to {hostile.expands_to}:\n{err}"
+        assert counts["rss_growth"] < bound, f"memory grew {counts['rss_growth']} bytes on a {plant} of {hostile.expands_to}:\n{err}"
         lines = err.strip().splitlines()
         assert counts["status"] == 1 and len(lines) == 1, f"exit {counts['status']}:\n{err}"
         assert lines[0].startswith("wdsprep: error: ") and hostile.named in lines[0], lines[0]
-        bound = hostile.expands_to // 4
-        work = counts["read_bytes"] + counts["inflated_bytes"]
-        assert work < bound, f"read and inflated {work} bytes of a {plant} that expands to {hostile.expands_to}"
-        assert counts["rss_growth"] < bound, f"memory grew {counts['rss_growth']} bytes on a {plant} of {hostile.expands_to}"
         left = sorted(os.listdir(output)) if output.is_dir() else []
         assert not [name for name in left if name == "manifest.json" or name.endswith(".tmp")], left
 
