@@ -2,8 +2,6 @@
 is one InputError naming the frame, in bounded memory (tracemalloc peak), never a crash. The 1.5 GiB
 zip bomb and the nested pickle through `wdsprep convert` are in the conformance suite."""
 import io
-import os
-import pickle
 import struct
 import subprocess
 import sys
@@ -31,6 +29,15 @@ def refusal(data: bytes) -> str:
     message = str(caught.value)
     assert message.startswith(f"{MEMBER}: ") and "\n" not in message, message
     return message
+
+
+def refusal_and_peak(data: bytes) -> tuple[str, int]:
+    """`refusal(data)` and the peak of what Python and numpy allocated meanwhile (tracemalloc)."""
+    tracemalloc.start()
+    try:
+        return refusal(data), tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
 
 
 def test_an_object_dtype_made_of_raw_bytes_is_one_line_not_a_segfault(tmp_path):
@@ -87,12 +94,7 @@ def test_a_structure_shared_26_deep_is_refused_before_it_is_expanded():
     the pickle's graph, the peak allocation stays a few megabytes."""
     data = nested_action_frame(26)
     assert len(data) < 1000
-    tracemalloc.start()
-    try:
-        message = refusal(data)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    message, peak = refusal_and_peak(data)
     assert "holds more than 300000 objects once its shared references are expanded" in message
     assert peak < 8 << 20, peak
 
@@ -129,13 +131,7 @@ def test_opcodes_a_numpy_frame_never_holds_are_refused(parts, rule):
 def test_a_pickle_of_many_small_objects_is_refused_in_bounded_memory():
     """Two million `None`s appended to a list (4 MB of opcodes) stop at the object limit: the scan's
     own graph stays bounded (tracemalloc peak)."""
-    data = _opcodes(b"]", b"Na" * 2_000_000)
-    tracemalloc.start()
-    try:
-        message = refusal(data)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    message, peak = refusal_and_peak(_opcodes(b"]", b"Na" * 2_000_000))
     assert "holds more than 300000 objects" in message
     assert peak < 128 << 20, peak
 

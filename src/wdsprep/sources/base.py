@@ -37,7 +37,6 @@ from __future__ import annotations
 import abc
 import argparse
 import importlib
-import io
 import json
 import os
 import zipfile

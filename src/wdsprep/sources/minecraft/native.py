@@ -1,14 +1,15 @@
 """The native MineDojo-style layout: `[data/][seq{n}-{m}/]creative:{id}/{t:06d}.npy`, one pickled dict a frame.
 
-This module is the only place in wdsprep that unpickles anything, and it does so with an unpickler
-that admits numpy arrays and dtypes only, so a hostile `.npy` cannot run code.
+Frames are the only pickles wdsprep reads, through the checked unpickler of `_unpickle` (no code
+runs, no object dtype from raw bytes, shared structures counted before they are built, nothing after
+the pickle), and only up to MAX_FRAME_BYTES a file or zip member (checked before it is read), so a
+hostile frame is one InputError naming it, in bounded time and memory.
 The input is a directory or a `.zip` of that tree; both are read through `NativeTree`.
 """
 from __future__ import annotations
 
 import io
 import os
-import pickle
 import re
 import zipfile
 import zlib
