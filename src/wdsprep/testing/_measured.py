@@ -4,8 +4,9 @@ The conformance suite's hostile-input tests judge a refusal by what the conversi
 the clock: the bytes it read (`rchar` of /proc/self/io: every read(2), from files, archives or
 pipes) plus the bytes Python's zlib inflated for it (zip members, gzip files, zlib chunks: the
 work a decompression bomb asks for, which no read(2) shows), and the growth of its resident
-memory (peak RSS, `ru_maxrss`, over the RSS when `main` starts: numpy, h5py, blosc and every other
-allocator alike). The child's address space is capped (`ADDRESS_SPACE_LIMIT`) so that code that
+memory (peak RSS over the RSS when `main` starts: numpy, h5py, blosc and every other
+allocator alike; `VmHWM`, reset when `main` starts, not `ru_maxrss`, which counts the pytest process
+the child was forked from). The child's address space is capped (`ADDRESS_SPACE_LIMIT`) so that code that
 does expand a bomb fails inside its child instead of taking the machine's memory.
 
     python -m wdsprep.testing._measured RESULT.json convert SOURCE INPUT OUTPUT ...
@@ -32,9 +33,20 @@ def _rchar() -> int:
         return int(next(line for line in handle if line.startswith("rchar:")).split()[1])
 
 
-def _rss() -> int:
-    with open("/proc/self/statm") as handle:
-        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+def _status_bytes(field: str) -> int:
+    """A memory line of /proc/self/status (`VmRSS`, `VmHWM`: kB) in bytes."""
+    with open("/proc/self/status") as handle:
+        return int(next(line for line in handle if line.startswith(field + ":")).split()[1]) * 1024
+
+
+def _reset_peak() -> None:
+    """Start the peak RSS (`VmHWM`) afresh: `getrusage`'s `ru_maxrss` also counts what the process
+    had before it exec'd python -- the pytest process it was forked from."""
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+    except OSError:
+        pass  # kernels before 4.0: VmHWM then also counts the imports, which only loosens the bound
 
 
 class _CountingDecompressor:
@@ -76,10 +88,11 @@ def _child(result_path: str, argv: list[str]) -> int:
     _count_inflation(inflated)
     from wdsprep.cli import main
 
-    rss_before, read_before = _rss(), _rchar()
+    _reset_peak()
+    rss_before, read_before = _status_bytes("VmRSS"), _rchar()
     status = main(argv)
     read_bytes = _rchar() - read_before
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = _status_bytes("VmHWM")
     with open(result_path, "w") as handle:
         json.dump({"status": status, "read_bytes": read_bytes, "inflated_bytes": inflated[0],
                    "rss_growth": max(0, peak - rss_before)}, handle)
