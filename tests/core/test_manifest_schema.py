@@ -108,7 +108,7 @@ def test_duplicate_json_fields_are_refused(good):
     text = text.replace('"source": "test"', '"source": "test", "source": "other"')
     with open(path, "w") as handle:
         handle.write(text)
-    with pytest.raises(ManifestError, match="'source' appears twice"):
+    with pytest.raises(ManifestError, match="duplicate key 'source'"):
         wdsprep.stream.load_manifest(path)
 
 

@@ -151,12 +151,12 @@ class Manifest:
 # -- the schema
 def unique_keys(pairs: list) -> dict:
     """`json.loads`' `object_pairs_hook` that refuses a field given twice in one object (plain
-    `json` keeps the last silently): manifests, and JSON inputs (`sources.base.read_json_file`)."""
+    `json` keeps the last silently): manifests, and JSON inputs (`sources.base.parse_json`)."""
     data = dict(pairs)
     if len(data) != len(pairs):
         seen: set = set()
         duplicate = next(key for key, _ in pairs if key in seen or seen.add(key))
-        raise ValueError(f"field {duplicate!r} appears twice in one object")
+        raise ValueError(f"duplicate key {duplicate!r} in one object")
     return data
 
 
