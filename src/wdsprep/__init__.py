@@ -4,7 +4,9 @@ Public API: `urls`, `dataset`, `mix`, `Part`, `MapDataset`, `decode`, `decode_sa
 exception of `wdsprep.errors`, and one
 namespace per source (`wdsprep.voxels`, `wdsprep.minecraft`, `wdsprep.deepreg`, `wdsprep.rawnind`,
 `wdsprep.noisebase`), imported on first use. For tools that drive a conversion themselves (not in
-`__all__`): `wdsprep.Conversion`, the step-by-step driver, and `wdsprep.ConvertOptions`, its options.
+`__all__`): `wdsprep.Conversion`, the step-by-step driver, and `wdsprep.ConvertOptions`, its options;
+and `wdsprep.register_source`, which lets manifests naming a plugin source be drawn with it
+(a manifest alone never makes wdsprep import code).
 """
 from __future__ import annotations
 
@@ -80,6 +82,8 @@ _LAZY = {
     # public for such tools, outside `__all__` (what `from wdsprep import *` gives is the training side)
     "Conversion": ("wdsprep.conversion", "Conversion"),
     "ConvertOptions": ("wdsprep.options", "ConvertOptions"),
+    # plugin sources that manifests may name (wdsprep show): outside `__all__` as well
+    "register_source": ("wdsprep.sources.registry", "register_source"),
 }
 
 

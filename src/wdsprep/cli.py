@@ -3,26 +3,36 @@
 A source's extra commands (`Source.commands()`, e.g. rawnind's `fetch rawnind` and `serve dataverse`)
 are mounted as `wdsprep VERB NAME ...`: the core knows no source by name, built-in ids come from
 `sources.registry.BUILTIN`, and every command that takes a SOURCE also takes a plugin
-`package.module:OBJECT`. Nor does it name any executor's flag: each `executors.EXECUTORS` entry
-declares its own. `wdsprep convert`'s flags take their defaults from `options.ConvertOptions` and
-are handed to `conversion.convert` apart: the core's options, and the source's own.
+`package.module:OBJECT` or an installed `wdsprep.sources` entry point's name (the user named it);
+`wdsprep show` draws with the source its manifest names only when that is allowed (`--plugin`).
+Nor does it name any executor's flag: each `executors.EXECUTORS` entry declares its own.
+`wdsprep convert`'s flags take their defaults from `options.ConvertOptions` and are handed to
+`conversion.convert` apart: the core's options, and the source's own.
+
+One convention for what goes wrong: an error is one `wdsprep: error: ...` line, exit status 1 (2 for
+a command line that names no command: an unknown command, named with the list of commands); a
+warning wdsprep gives while a command runs (a `UserWarning` from the package) is one
+`wdsprep: warning: ...` line. `wdsprep --version` prints the installed version, `wdsprep VERB
+--help` the whole help of every `VERB NAME` command a source mounts.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import signal
 import sys
 import tomllib
+import warnings
 from typing import Sequence
 
 from .errors import ConfigError, WdsprepError
 from .executors import EXECUTORS, executor_kind
-from .sources.registry import BUILTIN, is_plugin, load_source
+from .sources.registry import BUILTIN, ENTRY_POINT_GROUP, is_plugin, load_source
 from .storage import describe as describe_schemes
 
-SOURCES_HELP = f"{', '.join(BUILTIN)}, or a plugin package.module:OBJECT"
+SOURCES_HELP = f"{', '.join(BUILTIN)}, an installed '{ENTRY_POINT_GROUP}' entry point, or a plugin package.module:OBJECT"
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -248,20 +258,29 @@ def source_commands(name: str | None = None) -> dict:
     return mounted
 
 
-def run_source_command(argv: Sequence[str]) -> int:
-    """`wdsprep VERB NAME ...` for a command a source declares."""
-    verb, name = argv[0], (argv[1] if len(argv) > 1 else None)
-    mounted = source_commands(name)
-    command = mounted.get((verb, name))
-    if command is None:
-        names = sorted(target for known, target in mounted if known == verb)
-        print(f"usage: wdsprep {verb} {{{','.join(names)}}} ..." if names else usage(), file=sys.stderr)
-        return 2
-    parser = argparse.ArgumentParser(prog=f"wdsprep {verb} {name}")
+def _source_command_parser(verb: str, name: str, command) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"wdsprep {verb} {name}", description=command.summary or None)
     command.add_arguments(parser)
     if not any(action.dest == "debug" for action in parser._actions):
         _add_common(parser)
-    return int(command.main(parser.parse_args(argv[2:])) or 0)
+    return parser
+
+
+def run_source_command(argv: Sequence[str]) -> int:
+    """`wdsprep VERB NAME ...` for a command a source declares; `wdsprep VERB --help`: the complete
+    help of every `VERB NAME` command."""
+    verb, name = argv[0], (argv[1] if len(argv) > 1 else None)
+    mounted = source_commands(name if name not in ("-h", "--help") else None)
+    if name in ("-h", "--help"):
+        print("\n\n".join(_source_command_parser(verb, target, command).format_help().rstrip()
+                           for (known, target), command in mounted.items() if known == verb))
+        return 0
+    command = mounted.get((verb, name))
+    if command is None:
+        names = sorted(target for known, target in mounted if known == verb)
+        print(f"usage: wdsprep {verb} {{{','.join(names)}}} ...   (wdsprep {verb} --help: their options)", file=sys.stderr)
+        return 2
+    return int(command.main(_source_command_parser(verb, name, command).parse_args(argv[2:])) or 0)
 
 
 def cmd_upload(argv: Sequence[str]) -> int:
@@ -312,16 +331,49 @@ def usage() -> str:
     return "usage: wdsprep {" + ",".join(verbs) + "} ...\n" + "\n".join(f"  {words:<29} {text}" for words, text in rows)
 
 
+def version() -> str:
+    """The installed distribution's version (its metadata), else the package's own."""
+    try:
+        return importlib.metadata.version("wdsprep")
+    except importlib.metadata.PackageNotFoundError:
+        from . import __version__
+
+        return __version__
+
+
+def _warning_line(message, category, filename, lineno, file=None, line=None) -> None:
+    """wdsprep's own warnings as one `wdsprep: warning: ...` line on stderr; others as Python shows them."""
+    if os.path.realpath(str(filename)).startswith(PACKAGE_DIR + os.sep):
+        print(f"wdsprep: warning: {message}", file=sys.stderr)
+    else:
+        _SHOW_WARNING(message, category, filename, lineno, file, line)
+
+
+PACKAGE_DIR = os.path.dirname(os.path.realpath(__file__))
+_SHOW_WARNING = warnings.showwarning
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     if not argv or argv[0] in ("-h", "--help"):
         print(usage(), file=sys.stderr)
         return 0 if argv else 2
+    if argv[0] == "--version":
+        print(f"wdsprep {version()}")
+        return 0
     try:
-        if argv[0] not in COMMANDS:
+        with warnings.catch_warnings():
+            warnings.showwarning = _warning_line
+            if argv[0] in COMMANDS:
+                return COMMANDS[argv[0]](argv[1:])
+            name = argv[1] if len(argv) > 1 and argv[1] not in ("-h", "--help") else None
+            verbs = list(COMMANDS) + list(dict.fromkeys(verb for verb, _ in source_commands(name)))  # a plugin's too
+            if argv[0] not in verbs:
+                print(f"wdsprep: error: unknown command {argv[0]!r} (commands: {', '.join(verbs)}; "
+                      "wdsprep --help describes them)", file=sys.stderr)
+                return 2
             return run_source_command(argv)
-        return COMMANDS[argv[0]](argv[1:])
     except WdsprepError as error:
         if debug:
             raise
@@ -334,11 +386,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"wdsprep: error: {where}{error.strerror or error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(INTERRUPTED, file=sys.stderr)
+        print(interrupted(argv), file=sys.stderr)
         return 130
 
 
+RESUMABLE = ("convert", "pipeline", "upload", "reindex")  # a re-run of these continues where it stopped
 INTERRUPTED = "wdsprep: interrupted (re-run the same command to resume)"
+
+
+def interrupted(argv: Sequence[str]) -> str:
+    """The one line for Ctrl-C: only a command whose re-run resumes says to re-run it."""
+    return INTERRUPTED if argv and argv[0] in RESUMABLE else "wdsprep: interrupted"
 
 
 def entry() -> None:
@@ -352,7 +410,7 @@ def entry() -> None:
         code = main()
     except KeyboardInterrupt:  # came before main's own handling began, or as it returned
         if code is None:
-            print(INTERRUPTED, file=sys.stderr)
+            print(interrupted(sys.argv[1:]), file=sys.stderr)
             code = 130
     finally:
         while True:

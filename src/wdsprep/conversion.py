@@ -30,7 +30,9 @@ One conversion at a time per local output directory (an `flock` the kernel relea
 dies; stores without `supports_lock`, such as `s3://` outputs, have no lock). The driver uses the
 output only through `wdsprep.storage.Store`'s methods and capability flags, never by probing it.
 A failed write of the output (a full disk) stops the conversion at the first failure, with one
-line, and leaves no temporary file behind.
+line, and leaves no temporary file behind. A `--shard-bytes` that makes most shards hold a single
+sample is not refused (the output is valid) but said, in one `UserWarning` when the manifest is
+written (`one_sample_shards_warning`; the CLI prints it as one `wdsprep: warning:` line).
 """
 from __future__ import annotations
 
@@ -39,13 +41,14 @@ import json
 import os
 import threading
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
 from .errors import ConversionError, OutputError
 from .inputs import unit_input_fingerprints
 from .options import ConvertOptions, check_run_options
-from .progress import Progress
+from .progress import Progress, human_bytes
 from .shards.codec import Encoder
 from .shards.index import has_index
 from .shards.manifest import MANIFEST_NAME, Manifest, shard_name_pattern
@@ -55,6 +58,13 @@ from .sources.registry import load_source
 from .storage import Store, open_store
 
 UNITS_NAME = "_units.json"
+
+
+def written_by_conversion(name: str) -> bool:
+    """Names a conversion (and `reindex`) may write, replace or remove in its output: the manifest,
+    the units record, shards and temporaries. One that exists and is not a regular file is refused
+    before any work (`Store.check_replaceable`)."""
+    return name in (MANIFEST_NAME, UNITS_NAME) or name.endswith((".tar", ".tmp"))
 
 
 @dataclass
@@ -133,6 +143,7 @@ class Conversion:
         self.problems = list(problems)
         self.config = dict(plan.config, **core.config())
         self.fingerprint = _digest([input_mode, list(inputs)])
+        store.check_replaceable(written_by_conversion)
         store.clean_temporaries()  # ours only: the lock (or the caller) excludes another run
         units = identities if identities is not None else plan.units
         self._digests = {(unit.split, unit.index): unit_digest(identity, self.config, unit_inputs)
@@ -220,6 +231,9 @@ class Conversion:
         _remove_stale_shards(self.store, splits)
         self.store.write_bytes(MANIFEST_NAME, manifest.dumps())
         manifest.url = f"{self.store.url.rstrip('/')}/{MANIFEST_NAME}"
+        warning = one_sample_shards_warning(results, self.core.shard_bytes)
+        if warning is not None:
+            warnings.warn(warning, UserWarning, stacklevel=2)  # the output is valid: said, not refused
         return manifest
 
 
@@ -240,6 +254,7 @@ def convert(source_id: str, input: str, output: str, *, quiet: bool = True, opti
         input = os.path.abspath(input)  # units carry paths that workers on other nodes can resolve
     store = open_store(output)
     with store.lock():
+        store.check_replaceable(written_by_conversion)  # before the input is planned and fingerprinted
         try:
             return _convert(source_id, source, input, store, core, source_options, runner=runner, quiet=quiet,
                             started=started)
@@ -297,6 +312,22 @@ def _convert(source_id, source, input, store, core: ConvertOptions, source_optio
             f"(re-run to resume, completed units are kept):\n  " + "\n  ".join(lines)
         )
     return conversion.finish(started)
+
+
+def one_sample_shards_warning(results: Sequence[UnitResult], shard_bytes: int) -> str | None:
+    """One line when most shards hold a single sample because `--shard-bytes` is smaller than a
+    sample (such a shard is larger than the target) or than two (the writer closed it before the
+    next sample, within a unit): valid shards, but each costs a request when read remotely. None
+    for a few (one sample larger than the rest, a unit's small remainder)."""
+    total = sum(len(result.rows) for result in results)
+    single = [row for result in results for at, row in enumerate(result.rows)
+              if row["samples"] == 1 and (row["bytes"] > shard_bytes or at < len(result.rows) - 1)]
+    if len(single) < 2 or 2 * len(single) < total:
+        return None
+    largest = max(row["bytes"] for row in single)
+    return (f"{len(single)} of {total} shards hold a single sample: --shard-bytes {human_bytes(shard_bytes)} is "
+            f"smaller than two samples (such shards are up to {human_bytes(largest)}); each costs a request when "
+            "read remotely, so a --shard-bytes of many samples reads faster")
 
 
 def _describe_items(items: list) -> str:

@@ -28,6 +28,7 @@ import sys
 from typing import Any, Callable, Iterator, Sequence
 
 from .errors import ConfigError, UnitFailedError  # `wdsprep.ray_executor.UnitFailedError`: deprecated path
+from .readoptions import whole_number
 
 try:
     import ray
@@ -96,14 +97,13 @@ class RayExecutor:
             raise ConfigError(f"unknown Ray executor option(s): {', '.join(sorted(unknown))}")
         if workers < 1:
             raise ConfigError(f"--workers must be at least 1 (got {workers})")
-        if retries is None:
-            retries = os.environ.get("WDSPREP_RAY_RETRIES", DEFAULT_RETRIES)
-        try:
-            retries = int(retries)
-        except ValueError:
-            raise ConfigError(f"Ray executor retries must be an integer (got {retries!r})") from None
-        if retries < 0:
-            raise ConfigError(f"Ray executor retries must be at least 0 (got {retries})")
+        meaning = f"attempts of a failed unit after its first on Ray; default {DEFAULT_RETRIES}"
+        if retries is not None:
+            retries = whole_number(retries, "retries", 0, meaning)
+        elif "WDSPREP_RAY_RETRIES" in os.environ:  # read when the executor is made, never at import
+            retries = whole_number(os.environ["WDSPREP_RAY_RETRIES"], "WDSPREP_RAY_RETRIES", 0, meaning)
+        else:
+            retries = DEFAULT_RETRIES
         self.workers = int(workers)
         self.address = address or os.environ.get("RAY_ADDRESS") or None
         self.retries = int(retries)

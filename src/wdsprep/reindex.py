@@ -3,23 +3,37 @@
 Shards written before every shard carried `__wdsprep_index__` have manifest rows without
 `index_offset`/`index_bytes`/`index_digest`. Readers then hash a local shard whole before its first
 sample and refuse a remote one (`stream/read.py`). Reindexing writes each such shard again through
-`shards.writer.ShardFile` (the one writer of shard bytes): its samples' bytes unchanged, then the
-index member and the end blocks, so it reads on the indexed path, member by member checked.
+`shards.writer.ShardFile` (the one writer of shard bytes): its samples, then the index member and the
+end blocks, so it reads on the indexed path, member by member checked. Its samples are grouped as
+every reader groups them (`tarformat.sample_members`), so every shard `wdsprep verify` accepts is
+indexed, and a member name that is a path is refused here as there.
+
+What is kept. Each sample member keeps its bytes: its own 512-byte header where it has one plain
+ustar header, its data, zero padding. What belongs to no sample member is left out: the zeros at the
+end (two blocks, or a whole tar record: GNU tar pads to 10,240 bytes), metadata members (the first
+indexed format balanced a unit's last two shards by concatenating their bytes, leaving the first
+one's index member inside the tail shard, followed by more samples) and GNU/PAX extension records
+(the member gets a plain header of its own instead). When only zeros were left out, the new shard is
+the old one's sample bytes and the index, byte for byte what a conversion writes; otherwise its index
+records `reindexed_from`, the sha256 of the shard it replaced (`_samples_alone` decides, from the
+rebuilt samples and the row alone).
 
 The output is used only through `Store` methods (a local directory or `s3://`; like a conversion's
 output). Order of events, so that nothing is lost and an interrupted run resumes:
 1. per shard without index fields: stream it, rebuilding its samples' bytes member by member into
-   a staged new shard; the samples must be exactly the converted ones (their bytes, followed by the
-   end blocks, have the row's size and sha256, and the count matches) and the object byte for byte
-   the row's shard, else the shard is left as it is and reported (one line naming it);
-2. the new shard replaces the old one atomically (`Store.publish`). A shard that is already byte
-   for byte what this run builds (an interrupted run replaced it but never wrote the manifest) is
-   recognised, its samples checked the same way, and is not written again;
+   a staged new shard; the object must be byte for byte the row's shard (size and sha256) with the
+   row's count of samples, else the shard is left as it is and reported (one line naming it);
+2. the new shard replaces the old one atomically (`Store.publish`: a rename over it, or an upload
+   over it; never a delete first, so a failure at that moment leaves the old shard, which the manifest
+   still lists). A shard that is already byte for byte what this run builds from it (an interrupted
+   run replaced it but never wrote the manifest) is recognised, and is not written again when it
+   belongs to the row: its samples followed by zeros have the row's sha256, or its index says
+   `reindexed_from` the row's sha256 (a damaged byte since then fails its own index, so it is named);
 3. when every shard is done, `_units.json` (so a later `convert` re-run still reuses the units) and
    then `manifest.json` get the new rows, last.
 Between 2 and 3 the manifest still lists the old rows: a reader of a replaced shard then gets a
 `ShardError` (size or sha256), never a wrong sample. One run at a time per local directory (the
-conversion's lock).
+conversion's lock, held as "wdsprep reindex", which a second run's refusal names).
 """
 from __future__ import annotations
 
@@ -29,12 +43,12 @@ import io
 import sys
 from dataclasses import dataclass, field
 
-from .conversion import replace_unit_rows
-from .errors import ManifestError, ShardError
+from .conversion import replace_unit_rows, written_by_conversion
+from .errors import FormatError, ManifestError, ShardError
 from .progress import Progress
-from .shards.index import INDEX_MEMBER, has_index
+from .shards.index import has_index
 from .shards.manifest import MANIFEST_NAME, Manifest
-from .shards.tarformat import BLOCK, END_OF_ARCHIVE, TarCursor, padding, split_key
+from .shards.tarformat import BLOCK, TarCursor, header, padding, sample_members
 from .shards.writer import ShardFile
 from .storage import BUFFER, Store, describe, open_store, open_url
 from .stream.manifests import load_manifest
@@ -69,7 +83,8 @@ def main(args: argparse.Namespace) -> int:
 def reindex(location: str, *, quiet: bool = True) -> ReindexReport:
     load_manifest(location)  # a location without a manifest is refused before anything is made there
     store = open_store(location.removesuffix(MANIFEST_NAME).rstrip("/") or ".")
-    with store.lock():
+    with store.lock("wdsprep reindex"):
+        store.check_replaceable(written_by_conversion)  # a symlink, FIFO or device among them: refused
         text = store.read_bytes(MANIFEST_NAME)  # again, under the lock
         if text is None:
             raise ManifestError(f"{store.name_url(MANIFEST_NAME)}: no manifest (is this a `wdsprep convert` output?)")
@@ -99,6 +114,9 @@ def reindex(location: str, *, quiet: bool = True) -> ReindexReport:
     return report
 
 
+MAX_ZERO_TAIL = 1 << 20  # zero bytes after the samples believed at most (beyond their own size): tar records of 1 MiB
+
+
 def _reindex_shard(store: Store, row: dict) -> tuple[dict, bool]:
     """(the shard's new row fields, whether an interrupted run had written it already)."""
     url = store.name_url(row["name"])
@@ -108,63 +126,80 @@ def _reindex_shard(store: Store, row: dict) -> tuple[dict, bool]:
             hashing = Sha256Reader(stream)  # the object as it is
             samples = _Samples(TarCursor(io.BufferedReader(hashing, BUFFER), url), url)
             for key, blob, spans in samples:
-                shard.append(key, blob, spans)
+                try:
+                    shard.append(key, blob, spans)
+                except FormatError as error:  # a key twice: no index can hold the shard
+                    raise ShardError(url, f"{error}: the shard cannot be indexed") from None
             while hashing.readinto(bytearray(BUFFER)):
                 pass
-        samples.body.update(END_OF_ARCHIVE)
-        if (samples.size + len(END_OF_ARCHIVE), samples.body.hexdigest(), shard.samples) != (row["bytes"], row["sha256"], row["samples"]):
-            raise ShardError(url, "its samples differ from the manifest row (size, sha256 or sample count)")
-        written = shard.finish().as_dict()
+        if shard.samples != row["samples"]:
+            raise ShardError(url, f"holds {shard.samples} samples, its manifest row says {row['samples']}")
+        kept = _samples_alone(samples, row)
+        written = shard.finish(reindexed_from=None if kept else row["sha256"]).as_dict()
         del written["name"]
         found = (hashing.count, hashing.digest.hexdigest())
         if found == (written["bytes"], written["sha256"]):  # an interrupted run's: already what this run writes
             shard.abort()
             return written, True
-        if samples.indexed or found != (row["bytes"], row["sha256"]):
+        if found != (row["bytes"], row["sha256"]):
             raise ShardError(url, "differs from the manifest row (size or sha256) and from its indexed form")
-        store.publish(shard.publish(), row["name"])
+        store.publish(shard.publish(), row["name"])  # a rename over the old shard (or its upload): never a delete first
         return written, False
     except BaseException:
         shard.abort()
         raise
 
 
+def _samples_alone(samples: "_Samples", row: dict) -> bool:
+    """Whether the row's shard is the rebuilt samples followed by zero bytes alone (end blocks of any
+    record size): then the new shard keeps every byte but those zeros, and a new shard is recognised
+    by its samples' bytes and the row's sha256. A function of the rebuilt samples and the row only,
+    so an interrupted run and its resumption decide alike."""
+    zeros = row["bytes"] - samples.size
+    if not 0 <= zeros <= samples.size + MAX_ZERO_TAIL:
+        return False
+    digest = samples.body.copy()
+    block = bytes(min(zeros, BUFFER))
+    while zeros:
+        digest.update(block[:zeros])
+        zeros -= min(zeros, len(block))
+    return digest.hexdigest() == row["sha256"]
+
+
 class _Samples:
-    """(key, blob, spans) of each sample of an older shard, its bytes rebuilt member by member from
-    the tar stream (each member's 512-byte header, its data, zero padding), checked to tile the
-    shard from byte 0 as the indexed read path requires. `body` hashes the rebuilt bytes, `size`
-    counts them; `indexed` says the samples were followed by an index member (an interrupted run's)."""
+    """(key, blob, spans) of each sample of a shard, grouped as every reader groups them
+    (`tarformat.sample_members`: plain names only, metadata members such as a stale index left out),
+    its bytes rebuilt member by member: the member's own 512-byte header where it has one plain
+    header (wdsprep's and plain ustar writers'), a fresh one (`tarformat.header`) where extension
+    records (GNU long names, PAX) come before it, its data, zero padding. `body` hashes the rebuilt
+    bytes, `size` counts them."""
 
     def __init__(self, cursor: TarCursor, url: str):
         self.cursor, self.url = cursor, url
         self.body = hashlib.sha256()
         self.size = 0
-        self.indexed = False
 
     def __iter__(self):
-        cursor, key, blob, spans = self.cursor, None, bytearray(), []
-        while (member := cursor.next()) is not None:
-            if member.name == INDEX_MEMBER:
-                self.indexed = True
-                if cursor.next() is not None:
-                    raise ShardError(self.url, f"a member follows {INDEX_MEMBER!r}")
-                break
-            parts = split_key(member.name)
-            if parts is None or member.start != self.size + len(blob) or member.offset != member.start + BLOCK:
-                raise ShardError(self.url, f"member {member.name!r} at byte {member.start} is not a plain member of a "
-                                           "sample as wdsprep writes them: the shard cannot be indexed")
-            if parts[0] != key and key is not None:
-                yield self._sample(key, blob, spans)
-                blob, spans = bytearray(), []
-            key = parts[0]
+        cursor, number, key, blob, spans = self.cursor, -1, None, bytearray(), []
+        for sample, sample_key, field, member in sample_members(cursor, self.url):
+            if sample != number:
+                if number >= 0:
+                    yield self._sample(key, blob, spans)
+                number, key, blob, spans = sample, sample_key, bytearray(), []
             data = cursor.read()
             start = len(blob)
-            blob += cursor.header
+            blob += cursor.header if member.offset == member.start + BLOCK else self._header(member.name, len(data))
             blob += data
             blob += padding(len(data))
-            spans.append((parts[1], len(data), start, len(blob)))
-        if key is not None:
+            spans.append((field, len(data), start, len(blob)))
+        if number >= 0:
             yield self._sample(key, blob, spans)
+
+    def _header(self, name: str, size: int) -> bytes:
+        try:
+            return header(name, size)
+        except FormatError as error:
+            raise ShardError(self.url, f"member {name!r}: {error}: the shard cannot be indexed") from None
 
     def _sample(self, key: str, blob: bytearray, spans: list) -> tuple[str, bytearray, list]:
         self.body.update(blob)

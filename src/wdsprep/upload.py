@@ -157,6 +157,8 @@ def upload(
     destination = local_path(store.url)
     if destination is not None and os.path.samefile(destination, directory):
         raise ConfigError(f"{url}: destination is the shard directory itself")
+    owned = {row["name"] for row in rows} | {MANIFEST_NAME}
+    store.check_replaceable(lambda name: name in owned or name.endswith(".tmp"))  # before any work
     report = UploadReport(url=store.url)
 
     existing = store.read_bytes(MANIFEST_NAME)

@@ -2,7 +2,8 @@
 
 Native data: one text file per split, `<split>.txt`, one sample a line: `KEY V1 V2 ...` (integers).
 A sample becomes `values` (int64, times `--scale`) and `meta` ({"line": its line number}). A line
-with a value that is not an integer is a bad item (`FILE:LINE`). It declares one command of its
+with a value that is not an integer, or longer than MAX_LINE_BYTES, is a bad item (`FILE:LINE`); a
+split file above MAX_FILE_BYTES is refused unread (what a plugin does to stay bounded on hostile input). It declares one command of its
 own, `wdsprep count plugin_source:SOURCE DIR`, and relies on the base class for every other hook.
 """
 from __future__ import annotations
@@ -15,10 +16,12 @@ import numpy as np
 from wdsprep.sources.base import Command, Plan, PlanContext, Source, Unit, UnitContext, group_by_size, read_input_bytes
 
 LINE_BYTES = 64  # the planning estimate of one sample's shard bytes
+MAX_FILE_BYTES = 256 << 20  # a split file
+MAX_LINE_BYTES = 64 << 10  # a sample: a line is split into its values (~60 bytes of Python objects each) only below this
 
 
 def _lines(path: str) -> list[str]:
-    return read_input_bytes(path).decode().splitlines()
+    return read_input_bytes(path, MAX_FILE_BYTES, "a split file").decode().splitlines()
 
 
 def _is_integer(text: str) -> bool:
@@ -43,6 +46,9 @@ class LinesSource(Source):
             splits[name.removesuffix(".txt")] = path
             items = []
             for number, line in enumerate(_lines(path), 1):
+                if len(line) > MAX_LINE_BYTES:
+                    ctx.skip_or_raise(f"{path}:{number}", f"a line longer than {MAX_LINE_BYTES} bytes")
+                    continue
                 key, *values = line.split()
                 if not all(map(_is_integer, values)):
                     ctx.skip_or_raise(f"{path}:{number}", "values must be integers")

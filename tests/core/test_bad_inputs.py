@@ -70,6 +70,11 @@ def _json_nested_too_deeply(root):
     return root / "train" / "k2.meta.json", r"not valid JSON here \(nested deeper than"
 
 
+def _json_duplicate_key(root):
+    (root / "train" / "k2.meta.json").write_text('{"label": 1, "nested": {"a": 1, "a": 2}}')  # json keeps the last silently
+    return root / "train" / "k2.meta.json", r"not valid JSON \(duplicate key 'a' in one object\)"
+
+
 def _npy_header_asks_for_too_much(root):
     path = root / "train" / "k1.array.npy"
     data = path.read_bytes()
@@ -91,7 +96,7 @@ def _same_field_twice(root):
 
 
 CASES = {f.__name__[1:]: f for f in (_dangling, _zero_byte, _text_as_npy, _truncated_npy, _object_npy, _bad_json,
-                                      _not_utf8_json, _json_beyond_64_bits, _json_nested_too_deeply,
+                                      _not_utf8_json, _json_beyond_64_bits, _json_nested_too_deeply, _json_duplicate_key,
                                       _npy_header_asks_for_too_much, _directory_as_file, _same_field_twice)}
 
 

@@ -6,7 +6,8 @@ included: each run here is a session of its own and gets `killpg(SIGINT)`, as fr
 conversion is the stalling plugin source of test_conversion (unit train/2 stops half-way through its
 shard for an hour), so it never finishes on its own and every moment can be hit without a race:
 while the pool's workers start (they are still importing), at several points after the lock is
-taken (planning, fingerprinting, units in flight), and mid-shard, with a pool and inline."""
+taken (planning, fingerprinting, units in flight), and mid-shard, with a pool and inline. A read-only
+command (`verify`, `inspect`) interrupted says so without asking for a re-run: it has nothing to resume."""
 import os
 import signal
 import subprocess
@@ -151,3 +152,39 @@ def test_ctrl_c_just_as_the_conversion_ends_is_one_line_or_nothing(tmp_path, gen
         if process.returncode == 0:
             assert process.stderr.closed or process.stderr.read() == b""  # closed: _ctrl_c read it, empty
             assert subprocess.run(CLI + ["verify", str(out), "--quiet"], capture_output=True).returncode == 0
+
+
+def _writer_of(fifo) -> list | None:
+    """[a descriptor of the FIFO's write end], once a reader has it open (before: ENXIO)."""
+    try:
+        return [os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)]
+    except OSError:
+        return None
+
+
+@pytest.mark.parametrize("command", ["verify", "inspect"])
+def test_ctrl_c_of_a_read_only_command_says_interrupted_without_a_resume_to_run(tmp_path, generic_input, command):
+    """A read-only command has nothing to resume: its Ctrl-C line does not ask for a re-run. The
+    command is caught reading a shard that never ends (a FIFO nobody writes to), so the signal
+    comes while it reads, without a race."""
+    out = tmp_path / "out"
+    converted = subprocess.run(CLI + ["convert", "generic", generic_input, str(out), "--quiet"], capture_output=True,
+                               text=True, timeout=EVENT)
+    assert converted.returncode == 0, converted.stderr
+    shard = sorted(out.glob("*.tar"))[0]
+    shard.unlink()
+    os.mkfifo(shard)
+    process = subprocess.Popen(CLI + [command, str(out), "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               start_new_session=True)
+    writer = None
+    try:
+        writer = wait_for(lambda: _writer_of(shard) or process.poll() is not None, f"`wdsprep {command}` to open the shard")
+        assert process.poll() is None, process.stderr.read().decode()
+        os.killpg(process.pid, signal.SIGINT)
+        _, err = process.communicate(timeout=EVENT)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        if isinstance(writer, list):
+            os.close(writer[0])
+    assert (process.returncode, err.decode().splitlines()) == (130, ["wdsprep: interrupted"]), err.decode()

@@ -153,17 +153,6 @@ def test_oversized_sample_gets_its_own_shard(tmp_path):
     assert [r.samples for r in writer.rows] == [1, 1]
 
 
-def test_long_member_names_use_the_ustar_prefix(tmp_path):
-    key = "dir" + "/sub" * 30 + "/leaf"
-    writer = ShardWriter(str(tmp_path), "train-00000", shard_bytes=1 << 20, encoder=Encoder())
-    with writer:
-        writer.write(key, {"x": 1})
-    with tarfile.open(tmp_path / writer.rows[0].name) as archive:
-        assert archive.getnames() == [key + ".x.mp", "__wdsprep_index__"]
-    with open(tmp_path / writer.rows[0].name, "rb") as handle:
-        assert [s["__key__"] for s in tarformat.iter_samples(handle)] == [key]
-
-
 def test_unknown_manifest_version_is_a_clear_error(tmp_path):
     manifest = Manifest("test", {}, "fp", {"train": []}).to_dict()
     manifest["manifest_version"] = 99

@@ -1,12 +1,13 @@
 """The generic source (the one the core's tests convert) against the source conformance suite
 (wdsprep.testing.conformance): 40 + 10 samples of 16 KiB in 100 KB shards; an array file replaced by
-junk; an array's values changed in place."""
+junk; an array's values changed in place; a 2 GiB JSON field (a sparse file); an array whose header
+declares 4 GiB followed by 16 bytes."""
 import io
 import json
 
 import numpy as np
 
-from wdsprep.testing.conformance import SourceTests
+from wdsprep.testing.conformance import Hostile, SourceTests
 
 ARRAY = "train/sample000017.array.npy"
 
@@ -36,6 +37,20 @@ class TestGenericConformance(SourceTests):
         path = native / ARRAY
         path.write_bytes(b"not an array")
         return str(path)
+
+    def bomb_input(self, native):
+        path = native / "train" / "sample000017.notes.json"
+        with open(path, "wb") as handle:
+            handle.write(b'{"notes": "')
+            handle.truncate(2 << 30)  # a sparse file: 2 GiB on read, nothing on disk
+        return Hostile(str(path), 2 << 30)
+
+    def malformed_input(self, native):
+        path = native / ARRAY
+        header = io.BytesIO()
+        np.lib.format.write_array_header_1_0(header, {"descr": "<f8", "fortran_order": False, "shape": (2**29,)})
+        path.write_bytes(header.getvalue() + bytes(16))
+        return Hostile(str(path), 2**29 * 8)
 
     def stray_entries(self, native):
         return ("README.txt", ".ipynb_checkpoints/", "train/preview.png", "train/k0.array.NPY", "train/old/")

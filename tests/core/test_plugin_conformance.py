@@ -1,8 +1,8 @@
 """A source defined outside the package (`plugin_source.py`, beside this file) against the source
 conformance suite (wdsprep.testing.conformance), loaded as a plugin `package.module:OBJECT` in this
 process and in the pool's workers: one unit per split file; a value that is not an integer; one
-value changed in place."""
-from wdsprep.testing.conformance import SourceTests
+value changed in place; a 2 GiB split file (a sparse file); a line of 50 million values."""
+from wdsprep.testing.conformance import Hostile, SourceTests
 
 
 class TestPluginSourceConformance(SourceTests):
@@ -17,6 +17,22 @@ class TestPluginSourceConformance(SourceTests):
         lines[5] = " ".join([key, "x" * len(first), *rest])
         path.write_text("\n".join(lines) + "\n")
         return f"{path}:6"
+
+    def bomb_input(self, native):
+        path = native / "train.txt"
+        with open(path, "r+b") as handle:
+            handle.truncate(2 << 30)
+        return Hostile(str(path), 2 << 30)
+
+    def malformed_input(self, native):
+        path = native / "train.txt"
+        lines = path.read_bytes().splitlines(keepends=True)
+        count = 50_000_000
+        with open(path, "wb") as handle:
+            handle.writelines(lines[:5])
+            handle.write(b"train0005" + b" 12" * count + b"\n")  # 150 MB: a str of ~51 bytes per value once split
+            handle.writelines(lines[6:])
+        return Hostile(f"{path}:6", count * 59)
 
     def stray_entries(self, native):
         return ("notes.md", "train.txt.orig", "old/")

@@ -8,20 +8,27 @@ samples followed by the two end blocks, its row's size and sha256 of those bytes
 shards are exactly an older shard's samples plus the index, so reindexing must give them back
 byte for byte.
 """
+import errno
 import hashlib
 import json
 import os
 import pathlib
 import shutil
+import subprocess
+import sys
 import tarfile
 
+import msgpack
 import numpy as np
 import pytest
 
 import wdsprep
 from wdsprep.errors import ShardError
 from wdsprep.testing import RangeHTTPServer, S3Server
-from wdsprep.testing.conformance import assert_rows_index_their_shards, balanced_units, read_manifest, run_cli, shard_bytes
+from wdsprep.testing.conformance import (assert_rows_index_their_shards, balanced_units, read_manifest, run_cli, shard_bytes,
+                                        tar_samples)
+
+from tests.timeouts import SUBPROCESS
 
 from .shardsets import INDEX_FIELDS, make_older
 
@@ -56,6 +63,25 @@ def reindex(location) -> tuple[int, str, str]:
 
 def identities(directory: pathlib.Path) -> dict[str, tuple]:
     return {path.name: (path.stat().st_ino, path.stat().st_mtime_ns) for path in directory.glob("*.tar")}
+
+
+def write_manifest(directory: pathlib.Path, manifest: dict) -> None:
+    """`manifest` with its split and overall byte and sample totals added up again, as manifest.json."""
+    for entry in manifest["splits"].values():
+        entry["bytes"] = sum(row["bytes"] for row in entry["shards"])
+        entry["samples"] = sum(row["samples"] for row in entry["shards"])
+    manifest["totals"].update(bytes=sum(entry["bytes"] for entry in manifest["splits"].values()),
+                              samples=sum(entry["samples"] for entry in manifest["splits"].values()),
+                              shards=sum(len(entry["shards"]) for entry in manifest["splits"].values()))
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+
+
+def index_of(path: pathlib.Path) -> dict:
+    """A shard's `__wdsprep_index__` member, read with tarfile and msgpack."""
+    with tarfile.open(path) as archive:
+        member = archive.getmembers()[-1]
+        assert member.name == "__wdsprep_index__"
+        return msgpack.unpackb(archive.extractfile(member).read())
 
 
 def keys_read(manifest_url: str) -> list[str]:
@@ -116,7 +142,7 @@ def test_an_interrupted_reindex_resumes_and_meanwhile_no_wrong_sample_is_read(co
 
         monkeypatch.setattr(module, "_reindex_shard", interrupted)
     status, _, err = reindex(work)
-    assert status == 130 and len(err.strip().splitlines()) == 1, err
+    assert (status, err.strip().splitlines()) == (130, ["wdsprep: interrupted (re-run the same command to resume)"]), err
     monkeypatch.undo()
     assert (work / "manifest.json").read_bytes() == manifest_before  # the manifest is written last
     assert not list(work.glob("*.tmp"))
@@ -167,11 +193,12 @@ def test_a_damaged_older_shard_is_named_and_left_as_it_is(conversions, tmp_path,
         keys_read(str(work / "manifest.json"))
 
 
-def test_a_shard_written_by_another_tar_writer_is_indexed_or_refused_in_one_line(conversions, tmp_path):
-    """Python's tarfile in ustar format (its own header bytes) is indexed and reads back the same
-    samples; in PAX format (extended headers before members) it cannot be, and says so in one line."""
+def test_a_shard_written_by_another_tar_writer_with_plain_or_extended_headers_is_indexed(conversions, tmp_path):
+    """Python's tarfile in ustar format (its own header bytes) is indexed keeping every sample byte;
+    in PAX format (extended records before members), which `verify` reads as well, each member gets
+    a plain header of its own and the index names the shard it replaced (`reindexed_from`)."""
     native, current, older = conversions
-    for form, ok in ((tarfile.USTAR_FORMAT, True), (tarfile.PAX_FORMAT, False)):
+    for form in (tarfile.USTAR_FORMAT, tarfile.PAX_FORMAT):
         work = tmp_path / f"older-{form}"
         shutil.copytree(older, work)
         manifest = read_manifest(work)
@@ -188,16 +215,17 @@ def test_a_shard_written_by_another_tar_writer_is_indexed_or_refused_in_one_line
         data += bytes(-len(data) % 512) + bytes(1024)
         path.write_bytes(data)
         row.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
-        manifest["splits"]["train"]["bytes"] = sum(r["bytes"] for r in manifest["splits"]["train"]["shards"])
-        manifest["totals"]["bytes"] = manifest["splits"]["train"]["bytes"]
-        (work / "manifest.json").write_text(json.dumps(manifest))
+        write_manifest(work, manifest)
+        assert run_cli("verify", work, "--quiet")[0] == 0
         status, out, err = reindex(work)
-        if ok:
-            assert status == 0, err
-            assert assert_rows_index_their_shards(work) == len(shard_bytes(work))
-            assert keys_read(str(work / "manifest.json")) == [f"s{i:04d}" for i in range(300)]
-        else:
-            assert status == 1 and len(err.strip().splitlines()) == 1 and row["name"] in err and "cannot be indexed" in err, err
+        assert status == 0, err
+        assert assert_rows_index_their_shards(work) == len(shard_bytes(work))
+        assert keys_read(str(work / "manifest.json")) == [f"s{i:04d}" for i in range(300)]
+        with tarfile.open(path) as rebuilt:
+            assert all(info.pax_headers == {} for info in rebuilt.getmembers())
+            assert [(info.name, rebuilt.extractfile(info).read()) for info in rebuilt.getmembers()[:-1]] == \
+                [(info.name, data) for info, data in members]
+        assert index_of(path).get("reindexed_from") == (row["sha256"] if form == tarfile.PAX_FORMAT else None)
 
 
 def test_reindex_over_s3(conversions, monkeypatch):
@@ -294,3 +322,154 @@ def test_a_conversion_rerun_over_an_older_output_builds_its_units_again_with_the
     assert shard_bytes(work) == shard_bytes(current)
     assert read_manifest(work)["splits"] == read_manifest(current)["splits"]
     assert assert_rows_index_their_shards(work) == len(shard_bytes(work))
+
+
+def with_shard(work: pathlib.Path, name: str, data: bytes, samples: int | None = None) -> None:
+    """Put `data` in place of shard `name`, its manifest row (and `_units.json`'s) describing it."""
+    (work / name).write_bytes(data)
+    manifest = read_manifest(work)
+    rows = [row for row in manifest["splits"]["train"]["shards"] if row["name"] == name]
+    rows[0].update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+    if samples is not None:
+        rows[0]["samples"] = samples
+    write_manifest(work, manifest)
+    lines = (work / "_units.json").read_text().splitlines()
+    records = [json.loads(line) for line in lines[1:]]
+    for record in records:
+        record["rows"] = [dict(row, **{k: v for k, v in rows[0].items() if k != "unit_digest"}) if row["name"] == name else row
+                          for row in record["rows"]]
+    (work / "_units.json").write_text("\n".join([lines[0], *(json.dumps(r, sort_keys=True) for r in records)]) + "\n")
+
+
+@pytest.mark.parametrize("writer", ["the tar command", "tarfile's defaults"])
+def test_a_shard_padded_to_whole_tar_records_is_indexed_and_then_reads_remotely(conversions, tmp_path, writer):
+    """GNU tar (and Python's tarfile) end an archive with zeros up to a whole 10,240-byte record:
+    `verify` accepts such a shard, so reindex must index it, and the result then reads over HTTP."""
+    native, current, older = conversions
+    work = tmp_path / "older"
+    shutil.copytree(older, work)
+    name = sorted(shard_bytes(work))[0]
+    members = tmp_path / "members"
+    with tarfile.open(work / name) as archive:
+        names = archive.getnames()
+        archive.extractall(members, filter="data")
+    data_path = tmp_path / "by-another-writer.tar"
+    if writer == "the tar command":
+        subprocess.run(["tar", "-cf", str(data_path), "-C", str(members), *names], check=True)
+    else:
+        with tarfile.open(data_path, "w") as target:
+            for member in names:
+                target.add(members / member, arcname=member)
+    data = data_path.read_bytes()
+    assert len(data) % 10240 == 0 and len(data) - len(data.rstrip(b"\0")) > 1024  # whole records, more than two zero blocks
+    with_shard(work, name, data)
+    assert run_cli("verify", work, "--quiet")[0] == 0
+    status, out, err = reindex(work)
+    assert status == 0, err
+    assert assert_rows_index_their_shards(work) == len(shard_bytes(work))
+    with tarfile.open(work / name) as rebuilt:
+        assert [(info.name, rebuilt.extractfile(info).read()) for info in rebuilt.getmembers()[:-1]] == \
+            [(member, (members / member).read_bytes()) for member in names]
+    # the tar command writes one plain header per member: only zeros were left out; tarfile adds PAX records (mtime)
+    assert ("reindexed_from" in index_of(work / name)) == (writer == "tarfile's defaults")
+    with RangeHTTPServer(tmp_path) as server:
+        assert keys_read(server.url_of("older/manifest.json")) == [f"s{i:04d}" for i in range(300)]
+
+
+def first_indexed_balance(work: pathlib.Path, current: pathlib.Path) -> tuple[str, int]:
+    """What the first indexed format wrote when it balanced a unit's last two shards: the first cut
+    after `cut` samples (its index dropped, no index fields), and the tail made of the first one's
+    bytes from the cut to its end blocks -- its index member included -- followed by the last one's
+    (its own index too) and the end blocks, its row without index fields. (shard name, samples)"""
+    first, last = sorted(shard_bytes(current))[-2:]
+    a, b = (current / first).read_bytes(), (current / last).read_bytes()
+    samples_a, samples_b = tar_samples(current / first), tar_samples(current / last)
+    cut = len(samples_a) // 2
+    at = samples_a[cut][1][0].offset
+    with_shard(work, first, a[:at] + bytes(1024), cut)
+    tail = a[:-1024][at:] + b[:-1024] + bytes(1024)
+    with_shard(work, last, tail, len(samples_a) - cut + len(samples_b))
+    return last, tail.count(b"__wdsprep_index__\0")
+
+
+def test_the_tail_shard_of_a_unit_balanced_by_the_first_indexed_format_is_indexed(conversions, tmp_path, monkeypatch):
+    """That tail shard holds a stale index member followed by more samples. `verify` reads it (the
+    member is metadata to every tar reader), so reindex must index it: the samples kept, the stale
+    index members left out, and the new index names the shard it replaced."""
+    import wdsprep.reindex as module
+
+    native, current, older = conversions
+    work = tmp_path / "older"
+    shutil.copytree(older, work)
+    tail, stale = first_indexed_balance(work, current)
+    assert stale == 2
+    old_row = next(row for row in read_manifest(work)["splits"]["train"]["shards"] if row["name"] == tail)
+    old_samples = [(key, [(m.name, m.size) for m in members]) for key, members in tar_samples(work / tail)]
+    assert run_cli("verify", work, "--quiet")[0] == 0
+    monkeypatch.setattr(module, "replace_unit_rows", lambda *args: (_ for _ in ()).throw(KeyboardInterrupt()))
+    assert reindex(work)[0] == 130  # interrupted after replacing every shard: the resumed run recognises them
+    monkeypatch.undo()
+    before = identities(work)
+    status, out, err = reindex(work)
+    assert status == 0, err
+    assert f"0 shards indexed" not in out and identities(work) == before
+    assert assert_rows_index_their_shards(work) == len(shard_bytes(work))
+    assert [(key, [(m.name, m.size) for m in members]) for key, members in tar_samples(work / tail)] == old_samples
+    assert index_of(work / tail)["reindexed_from"] == old_row["sha256"]
+    assert keys_read(str(work / "manifest.json")) == [f"s{i:04d}" for i in range(300)]
+    with RangeHTTPServer(tmp_path) as server:
+        assert keys_read(server.url_of("older/manifest.json")) == [f"s{i:04d}" for i in range(300)]
+    assert run_cli("verify", work, "--quiet")[0] == 0
+
+
+def test_a_failure_at_the_moment_a_shard_is_replaced_loses_nothing(conversions, tmp_path, monkeypatch):
+    """The new shard is renamed over the old one: when that rename fails, the old shard is still
+    there, the manifest (written last) still lists it, and everything verifies."""
+    native, current, older = conversions
+    work = tmp_path / "older"
+    shutil.copytree(older, work)
+    victim = sorted(shard_bytes(work))[0]  # the first replaced: the manifest still matches every shard after it fails
+    real_replace, real_remove = os.replace, os.remove
+
+    def failing_replace(source, target, *args, **kwargs):
+        if str(target).endswith(victim):
+            raise OSError(errno.EIO, "injected failure at the rename")
+        return real_replace(source, target, *args, **kwargs)
+
+    removed = []
+    monkeypatch.setattr(os, "replace", failing_replace)
+    monkeypatch.setattr(os, "remove", lambda path, *a, **k: (removed.append(str(path)), real_remove(path, *a, **k)))
+    status, _, err = reindex(work)
+    monkeypatch.undo()
+    assert status == 1 and len(err.strip().splitlines()) == 1 and victim in err and "injected" in err, err
+    assert (work / victim).read_bytes() == (older / victim).read_bytes()
+    assert (work / "manifest.json").read_bytes() == (older / "manifest.json").read_bytes()
+    assert not list(work.glob("*.tmp")) and not any(path.endswith(".tar") for path in removed)
+    assert run_cli("verify", work, "--quiet")[0] == 0
+    status, _, err = reindex(work)  # and the next run finishes the work
+    assert status == 0, err
+    assert shard_bytes(work) == shard_bytes(current)
+
+
+def test_the_lock_refusal_names_the_reindex_that_holds_the_directory(conversions, tmp_path, monkeypatch):
+    import wdsprep.reindex as module
+
+    native, current, older = conversions
+    work = tmp_path / "older"
+    shutil.copytree(older, work)
+    real, refusals = module._reindex_shard, []
+
+    def meanwhile(*args):
+        if not refusals:  # while this reindex holds the directory: another reindex, a convert
+            for command in (["reindex", str(work)], ["convert", "generic", str(native), str(work), "--shard-bytes", "200KB"]):
+                refusals.append(subprocess.run([sys.executable, "-m", "wdsprep", *command, "--quiet"],
+                                               capture_output=True, text=True, timeout=SUBPROCESS))
+        return real(*args)
+
+    monkeypatch.setattr(module, "_reindex_shard", meanwhile)
+    status, _, err = reindex(work)
+    assert status == 0, err
+    for refused in refusals:
+        assert refused.returncode == 1 and refused.stderr.strip().splitlines() == [
+            f"wdsprep: error: {work}: output directory in use by another wdsprep reindex (pid {os.getpid()}); "
+            "wait for it to finish or choose another output"], refused.stderr

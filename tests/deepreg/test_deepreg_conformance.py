@@ -1,12 +1,16 @@
 """deepreg against the source conformance suite (wdsprep.testing.conformance): six paired NIfTI
-cases in 5 KB shards (about one case a unit); a moving image truncated; its voxels changed in place.
-And eight unpaired H5 volumes in one file, format and type detected."""
+cases in 5 KB shards (about one case a unit); a moving image truncated; its voxels changed in place;
+a moving image as a .nii.gz of 4 GiB of zeros (4 MB on disk); one whose header declares 1 GiB that
+the file does not hold. And eight unpaired H5 volumes in one file, format and type detected; a
+volume of 1.5 GiB of gzip-compressed zeros; one declaring 4 GiB with no chunk written."""
+import gzip
+
 import h5py
 import nibabel as nib
 import numpy as np
 import pytest
 
-from wdsprep.testing.conformance import SourceTests
+from wdsprep.testing.conformance import Hostile, SourceTests
 
 from .deepreg_testdata import write_nifti
 
@@ -34,6 +38,22 @@ class TestDeepRegConformance(SourceTests):
         data = path.read_bytes()
         path.write_bytes(data[: len(data) // 2])
         return str(path)
+
+    def bomb_input(self, native):
+        (native / CASE).unlink()
+        path = native / (CASE + ".gz")
+        shape = (1024, 1024, 1024)  # float32: 4 GiB
+        block = gzip.compress(bytes(16 << 20), compresslevel=9)  # gzip members concatenate into one stream
+        with open(path, "wb") as handle:
+            handle.write(gzip.compress(_nifti_header(shape)))
+            for _ in range(4 * 1024 // 16):
+                handle.write(block)
+        return Hostile(str(path), 4 << 30)
+
+    def malformed_input(self, native):
+        path = native / CASE
+        path.write_bytes(_nifti_header((1024, 1024, 256)) + bytes(2048))  # declares 1 GiB of float32, holds 2 KB
+        return Hostile(str(path), 1 << 30)
 
     def edit_input(self, native):
         path = native / CASE
@@ -78,5 +98,30 @@ class TestDeepRegH5Conformance(SourceTests):
         path.write_bytes(bytes(data))
         return str(path)
 
+    def bomb_input(self, native):
+        path = native / "train" / "images.h5"
+        with h5py.File(path, "a") as handle:
+            del handle["case5"]
+            volume = handle.create_dataset("case5", shape=(384, 1024, 1024), dtype=np.float32, chunks=(16, 1024, 1024),
+                                           compression="gzip", compression_opts=9)
+            for start in range(0, 384, 16):
+                volume[start:start + 16] = np.full((16, 1024, 1024), 1.0, np.float32)  # not the fill value: written
+        return Hostile(str(path), 384 * 1024 * 1024 * 4)
+
+    def malformed_input(self, native):
+        path = native / "train" / "images.h5"
+        with h5py.File(path, "a") as handle:
+            del handle["case5"]
+            handle.create_dataset("case5", shape=(1024, 1024, 1024), dtype=np.float32, chunks=(64, 64, 64))  # no chunk written
+        return Hostile(str(path), 4 << 30)
+
     def test_an_equal_size_edit_rebuilds_exactly_the_units_it_changes(self):
         pytest.skip("one H5 file feeds every unit of its split: an edit rebuilds them all (the NIfTI class checks the rule)")
+
+
+def _nifti_header(shape) -> bytes:
+    """A float32 NIfTI-1 header declaring `shape`, with the 4 bytes of (no) extension before the data."""
+    image = nib.Nifti1Image(np.zeros((1, 1, 1), np.float32), np.eye(4))
+    image.header.set_data_shape(shape)
+    image.header["vox_offset"] = 352
+    return image.header.binaryblock + bytes(4)

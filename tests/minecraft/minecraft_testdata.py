@@ -78,3 +78,64 @@ def edited_frame(data: bytes) -> tuple[bytes, np.ndarray]:
     buffer = io.BytesIO()
     np.save(buffer, {"action": action, "voxel": frame["voxel"]}, allow_pickle=True)
     return buffer.getvalue(), action
+
+
+# ------------------------------------------------------------------ hostile frames, as a stranger writes them
+def frame_bytes(frame: dict) -> bytes:
+    """`np.save` of a frame dict, as upstream writes one."""
+    import io
+
+    buffer = io.BytesIO()
+    np.save(buffer, frame, allow_pickle=True)
+    return buffer.getvalue()
+
+
+class _Reduced:
+    """Pickles as `function(*arguments)` with an optional BUILD `state`: how anyone forges a pickle."""
+
+    def __init__(self, function, arguments, state=None):
+        self.reduced = (function, arguments) if state is None else (function, arguments, state)
+
+    def __reduce__(self):
+        return self.reduced
+
+
+def _object_npy_header() -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, {"descr": "|O", "fortran_order": False, "shape": ()})
+    return buffer.getvalue()
+
+
+def forged_array(shape, dtype_args, dtype_state, data):
+    """What numpy pickles for an array, with the dtype's arguments and BUILD state chosen freely."""
+    from numpy._core.multiarray import _reconstruct
+
+    dtype = _Reduced(np.dtype, dtype_args, dtype_state)
+    return _Reduced(_reconstruct, (np.ndarray, (0,), b"b"), (1, shape, dtype, False, data))
+
+
+def forged_frame(frame: dict, protocol: int = 4) -> bytes:
+    """A frame file holding `frame` (which may hold forged parts) behind an object .npy header."""
+    import pickle
+
+    outer = np.empty((), dtype=object)
+    outer[()] = frame
+    return _object_npy_header() + pickle.dumps(outer, protocol=protocol)
+
+
+def object_dtype_from_bytes_frame() -> bytes:
+    """The 300-byte frame that segfaulted `wdsprep convert`: an object-dtype voxel whose pickled dtype
+    state says "holds no objects" (flags 0), so its 8 raw bytes would be taken as an object pointer."""
+    voxel = forged_array((1, 1, 1), ("O8", False, True), (3, "|", None, None, None, -1, -1, 0), b"\x41" * 8)
+    return forged_frame({"action": np.array([0, 1, 0]), "voxel": voxel})
+
+
+def nested_action_frame(depth: int) -> bytes:
+    """A frame whose `action` is a list nested `depth` deep, each level the one below twice (the
+    pickle memoizes it: a few hundred bytes for 2**depth leaves)."""
+    action = [0]
+    for _ in range(depth):
+        action = [action, action]
+    return frame_bytes({"action": action, "voxel": np.full((3, 3, 3), "air")})

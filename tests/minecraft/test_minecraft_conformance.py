@@ -1,13 +1,16 @@
 """minecraft against the source conformance suite (wdsprep.testing.conformance): six synthetic
 episodes as a data.zip like the real dump, about one episode a unit; a frame's deflate stream
-corrupted; a frame's action changed in place."""
+corrupted; a frame's action changed in place; a frame that inflates to 1.5 GiB (a valid pickle, then
+zeros), and one whose action is a list nested 27 deep through shared references."""
 import zipfile
 
 from wdsprep.sources.minecraft.synth import synth
-from wdsprep.testing.conformance import SourceTests
-from wdsprep.testing.edits import corrupt_zip_member, zip_with_member_replaced
+from wdsprep.testing.conformance import Hostile, SourceTests
+from wdsprep.testing.edits import corrupt_zip_member, zeros, zip_with_member_replaced, zip_with_member_streamed
 
-from .minecraft_testdata import edited_frame, make_episode_dir, zip_folder
+from .minecraft_testdata import edited_frame, make_episode_dir, nested_action_frame, zip_folder
+
+BOMB_BYTES = 3 << 29  # 1.5 GiB: the 1.57 MB zip of issue 35
 
 
 class TestMinecraftConformance(SourceTests):
@@ -42,6 +45,18 @@ class TestMinecraftConformance(SourceTests):
         member = self._frame(native)
         corrupt_zip_member(str(native), member)
         return member
+
+    def bomb_input(self, native):
+        member = self._frame(native)
+        with zipfile.ZipFile(native) as handle:
+            frame = handle.read(member)
+        zip_with_member_streamed(str(native), member, [frame, *zeros(BOMB_BYTES - len(frame))])
+        return Hostile(member, BOMB_BYTES)
+
+    def malformed_input(self, native):
+        member = self._frame(native)
+        zip_with_member_streamed(str(native), member, [nested_action_frame(27)])
+        return Hostile(member, 2**27 * 8)  # 2**27 leaves once expanded: 1 GiB as int64
 
     def edit_input(self, native):
         member = self._frame(native)

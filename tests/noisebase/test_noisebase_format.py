@@ -195,7 +195,8 @@ def test_backproject_pixel_centers_matches_noisebase():
 
 
 def test_corrupt_chunk_names_file_and_frame(tmp_path_factory, tmp_path):
-    """A damaged chunk inside a zip fails the conversion with the file, array and frame named."""
+    """A damaged chunk inside a zip fails the conversion with the file and the chunk (array and frame)
+    named: its blosc header is checked before blosc allocates what it declares."""
     from wdsprep.conversion import ConversionError, convert
 
     root = _copy_dataset(tmp_path_factory, tmp_path)
@@ -206,5 +207,5 @@ def test_corrupt_chunk_names_file_and_frame(tmp_path_factory, tmp_path):
     with zipfile.ZipFile(path, "w") as archive:
         for name, data in members.items():
             archive.writestr(name, data)
-    with pytest.raises((InputError, ConversionError), match=r"scene0004\.zip: position frame 2: cannot be read"):
+    with pytest.raises((InputError, ConversionError), match=r"scene0004\.zip: member position/2\.0\.0\.0\.1: its blosc header declares"):
         convert("noisebase", root, str(tmp_path / "out"), shard_bytes="1MB")

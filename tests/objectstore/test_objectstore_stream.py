@@ -10,6 +10,7 @@ import webdataset as wds
 import wdsprep
 from tests.timeouts import EVENT, SUBPROCESS
 from wdsprep.errors import ShardError
+from wdsprep.readoptions import ReadOptions
 from wdsprep.shards.tarformat import iter_samples
 from wdsprep.storage import gopen, resuming
 from wdsprep.storage.http import http_open_at
@@ -101,17 +102,16 @@ def test_missing_shard_fails_at_once_naming_the_url(http_server, s3, bucket):
         list(iter_shard("s3://no-such-bucket-x/a.tar"))
 
 
-def test_unreachable_server_gives_up_with_bounded_retries(monkeypatch):
+def test_unreachable_server_gives_up_with_bounded_retries():
     import socket
 
     with socket.socket() as probe:  # a free port nobody listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    monkeypatch.setattr(resuming, "RETRIES", 2)
     url = f"http://127.0.0.1:{port}/x.tar"
     stream = None
     with pytest.raises(ShardError, match=f"{url}: giving up after 3 attempts"):
-        stream = resuming.ResumingStream(url, http_open_at(url), retries=2)
+        stream = resuming.ResumingStream(url, http_open_at(url), ReadOptions(retries=2))
     assert stream is None
 
 
@@ -177,13 +177,13 @@ def test_skipping_large_members_inside_a_remote_shard_uses_range(tmp_path, s3, b
 def test_a_server_that_never_answers_is_given_up_after_its_retries(monkeypatch):
     import socket
 
-    monkeypatch.setattr(resuming, "TIMEOUT", 0.3)
+    monkeypatch.setenv("WDSPREP_TIMEOUT", "0.3")  # read when the request is made
     with socket.socket() as silent:  # accepts connections (backlog) and never says a word
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
         url = f"http://127.0.0.1:{silent.getsockname()[1]}/x.tar"
         with pytest.raises(ShardError, match=f"{url}: giving up after 2 attempts"):
-            resuming.ResumingStream(url, http_open_at(url), retries=1)
+            resuming.ResumingStream(url, http_open_at(url), ReadOptions(retries=1))
 
 
 def _read_in_thread(make):
@@ -210,8 +210,8 @@ def test_a_server_that_trickles_bytes_ends_in_one_error(monkeypatch, http_server
     floor re-requests the rest (like a dropped connection), and after `retries` such windows in a
     row the read fails with one error naming the URL and the rate (the per-read timeout alone
     never fires: a byte comes every 0.1 s)."""
-    monkeypatch.setattr(resuming, "MIN_RATE", 2000.0)
-    monkeypatch.setattr(resuming, "RATE_WINDOW", 0.5)
+    monkeypatch.setenv("WDSPREP_MIN_RATE", "2000")
+    monkeypatch.setenv("WDSPREP_RATE_WINDOW", "0.5")
     name = _rows(generic_shards)[1]["name"]
     if scheme == "http":
         manifest, url = http_server.url_of("manifest.json"), http_server.url_of(name)
@@ -241,8 +241,8 @@ def test_a_consumer_that_pauses_between_samples_is_not_a_slow_stream(monkeypatch
                                                                      prefetch_bytes):
     """Only time spent waiting for the body counts: a training step between samples does not (on
     the sequential stream, whose body waits while the consumer pauses, and with the read-ahead)."""
-    monkeypatch.setattr(resuming, "MIN_RATE", 1e6)
-    monkeypatch.setattr(resuming, "RATE_WINDOW", 0.2)
+    monkeypatch.setenv("WDSPREP_MIN_RATE", "1e6")
+    monkeypatch.setenv("WDSPREP_RATE_WINDOW", "0.2")
     rows = _rows(generic_shards)[:3]
 
     def slowly():

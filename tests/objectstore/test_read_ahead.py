@@ -210,10 +210,10 @@ def test_connections_stay_within_the_bound_and_are_reused(large, s3_server, kind
 def test_by_default_a_rank_sends_32_requests_at_once_shared_by_its_workers(large, monkeypatch):
     """Without `max_connections`: one process up to RANK_CONNECTIONS (32) at once, each of 2 workers
     up to half of them (small ranges and a 50 ms first byte, so that many are in flight)."""
-    from wdsprep.stream import remote
+    from wdsprep import readoptions
 
-    monkeypatch.setattr(remote, "MIN_RANGE", 4096)
-    assert remote.MAX_CONNECTIONS is None  # WDSPREP_MAX_CONNECTIONS not set
+    monkeypatch.setattr(readoptions, "MIN_RANGE", 4096)
+    monkeypatch.delenv("WDSPREP_MAX_CONNECTIONS", raising=False)
     with RangeHTTPServer(large, shaping=Shaping(latency=0.05)) as server:
         dataset = wdsprep.dataset(server.url_of("manifest.json"), "train", equalize=None, prefetch_bytes=2 << 20)
         server.clear_log()
@@ -229,16 +229,15 @@ def test_by_default_a_rank_sends_32_requests_at_once_shared_by_its_workers(large
 
 def test_read_ahead_options_are_checked(large, monkeypatch):
     from wdsprep.errors import ConfigError
-    from wdsprep.stream import remote
 
     manifest = str(large / "manifest.json")
-    for options, message in (({"max_connections": 0}, "max_connections must be >= 1"),
-                             ({"prefetch_bytes": -1}, "prefetch_bytes must be >= 0"),
-                             ({"prefetch_bytes": 1000}, "prefetch_bytes must be 0")):
+    for options, message in (({"max_connections": 0}, "max_connections=0: must be a whole number >= 1"),
+                             ({"prefetch_bytes": -1}, r"prefetch_bytes=-1: must be 0 \(no read-ahead\) or"),
+                             ({"prefetch_bytes": 1000}, r"prefetch_bytes=1000: must be 0 \(no read-ahead\) or a size of at least 128KiB")):
         with pytest.raises(ConfigError, match=message):
             wdsprep.dataset(manifest, "train", **options)
-    monkeypatch.setattr(remote, "MAX_CONNECTIONS", 0)  # WDSPREP_MAX_CONNECTIONS=0
-    with pytest.raises(ConfigError, match="WDSPREP_MAX_CONNECTIONS must be >= 1"):
+    monkeypatch.setenv("WDSPREP_MAX_CONNECTIONS", "0")
+    with pytest.raises(ConfigError, match="WDSPREP_MAX_CONNECTIONS='0': must be a whole number >= 1"):
         wdsprep.dataset(manifest, "train")
 
 
@@ -316,14 +315,14 @@ def test_every_corrupted_byte_class_is_a_shard_error_over_http_read_other_ways(c
     """tests/core/test_integrity.py's oracle over HTTP again: without the read-ahead (one stream per
     piece, `prefetch_bytes=0`), and with requests so small that every member straddles two of them
     (the read-ahead's copying path instead of its in-place one)."""
-    from wdsprep.stream import remote
+    from wdsprep import readoptions
 
     if way == "sequential stream":
-        monkeypatch.setattr(remote, "PREFETCH_BYTES", 0)
+        monkeypatch.setenv("WDSPREP_PREFETCH_BYTES", "0")
     else:
-        monkeypatch.setattr(remote, "MIN_RANGE", 256)
-        monkeypatch.setattr(remote, "PREFETCH_BYTES", 1024)
-        monkeypatch.setattr(remote, "MAX_CONNECTIONS", 2)
+        monkeypatch.setattr(readoptions, "MIN_RANGE", 256)
+        monkeypatch.setenv("WDSPREP_PREFETCH_BYTES", "1024")
+        monkeypatch.setenv("WDSPREP_MAX_CONNECTIONS", "2")
     root, cases = corrupted
     with RangeHTTPServer(root) as server:
         _check(cases, lambda variant: server.url_of(f"{variant}/manifest.json"))
@@ -382,13 +381,13 @@ class _Trickle:
 
 def test_a_range_that_trickles_is_cut_and_given_up_after_its_retries(monkeypatch):
     """The rate floor on a bounded read (storage/resuming.py, what every read-ahead request is):
-    fewer than MIN_RATE bytes/s over a window of waiting is a failed attempt, re-requested from the
+    fewer than `min_rate` bytes/s over a window of waiting is a failed attempt, re-requested from the
     first missing byte, and more than `retries` slow windows in a row end the read with a
     ShardError naming the URL and the limit (progress does not reset them)."""
+    from wdsprep.readoptions import ReadOptions
     from wdsprep.storage import resuming
 
-    monkeypatch.setattr(resuming, "RATE_WINDOW", 0.1)
-    monkeypatch.setattr(resuming, "MIN_RATE", 1000.0)
+    options = ReadOptions(rate_window=0.1, min_rate=1000.0, retries=2)
     monkeypatch.setattr(resuming, "MAX_DELAY", 0.01)
     data = bytes(range(200))
     asked = []
@@ -399,7 +398,7 @@ def test_a_range_that_trickles_is_cut_and_given_up_after_its_retries(monkeypatch
 
     view = memoryview(bytearray(200))
     with pytest.raises(ShardError, match=r"http://x/y\.tar: stream failed at byte \d+: slower than 1000 bytes/s.*3 times in a row"):
-        resuming.read_into("http://x/y.tar", trickling, 0, view, resuming.ObjectCheck(size=200), retries=2)
+        resuming.read_into("http://x/y.tar", trickling, 0, view, resuming.ObjectCheck(size=200), options)
     assert len(asked) == 3 and asked[0] == 0
     assert 0 < asked[1] <= asked[2] < 200  # resumed where it stopped
 
@@ -408,5 +407,5 @@ def test_a_range_that_trickles_is_cut_and_given_up_after_its_retries(monkeypatch
         return _Trickle(data[offset:], 0), len(data), None
 
     asked.clear()
-    assert resuming.read_into("http://x/y.tar", prompt, 0, view, resuming.ObjectCheck(size=200), retries=2) == 200
+    assert resuming.read_into("http://x/y.tar", prompt, 0, view, resuming.ObjectCheck(size=200), options) == 200
     assert bytes(view) == data and asked == [0]

@@ -12,7 +12,7 @@ import pytest
 
 from tests.core import test_plan_oracle as oracle
 from tests.core.shardsets import write_counted_shards
-from wdsprep.stream import remote
+from wdsprep import readoptions
 from wdsprep.testing import RangeHTTPServer
 from wdsprep.upload import upload
 
@@ -20,9 +20,9 @@ from wdsprep.upload import upload
 @pytest.fixture(scope="module", autouse=True)
 def _tiny_read_ahead():
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(remote, "MIN_RANGE", 1024)
-        patch.setattr(remote, "PREFETCH_BYTES", 16 << 10)
-        patch.setattr(remote, "MAX_CONNECTIONS", 2)
+        patch.setattr(readoptions, "MIN_RANGE", 1024)
+        patch.setenv("WDSPREP_PREFETCH_BYTES", "16KiB")  # read when each dataset is made
+        patch.setenv("WDSPREP_MAX_CONNECTIONS", "2")
         yield
 
 

@@ -1,10 +1,13 @@
 """rawnind against the source conformance suite (wdsprep.testing.conformance): the tiny synthetic
 Dataverse directory (two scenes: one train unit, one test unit) in 128-pixel tiles; a noisy capture
-replaced by junk; every pixel of one capture brightened in place."""
+replaced by junk; every pixel of one capture brightened in place; a 2 GiB index (a sparse file); a
+capture whose header declares a 30000x30000 mosaic."""
+import struct
+
 import numpy as np
 import rawpy
 
-from wdsprep.testing.conformance import SourceTests
+from wdsprep.testing.conformance import Hostile, SourceTests
 
 from .rawnind_testdata import truth
 
@@ -22,6 +25,21 @@ class TestRawNINDConformance(SourceTests):
         victim = sorted((native / "files").glob("*ISO*.dng"))[-1]
         victim.write_bytes(b"not a raw file")
         return str(victim)
+
+    def bomb_input(self, native):
+        path = native / "dataset_index.yaml"
+        with open(path, "r+b") as handle:
+            handle.truncate(2 << 30)  # 2 GiB on read (the index, then NULs), nothing on disk
+        return Hostile(str(path), 2 << 30)
+
+    def malformed_input(self, native):
+        victim = sorted((native / "files").glob("*ISO*.dng"))[-1]
+        data = victim.read_bytes()
+        for tag in (256, 257):  # ImageWidth, ImageLength: LONG values inside the IFD entry
+            entry = data.index(struct.pack("<HHI", tag, 4, 1))
+            data = data[: entry + 8] + struct.pack("<I", 30000) + data[entry + 12 :]
+        victim.write_bytes(data)
+        return Hostile(str(victim), 30000 * 30000 * 2)
 
     def edit_input(self, native):
         scene = truth(native)["scenes"]["Bayer/plants"]  # the train split's one scene

@@ -116,3 +116,43 @@ def test_fetch_against_the_real_listing_reports_missing_files(shared_data, tmp_p
     assert report["scenes"]["complete"] == 0 and len(report["scenes"]["incomplete"]) == 2
     assert (tmp_path / "dest" / "dataset_metadata.json").read_bytes() == (shared_data / "rawnind" / "dataverse_dataset.json").read_bytes()
     assert "failed: " in capsys.readouterr().err
+
+
+SCENE = "    clean_images:\n    - {filename: a.arw, sha1: " + "0" * 40 + "}\n    noisy_images: []\n"
+
+
+def test_a_scene_given_twice_is_refused():
+    """PyYAML keeps the last of two equal keys silently: the first scene's captures would vanish."""
+    text = "Bayer:\n  s1:\n" + SCENE + "  s1:\n" + SCENE
+    with pytest.raises(InputError, match=r"^dataset_index.yaml: not valid YAML \(.*duplicate key 's1' in one mapping"):
+        parse_index(text, "dataset_index.yaml")
+
+
+def test_an_alias_bomb_is_refused_before_it_is_walked():
+    """Nine levels of ten aliases each: 1 kB of text, 10**9 values for whoever walks it (a scene's
+    extra key: the index's own checks never look there). Counted on the shared objects."""
+    import tracemalloc
+
+    lines = ["a0: &a0 [x]"] + [f"a{n}: &a{n} [{', '.join([f'*a{n - 1}'] * 10)}]" for n in range(1, 10)]
+    text = "Bayer:\n  s1:\n" + SCENE + "    extra:\n" + "".join(f"      {line}\n" for line in lines)
+    tracemalloc.start()
+    try:
+        with pytest.raises(InputError, match=r"^dataset_index.yaml: holds more than \d+ values once its aliases are expanded"):
+            parse_index(text, "dataset_index.yaml")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(text) < 2000 and peak < 4 << 20, peak
+
+
+def test_a_structure_holding_itself_is_refused():
+    text = "Bayer:\n  s1:\n" + SCENE + "    extra: &loop [*loop]\n"
+    with pytest.raises(InputError, match="a structure that contains itself"):
+        parse_index(text, "dataset_index.yaml")
+
+
+def test_a_listing_naming_a_key_twice_is_refused(tmp_path):
+    path = tmp_path / "dataverse_dataset.json"
+    path.write_text('{"data": {"latestVersion": {"files": []}, "latestVersion": {"files": []}}}')
+    with pytest.raises(InputError, match=rf"^{path}: not valid JSON \(duplicate key 'latestVersion' in one object\)$"):
+        load_listing(str(path))

@@ -202,7 +202,8 @@ def test_a_plugin_source_is_drawn_by_the_base_class_default(tmp_path):
     assert run_cli("synth", plugin, str(tmp_path / "native"), "--seed", "3")[0] == 0
     code, out, err = run_cli("convert", plugin, str(tmp_path / "native"), str(tmp_path / "shards"), "--quiet")
     assert code == 0, err
-    page = show(tmp_path / "shards", tmp_path / "report.html", "--split", "train", "--samples", "2")
+    page = show(tmp_path / "shards", tmp_path / "report.html", "--split", "train", "--samples", "2", "--plugin", plugin)
+    assert "<th>note</th>" not in page.text  # the plugin the user named draws: nothing to note
     lines = {line.split()[0]: [int(v) for v in line.split()[1:]]
              for line in (tmp_path / "native" / "train.txt").read_text().splitlines()}
     for sample in page.samples:
@@ -214,12 +215,16 @@ def test_a_plugin_source_is_drawn_by_the_base_class_default(tmp_path):
             rows = np.nonzero(blue.any(axis=1))[0]
             assert rows.min() <= 3 and rows.max() >= plot.shape[0] - 4
         assert "line" in json.loads(page.panel_text("meta", sample["key"]))
-    # a manifest whose source is not loadable here: drawn by rank all the same, and the page says so
+    # without --plugin the manifest's plugin is not loaded: drawn by rank all the same, and the page says so
+    unnamed = show(tmp_path / "shards", tmp_path / "unnamed.html", "--split", "train", "--samples", "2")
+    assert "<th>note</th>" in unnamed.text and f"--plugin {plugin}" in unnamed.text
+    assert [p["png"] for p in unnamed.pictures] == [p["png"] for p in page.pictures]
+    # a manifest whose source is not installed here: drawn by rank, the page says so
     manifest = json.loads((tmp_path / "shards" / "manifest.json").read_text())
     manifest["source"] = "not_installed_here:SOURCE"
     (tmp_path / "shards" / "manifest.json").write_text(json.dumps(manifest))
     page = show(tmp_path / "shards", tmp_path / "other.html", "--split", "train", "--samples", "2")
-    assert "not_installed_here:SOURCE" in page.text and "is not loadable here" in page.text
+    assert "--plugin not_installed_here:SOURCE" in page.text
     assert len([p for p in page.pictures if p["panel"] == "values"]) == 2
 
 

@@ -15,9 +15,12 @@ What it holds (msgpack; `wdsprep-index/2`, written since the columnar read path)
 member-name lists, e.g. `[["array.npy", "meta.mp"]]`), and four little-endian columns as bin
 fields: `layout` (uint32 per sample: its member names are `layouts[layout[i]]`), `offsets` (uint64
 per sample: the archive offset of its first header), `sizes` and `digests` (uint64 per member, all
-samples' members back to back in shard order). Each member occupies a 512-byte header, its data
-and zero padding to 512 bytes, members back to back; `digest` is xxh3_64 of those
-header+data+padding bytes. Loading it makes one str per key and nothing per member: the columns
+samples' members back to back in shard order); in a shard `wdsprep reindex` rebuilt without keeping
+every byte of the one it replaced (metadata members or extension headers left out: reindex.py), also
+`reindexed_from`: the sha256 of that shard (readers ignore it). Each member occupies a 512-byte
+header, its data and zero padding to 512 bytes, members back to back; `digest` is xxh3_64 of those
+header+data+padding bytes. Keys and member names are plain names, never paths (`tarformat`'s rule,
+checked on load: `plain_names`). Loading it makes one str per key and nothing per member: the columns
 are read in place (memoryviews), so a 20,000-sample index loads in about a millisecond instead of
 the ~15 ms that per-sample lists cost (`wdsprep-index/1`: `{"format", "digest", "samples":
 [[key, offset, [member, size, digest, ...]], ...]}`, still read). So every byte of the shard is
@@ -32,6 +35,7 @@ xxh3_64 ~1 us (`benchmarks/bench_core.py` prints the read-time cost of the check
 from __future__ import annotations
 
 import gc
+import re
 import sys
 from typing import Any, Iterator, Sequence
 
@@ -40,7 +44,7 @@ import numpy as np
 import xxhash
 
 from ..errors import ShardError
-from .tarformat import BLOCK, END_OF_ARCHIVE, parse_header
+from .tarformat import BLOCK, END_OF_ARCHIVE, FIELD, KEY, NAME_RULE, parse_header
 
 INDEX_MEMBER = "__wdsprep_index__"
 FORMAT = "wdsprep-index/2"
@@ -115,17 +119,74 @@ class IndexBuilder:
             yield key, offset, members, self.sizes[k : k + len(members)]
             k += len(members)
 
-    def encode(self) -> bytes:
-        return msgpack.packb({
+    def encode(self, reindexed_from: str | None = None) -> bytes:
+        """The index member's data; `reindexed_from`: the sha256 of the shard `wdsprep reindex` rebuilt
+        this one from, when it did not keep that shard's bytes (module docstring)."""
+        data = {
             "format": FORMAT, "digest": DIGEST, "keys": self.keys, "layouts": [list(names) for names in self.layouts],
             "layout": _column_bytes(self.layout, "<u4"), "offsets": _column_bytes(self.offsets, "<u8"),
             "sizes": _column_bytes(self.sizes, "<u8"), "digests": _column_bytes(self.digests, "<u8"),
-        })
+        }
+        if reindexed_from is not None:
+            data["reindexed_from"] = reindexed_from
+        return msgpack.packb(data)
 
 
 def entry_bound(key: str, members: int) -> int:
     """At most what one sample with `members` members adds to the encoded index."""
     return _str_bytes(key) + 12 + 16 * members
+
+
+def _uint(value: Any) -> bool:
+    return value.__class__ is int and value >= 0
+
+
+DIGEST_TEXT = re.compile(rf"{DIGEST}:[0-9a-f]{{16}}")
+
+
+def index_fields_problem(row: dict) -> tuple[str, str] | None:
+    """(field, what is wrong) when a row's index fields cannot describe its shard, else None. The
+    index member (a 512-byte header, its data, padding) and the end-of-archive blocks end the shard,
+    so `index_offset + index_bytes + 1024 == bytes`: checked before any offset is used (a manifest on
+    load, each read path before it reads), so a hostile row never becomes a read outside the shard."""
+    offset, size, digest, total = (row.get(name) for name in (*ROW_FIELDS, "bytes"))
+    shard = f"shard {row.get('name')!s:.80}"
+    if not _uint(offset):
+        return "index_offset", f"expected a non-negative integer (got {offset!r:.40}; {shard})"
+    if not _uint(size) or size < BLOCK or size % BLOCK:
+        return "index_bytes", f"expected a multiple of {BLOCK}, at least {BLOCK} (got {size!r:.40}; {shard})"
+    if not isinstance(digest, str) or not DIGEST_TEXT.fullmatch(digest):
+        return "index_digest", f"expected \"{DIGEST}:\" and 16 hex digits (got {digest!r:.40}; {shard})"
+    if not _uint(total) or offset + size + len(END_OF_ARCHIVE) != total:
+        return "index_offset", (f"{offset} with index_bytes {size} does not end {shard} of {total!r:.40} bytes "
+                                f"(the index member and the {len(END_OF_ARCHIVE)} bytes of end blocks come last)")
+    return None
+
+
+def check_index_fields(url: str, row: dict) -> None:
+    """`index_fields_problem` as the `ShardError` of the shard at `url` (every read path, before it reads)."""
+    problem = index_fields_problem(row)
+    if problem is not None:
+        raise ShardError(url, f"manifest row: {problem[0]}: {problem[1]}")
+
+
+def plain_names(keys: Sequence[str], layouts: Sequence[Sequence[str]]) -> str | None:
+    """None when every key and member name is plain (`tarformat`'s rule: never a path), else the
+    first that is not, described. Keys are checked in a few passes over them joined by '/' (a
+    character no key may hold), without a Python step per key: an index is loaded per shard."""
+    joined = "/".join(keys)
+    if keys and not (joined and joined.count("/") == len(keys) - 1 and "." not in joined and "\\" not in joined
+                     and "\0" not in joined and "//" not in joined and not joined.startswith(("/", "__"))
+                     and not joined.endswith("/") and "/__" not in joined):
+        key = next(key for key in keys if not KEY.fullmatch(key))
+        return f"sample key {key!r:.80} is not a plain name {NAME_RULE}"
+    for names in layouts:
+        for name in names:
+            if not FIELD.fullmatch(name):
+                return f"member name {name!r:.80} is not a plain name {NAME_RULE}"
+        if len(set(names)) != len(names):
+            return f"a sample's member names repeat ({', '.join(names):.80})"
+    return None
 
 
 def _column_bytes(values: list[int], dtype: str) -> bytes:
@@ -200,8 +261,11 @@ class ShardIndex:
                 index = cls._from_samples(url, data["samples"], offset)
             else:
                 raise ValueError(f"unknown index format {data['format']!r}")
+            problem = plain_names(index.keys, index.layouts)
         except (ValueError, KeyError, TypeError, msgpack.ExtraData) as error:
             raise ShardError(url, f"member {INDEX_MEMBER!r} is unreadable ({error})") from None
+        if problem is not None:
+            raise ShardError(url, f"index: {problem}: refused")
         if len(index) != row["samples"]:
             raise ShardError(url, f"shard holds {len(index)} samples, manifest says {row['samples']}")
         return index

@@ -4,8 +4,10 @@ A loaded manifest is checked against one schema before anything trusts it (`vali
 types, non-negative integer counts, a sha256 per shard, shard names that follow the shard-name rule
 `<split>-<unit:05d>-<part:02d>.tar` (so never a path, `..` or a URL), each name once, and split and
 overall totals that add up. A violation is one `ManifestError` line naming the manifest and the
-field. Shard rows may carry further optional fields (e.g. a per-shard index); those are kept as they
-are.
+field. A row's sample index fields (`index_offset`, `index_bytes`, `index_digest`) must describe the
+shard's last bytes (`index.index_fields_problem`), so no offset read from a manifest points outside
+its shard. No JSON field may be given twice. Shard rows may carry further optional fields; those are
+kept as they are.
 
 The format is `wdsprep/2`: members any plain reader turns into arrays (no structured record dtypes,
 the same members and dtypes in every sample of a split). `wdsprep/1` manifests (and their shards)
@@ -24,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError, ManifestError
+from .index import ROW_FIELDS, index_fields_problem
 
 FORMAT = "wdsprep/2"
 READ_FORMATS = ("wdsprep/1", FORMAT)  # wdsprep/1: the layout before every member was plain arrays
@@ -139,19 +142,21 @@ class Manifest:
     @classmethod
     def loads(cls, text: bytes | str, url: str | None = None) -> "Manifest":
         try:
-            data = json.loads(text, object_pairs_hook=_unique_keys)
+            data = json.loads(text, object_pairs_hook=unique_keys)
         except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, a duplicate key
             raise ManifestError(f"{url or 'manifest'}: not valid JSON ({error})") from None
         return cls.from_dict(data, url)
 
 
 # -- the schema
-def _unique_keys(pairs: list) -> dict:
+def unique_keys(pairs: list) -> dict:
+    """`json.loads`' `object_pairs_hook` that refuses a field given twice in one object (plain
+    `json` keeps the last silently): manifests, and JSON inputs (`sources.base.parse_json`)."""
     data = dict(pairs)
     if len(data) != len(pairs):
         seen: set = set()
         duplicate = next(key for key, _ in pairs if key in seen or seen.add(key))
-        raise ValueError(f"field {duplicate!r} appears twice in one object")
+        raise ValueError(f"duplicate key {duplicate!r} in one object")
     return data
 
 
@@ -218,6 +223,9 @@ def validate(data: dict, where: str) -> None:
             if row["name"] in names:
                 raise ManifestError(f"{where}: {path}name: shard {row['name']} is listed twice")
             names.add(row["name"])
+            # the sample index's fields (absent in rows of older conversions): all three, within the shard
+            if any(row.get(name) is not None for name in ROW_FIELDS) and (problem := index_fields_problem(row)):
+                raise ManifestError(f"{where}: {path}{problem[0]}: {problem[1]}")
         for field_name in ("samples", "bytes"):
             actual = sum(row[field_name] for row in entry["shards"])
             _check_sum(where, f"splits.{split}.{field_name}", entry[field_name], actual)

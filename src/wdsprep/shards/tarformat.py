@@ -8,7 +8,8 @@ checksum is the template's byte sum plus those of the filled fields (no pass ove
 
 Reading: ONE header parser (`parse_header`) and ONE cursor (`TarCursor`) that every reader of
 shards uses (`iter_members`, `group_samples`/`iter_samples`, `index_samples`, the read path's
-fallback for shards without an index, `wdsprep reindex`). The cursor walks members in order over
+fallback for shards without an index, `wdsprep reindex`), and ONE grouping of members into samples
+(`sample_members`) that every reader of samples uses. The cursor walks members in order over
 any binary stream; a member's data is read whole, read in part (`readinto`, the rest skipped
 later) or skipped (seeked over when the stream can seek). It accepts
 what other writers produce: GNU long names (`L`), PAX `path`/`size` records (`x`; global `g`
@@ -16,6 +17,14 @@ records are ignored), base-256 numbers, typeflag `7` (contiguous file) as a regu
 defect -- a checksum mismatch, a bad number, a stream cut short -- is a `ShardError` naming the
 shard, the byte offset and the member it follows. Member data lands in bytearrays, so decoders
 build writable arrays without another copy.
+
+Member names. A sample member is named `<key>.<field>` (`split_key`): the key has no dot, no `/`,
+no `\\`, no NUL and does not start with `__`; the field is dot-separated non-empty parts without
+those characters, not starting with `__`. So a name is never a path: no `/`, no `..`, no leading
+`/`, and a field never collides with the `__key__`/`__url__` entries of a sample. The writer
+writes only such names (`writer.check_key`, the encoder's field rule); `sample_members` skips
+metadata members `__name__` (the sample index, webdataset's convention) and refuses every other
+name with a `ShardError` naming it, so no reader, `verify` or `reindex` passes a path through.
 """
 from __future__ import annotations
 
@@ -29,7 +38,12 @@ from ..errors import FormatError, ShardError
 
 BLOCK = 512
 END_OF_ARCHIVE = b"\0" * (2 * BLOCK)
-_KEY_EXT = re.compile(r"^((?:.*/|)[^./]+)\.([^/]+)$")
+_PART = r"[^./\\\0]+"  # one dot-free part of a name: no '/', no '\\', no NUL
+KEY = re.compile(rf"(?!__){_PART}")  # a sample key (fullmatch)
+FIELD = re.compile(rf"(?!__){_PART}(?:\.{_PART})*")  # a member's field and extensions (fullmatch)
+_MEMBER = re.compile(rf"({KEY.pattern})\.({FIELD.pattern})")
+_META = re.compile(r"__[^./\\\0]*__")  # `__wdsprep_index__`: skipped, as webdataset does
+NAME_RULE = "(no '/', no '..', no leading '/' or '__')"
 
 
 def _octal(value: int, width: int) -> bytes:
@@ -37,15 +51,6 @@ def _octal(value: int, width: int) -> bytes:
     if len(text) > width - 1:
         raise FormatError(f"value {value} does not fit a {width}-byte ustar field")
     return text + b"\0"
-
-
-def _split_name(raw: bytes, name: str) -> tuple[bytes, bytes]:
-    """(name, prefix) fields of a member name longer than 100 bytes."""
-    # ustar allows a 155-byte prefix joined to a 100-byte name at a '/'
-    for cut in range(len(raw) - 1, 0, -1):
-        if raw[cut : cut + 1] == b"/" and cut <= 155 and len(raw) - cut - 1 <= 100:
-            return raw[cut + 1 :], raw[:cut]
-    raise FormatError(f"member name too long for ustar ({len(raw)} bytes): {name!r}")
 
 
 def _byte_sum(block: bytes) -> int:
@@ -72,8 +77,8 @@ _TEMPLATE = bytes(_template())  # the fields every header shares (mode, ids, mti
 
 
 _TEMPLATE_SUM = _byte_sum(_TEMPLATE)  # name, size and prefix are zeros there: they add their own sums
-_MIDDLE, _AFTER_SUM, _END = _TEMPLATE[100:124], _TEMPLATE[136:148], _TEMPLATE[156:345]
-_TAIL = _TEMPLATE[156:]  # typeflag to the end: the same in every header whose name needs no prefix
+_MIDDLE, _AFTER_SUM = _TEMPLATE[100:124], _TEMPLATE[136:148]
+_TAIL = _TEMPLATE[156:]  # typeflag to the end: the same in every header (no prefix)
 
 
 def _small_sum(data: bytes) -> int:
@@ -96,15 +101,14 @@ def _sized(size: int) -> tuple[bytes, int]:
 
 
 def header(name: str, size: int) -> bytes:
-    """A deterministic ustar header for a regular file (the template with name, size, prefix and
-    checksum filled in; the checksum adds the filled fields' sums to the template's)."""
+    """A deterministic ustar header for a regular file (the template with name, size and checksum
+    filled in; the checksum adds the filled fields' sums to the template's). Member names are plain
+    (no '/'), so ustar's prefix field, which holds a path's directories, is never used."""
     raw = name.encode("utf-8")
+    if len(raw) > 100:
+        raise FormatError(f"member name too long for ustar ({len(raw)} bytes, at most 100): {name!r}")
     middle, checksum = _SIZED.get(size) or _sized(size)
-    if len(raw) <= 100:
-        return b"".join((raw.ljust(100, b"\0"), middle, b"%06o\0 " % (checksum + _small_sum(raw)), _TAIL))
-    base, prefix = _split_name(raw, name)
-    checksum += _small_sum(base) + _small_sum(prefix)
-    return b"".join((base.ljust(100, b"\0"), middle, b"%06o\0 " % checksum, _END, prefix.ljust(155, b"\0"), bytes(12)))
+    return b"".join((raw.ljust(100, b"\0"), middle, b"%06o\0 " % (checksum + _small_sum(raw)), _TAIL))
 
 
 def padding(size: int) -> bytes:
@@ -117,11 +121,15 @@ def member_bytes(name: str, data: bytes) -> int:
 
 
 def split_key(name: str) -> tuple[str, str] | None:
-    """webdataset's rule: key = path up to the first dot of the basename, field = the rest."""
-    match = _KEY_EXT.match(name)
-    if not match:
-        return None
-    return match.group(1), match.group(2)
+    """(key, field) of a plain member name `<key>.<field>` (module docstring; webdataset's split at
+    the first dot), None for any other name."""
+    match = _MEMBER.fullmatch(name)
+    return None if match is None else (match.group(1), match.group(2))
+
+
+def is_meta_name(name: str) -> bool:
+    """A `__name__` member (no dot): metadata, not a sample member (the sample index)."""
+    return _META.fullmatch(name) is not None
 
 
 # ------------------------------------------------------------------------------------------ read
@@ -347,32 +355,46 @@ def iter_members(
             yield member.name, data
 
 
-def group_samples(cursor: TarCursor, url: str, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, dict | None]]:
-    """(index, sample) for every sample of the archive: consecutive members grouped by key into
-    `{"__key__", "__url__", field: bytearray}`; samples outside [start, stop) come as None, their
-    data passed over unread (seeked where the stream can). Members whose name has no key/extension
-    split (e.g. the `__wdsprep_index__` member) are ignored. The one grouping of every tar reader."""
-    current: dict | None = None
-    index = -1
-    wanted = False
+def sample_members(cursor: TarCursor, url: str) -> Iterator[tuple[int, str, str, Member]]:
+    """(sample number, key, field, member) of every sample member, in archive order: consecutive
+    members with one key are one sample. The one grouping of every tar reader (`group_samples`,
+    `index_samples`, `wdsprep reindex`). Metadata members (`__name__`: the sample index) are
+    skipped; any other name that is not `<key>.<field>` (a path, `..`, an absolute name), and a
+    member named twice in one sample, is a `ShardError` naming it. The caller reads the member's
+    data (or leaves it: the cursor's `next()` passes over what is left) before asking for the next."""
+    number, key, fields = -1, None, set()
     while (member := cursor.next()) is not None:
         parts = split_key(member.name)
         if parts is None:
-            continue
-        key, field = parts
-        if current is None or current["__key__"] != key:
+            if is_meta_name(member.name):
+                continue
+            raise ShardError(url, f"member {member.name!r} at byte {member.start} is not a plain name <key>.<field> "
+                                  f"{NAME_RULE}: refused")
+        if parts[0] != key:
+            number, key, fields = number + 1, parts[0], set()
+        field = parts[1].lower()
+        if field in fields:
+            raise ShardError(url, f"duplicate member {member.name!r} in sample {key!r}")
+        fields.add(field)
+        yield number, key, parts[1], member
+
+
+def group_samples(cursor: TarCursor, url: str, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, dict | None]]:
+    """(index, sample) for every sample of the archive (`sample_members`), each as `{"__key__",
+    "__url__", field: bytearray}`; samples outside [start, stop) come as None, their data passed
+    over unread (seeked where the stream can)."""
+    current: dict | None = None
+    index = -1
+    wanted = False
+    for number, key, field, _ in sample_members(cursor, url):
+        if number != index:
             if index >= 0:
                 yield index, current if wanted else None
-            index += 1
+            index = number
             wanted = start <= index and (stop is None or index < stop)
             current = {"__key__": key, "__url__": url}
-        if not wanted:
-            cursor.skip()
-            continue
-        field = field.lower()
-        if field in current:
-            raise ShardError(url, f"duplicate member {member.name!r} in sample {key!r}")
-        current[field] = cursor.read()
+        if wanted:
+            current[field.lower()] = cursor.read()
     if index >= 0:
         yield index, current if wanted else None
 
@@ -387,19 +409,14 @@ def iter_samples(stream: BinaryIO, url: str = "<stream>", skip: int = 0) -> Iter
 
 
 def index_samples(path: str) -> list[tuple[str, dict[str, tuple[int, int]]]]:
-    """[(sample key, {field: (data offset, size)})] of a local shard, from its headers only.
-
-    For random access (map-style datasets): reading one member is then a seek and a read.
+    """[(sample key, {field: (data offset, size)})] of a local shard, from its headers only
+    (`sample_members`). For random access (map-style datasets): reading one member is then a seek
+    and a read.
     """
     samples: list[tuple[str, dict[str, tuple[int, int]]]] = []
     with open(path, "rb") as handle:
-        cursor = TarCursor(handle, path)
-        while (member := cursor.next()) is not None:
-            parts = split_key(member.name)
-            if parts is None:
-                continue
-            key, field = parts
-            if not samples or samples[-1][0] != key:
+        for number, key, field, member in sample_members(TarCursor(handle, path), path):
+            if number == len(samples):
                 samples.append((key, {}))
             samples[-1][1][field.lower()] = (member.offset, member.size)
     return samples

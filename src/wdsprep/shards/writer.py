@@ -30,8 +30,8 @@ from typing import Any, Callable, Iterator
 from ..errors import FormatError, OutputError
 from . import tarformat
 from .codec import Encoder
-from .index import INDEX_MEMBER, IndexBuilder, digest_text, entry_bound
-from ..storage.files import output_error, remove_quietly
+from .index import FRAMING_BOUND, INDEX_MEMBER, IndexBuilder, digest_text, entry_bound
+from ..storage.files import open_regular, output_error, refuse_unless_regular, remove_quietly
 
 
 @dataclass
@@ -55,10 +55,12 @@ WRITE_BUFFER = 1 << 20  # small samples reach the disk in ~1 MiB writes, not one
 
 
 def check_key(key: str) -> None:
+    """The key rule readers hold every member name to (`tarformat.split_key`): no dot, and a plain
+    name, never a path."""
     if not key or "." in key:
         raise FormatError(f"sample key {key!r} is empty or contains a dot (webdataset splits keys at the first dot)")
-    if key.startswith("/") or key.endswith("/") or "//" in key or key.startswith("__"):
-        raise FormatError(f"sample key {key!r} is not a clean relative name")
+    if not tarformat.KEY.fullmatch(key):
+        raise FormatError(f"sample key {key!r} is not a plain name (no '/', '\\', NUL or leading '__': readers refuse paths)")
 
 
 class ShardFile:
@@ -70,10 +72,9 @@ class ShardFile:
         self.name = name
         self.path = os.path.join(directory, name)
         self.temporary = self.path + ".tmp"
-        try:
-            self._file = open(self.temporary, "wb", buffering=WRITE_BUFFER)
-        except OSError as error:
-            raise output_error(self.temporary, error) from None
+        # a temporary name that is a symlink or a FIFO (not ours) is refused, never followed or waited on
+        fd = open_regular(self.temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        self._file = open(fd, "wb", buffering=WRITE_BUFFER)
         self._hash = hashlib.sha256()
         self.size = 0
         self.index = IndexBuilder()
@@ -100,9 +101,10 @@ class ShardFile:
         self.index.add(key, self.size, blob, spans)
         self._write(blob)
 
-    def finish(self) -> ShardRow:
-        """Append the index and the end blocks and make the file durable (under its temporary name)."""
-        index = self.index.encode()
+    def finish(self, reindexed_from: str | None = None) -> ShardRow:
+        """Append the index and the end blocks and make the file durable (under its temporary name);
+        `reindexed_from`: see `IndexBuilder.encode`."""
+        index = self.index.encode(reindexed_from)
         index_offset = self.size
         member = tarformat.header(INDEX_MEMBER, len(index)) + index + tarformat.padding(len(index))
         self._write(member)
@@ -118,7 +120,9 @@ class ShardFile:
         return self.row
 
     def publish(self) -> str:
-        """Rename the finished file to its final name; returns that path."""
+        """Rename the finished file to its final name (refused if that name is not a regular file);
+        returns that path."""
+        refuse_unless_regular(self.path)
         try:
             os.replace(self.temporary, self.path)
         except OSError as error:
@@ -173,7 +177,8 @@ def balance_cut(first: ShardFile, last: ShardFile, shard_bytes: int) -> int:
     spans = first.sample_bytes() + last.sample_bytes()
     entries = [entry_bound(key, len(names)) for key, _, names, _ in (*first.index.entries(), *last.index.entries())]
     total = sum(spans)
-    fixed = first.index.layout_bound() + last.index.layout_bound() + len(tarformat.END_OF_ARCHIVE)
+    # the second shard's one index framing, the layouts of both shards' samples, its end blocks
+    fixed = first.index.layout_bound() + last.index.layout_bound() - FRAMING_BOUND + len(tarformat.END_OF_ARCHIVE)
     head = sum(spans[: first.samples])
     tail = total - head + sum(entries[first.samples :])  # the second shard's samples and index entries
     best, best_gap = first.samples, abs(total - 2 * head)

@@ -3,6 +3,7 @@
 draw themselves.
 
     0-D array, number, str        text
+    an array with no element      text: dtype and shape (docs/format.md's absent value, e.g. (5, 0))
     1-D numeric array             a line plot over the index
     2-D numeric array             a grey image (min..max over the array)
     3-D array (H, W, 3|4) uint8   an RGB image; (3, H, W) float/uint8 with H, W > 4: an RGB image
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .model import Panel, ShowContext, Shown
-from .picture import AXIS_VIEWS, as_numpy, grey, line_plot, mid_slice, picture, rgb8, text_panel
+from .picture import AXIS_VIEWS, as_numpy, empty_text, grey, line_plot, mid_slice, picture, rgb8, text_panel
 
 
 def default_show(sample: dict, context: ShowContext) -> Shown:
@@ -63,6 +64,8 @@ def field_panels(name: str, value: Any) -> list[Panel]:
     value = as_numpy(value)
     if not isinstance(value, np.ndarray) or not _numeric(value) or value.ndim == 0:
         return [text_panel(name, name, _text_of(value))]
+    if value.size == 0:
+        return [text_panel(name, name, empty_text(value))]
     array, caption = value, f"{value.dtype} {list(value.shape)}"
     if array.ndim > 3 and all(size == 1 for size in array.shape[: array.ndim - 3]):
         array = array.reshape(array.shape[array.ndim - 3 :])

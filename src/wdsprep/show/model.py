@@ -47,4 +47,15 @@ class ShowContext:
     seed: int
 
     def rng(self, *parts: int) -> np.random.Generator:
-        return np.random.default_rng([self.seed, zlib.crc32(self.split.encode()), self.index, *parts])
+        return np.random.default_rng(seed_sequence(self.seed, zlib.crc32(self.split.encode()), self.index, *parts))
+
+
+def seed_sequence(seed: int, *parts: int) -> np.random.SeedSequence:
+    """numpy's seed of (seed, *parts) for any Python int `seed`, never cut to 32 bits: a seed of 0 or
+    more is the entropy's first number as it is (numpy takes every 32-bit word of a large int), so
+    seeds below 2**32 draw what they always drew; a negative seed -s draws from s with a child key
+    of its own, apart from the seed s."""
+    seed = int(seed)
+    if seed < 0:
+        return np.random.SeedSequence([-seed, *parts], spawn_key=(1,))
+    return np.random.SeedSequence([seed, *parts])

@@ -125,11 +125,19 @@ def outline(mask: np.ndarray) -> np.ndarray:
     return inside & ~interior
 
 
+def empty_text(array: np.ndarray) -> str:
+    """What an array with no element is drawn as: `empty array, int64 (5, 0)`."""
+    return f"empty array, {array.dtype} {tuple(array.shape)}"
+
+
 def picture(name: str, title: str, cells: np.ndarray, caption: str = "",
             dots: np.ndarray | None = None, dot_colour=HIT) -> Panel:
     """A panel of uint8 (H, W, 3) (or (H, W)) cells, enlarged or thinned by `fit`. `dots` ((K, 2)
     cell rows/columns) are drawn after enlarging, as a square in the middle of each cell, so the
-    cell's own colour stays visible around it."""
+    cell's own colour stays visible around it. Cells with no row or no column (a picture of an
+    empty array) are a text panel saying so: a PNG cannot be 0 pixels wide."""
+    if 0 in cells.shape[:2]:
+        return text_panel(name, title, f"nothing to draw: {cells.shape[0]} x {cells.shape[1]} cells", caption)
     scale, step = fit(cells.shape)
     image = enlarge(cells, scale, step)
     if dots is not None and len(dots):

@@ -2,7 +2,8 @@
 
 Picking. Per split, `pick(total, count, seed, split)` draws `count` distinct sample numbers of the
 split (0 .. total-1, in manifest order) with a generator seeded by (seed, crc32(split)), sorted:
-the same seed gives the same samples on any machine, another seed other samples. `locate` maps a
+the same seed gives the same samples on any machine, another seed other samples. The seed is any
+Python int, never cut to 32 bits (`model.seed_sequence`). `locate` maps a
 split number to (shard, position in shard) with the manifest's per-shard counts, no shard read.
 
 Fetching. For each shard holding a picked sample: its index (one read of the shard's tail: one
@@ -12,18 +13,24 @@ locally or over http(s)/s3. (A shard without an index, from an older manifest, i
 start up to the last picked sample.)
 
 Drawing. Each raw sample goes to its source's `Source.show` hook (the manifest names the source;
-built-in sources draw in `sources/<id>/show.py`, named by `Source.show_with`; a source that cannot
-be loaded here is drawn by the default hook, by rank, and the page says so). A sample
-that cannot be drawn is shown as a problem box naming it, and `wdsprep show` exits non-zero.
+built-in sources draw in `sources/<id>/show.py`, named by `Source.show_with`). Data never chooses
+the code that runs: a plugin the manifest names is loaded only when the user allowed it (`--plugin`,
+`wdsprep.register_source`, an installed entry point: `sources.registry.manifest_source`); any other,
+and a source that cannot be loaded here, is drawn by the default hook, by rank, and the page and
+one warning line say so. An array with no element is drawn as text. A sample that cannot be drawn
+is shown as a problem box naming it, and `wdsprep show` exits non-zero. The field table's integer
+statistics are exact (Python ints; the mean a fraction, shown correctly rounded).
 
 The page. Inline CSS, pictures as `data:image/png;base64` URIs, no script, no external reference:
 it opens offline and can be attached to a ticket. Counts carry `data-count` attributes and
 pictures `data-panel`, `data-scale`, `data-step` (see `picture`), so tests read them off the page.
-Written to a temporary name beside `out` and renamed when complete.
+Written to a temporary name beside `out` and renamed when complete; an `out` that exists and is not
+a regular file (a device, a FIFO, a symlink) is refused before any work, never replaced.
 """
 from __future__ import annotations
 
 import base64
+import decimal
 import html
 import json
 import os
@@ -31,14 +38,15 @@ import sys
 import tempfile
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from fractions import Fraction
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
 from ..errors import ConfigError
 from ..progress import Progress, human_bytes
 from .defaults import default_show
-from .model import Panel, ShowContext, Shown
+from .model import Panel, ShowContext, Shown, seed_sequence
 from .picture import as_numpy, png_bytes, require_pillow
 
 
@@ -47,7 +55,7 @@ def pick(total: int, count: int, seed: int, split: str) -> list[int]:
     """`min(count, total)` distinct sample numbers of a split, drawn by (seed, split), sorted."""
     if count <= 0 or total <= 0:
         return []
-    rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, zlib.crc32(split.encode())])
+    rng = np.random.default_rng(seed_sequence(seed, zlib.crc32(split.encode())))
     return sorted(int(i) for i in rng.choice(total, size=min(count, total), replace=False))
 
 
@@ -87,42 +95,81 @@ def fetch(manifest, split: str, numbers: list[int]) -> Iterator[tuple[int, str, 
 
 
 # ------------------------------------------------------------------------------------ field table
+SUM_CHUNK = 1 << 31  # elements summed at once: the 32-bit halves of 2**31 int64s cannot overflow
+
+
+def exact_sum(array: np.ndarray) -> int:
+    """The exact sum of an integer or boolean array, as a Python int (numpy's own sum wraps at 64
+    bits): each 64-bit value is split into its high and low 32 bits, summed apart, then joined."""
+    flat, total = array.reshape(-1), 0
+    for start in range(0, flat.size, SUM_CHUNK):
+        part = flat[start : start + SUM_CHUNK]
+        if part.dtype == bool or part.dtype.itemsize < 8:
+            total += int(part.sum(dtype=np.int64))
+        else:
+            total += (int((part >> 32).sum(dtype=part.dtype)) << 32) + int((part & 0xFFFFFFFF).sum(dtype=np.uint64))
+    return total
+
+
 @dataclass
 class FieldStats:
-    """One field over the shown samples: kinds (dtype or type), shapes, numeric min/max/sum/count."""
+    """One field over the shown samples: kinds (dtype or type), shapes, numeric min/max/mean.
+
+    Integers and booleans are counted exactly, as Python ints (min, max, sum; the mean a `Fraction`):
+    an int64 field holding -2**63 and 2**63-1 has its true mean, not a float64 rounding of it.
+    Floats are taken in float64 over their finite values."""
 
     present: int = 0
     kinds: list = field(default_factory=list)
     shapes: list = field(default_factory=list)
-    low: float | None = None
-    high: float | None = None
-    total: float = 0.0
+    low: int | float | None = None
+    high: int | float | None = None
+    integer_total: int = 0
+    float_total: float = 0.0
     values: int = 0
+    floats: bool = False  # some values were floats: the mean is a float
 
     def add(self, value: Any) -> None:
         value = as_numpy(value)
         self.present += 1
+        shape = None
         if isinstance(value, np.ndarray):
             names = value.dtype.names
             kind, shape = (f"record({', '.join(names)})" if names else str(value.dtype)), tuple(value.shape)
-            numeric = value.dtype.kind in "biuf"
-            data = value.astype(np.float64) if numeric else None
-        elif isinstance(value, (bool, int, float, np.number)):
-            kind, shape, data = type(value).__name__, (), np.asarray([float(value)])
+            if value.dtype.kind in "biu":
+                self._add_integers(value)
+            elif value.dtype.kind == "f":
+                self._add_floats(value)
+        elif isinstance(value, (bool, int, np.integer, np.bool_)):
+            kind, shape = type(value).__name__, ()
+            self._extend(int(value), int(value), 1)
+            self.integer_total += int(value)
+        elif isinstance(value, (float, np.floating)):
+            kind, shape = type(value).__name__, ()
+            self._add_floats(np.asarray([value], np.float64))
         else:
-            kind, shape, data = type(value).__name__, None, None
+            kind = type(value).__name__
         if kind not in self.kinds:
             self.kinds.append(kind)
         if shape is not None:
             self.shapes.append(shape)
-        if data is not None and data.size:
-            finite = data[np.isfinite(data)]
-            if finite.size:
-                low, high = float(finite.min()), float(finite.max())
-                self.low = low if self.low is None else min(self.low, low)
-                self.high = high if self.high is None else max(self.high, high)
-                self.total += float(finite.sum())
-                self.values += int(finite.size)
+
+    def _add_integers(self, data: np.ndarray) -> None:
+        if data.size:
+            self._extend(int(data.min()), int(data.max()), data.size)
+            self.integer_total += exact_sum(data)
+
+    def _add_floats(self, data: np.ndarray) -> None:
+        finite = data[np.isfinite(data)].astype(np.float64)
+        if finite.size:
+            self._extend(float(finite.min()), float(finite.max()), finite.size)
+            self.float_total += float(finite.sum())
+            self.floats = True
+
+    def _extend(self, low, high, count: int) -> None:
+        self.low = low if self.low is None else min(self.low, low)
+        self.high = high if self.high is None else max(self.high, high)
+        self.values += int(count)
 
     def shape_text(self) -> str:
         """`(1, 16..128, 16..128)`: per axis the range over the samples; ranks that differ listed."""
@@ -139,8 +186,12 @@ class FieldStats:
         return " | ".join(texts)
 
     @property
-    def mean(self) -> float | None:
-        return self.total / self.values if self.values else None
+    def mean(self) -> Fraction | float | None:
+        if not self.values:
+            return None
+        if self.floats:
+            return (self.float_total + self.integer_total) / self.values
+        return Fraction(self.integer_total, self.values)
 
 
 def field_table(samples: list[dict]) -> dict[str, FieldStats]:
@@ -182,10 +233,12 @@ class Report:
 
 
 def build_report(location: str, splits: list[str] | None = None, count: int = 4, seed: int = 0,
-                 quiet: bool = False, stream=None) -> Report:
-    """Pick, fetch and draw the samples of `location` (a shard directory or manifest URL)."""
+                 quiet: bool = False, stream=None, plugins: Sequence[str] = ()) -> Report:
+    """Pick, fetch and draw the samples of `location` (a shard directory or manifest URL). The
+    manifest's source draws them only when it is built in or allowed (`plugins`: what the user
+    named, as `--plugin`; see `sources.registry.manifest_source`); else the default hook does, and
+    `Report.source_note` says why."""
     from ..shards.codec import decode_sample
-    from ..sources.registry import load_source
     from ..stream import load_manifest
 
     require_pillow()
@@ -195,12 +248,7 @@ def build_report(location: str, splits: list[str] | None = None, count: int = 4,
     chosen = list(dict.fromkeys(splits)) if splits else sorted(manifest.splits)
     for split in chosen:
         manifest.shards(split)  # an unknown split: one line naming the known ones
-    source_note = ""
-    try:
-        source = load_source(manifest.source)
-        hook = source.show
-    except ConfigError as error:
-        hook, source_note = default_show, f"source {manifest.source!r} is not loadable here ({error}); fields drawn by rank"
+    hook, source_note = source_hook(manifest.source, plugins)
     picks = {split: pick(manifest.samples(split), count, seed, split) for split in chosen}
     progress = Progress("show", sum(len(numbers) for numbers in picks.values()), quiet=quiet, stream=stream)
     drawn: list[Drawn] = []
@@ -218,6 +266,20 @@ def build_report(location: str, splits: list[str] | None = None, count: int = 4,
             progress.advance(1, nbytes)
     progress.close()
     return Report(manifest, location, seed, count, chosen, picks, drawn, source_note)
+
+
+def source_hook(source_id: str, plugins: Sequence[str] = ()) -> tuple[Callable, str]:
+    """(the drawing hook, a note) for the source a manifest names: its own `Source.show` when it may
+    be loaded and loads; else the default hook and one line saying why. A plugin the user named
+    (`plugins`) that fails to load is an error, not a note."""
+    from ..sources.registry import manifest_source
+
+    try:
+        return manifest_source(source_id, plugins).show, ""
+    except ConfigError as error:
+        if source_id in plugins:
+            raise
+        return default_show, f"{error}; fields drawn by rank"
 
 
 STYLE = """
@@ -238,8 +300,18 @@ def _e(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _number(value: float | None) -> str:
-    return "" if value is None else f"{value:.6g}"
+def _number(value: int | float | Fraction | None) -> str:
+    """An int in full; a fraction in full when whole, else correctly rounded to 6 significant digits
+    (decimal division, no float in between); a float to 6 significant digits."""
+    if value is None:
+        return ""
+    if isinstance(value, Fraction):
+        if value.denominator == 1:
+            return str(value.numerator)
+        return format(decimal.Context(prec=6).divide(decimal.Decimal(value.numerator), decimal.Decimal(value.denominator)), "g")
+    if isinstance(value, int):
+        return str(value)
+    return f"{value:.6g}"
 
 
 def _table(headers: list[str], rows: list[str], attributes: str = "") -> str:
@@ -343,9 +415,12 @@ def render_html(report: Report) -> str:
 
 
 def write_report(report: Report, out: str) -> None:
-    """The page at `out`, written to a temporary name beside it and renamed when complete."""
+    """The page at `out`, written to a temporary name beside it and renamed when complete. An `out`
+    that exists and is not a regular file (a device, a FIFO, a symlink, ...) is refused, never replaced."""
     from ..errors import OutputError
+    from ..storage.files import refuse_unless_regular
 
+    refuse_unless_regular(out)
     text = render_html(report).encode("utf-8")
     directory = os.path.dirname(os.path.abspath(out))
     try:
@@ -356,6 +431,7 @@ def write_report(report: Report, out: str) -> None:
         with os.fdopen(fd, "wb") as handle:
             handle.write(text)
         os.chmod(temporary, 0o644)
+        refuse_unless_regular(out)  # again: the page took a while, and a rename replaces whatever is there
         os.replace(temporary, out)
     except OSError as error:
         try:
@@ -363,20 +439,32 @@ def write_report(report: Report, out: str) -> None:
         except OSError:
             pass
         raise OutputError(f"{out}: cannot write ({error.strerror or error})") from None
+    except OutputError:
+        os.unlink(temporary)
+        raise
 
 
 def add_arguments(parser) -> None:
+    from ..sources.registry import ENTRY_POINT_GROUP
     from ..storage import describe
 
     parser.add_argument("location", help=f"shard directory or manifest.json, as {describe()}")
     parser.add_argument("--split", action="append", dest="splits", help="show only this split (repeatable; default all)")
     parser.add_argument("--samples", type=int, default=4, help="samples drawn per split (default 4)")
-    parser.add_argument("--seed", type=int, default=0, help="which samples are drawn (default 0)")
+    parser.add_argument("--seed", type=int, default=0, help="which samples are drawn: any integer (default 0)")
     parser.add_argument("--out", default="report.html", help="the HTML file to write (default report.html)")
+    parser.add_argument("--plugin", action="append", dest="plugins", default=[], metavar="package.module:OBJECT",
+                        help="let the manifest's source be this plugin (repeatable): a manifest alone loads only "
+                             f"built-in sources and installed '{ENTRY_POINT_GROUP}' entry points")
 
 
 def main(args) -> int:
-    report = build_report(args.location, args.splits, args.samples, args.seed, quiet=args.quiet)
+    from ..storage.files import refuse_unless_regular
+
+    refuse_unless_regular(args.out)  # before any work
+    report = build_report(args.location, args.splits, args.samples, args.seed, quiet=args.quiet, plugins=args.plugins)
+    if report.source_note:
+        print(f"wdsprep: warning: {report.source_note}", file=sys.stderr)
     write_report(report, args.out)
     drawn = len(report.drawn)
     print(f"wrote {args.out}: {drawn} samples of {len(report.splits)} split{'s' * (len(report.splits) != 1)}")

@@ -37,9 +37,9 @@ from __future__ import annotations
 import abc
 import argparse
 import importlib
-import io
 import json
 import os
+import zipfile
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -48,7 +48,7 @@ import numpy as np
 from ..errors import ConfigError, ConversionError, InputError
 from ..shards.codec import encode_msgpack
 from ..options import DEFAULT_ON_ERROR, ON_ERROR, ConvertOptions  # noqa: F401 (ON_ERROR: the sources' name for it)
-from ..shards.manifest import check_split_name  # noqa: F401 (the sources' name for it)
+from ..shards.manifest import check_split_name, unique_keys  # noqa: F401 (check_split_name: the sources' name for it)
 
 if TYPE_CHECKING:
     from ..show.model import ShowContext, Shown
@@ -317,54 +317,218 @@ def _even_cut(sizes: list[int], lo: int, hi: int, limit: int) -> int:
     return best
 
 
-# -- reading native input files: one line naming the file and the rule broken, whatever goes wrong
-def input_size(path: str) -> int:
+# -- reading native input files: one line naming the file and the rule broken, whatever goes wrong,
+# and never more memory or reading than the file's format allows: a size cap checked before a byte is
+# read (and again on what was read), a header's declared size checked against the bytes present
+MAX_JSON_BYTES = 16 << 20  # a JSON input (metadata, split lists, listings); its objects take up to ~20x this in memory
+MAX_YAML_BYTES = 16 << 20  # a YAML input (an index, a config); the real RawNIND index is 457 kB
+
+
+def input_size(path: str, limit: int | None = None, what: str = "this input") -> int:
+    """The size of the input file at `path`; above `limit` an InputError naming it (refused unread)."""
     try:
-        return os.stat(path).st_size
+        size = os.stat(path).st_size
     except FileNotFoundError:
         raise InputError(f"{path}: {'dangling symbolic link' if os.path.islink(path) else 'no such file'}") from None
     except OSError as error:
         raise InputError(f"{path}: cannot read ({error.strerror or error})") from None
+    check_input_size(path, size, limit, what)
+    return size
 
 
-def read_input_bytes(path: str) -> bytes:
-    input_size(path)  # names a dangling link as such
+def check_input_size(where: str, size: int, limit: int | None, what: str = "this input", read: bool = False) -> None:
+    """InputError "`where`: N bytes, more than `what` may hold (`limit` bytes)" when `size` > `limit`;
+    `read`: `size` is what was read (at most limit + 1: the file grew, or a member lied about its size)."""
+    if limit is not None and size > limit:
+        amount = f"more than {limit} bytes read" if read else f"{size} bytes"
+        raise InputError(f"{where}: {amount}, more than {what} may hold ({limit} bytes)")
+
+
+def read_input_bytes(path: str, limit: int | None = None, what: str = "this input") -> bytes:
+    """The bytes of an input file; above `limit` (by its size, or by reading at most limit + 1
+    bytes) an InputError naming it."""
+    input_size(path, limit, what)  # names a dangling link as such; refuses a file above the cap unread
     try:
         with open(path, "rb") as handle:
-            return handle.read()
+            data = handle.read() if limit is None else handle.read(limit + 1)
+    except OSError as error:
+        raise InputError(f"{path}: cannot read ({error.strerror or error})") from None
+    check_input_size(path, len(data), limit, what, read=True)
+    return data
+
+
+def read_npy_file(path: str) -> np.ndarray:
+    """A `.npy` array file, never unpickled: its header's shape and dtype must account for exactly the
+    bytes after it (checked before anything is allocated); empty, non-.npy, truncated or padded
+    files are InputErrors."""
+    size = input_size(path)
+    if not size:
+        raise InputError(f"{path}: empty file (0 bytes), expected a .npy array")
+    try:
+        with open(path, "rb") as handle:
+            if handle.read(len(NPY_MAGIC)) != NPY_MAGIC:
+                raise InputError(f"{path}: not a .npy file (does not start with the \\x93NUMPY magic)")
+            handle.seek(0)
+            shape, _, dtype = npy_header(handle, path)
+            check_npy_bytes(path, shape, dtype, size - handle.tell())
+            handle.seek(0)
+            try:
+                return np.lib.format.read_array(handle, allow_pickle=False)
+            except (ValueError, EOFError, MemoryError) as error:  # a file that changed under us
+                raise InputError(f"{path}: truncated or malformed .npy ({str(error) or type(error).__name__})") from None
     except OSError as error:
         raise InputError(f"{path}: cannot read ({error.strerror or error})") from None
 
 
-def read_npy_file(path: str) -> np.ndarray:
-    """A `.npy` array file, never unpickled; empty, non-.npy and truncated files are InputErrors."""
-    data = read_input_bytes(path)
-    if not data:
-        raise InputError(f"{path}: empty file (0 bytes), expected a .npy array")
-    if not data.startswith(NPY_MAGIC):
-        raise InputError(f"{path}: not a .npy file (does not start with the \\x93NUMPY magic)")
+def npy_header(stream, where: str) -> tuple[tuple, bool, np.dtype]:
+    """(shape, fortran order, dtype) of the .npy header at the stream's position, which it leaves at
+    the data; a pickled (object) array or a header numpy cannot parse is an InputError naming `where`."""
     try:
-        return np.load(io.BytesIO(data), allow_pickle=False)
-    except ValueError as error:
-        if "allow_pickle" in str(error):
-            raise InputError(f"{path}: holds pickled (object) data; only plain arrays are read") from None
-        raise InputError(f"{path}: truncated or malformed .npy ({error})") from None
-    except Exception as error:  # numpy's header parser raises EOFError, SyntaxError, TokenError, MemoryError...
-        raise InputError(f"{path}: truncated or malformed .npy ({str(error) or type(error).__name__})") from None
+        version = np.lib.format.read_magic(stream)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read_header(stream)  # (3, 0) differs from (2, 0) in the header's encoding only
+    except Exception as error:  # numpy's header parser raises ValueError, EOFError, SyntaxError, TokenError...
+        raise InputError(f"{where}: truncated or malformed .npy header ({str(error) or type(error).__name__})") from None
+    if dtype.hasobject:
+        raise InputError(f"{where}: holds pickled (object) data; only plain arrays are read")
+    return shape, fortran, dtype
 
 
-def read_json_file(path: str) -> Any:
+def check_npy_bytes(where: str, shape: tuple, dtype: np.dtype, present: int) -> int:
+    """The data bytes a .npy header declares, which must be the `present` bytes after it: a header
+    declaring more (or less) than the file holds is refused before its array is allocated."""
+    declared = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    if declared != present:
+        raise InputError(f"{where}: truncated or malformed .npy (its header declares a {dtype} array of shape "
+                         f"{tuple(shape)}, {declared} bytes, but {present} bytes follow it)")
+    return declared
+
+
+def read_npz_file(path: str, member_limit: int, what: str = "an array of this file") -> dict[str, np.ndarray]:
+    """Every array of an `.npz` file (a zip of `.npy` members), never unpickled and never more than
+    its format allows: a member whose declared size is above `member_limit`, or whose header declares
+    other than the bytes the member holds, is refused before anything is inflated or allocated (zipfile
+    itself never inflates past a member's declared size, and checks its CRC). Any problem is an
+    InputError naming the file (and the member)."""
+    if not input_size(path):
+        raise InputError(f"{path}: not a readable .npz file (empty file, 0 bytes)")
+    arrays: dict[str, np.ndarray] = {}
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                where = f"{path}: member {info.filename}"
+                if not info.filename.endswith(".npy"):
+                    raise InputError(f"{where}: not a .npy array (an .npz holds .npy members only)")
+                check_input_size(where, info.file_size, member_limit, what)
+                with archive.open(info) as member:
+                    shape, fortran, dtype = npy_header(member, where)
+                    buffer = bytearray(check_npy_bytes(where, shape, dtype, info.file_size - member.tell()))
+                    if member.readinto(buffer) != len(buffer):
+                        raise InputError(f"{where}: truncated")
+                array = np.frombuffer(buffer, dtype=dtype).reshape(shape, order="F" if fortran else "C")
+                arrays[info.filename[: -len(".npy")]] = array
+    except InputError:
+        raise
+    except OSError as error:
+        raise InputError(f"{path}: cannot read ({error.strerror or error})") from None
+    except Exception as error:  # zipfile and zlib raise BadZipFile, zlib.error, EOFError, NotImplementedError...
+        raise InputError(f"{path}: not a readable .npz file ({str(error) or type(error).__name__})") from None
+    return arrays
+
+
+def check_expanded_size(value: Any, where: str, limit: int) -> None:
+    """Refuse a parsed document (YAML: its aliases share one object) that holds more than `limit`
+    values once every shared part is counted as the copy a reader walking it meets (a "billion laughs"
+    of nested aliases: kilobytes of text, 10**9 values), or that contains itself. Counted on the
+    object graph, memoized: linear in the distinct objects, so the check itself is bounded."""
+    counts: dict[int, int] = {}
+    on_path: set[int] = set()
+    work = [(value, False)]
+    while work:
+        node, children_done = work.pop()
+        key = id(node)
+        children = (list(node.keys()) + list(node.values())) if isinstance(node, dict) else \
+            list(node) if isinstance(node, (list, tuple, set, frozenset)) else ()
+        if children_done:
+            on_path.discard(key)
+            counts[key] = min(1 + sum(counts.get(id(child), 1) for child in children), limit + 1)
+            if counts[key] > limit:
+                raise InputError(f"{where}: holds more than {limit} values once its aliases are expanded")
+            continue
+        if key in counts or not children:
+            continue
+        if key in on_path:
+            raise InputError(f"{where}: a structure that contains itself (an alias of its own ancestor)")
+        on_path.add(key)
+        work.append((node, True))
+        for child in children:
+            if id(child) in on_path:
+                raise InputError(f"{where}: a structure that contains itself (an alias of its own ancestor)")
+            work.append((child, False))
+
+
+def parse_yaml(data: bytes | str, where: str, error: type[Exception] = InputError) -> Any:
+    """The one YAML parser of native inputs: safe tags only (libyaml's parser when installed), a
+    mapping key given twice refused (PyYAML keeps the last silently), and no more values than
+    `len(data) + 10000` with aliases expanded (`check_expanded_size`). Problems are `error` (InputError,
+    or ConfigError for a config) "`where`: not valid YAML (...)"."""
+    import yaml
+
+    try:
+        value = yaml.load(data, Loader=_strict_yaml_loader())
+    except RecursionError:
+        raise error(f"{where}: not valid YAML here (nested too deeply)") from None
+    except (yaml.YAMLError, ValueError) as problem:  # UnicodeDecodeError is a ValueError
+        raise error(f"{where}: not valid YAML ({' '.join(str(problem).split())})") from None
+    check_expanded_size(value, where, len(data) + 10_000)
+    return value
+
+
+_STRICT_YAML_LOADER = None
+
+
+def _strict_yaml_loader():
+    """yaml's (C) SafeLoader, refusing a key given twice in one mapping (made once, on first use)."""
+    global _STRICT_YAML_LOADER
+    if _STRICT_YAML_LOADER is None:
+        import yaml
+
+        class StrictSafeLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+            def construct_mapping(self, node, deep=False):
+                seen = set()
+                for key_node, _ in node.value:
+                    key = self.construct_object(key_node, deep=True)
+                    if isinstance(key, (str, int, float, bool, type(None))) and key in seen:
+                        raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r} in one mapping",
+                                                                key_node.start_mark)
+                    seen.add(key) if isinstance(key, (str, int, float, bool, type(None))) else None
+                return super().construct_mapping(node, deep)
+
+        _STRICT_YAML_LOADER = StrictSafeLoader
+    return _STRICT_YAML_LOADER
+
+
+def parse_json(data: bytes | str, where: str, what: str = "") -> Any:
+    """The one JSON parser of native inputs: `data` parsed, with a key given twice in one object, a
+    nesting deeper than Python's recursion limit or malformed text an InputError naming `where`
+    ("`where`: [`what` is ]not valid JSON (duplicate key 'x' in one object)")."""
+    prefix = f"{what} is " if what else ""
+    try:
+        return json.loads(data, object_pairs_hook=unique_keys)
+    except RecursionError:
+        raise InputError(f"{where}: {prefix}not valid JSON here (nested deeper than Python's recursion limit)") from None
+    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError and duplicate keys alike
+        raise InputError(f"{where}: {prefix}not valid JSON ({error})") from None
+
+
+def read_json_file(path: str, limit: int = MAX_JSON_BYTES) -> Any:
     """A JSON file whose value a shard can hold (it is stored as msgpack: integers within 64 bits);
-    an empty, malformed or too deeply nested file, or a value msgpack cannot hold, is an InputError."""
-    data = read_input_bytes(path)
+    an empty, oversized (above `limit`), malformed or too deeply nested file, a key given twice, or a
+    value msgpack cannot hold, is an InputError."""
+    data = read_input_bytes(path, limit, "a JSON input")
     if not data:
         raise InputError(f"{path}: empty file (0 bytes), expected JSON")
-    try:
-        value = json.loads(data)
-    except RecursionError:
-        raise InputError(f"{path}: not valid JSON here (nested deeper than Python's recursion limit)") from None
-    except ValueError as error:  # JSONDecodeError and UnicodeDecodeError alike
-        raise InputError(f"{path}: not valid JSON ({error})") from None
+    value = parse_json(data, path)
     try:
         encode_msgpack(value)
     except (TypeError, ValueError, OverflowError) as error:

@@ -16,6 +16,9 @@ nothing is copied to local disk unless a cache is asked for. `read_range` (and a
 `read_into`, which fills a buffer) is the one bounded read: remotely one Range request for exactly
 those bytes, resumed within them (storage/resuming.py); schemes with `supports_ranges` run several
 at once over their pooled connections for the dataset's read-ahead (stream/remote.py).
+Remote schemes read with a `ReadOptions` (retries, timeouts, rate floor: wdsprep/readoptions.py):
+a dataset's, handed down with `Scheme.configured(options)` or `open_url(url, options)`, else the
+environment's at the moment of use (never at import).
 """
 from __future__ import annotations
 
@@ -70,9 +73,11 @@ def scheme_for(url: str) -> Scheme:
     return scheme
 
 
-def open_url(url: str) -> BinaryIO:
-    """A buffered binary stream over a shard or manifest URL; errors name the URL."""
-    return scheme_for(url).open(url)
+def open_url(url: str, options=None) -> BinaryIO:
+    """A buffered binary stream over a shard or manifest URL; errors name the URL. `options` (a
+    `ReadOptions`, a dataset's): what a remote read retries, waits and floors by; None: the
+    environment's when the stream opens."""
+    return scheme_for(url).configured(options).open(url)
 
 
 def open_from(url: str, offset: int) -> BinaryIO:
@@ -85,8 +90,8 @@ def read_range(url: str, offset: int, length: int) -> bytes:
     return scheme_for(url).read_range(url, offset, length)
 
 
-def read_url(url: str) -> bytes:
-    with open_url(url) as stream:
+def read_url(url: str, options=None) -> bytes:
+    with open_url(url, options) as stream:
         return stream.read()
 
 

@@ -24,7 +24,7 @@ import secrets
 import shutil
 import tempfile
 import threading
-from typing import BinaryIO
+from typing import BinaryIO, Callable
 
 from ..errors import ShardError
 from .files import BUFFER, fill, output_error, remove_quietly
@@ -135,8 +135,9 @@ class Store:
         trusting the upload's own check). Default: `content_sha256`."""
         return self.content_sha256(name)
 
-    def lock(self):
-        """An exclusive lock for one conversion (`release()` frees it). Default: `NoLock`."""
+    def lock(self, holder: str = "wdsprep convert"):
+        """An exclusive lock for one run that writes the store (`release()` frees it); `holder` names
+        the command, for the refusal another run gets. Default: `NoLock`."""
         return NoLock()
 
     def append_bytes(self, name: str, data: bytes) -> None:
@@ -150,6 +151,12 @@ class Store:
     def clean_temporaries(self, names: set[str] | None = None) -> None:
         """Remove what an interrupted writer left (temporary files, incomplete uploads): all of it, or
         only what belongs to `names`. Default: nothing to remove."""
+
+    def check_replaceable(self, owned: Callable[[str], bool]) -> None:
+        """Refuse (`OutputError`, one line), before any work, an existing entry whose name `owned`
+        accepts and that a write must not replace: locally a symlink, FIFO, device, socket or
+        directory (`files.refuse_special_entries`). Default: nothing to refuse (an object store
+        holds only objects)."""
 
 
 class Scheme:
@@ -202,6 +209,12 @@ class Scheme:
     def local_path(self, url: str) -> str | None:
         """The local file behind `url`, for random access (mmap, map-style datasets), or None."""
         return None
+
+    def configured(self, options) -> "Scheme":
+        """This scheme reading with `options` (a `wdsprep.readoptions.ReadOptions`: retries,
+        timeouts, the rate floor; a dataset's), or None: as it is. Default: the scheme itself, a
+        scheme with no such settings (`ResumingScheme` gives a copy that keeps them)."""
+        return self
 
     def connect(self, connections: int) -> None:
         """Make this process's client (connection pool) now, with room for `connections` requests at

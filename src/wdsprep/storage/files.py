@@ -1,11 +1,20 @@
 """Small helpers for local files and streams that every store, scheme and the shard writer share:
-hashing, removing, filling a buffer from a stream, and turning a failed write into one `OutputError`
-line."""
+hashing, removing, filling a buffer from a stream, turning a failed write into one `OutputError`
+line, and the one rule for what a write may replace.
+
+Writes replace only what is ours: a local output path (a shard, a manifest, the units record, the
+lock file, a temporary name, `wdsprep show --out`) that exists and is not a regular file (a symlink,
+even to a regular file; a FIFO, a device node, a socket, a directory) is refused with one line
+naming it, never followed, written into or renamed over (`refuse_unless_regular`,
+`refuse_special_entries` before any work, `open_regular` for a file opened in place).
+"""
 from __future__ import annotations
 
 import errno
 import hashlib
 import os
+import stat
+from typing import Callable
 
 from ..errors import OutputError
 
@@ -44,3 +53,56 @@ def output_error(path: str, error: OSError) -> OutputError:
     if error.errno in (errno.ENOSPC, errno.EDQUOT):
         return OutputError(f"{path}: no space left on the output device ({error.strerror})")
     return OutputError(f"{path}: cannot write ({error.strerror or error})")
+
+
+KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+         (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
+
+
+def _not_regular(path: str, mode: int) -> OutputError:
+    kind = next((name for test, name in KINDS if test(mode)), "not a regular file")
+    return OutputError(f"{path}: exists and is {kind}, not a regular file; wdsprep replaces only regular files "
+                       "(remove it or choose another output)")
+
+
+def refuse_unless_regular(path: str) -> None:
+    """`OutputError` when `path` exists and is not a regular file (symlinks are not followed)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise output_error(path, error) from None
+    if not stat.S_ISREG(mode):
+        raise _not_regular(path, mode)
+
+
+def refuse_special_entries(directory: str, owned: Callable[[str], bool]) -> None:
+    """`OutputError` for the first entry of `directory` whose name `owned` accepts and that is not a
+    regular file: the check a command makes before any work on the names it may write or remove."""
+    try:
+        entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        if owned(entry.name) and not entry.is_file(follow_symlinks=False):
+            raise _not_regular(entry.path, entry.stat(follow_symlinks=False).st_mode)
+
+
+def open_regular(path: str, flags: int, mode: int = 0o666) -> int:
+    """A file descriptor of `path` opened with `flags` (`O_CREAT` and the like), refused unless it is
+    (or becomes) a regular file: a symlink is not followed (O_NOFOLLOW) and a FIFO or device is
+    never waited on (O_NONBLOCK, checked with fstat before anything is written)."""
+    refuse_unless_regular(path)
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK, mode)
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENXIO):  # a symlink or a FIFO that appeared since the check
+            refuse_unless_regular(path)
+        raise output_error(path, error) from None
+    status = os.fstat(fd).st_mode
+    if not stat.S_ISREG(status):
+        os.close(fd)
+        raise _not_regular(path, status)
+    os.set_blocking(fd, True)
+    return fd

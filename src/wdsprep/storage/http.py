@@ -10,7 +10,10 @@ new one is opened, so a worker that reads many shards (or many ranges of one) op
 (and TLS) connections, not one per request. A body read to its end gives its connection back; a
 body closed early (a piece that ends mid-shard on the sequential path) closes it. The client is
 made per process (a DataLoader worker forked from a process that has one makes its own: sockets
-are never shared across a fork), from one SSL context that forked workers inherit. `Accept-Encoding: identity`: byte offsets are the object's own.
+are never shared across a fork), from one SSL context that forked workers inherit.
+`Accept-Encoding: identity`: byte offsets are the object's own, so a response that comes with any
+other `Content-Encoding` (a server that gzips whatever it sends) is refused with a `ShardError` naming
+the encoding, never read as the object's bytes (a manifest would read as "not valid JSON").
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ import os
 import threading
 
 from ..errors import ShardError
-from . import resuming
+from ..readoptions import ReadOptions
 from .files import BUFFER
 from .resuming import ResumingScheme, range_header
 
@@ -94,12 +97,13 @@ class HttpBody:
         response.close()
 
 
-def _send(url: str, start: int, stop: int | None):
-    """One GET of `url` from `start` (to `stop`, exclusive): (status, HttpBody, headers)."""
+def _send(url: str, start: int, stop: int | None, timeout: float):
+    """One GET of `url` from `start` (to `stop`, exclusive), `timeout` seconds per connect and read:
+    (status, HttpBody, headers)."""
     wanted = range_header(start, stop)
     headers = {"Range": wanted} if wanted else {}
     client = http_client()
-    request = client.build_request("GET", url, headers=headers, timeout=resuming.TIMEOUT)  # read now: tests lower it
+    request = client.build_request("GET", url, headers=headers, timeout=timeout)
     response = client.send(request, stream=True)
     status = response.status_code
     if status in PERMANENT:
@@ -108,6 +112,11 @@ def _send(url: str, start: int, stop: int | None):
     if status >= 400:
         response.close()
         raise ConnectionError(f"HTTP {status} {response.reason_phrase}")  # transient: retried
+    encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):  # its bytes and offsets are not the object's own: never decoded here
+        response.close()
+        raise ShardError(url, f"the server sent it with Content-Encoding: {encoding} although identity was asked "
+                              "for; serve it as it is stored (uncompressed by the server)")
     return status, HttpBody(response), response.headers
 
 
@@ -119,12 +128,14 @@ def _total(headers, start: int) -> int | None:
     return start + int(length) if length is not None else None
 
 
-def http_open_at(url: str, end: int | None = None):
+def http_open_at(url: str, end: int | None = None, *, timeout: float | None = None):
     """`open_at(offset)` for `ResumingStream`: one GET (with `Range` past 0, or up to `end`
-    exclusive when it is given) -> (body, total, etag)."""
+    exclusive when it is given) -> (body, total, etag); `timeout` per connect and read (default:
+    the environment's now, `ReadOptions`)."""
+    timeout = ReadOptions.from_environment().timeout if timeout is None else timeout
 
     def open_at(offset: int):
-        status, body, headers = _send(url, offset, end)
+        status, body, headers = _send(url, offset, end, timeout)
         etag = headers.get("ETag")
         if offset and status != 206:
             # the server ignored Range: read past what we already have (still no disk, bounded by offset)
@@ -150,7 +161,7 @@ class HttpScheme(ResumingScheme):
     example = "https://HOST/PATH"
 
     def open_at(self, url: str, end: int | None = None):
-        return http_open_at(url, end)
+        return http_open_at(url, end, timeout=self.options.timeout)
 
     def connect(self, connections: int) -> None:
         http_client(connections)

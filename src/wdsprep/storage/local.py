@@ -1,10 +1,14 @@
 """Local paths (`/data/shards`, `shards/train-00000-00.tar`): read with `open`, written by `LocalStore`.
 
 A local store writes shards in place (the shard writer's `.tmp` + rename is already atomic there) and
-is used by one conversion at a time: `lock()` takes an exclusive `flock` on `.wdsprep.lock` in the
-directory, which the kernel releases when the process exits, even on kill -9. Files are created with
+is used by one run at a time (a `convert` or a `reindex`): `lock(holder)` takes an exclusive `flock` on
+`.wdsprep.lock` in the directory, which the kernel releases when the process exits, even on kill -9,
+and writes the holding command and its pid there, so a second run's refusal names what holds it. Files are created with
 mode 0666 less the umask (0644 by default), like any ordinary file; a write that fails (a full disk)
-removes its temporary file and raises `OutputError` naming the file.
+removes its temporary file and raises `OutputError` naming the file. A name that exists and is not a
+regular file (a symlink, FIFO, device, socket, directory) is never written through, renamed over,
+appended to or removed: one `OutputError` line (`files.refuse_unless_regular`); `check_replaceable`
+refuses such entries before a command's work begins.
 """
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ from typing import BinaryIO
 
 from ..errors import ConfigError, OutputError, ShardError
 from .base import Scheme, Store
-from .files import BUFFER, file_sha256, output_error, remove_quietly
+from .files import BUFFER, file_sha256, open_regular, output_error, refuse_special_entries, refuse_unless_regular, remove_quietly
 
 LOCK_NAME = ".wdsprep.lock"
 
@@ -55,6 +59,7 @@ class LocalStore(Store):
 
     def publish(self, local_path: str, name: str) -> None:
         if os.path.abspath(local_path) != self.path(name):
+            refuse_unless_regular(self.path(name))
             os.replace(local_path, self.path(name))
 
     def stat(self, name: str) -> int | None:
@@ -82,34 +87,45 @@ class LocalStore(Store):
                 handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
+            refuse_unless_regular(self.path(name))
             os.replace(tmp, self.path(name))
+        except OutputError:
+            remove_quietly(tmp)
+            raise
         except OSError as error:
             remove_quietly(tmp)
             raise output_error(self.path(name), error) from None
 
     def append_bytes(self, name: str, data: bytes) -> None:
+        fd = open_regular(self.path(name), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         try:
-            with open(self.path(name), "ab") as handle:
+            with os.fdopen(fd, "ab") as handle:
                 handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
         except OSError as error:
             raise output_error(self.path(name), error) from None
 
-    def lock(self) -> "DirectoryLock":
-        return DirectoryLock(self.path(LOCK_NAME))
+    def lock(self, holder: str = "wdsprep convert") -> "DirectoryLock":
+        return DirectoryLock(self.path(LOCK_NAME), holder)
 
     def delete(self, name: str) -> None:
+        refuse_unless_regular(self.path(name))
         remove_quietly(self.path(name))
 
     def list_names(self) -> list[str]:
         return sorted(os.listdir(self.directory))
 
     def clean_temporaries(self, names: set[str] | None = None) -> None:
-        """Temporary files end in `.tmp`: `NAME.tmp` (shard writer), `.NAME.XXXX.tmp` (writes, uploads)."""
-        for entry in os.listdir(self.directory):
-            if entry.endswith(".tmp") and (names is None or _temporary_of(entry) in names):
-                remove_quietly(self.path(entry))
+        """Temporary files end in `.tmp`: `NAME.tmp` (shard writer), `.NAME.XXXX.tmp` (writes, uploads).
+        Only regular files are ours to remove (`check_replaceable` refuses anything else up front)."""
+        for entry in os.scandir(self.directory):
+            ours = entry.name.endswith(".tmp") and entry.is_file(follow_symlinks=False)
+            if ours and (names is None or _temporary_of(entry.name) in names):
+                remove_quietly(entry.path)
+
+    def check_replaceable(self, owned) -> None:
+        refuse_special_entries(self.directory, owned)
 
 
 def _temporary_of(entry: str) -> str:
@@ -120,25 +136,24 @@ def _temporary_of(entry: str) -> str:
 
 
 class DirectoryLock:
-    """An exclusive, non-blocking `flock` on a lock file; the kernel drops it when the process dies."""
+    """An exclusive, non-blocking `flock` on a lock file; the kernel drops it when the process dies.
+    The file records who holds it (`holder`, e.g. "wdsprep reindex", and the pid), so another run's
+    refusal names the command that holds the directory."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, holder: str = "wdsprep convert"):
         self.path = path
-        try:
-            self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-        except OSError as error:
-            raise output_error(path, error) from None
+        self.fd = open_regular(path, os.O_RDWR | os.O_CREAT)  # never a symlink's target truncated below
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(self.fd, 100, 0).decode(errors="replace").strip() or "another process"
+            recorded = os.pread(self.fd, 200, 0).decode(errors="replace").strip()
             os.close(self.fd)
             raise OutputError(
-                f"{os.path.dirname(path)}: output directory in use by another wdsprep convert ({holder}); "
+                f"{os.path.dirname(path)}: output directory in use by another {_holder_of(recorded)}; "
                 "wait for it to finish or choose another output"
             ) from None
         os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, f"pid {os.getpid()}".encode(), 0)
+        os.pwrite(self.fd, f"{holder}\npid {os.getpid()}\n".encode(), 0)
 
     def release(self) -> None:
         if self.fd is not None:
@@ -150,6 +165,15 @@ class DirectoryLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def _holder_of(recorded: str) -> str:
+    """Who holds a lock, from what its file records, for the refusal: `wdsprep reindex (pid 12)`
+    (an older wdsprep recorded only `pid 12`)."""
+    lines = recorded.splitlines()
+    if len(lines) == 2 and lines[1].startswith("pid "):
+        return f"{lines[0]} ({lines[1]})"
+    return f"wdsprep run ({recorded})" if recorded.startswith("pid ") else "process"
 
 
 class LocalScheme(Scheme):

@@ -6,7 +6,7 @@ bounded range when the scheme's `open_at(url, end)` asks for one. When the conne
 transient error occurs mid-body, it re-requests the rest (`Range: bytes=<offset>-`, or
 `bytes=<offset>-<end - 1>`) and carries on, up to `retries` times in a row with exponential backoff;
 every request has connect/read timeouts. A body that keeps arriving, but too slowly, counts as such a
-failure too (`RateFloor`: fewer than `MIN_RATE` bytes/s over `RATE_WINDOW` seconds spent waiting for
+failure too (`RateFloor`: fewer than `min_rate` bytes/s over `rate_window` seconds spent waiting for
 it), so a server that trickles bytes ends in one error instead of a read that never ends. Every
 response must describe the same object (`ObjectCheck`: the same total size, the manifest row's where
 the caller knows it, and the same ETag where the server gives one), so a shard replaced mid-read is
@@ -20,25 +20,26 @@ read-ahead (stream/remote.py) read remote bytes with, the last two in parallel o
 pooled connections. Bodies give what one read of the connection
 gives (`readinto1` / `read1`, so a slow body is judged between reads), and `close()` gives a
 connection read to its end back to the scheme's pool.
+
+Settings. Retries, timeouts, the rate floor and `skip_by_reading` come from a `ReadOptions`
+(wdsprep/readoptions.py): a scheme made for a dataset carries the dataset's
+(`Scheme.configured(options)`); the schemes of the table (`storage.SCHEMES`) read the environment
+when they are used (`ResumingScheme.options`), never at import.
 """
 from __future__ import annotations
 
+import copy
 import io
-import os
 import time
 from typing import Callable
 
 from ..errors import ShardError
+from ..readoptions import ReadOptions
 from .base import Scheme
 from .files import fill
 
-RETRIES = int(os.environ.get("WDSPREP_RETRIES", "5"))
-TIMEOUT = float(os.environ.get("WDSPREP_TIMEOUT", "30"))
 MAX_DELAY = 5.0
-SKIP_BY_READING = int(os.environ.get("WDSPREP_SKIP_BY_READING", 1 << 20))  # shorter forward seeks read through
 REMOTE_BUFFER = 256 << 10  # read-ahead of remote streams: small enough that skipping a large member skips its bytes
-MIN_RATE = float(os.environ.get("WDSPREP_MIN_RATE", "1024"))  # bytes/s a remote body must arrive at...
-RATE_WINDOW = float(os.environ.get("WDSPREP_RATE_WINDOW", "30"))  # ...over this many seconds of waiting for it
 
 
 class RateFloor:
@@ -47,9 +48,9 @@ class RateFloor:
     windows in a row). Only waiting counts, so a consumer that pauses between reads (a training
     step) never makes a stream slow."""
 
-    def __init__(self, rate: float | None = None, window: float | None = None):
-        self.rate = MIN_RATE if rate is None else rate
-        self.window = RATE_WINDOW if window is None else window
+    def __init__(self, rate: float, window: float):
+        self.rate = rate
+        self.window = window
         self.waited = 0.0
         self.got = 0
         self.slow = 0
@@ -101,22 +102,26 @@ def range_header(offset: int, end: int | None) -> str | None:
 class ResumingStream(io.RawIOBase):
     """`open_at(offset)` returns (a readable body, total size or None, etag or None) — or the legacy
     pair (body, total size); it raises `ShardError` on permanent errors, anything else is transient.
+    `options` (a `ReadOptions`; default: the environment's now) give the retries, the rate floor and
+    `skip_by_reading`.
 
-    When the total size is known the stream is seekable: a forward seek of at most `SKIP_BY_READING`
+    When the total size is known the stream is seekable: a forward seek of at most `skip_by_reading`
     bytes reads and discards from the open body; a longer one (or a backward one) closes it and asks
     for the object again from the new offset with `Range`, so skipping large members (resume inside a
     shard, a worker starting mid-shard) does not transfer them. Seeking costs nothing until the next read.
     """
 
-    def __init__(self, url: str, open_at: Callable[[int], tuple], retries: int = RETRIES, start: int = 0,
-                 check: ObjectCheck | None = None):
+    def __init__(self, url: str, open_at: Callable[[int], tuple], options: ReadOptions | None = None,
+                 start: int = 0, check: ObjectCheck | None = None):
+        options = ReadOptions.from_environment() if options is None else options
         self.url = url
         self._open_at = open_at
-        self.retries = retries
+        self.retries = options.retries
+        self.skip_by_reading = options.skip_by_reading
         self.offset = start  # the logical position (what tell() says)
         self._body_pos = 0  # where the open body's next byte lies
         self.resumes = 0  # how many times the stream re-requested after a failure (for tests and logs)
-        self.rate = RateFloor()  # a too-slow window re-requests, like a dropped connection
+        self.rate = RateFloor(options.min_rate, options.rate_window)  # a too-slow window re-requests, like a dropped connection
         self.seeks = 0  # how many times a seek was served by a new Range request
         self.object = ObjectCheck() if check is None else check  # what every response must agree on
         self._body = None
@@ -182,7 +187,7 @@ class ResumingStream(io.RawIOBase):
         gap = self.offset - self._body_pos
         if gap == 0:
             return
-        if 0 < gap <= SKIP_BY_READING:
+        if 0 < gap <= self.skip_by_reading:
             target, self.offset = self.offset, self._body_pos
             scratch = bytearray(min(gap, 1 << 16))
             while self.offset < target:
@@ -254,20 +259,21 @@ def close_quietly(body) -> None:
         pass
 
 
-def open_resuming(url: str, open_at: Callable[[int], tuple], start: int = 0) -> io.BufferedReader:
+def open_resuming(url: str, open_at: Callable[[int], tuple], start: int = 0,
+                  options: ReadOptions | None = None) -> io.BufferedReader:
     """A buffered `ResumingStream` over `open_at`, from byte `start` (the first request asks for it)."""
-    return io.BufferedReader(ResumingStream(url, open_at, start=start), REMOTE_BUFFER)
+    return io.BufferedReader(ResumingStream(url, open_at, options, start=start), REMOTE_BUFFER)
 
 
 def read_into(url: str, open_at: Callable[[int], tuple], offset: int, view, check: ObjectCheck | None = None,
-              retries: int | None = None) -> int:
+              options: ReadOptions | None = None) -> int:
     """Fill `view` with the object's bytes from `offset`, `open_at` asking for exactly that range
     (`ResumingScheme.open_at(url, end=offset + len(view))`): one request, resumed at its first
     missing byte after a drop or a too-slow window. Fewer bytes only where the object ends sooner;
     returns how many. Unbuffered: a read past the range would look like a dropped connection."""
     if not len(view):
         return 0
-    stream = ResumingStream(url, open_at, RETRIES if retries is None else retries, start=offset, check=check)
+    stream = ResumingStream(url, open_at, options, start=offset, check=check)
     try:
         return fill(stream, view)
     finally:
@@ -278,19 +284,39 @@ class ResumingScheme(Scheme):
     """A scheme read through `ResumingStream` (http(s), s3): a subclass gives `open_at(url, end)`,
     the function that opens the object's body at a byte offset (up to byte `end`, exclusive, when
     `end` is given: a bounded Range request; to the object's end otherwise), over connections it
-    keeps alive (`connect` makes its pool). Bounded ranges are what `supports_ranges` promises."""
+    keeps alive (`connect` makes its pool), each request with `self.options.timeout`. Bounded ranges
+    are what `supports_ranges` promises.
+
+    `options`: the `ReadOptions` this scheme reads with. The instance in `storage.SCHEMES` has none
+    of its own and reads the environment each time it is used; `configured(options)` gives a copy
+    that reads with the given ones (a dataset's)."""
 
     supports_ranges = True
+    _options: ReadOptions | None = None
+
+    @property
+    def options(self) -> ReadOptions:
+        return ReadOptions.from_environment() if self._options is None else self._options
+
+    def configured(self, options: ReadOptions | None) -> "ResumingScheme":
+        if options is None or options is self._options:
+            return self
+        scheme = copy.copy(self)
+        scheme._options = options
+        return scheme
 
     def open_at(self, url: str, end: int | None = None) -> Callable[[int], tuple]:
         raise NotImplementedError
 
     def open(self, url: str) -> io.BufferedReader:
-        return open_resuming(url, self.open_at(url))
+        options = self.options
+        return open_resuming(url, self.configured(options).open_at(url), options=options)
 
     def open_from(self, url: str, offset: int) -> io.BufferedReader:
-        return open_resuming(url, self.open_at(url), start=offset)
+        options = self.options
+        return open_resuming(url, self.configured(options).open_at(url), start=offset, options=options)
 
     def read_into(self, url: str, offset: int, view, check: ObjectCheck | None = None) -> int:
         """One bounded Range request for bytes [offset, offset + len(view)), resumed within its range."""
-        return read_into(url, self.open_at(url, end=offset + len(view)), offset, view, check)
+        options = self.options
+        return read_into(url, self.configured(options).open_at(url, end=offset + len(view)), offset, view, check, options)

@@ -27,20 +27,18 @@ import threading
 from typing import Iterator
 
 from ..errors import ConfigError, ShardError
-from . import resuming
+from ..readoptions import MIN_S3_PART_BYTES, ReadOptions
 from .base import Store
 from .files import file_sha256
 from .resuming import ResumingScheme, range_header
 
 MIB = 1 << 20
-MIN_PART_BYTES = 5 * MIB  # S3's minimum for every part but the last
-MULTIPART_BYTES = int(os.environ.get("WDSPREP_S3_MULTIPART_BYTES", 64 * MIB))
-PART_BYTES = int(os.environ.get("WDSPREP_S3_PART_BYTES", 16 * MIB))
+MIN_PART_BYTES = MIN_S3_PART_BYTES  # S3's minimum for every part but the last
 SHA256_METADATA = "sha256"
 
 POOL = 32  # connections per client at least; raised by `s3_client(connections)`
 
-_clients: dict = {}  # (pid, endpoint, credentials, region) -> (pool size, client)
+_clients: dict = {}  # (pid, endpoint, credentials, region, timeout) -> (pool size, client)
 _sessions: dict = {}  # (endpoint, credentials, region) -> boto3 Session: kept across forks
 _clients_lock = threading.Lock()
 
@@ -56,8 +54,9 @@ def _client_key() -> tuple:
     )
 
 
-def s3_client(connections: int = 0):
-    """A boto3 S3 client per process and environment, its connection pool holding at least
+def s3_client(connections: int = 0, timeout: float | None = None):
+    """A boto3 S3 client per process, environment and `timeout` (seconds per connect and read;
+    default: the environment's now, `ReadOptions`), its connection pool holding at least
     `max(POOL, connections)`; endpoint from AWS_ENDPOINT_URL(_S3) like the AWS CLI. Custom endpoints
     (MinIO, Ceph, moto) get path-style addressing unless `AWS_S3_ADDRESSING_STYLE` says otherwise.
 
@@ -65,7 +64,8 @@ def s3_client(connections: int = 0):
     made from one boto3 Session per environment that forked workers inherit with its service models
     already loaded: a worker's client costs milliseconds instead of the ~0.1 s (more when workers
     start together) of loading them again."""
-    key = _client_key()
+    timeout = ReadOptions.from_environment().timeout if timeout is None else timeout
+    key = (*_client_key(), timeout)
     wanted = max(POOL, connections)
     held = _clients.get(key)
     if held is not None and held[0] >= wanted:
@@ -78,8 +78,8 @@ def s3_client(connections: int = 0):
     endpoint = key[1]
     style = os.environ.get("AWS_S3_ADDRESSING_STYLE") or ("path" if endpoint else "auto")
     config = Config(
-        connect_timeout=resuming.TIMEOUT,
-        read_timeout=resuming.TIMEOUT,
+        connect_timeout=timeout,
+        read_timeout=timeout,
         retries={"max_attempts": 3, "mode": "standard"},
         s3={"addressing_style": style},
         max_pool_connections=wanted,
@@ -87,10 +87,10 @@ def s3_client(connections: int = 0):
     with _clients_lock:
         held = _clients.get(key)
         if held is None or held[0] < wanted:
-            session = _sessions.get(key[1:])
+            session = _sessions.get(key[1:-1])
             if session is None:
                 # a Session per environment: boto3's default session is not thread-safe to create clients from
-                session = _sessions[key[1:]] = boto3.session.Session()
+                session = _sessions[key[1:-1]] = boto3.session.Session()
             held = _clients[key] = (wanted, session.client("s3", endpoint_url=endpoint, config=config))
     return held[1]
 
@@ -122,10 +122,10 @@ PERMANENT_S3 = {"NoSuchKey", "404", "NoSuchBucket", "AccessDenied", "403", "Inva
                 "SignatureDoesNotMatch", "PreconditionFailed", "412"}
 
 
-def _get(url: str, bucket: str, key: str, **kwargs) -> dict:
+def _get(url: str, bucket: str, key: str, timeout: float, **kwargs) -> dict:
     """One GetObject; permanent errors as `ShardError`s naming the URL, anything else raised as is."""
     try:
-        return s3_client().get_object(Bucket=bucket, Key=key, **kwargs)
+        return s3_client(timeout=timeout).get_object(Bucket=bucket, Key=key, **kwargs)
     except Exception as error:
         code = s3_error_code(error)
         if code in ("NoSuchKey", "404"):
@@ -139,7 +139,7 @@ def _get(url: str, bucket: str, key: str, **kwargs) -> dict:
         raise
 
 
-def _s3_open_at(url: str, end: int | None = None):
+def _s3_open_at(url: str, end: int | None, timeout: float):
     """`open_at(offset)` for `ResumingStream`: one GetObject (with `Range` past 0, or up to `end`
     exclusive when it is given; `If-Match` the first response's ETag) -> (body, total, etag)."""
     bucket, key = split_s3(url)
@@ -150,7 +150,7 @@ def _s3_open_at(url: str, end: int | None = None):
         kwargs = {"Range": wanted} if wanted else {}
         if offset and state.get("etag"):
             kwargs["IfMatch"] = state["etag"]  # the same object, or a clear error
-        response = _get(url, bucket, key, **kwargs)
+        response = _get(url, bucket, key, timeout, **kwargs)
         etag = response.get("ETag")
         state.setdefault("etag", etag)
         length = int(response["ContentLength"])
@@ -197,7 +197,9 @@ def _not_found(error: Exception) -> bool:
 
 class S3Store(Store):
     """A "directory" `s3://bucket/prefix` holding shards and a manifest. No lock (S3 has none: one
-    conversion per prefix is the caller's rule); `sha256` answers from the upload's metadata."""
+    conversion per prefix is the caller's rule); `sha256` answers from the upload's metadata.
+    `multipart_bytes` / `part_bytes` default to the environment's when the store is opened
+    (`ReadOptions`: WDSPREP_S3_MULTIPART_BYTES, WDSPREP_S3_PART_BYTES)."""
 
     supports_listing = True
 
@@ -208,10 +210,11 @@ class S3Store(Store):
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         super().__init__(f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}")
-        self.multipart_bytes = int(MULTIPART_BYTES if multipart_bytes is None else multipart_bytes)
-        self.part_bytes = max(int(PART_BYTES if part_bytes is None else part_bytes), 1)
+        environment = ReadOptions.from_environment()  # checked before any request
+        self.multipart_bytes = int(environment.s3_multipart_bytes if multipart_bytes is None else multipart_bytes)
+        self.part_bytes = max(int(environment.s3_part_bytes if part_bytes is None else part_bytes), 1)
         try:
-            s3_client().head_bucket(Bucket=bucket)
+            s3_client(timeout=environment.timeout).head_bucket(Bucket=bucket)
         except ShardError as error:  # boto3 missing
             raise ConfigError(str(error)) from None
         except Exception as error:
@@ -364,11 +367,12 @@ class S3Store(Store):
 class S3StreamWriter(io.RawIOBase):
     """A writable stream to `s3://bucket/key`: parts go up as they fill, the object appears on close."""
 
-    def __init__(self, url: str, part_bytes: int = max(PART_BYTES, MIN_PART_BYTES)):
+    def __init__(self, url: str, part_bytes: int | None = None):
         self.url = url
         self.bucket, self.key = split_s3(url)
         if not self.key:
             raise ShardError(url, "an s3:// URL to write needs a key")
+        part_bytes = ReadOptions.from_environment().s3_part_bytes if part_bytes is None else part_bytes
         self.part_bytes = max(part_bytes, MIN_PART_BYTES)
         self._buffer = bytearray()
         self._upload_id: str | None = None
@@ -453,10 +457,10 @@ class S3Scheme(ResumingScheme):
     example = "s3://BUCKET/PREFIX"
 
     def open_at(self, url: str, end: int | None = None):
-        return _s3_open_at(url, end)
+        return _s3_open_at(url, end, self.options.timeout)
 
     def connect(self, connections: int) -> None:
-        s3_client(connections)
+        s3_client(connections, self.options.timeout)
 
     def store(self, url: str, **options) -> S3Store:
         return S3Store(url, **options)

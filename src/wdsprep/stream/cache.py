@@ -36,9 +36,13 @@ DRAIN_BYTES = 1 << 20  # on close, read at most this much more to complete an en
 
 
 class ShardCache:
-    def __init__(self, directory: str | os.PathLike, max_bytes: int | float):
+    """The cache in `directory`, bounded by `max_bytes`; misses are read with `options` (the
+    dataset's `ReadOptions`; None: the environment's when a shard is opened)."""
+
+    def __init__(self, directory: str | os.PathLike, max_bytes: int | float, options=None):
         self.directory = os.path.abspath(os.fspath(directory))
         self.max_bytes = int(max_bytes)
+        self.options = options
         if self.max_bytes <= 0:
             raise ConfigError(f"cache_bytes must be positive (got {max_bytes})")
         try:
@@ -54,7 +58,7 @@ class ShardCache:
     def open(self, url: str, sha256: str | None = None, size: int | None = None) -> BinaryIO:
         """A stream over the shard: from the cache on a hit, else from `url`, teed into the cache."""
         if local_path(url) is not None:
-            return open_url(url)
+            return open_url(url, self.options)
         path = os.path.join(self.directory, self.entry_name(url, sha256))
         try:
             if size is None or os.path.getsize(path) == size:
@@ -66,10 +70,10 @@ class ShardCache:
             pass
         self.misses += 1
         if size is not None and size > self.max_bytes:
-            return open_url(url)  # would never fit: stream it without caching
+            return open_url(url, self.options)  # would never fit: stream it without caching
         # not wrapped in another BufferedReader: `open_url` is buffered already, and an outer buffer
         # would be dropped and refilled on every seek of a piece that skips members (a tail piece)
-        return _TeeStream(open_url(url), self, path, sha256, size)
+        return _TeeStream(open_url(url, self.options), self, path, sha256, size)
 
     def fetch(self, url: str, sha256: str | None, size: int | None) -> tuple[str | None, bool]:
         """(the path of the shard's entry, whether it was downloaded now) for random access

@@ -25,7 +25,7 @@ from __future__ import annotations
 import copy
 import os
 from dataclasses import replace
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 from typing import Sequence as Sequence_
 
 import numpy as np
@@ -33,12 +33,14 @@ import webdataset as wds
 from webdataset.compat import FluidInterface
 
 from ..errors import ConfigError
+from ..readoptions import SETTINGS as READ_SETTINGS
+from ..readoptions import ReadOptions, whole_number
 from ..shards.manifest import Manifest
 from .decode import ReaderStage
 from .manifests import load_manifest
 from .catalog import Catalog, catalog_of
 from .plan import Sequence, epoch_sequence, remainder
-from .remote import check_options, worker_connections
+from .remote import worker_connections
 from .state import EpochProgress, Position, Resume, encode_state, parse_state, worker_level
 from .worker import ShardReader, WorkerPlan, WorkerStream, worker_plan
 
@@ -86,28 +88,38 @@ class PlannedDataset(wds.DataPipeline, FluidInterface):
 
     def _init_reading(self, *, seed: int, epoch: int | None, shuffle_shards: bool, shuffle_buffer: int,
                       equalize: str | None, rank: int | None, world_size: int | None, handler: Callable,
-                      cache_dir: str | None, cache_bytes: int | float | None, prefetch_bytes: int | None,
-                      max_connections: int | None) -> None:
+                      read_options: ReadOptions | None, read: dict) -> None:
+        # the read side's settings, checked now (wdsprep/readoptions.py): the environment's (or
+        # `read_options`), each keyword given overriding it
+        if read_options is None:
+            self.read_options = ReadOptions.from_environment(**read)
+        else:
+            self.read_options = read_options.replace(**{name: value for name, value in read.items() if value is not None})
         if equalize not in (None, "pad", "drop"):
-            raise ConfigError(f"equalize must be 'pad', 'drop' or None (got {equalize!r})")
-        self.seed = int(seed)
-        self.progress = EpochProgress(0 if epoch is None else int(epoch), epoch is None)
+            raise ConfigError(f"equalize={equalize!r}: must be 'pad', 'drop' or None")
+        self.seed = whole_number(seed, "seed", 0)
+        epoch = None if epoch is None else whole_number(epoch, "epoch", 0)
+        self.progress = EpochProgress(0 if epoch is None else epoch, epoch is None)
         self.shuffle_shards = shuffle_shards
-        self.shuffle_buffer = int(shuffle_buffer)
+        self.shuffle_buffer = whole_number(shuffle_buffer, "shuffle_buffer", 0, "samples permuted together; 0 or 1: none")
         self.equalize = equalize
+        if world_size is not None:
+            world_size = whole_number(world_size, "world_size", 1)
+        if rank is not None:
+            rank = whole_number(rank, "rank", 0)
+            if world_size is not None and rank >= world_size:
+                raise ConfigError(f"rank={rank!r}: must be below world_size ({world_size})")
         self.rank_arg, self.world_arg = rank, world_size
         self.handler = handler
         self._resume: dict[int, dict] = {}  # worker -> where its next pass starts (load_state_dict)
         self._stream = None  # this process's current pass (for state_dict)
         self._count_at: int | None = None  # pipeline index where outputs are counted (before batching)
         self._worker_override: tuple[int, int] | None = None  # (worker, num_workers) for tests outside a DataLoader
-        # read-ahead of remote shards, per worker (stream/remote.py): byte budget, requests at once
-        self.prefetch_bytes, self.max_connections = check_options(prefetch_bytes, max_connections)
         self.cache = None  # optional local LRU shard cache (stream/cache.py); off by default
-        if cache_dir is not None:
+        if self.read_options.cache_dir is not None:
             from .cache import ShardCache
 
-            self.cache = ShardCache(cache_dir, cache_bytes if cache_bytes is not None else 10e9)
+            self.cache = ShardCache(self.read_options.cache_dir, self.read_options.cache_bytes, self.read_options)
         self.append(ShardSource())
 
     # -- epochs and state (stream/state.py)
@@ -210,20 +222,18 @@ class ShardDataset(PlannedDataset):
         rank: int | None = None,
         world_size: int | None = None,
         handler: Callable = wds.reraise_exception,
-        cache_dir: str | None = None,
-        cache_bytes: int | float | None = None,
         outputs_per_sample: Sequence_[int] | Callable | None = None,
-        prefetch_bytes: int | None = None,
-        max_connections: int | None = None,
         keys=None,
         select: str | None = None,
         fraction: float | None = None,
         limit: int | None = None,
+        read_options: ReadOptions | None = None,
+        **read: Any,
     ):
         super().__init__()
         self._init_reading(seed=seed, epoch=epoch, shuffle_shards=shuffle_shards, shuffle_buffer=shuffle_buffer,
-                           equalize=equalize, rank=rank, world_size=world_size, handler=handler, cache_dir=cache_dir,
-                           cache_bytes=cache_bytes, prefetch_bytes=prefetch_bytes, max_connections=max_connections)
+                           equalize=equalize, rank=rank, world_size=world_size, handler=handler,
+                           read_options=read_options, read=read)
         self.manifest = manifest
         self.split = split
         # the split's shards and what the selection keeps of them (stream/catalog.py)
@@ -281,9 +291,9 @@ class ShardDataset(PlannedDataset):
         progress = self.progress if progress is None else progress
         rank, _ = self.rank_and_world()
         decode, stages, after = self._stages()
-        reader = ShardReader(self.catalog, handler=self.handler, cache=self.cache,
-                             prefetch_bytes=self.prefetch_bytes,
-                             max_connections=worker_connections(self.max_connections, num_workers),
+        options = self.read_options
+        reader = ShardReader(self.catalog, handler=self.handler, cache=self.cache, options=options,
+                             max_connections=worker_connections(options.max_connections, num_workers),
                              shuffle_buffer=self.shuffle_buffer, key=(self.seed, progress.epoch, rank, worker))
         return WorkerStream(reader, self.plan(worker, num_workers, progress=progress), resume or Position(),
                             stages=stages, after=after, invoke=self.invoke, decode=decode,
@@ -329,7 +339,12 @@ def dataset(manifest_url: str | Manifest, split: str = "train", **options) -> Sh
     """A webdataset pipeline of raw shard samples (compose `wdsprep.decode()` or a reader stage):
     `ShardDataset(manifest, split, **options)`, the manifest loaded from any location first. The
     options are ShardDataset's keywords (seed, epoch, shuffle_shards, shuffle_buffer, equalize, rank,
-    world_size, handler, cache_dir, cache_bytes, outputs_per_sample, prefetch_bytes, max_connections).
+    world_size, handler, outputs_per_sample; the selection: keys, select, fraction, limit, see
+    stream/catalog.py) and the read side's settings (`wdsprep.readoptions.
+    ReadOptions`: prefetch_bytes, max_connections, retries, timeout, min_rate, rate_window,
+    skip_by_reading, cache_dir, cache_bytes, ...), each overriding its `WDSPREP_*` variable. The
+    environment is read now, once, and every value is checked before the manifest is fetched: a bad
+    one is one `ConfigError` line naming the keyword or variable (docs/objectstore.md#settings).
 
     `cache_dir`/`cache_bytes`: keep remote shards in a local LRU cache bounded in bytes (default
     10 GB when only `cache_dir` is given); without `cache_dir` nothing is written to local disk.
@@ -345,5 +360,7 @@ def dataset(manifest_url: str | Manifest, split: str = "train", **options) -> Sh
     a number per worker), at most `prefetch_bytes` fetched ahead and not yet
     read (default 64 MiB, `WDSPREP_PREFETCH_BYTES`); `prefetch_bytes=0` reads each piece as one
     sequential stream instead (see stream/remote.py and docs/objectstore.md)."""
-    manifest = manifest_url if isinstance(manifest_url, Manifest) else load_manifest(manifest_url)
-    return ShardDataset(manifest, split, **options)
+    read = {name: options.pop(name) for name in list(options) if name in READ_SETTINGS}
+    read_options = ReadOptions.from_environment(**read)
+    manifest = manifest_url if isinstance(manifest_url, Manifest) else load_manifest(manifest_url, read_options)
+    return ShardDataset(manifest, split, read_options=read_options, **options)

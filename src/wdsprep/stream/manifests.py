@@ -13,10 +13,12 @@ def manifest_location(url: str) -> str:
     return f"{url.rstrip('/')}/{MANIFEST_NAME}"
 
 
-def load_manifest(url: str) -> Manifest:
+def load_manifest(url: str, options=None) -> Manifest:
+    """The manifest at `url` (or in the directory/prefix `url`), read with `options` (a dataset's
+    `ReadOptions`; None: the environment's, now)."""
     location = manifest_location(str(url))
     try:
-        text = read_url(location)
+        text = read_url(location, options)
     except ShardError as error:
         raise ManifestError(f"{location}: cannot read manifest ({error})") from None
     if scheme_of(location) == "file":

@@ -56,6 +56,7 @@ import webdataset as wds
 
 from ..errors import ConfigError, ManifestError
 from ..shards.manifest import Manifest
+from ..readoptions import ReadOptions
 from .catalog import Catalog, Selection
 from .dataset import PlannedDataset, shard_weights
 from .decode import ReaderStage
@@ -282,13 +283,12 @@ class MixDataset(PlannedDataset):
     def __init__(self, parts: Sequence_[Part | dict], *, mode: str = "weighted", samples_per_epoch: int | None = None,
                  stop: str = "first", seed: int = 0, epoch: int | None = None, shuffle_shards: bool = True,
                  shuffle_buffer: int = 0, equalize: str | None = "pad", rank: int | None = None,
-                 world_size: int | None = None, handler: Callable = wds.reraise_exception, cache_dir: str | None = None,
-                 cache_bytes: int | float | None = None, prefetch_bytes: int | None = None,
-                 max_connections: int | None = None):
+                 world_size: int | None = None, handler: Callable = wds.reraise_exception,
+                 read_options: ReadOptions | None = None, **read: Any):
         super().__init__()
         self._init_reading(seed=seed, epoch=epoch, shuffle_shards=shuffle_shards, shuffle_buffer=shuffle_buffer,
-                           equalize=equalize, rank=rank, world_size=world_size, handler=handler, cache_dir=cache_dir,
-                           cache_bytes=cache_bytes, prefetch_bytes=prefetch_bytes, max_connections=max_connections)
+                           equalize=equalize, rank=rank, world_size=world_size, handler=handler,
+                           read_options=read_options, read=read)
         if mode not in MODES:
             raise ConfigError(f"mix: mode must be 'weighted' or 'epochized', got {mode!r}")
         if stop not in STOPS:
@@ -329,7 +329,7 @@ class MixDataset(PlannedDataset):
                 raise ConfigError(f"{where}: weight is for mode='weighted' (an epochized part has a repeat)")
             share = _number(1 if part.repeat is None else part.repeat, "repeat", where)
         try:
-            manifest = part.location if isinstance(part.location, Manifest) else load_manifest(str(part.location))
+            manifest = part.location if isinstance(part.location, Manifest) else load_manifest(str(part.location), self.read_options)
         except ManifestError as error:
             raise ManifestError(f"{where}: {error}") from None
         if part.split not in manifest.splits:
@@ -497,11 +497,12 @@ class MixDataset(PlannedDataset):
         # a stage composed on the mix runs on the mixed stream, past the counting point (as batching
         # does), so it must map one sample to one; a part's own stages go in Part(stages=...)
         after = [*([] if decode is None else [decode]), *stages, *after]
-        connections = worker_connections(self.max_connections, num_workers)
+        options = self.read_options
+        connections = worker_connections(options.max_connections, num_workers)
         streams, counts = [], []
         for part, plan, position in zip(self.parts, self.plans(worker, num_workers, progress), resume.parts):
-            reader = ShardReader(part.catalog, handler=self.handler, cache=self.cache,
-                                 prefetch_bytes=self.prefetch_bytes, max_connections=connections,
+            reader = ShardReader(part.catalog, handler=self.handler, cache=self.cache, options=options,
+                                 max_connections=connections,
                                  shuffle_buffer=self.shuffle_buffer,
                                  key=(self.seed, progress.epoch, rank, worker, *self._part_key(part.index)))
             streams.append(WorkerStream(reader, plan, position, stages=part.stages, after=[], invoke=_invoke,
@@ -544,7 +545,8 @@ def mix(parts: Sequence_[Part | dict] | str | os.PathLike, **options) -> MixData
     or the path of a mix file (TOML: the options at the top, one `[[part]]` table per part; see
     docs/mixing.md). Options: mode ("weighted" | "epochized"), samples_per_epoch, stop ("first" |
     "all"), and wdsprep.dataset's seed, epoch, shuffle_shards, shuffle_buffer, equalize, rank,
-    world_size, handler, cache_dir, cache_bytes, prefetch_bytes, max_connections."""
+    world_size, handler, and the read side's settings (prefetch_bytes, max_connections, cache_dir, ...:
+    docs/objectstore.md#settings)."""
     if not isinstance(parts, (str, os.PathLike)):
         return MixDataset(parts, **options)
     path = os.fspath(parts)

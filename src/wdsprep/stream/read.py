@@ -62,7 +62,7 @@ from typing import BinaryIO, Iterator
 
 from ..errors import ShardError
 from ..shards.codec import DECODE_ERRORS, member_decoder
-from ..shards.index import ROW_FIELDS, ShardIndex, digest_of, has_index, member_span, xxh3_64
+from ..shards.index import ROW_FIELDS, ShardIndex, check_index_fields, digest_of, has_index, member_span, xxh3_64
 from ..shards.tarformat import BLOCK, TarCursor, group_samples
 from ..storage import BUFFER, open_from, open_url, read_range
 from ..storage.files import fill
@@ -83,7 +83,9 @@ def load_index(url: str, row: dict, fd: int | None = None) -> ShardIndex:
     """The shard's index, read from the open file `fd` (local or cached shards) or by its own request.
 
     One byte more than the row's size is asked for, so a longer shard is caught as well as a shorter.
+    The row's index fields are checked to lie within its shard first (`check_index_fields`).
     """
+    check_index_fields(url, row)
     offset, length = row["index_offset"], row["bytes"] - row["index_offset"] + 1
     tail = os.pread(fd, length, offset) if fd is not None else _read_from(url, offset, length)
     return ShardIndex.from_tail(url, row, tail)

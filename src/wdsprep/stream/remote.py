@@ -31,13 +31,24 @@ The one exception: a single index larger than the budget is fetched anyway (the 
 without it), the budget then being exceeded by that index alone.
 
 Integrity and order are the reader's (stream/read.py): every member is checked against the index
-before its sample is yielded, exactly as on a sequential stream; the index is checked against the
-manifest row (`ShardIndex.from_tail`); every response must give the row's total size and, within a
+before its sample is yielded, exactly as on a sequential stream; the row's index fields must lie
+within the shard before anything is requested (`check_index_fields`; else the piece's error), and the
+index is checked against the manifest row (`ShardIndex.from_tail`); every response must give the row's total size and, within a
 piece, one ETag (`ObjectCheck`). Each request is the scheme's one bounded read (`read_into`,
 storage/resuming.py): retried after a dropped connection, a transient error or a window below the
 rate floor (`WDSPREP_MIN_RATE` / `WDSPREP_RATE_WINDOW`), resuming at its first missing byte.
 A request that cannot be read becomes the `ShardError` of its piece, raised when the reader reaches
 that piece (the dataset's handler then skips the piece or ends the stream); later pieces go on.
+
+Settings: the budget and every request's retries, timeout and rate floor are the dataset's
+`ReadOptions` (wdsprep/readoptions.py), handed to `ReadAhead` (`options`) and to the schemes
+(`Scheme.configured`); nothing here reads the environment.
+
+Many tiny pieces (one-sample shards): each is one request of its whole shard (its index included),
+and requests of consecutive pieces are in flight together, up to `max_connections` (the fetching
+threads wait on a condition of their own, woken one at a time, so a finished request wakes the
+reader and not every idle thread). A shard is an object of its own: one request per shard is the
+floor, and past that the cost is the client's CPU per request (BENCHMARKS.md, *tiny shards*).
 """
 from __future__ import annotations
 
@@ -47,13 +58,14 @@ import os
 import threading
 from typing import Iterable
 
-from ..errors import ConfigError, ShardError
-from ..shards.index import ShardIndex, has_index
+from .. import readoptions
+from ..errors import ShardError
+from ..readoptions import ReadOptions
+from ..shards.index import ShardIndex, check_index_fields, has_index
 from ..storage import scheme_for, scheme_of
 from ..storage.resuming import ObjectCheck
 
 MIB = 1 << 20
-PREFETCH_BYTES = int(os.environ.get("WDSPREP_PREFETCH_BYTES", 64 * MIB))
 # Range requests at once. By default a rank (a process and its DataLoader workers) sends up to
 # RANK_CONNECTIONS, shared by its workers, each at least MIN_WORKER_CONNECTIONS: on a link whose
 # connections are slower than the whole, more requests in flight keep it full while each waits for its
@@ -61,43 +73,24 @@ PREFETCH_BYTES = int(os.environ.get("WDSPREP_PREFETCH_BYTES", 64 * MIB))
 # sets a number per worker instead.
 RANK_CONNECTIONS = 32
 MIN_WORKER_CONNECTIONS = 8
-MAX_CONNECTIONS = int(os.environ["WDSPREP_MAX_CONNECTIONS"]) if os.environ.get("WDSPREP_MAX_CONNECTIONS") else None
 FIRST_RANGE = 256 << 10  # the first request of a stream; each next one twice as large, up to range_bytes
-MIN_RANGE = 64 << 10
 MAX_RANGE = 16 * MIB
 INDEX_CACHE = 64  # shard indexes kept per process
 
 
 def range_bytes(prefetch_bytes: int, max_connections: int) -> int:
-    """Bytes per request: half the budget over the connections, between 64 KiB and 16 MiB."""
-    return max(MIN_RANGE, min(MAX_RANGE, prefetch_bytes // (2 * max_connections)))
+    """Bytes per request: half the budget over the connections, between `readoptions.MIN_RANGE`
+    (64 KiB; `ReadOptions` holds `prefetch_bytes` to two of them at least) and 16 MiB."""
+    return max(readoptions.MIN_RANGE, min(MAX_RANGE, prefetch_bytes // (2 * max_connections)))
 
 
 def worker_connections(max_connections: int | None, num_workers: int) -> int:
     """Range requests at once for each of a rank's `num_workers` workers: `max_connections` when
-    given, else WDSPREP_MAX_CONNECTIONS when set, else the worker's share of RANK_CONNECTIONS."""
+    given (the dataset's `ReadOptions`: its keyword, else WDSPREP_MAX_CONNECTIONS), else the
+    worker's share of RANK_CONNECTIONS."""
     if max_connections is not None:
         return max_connections
-    if MAX_CONNECTIONS is not None:
-        return MAX_CONNECTIONS
     return max(MIN_WORKER_CONNECTIONS, RANK_CONNECTIONS // max(1, num_workers))
-
-
-def check_options(prefetch_bytes, max_connections) -> tuple[int, int | None]:
-    """The dataset's read-ahead options, checked: (prefetch bytes, connections per worker or None:
-    decided per worker count by `worker_connections`)."""
-    prefetch = PREFETCH_BYTES if prefetch_bytes is None else int(prefetch_bytes)
-    connections = None if max_connections is None else int(max_connections)
-    if prefetch < 0:
-        raise ConfigError(f"prefetch_bytes must be >= 0 (0: no read-ahead), got {prefetch_bytes}")
-    if connections is not None and connections < 1:
-        raise ConfigError(f"max_connections must be >= 1, got {max_connections}")
-    if MAX_CONNECTIONS is not None and MAX_CONNECTIONS < 1:
-        raise ConfigError(f"WDSPREP_MAX_CONNECTIONS must be >= 1, got {MAX_CONNECTIONS}")
-    if prefetch and prefetch < 2 * MIN_RANGE:
-        raise ConfigError(f"prefetch_bytes must be 0 (no read-ahead) or at least {2 * MIN_RANGE} "
-                          f"(two requests of {MIN_RANGE} bytes), got {prefetch_bytes}")
-    return prefetch, connections
 
 
 def reads_ahead(url: str, row: dict) -> bool:
@@ -160,14 +153,18 @@ class _Range:
 
 
 class _Job:
-    """One piece: samples [start, stop) of the shard at `url`."""
+    """One piece: samples [start, stop) of the shard at `url`, read with `options`."""
 
-    def __init__(self, url: str, row: dict, start: int, stop: int):
+    def __init__(self, url: str, row: dict, start: int, stop: int, options: ReadOptions):
         self.url, self.row, self.start, self.stop = url, row, start, stop
-        self.scheme = scheme_for(url)
+        self.scheme = scheme_for(url).configured(options)
         self.check = ObjectCheck(size=row["bytes"])  # every response: the row's size, one ETag
         self.index: ShardIndex | None = None
         self.error: BaseException | None = None
+        try:  # offsets outside the shard are never requested: the piece's error, raised when it is opened
+            check_index_fields(url, row)
+        except ShardError as error:
+            self.error = error
         self.ranges: list[_Range] = []  # the body's ranges in byte order (known once `planned`)
         self.tail: _Range | None = None  # the range holding the index: with the body's last bytes, or alone
         self.planned = False
@@ -191,7 +188,9 @@ class _Engine:
     `ReadAhead`, so that a reader dropped without `close()` still stops them when collected)."""
 
     def __init__(self, jobs: list[_Job], budget: int, connections: int):
-        self.cond = threading.Condition()
+        lock = threading.Lock()
+        self.cond = threading.Condition(lock)  # the reader waits on it: a range fetched, a piece planned
+        self.work = threading.Condition(lock)  # the fetching threads wait on it: a range to send
         self.pending = collections.deque(jobs)  # jobs whose ranges are not planned yet
         self.queue: collections.deque[_Range] = collections.deque()  # planned, not sent, in reading order
         self.blocked: _Job | None = None  # a job whose body waits for its index request
@@ -219,7 +218,7 @@ class _Engine:
     def _plan(self) -> None:
         while not self.queue and self.blocked is None and self.pending:
             job = self.pending.popleft()
-            if job.closed:
+            if job.closed or job.error is not None:
                 continue
             job.index = _cached_index(job.url, job.row)
             row = job.row
@@ -279,10 +278,12 @@ class _Engine:
                         self.peak = max(self.peak, self.held)
                         self.in_flight += 1
                         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+                        if self.queue:
+                            self.work.notify()  # more to send: wake the next idle thread (a chain, not a herd)
                         return r
-                self.cond.wait()
+                self.work.wait()
 
-    def work(self) -> None:
+    def fetch(self) -> None:
         while (r := self._take()) is not None:
             job = r.job
             try:
@@ -299,6 +300,7 @@ class _Engine:
                 r.state = READY if error is None else FAILED
                 if self.blocked is job and r is job.tail:
                     self._index_arrived(job)
+                    self.work.notify()
                 elif job.closed or self.closed:
                     self._release(r)
                 self.cond.notify_all()
@@ -308,7 +310,7 @@ class _Engine:
         if r.state in (FETCHING, READY, FAILED):
             self.held -= r.size
         r.state, r.buffer = RELEASED, None
-        self.cond.notify_all()
+        self.work.notify()  # room in the budget
 
     def wait_ready(self, r: _Range) -> None:
         """Until `r` is fetched (under cond); its error raised here."""
@@ -317,7 +319,7 @@ class _Engine:
                 raise ShardError(r.job.url, "read-ahead closed")
             if r.state == QUEUED and not r.urgent:
                 r.urgent = True
-                self.cond.notify_all()
+                self.work.notify()
             self.cond.wait()
         if r.state == FAILED:
             raise r.error
@@ -330,7 +332,7 @@ class _Engine:
             for r in job.ranges:
                 if r.state in (READY, FAILED):
                     self._release(r)
-            self.cond.notify_all()
+            self.work.notify_all()  # its queued ranges are dropped by whoever takes them
 
     def close(self) -> None:
         with self.cond:
@@ -339,6 +341,7 @@ class _Engine:
                 r.state = RELEASED
             self.queue.clear()
             self.cond.notify_all()
+            self.work.notify_all()
 
 
 class PieceStream(io.RawIOBase):
@@ -423,15 +426,16 @@ class PieceStream(io.RawIOBase):
 
 class ReadAhead:
     """Reads `jobs` ((url, row, first sample, end sample), in the order they will be opened) ahead of
-    the reader: `open(url, first, stop)` for each in turn; `close()` when done (or dropped)."""
+    the reader: `open(url, first, stop)` for each in turn; `close()` when done (or dropped).
+    `options` (a dataset's `ReadOptions`): the budget (`prefetch_bytes`, > 0) and what every
+    request retries, waits and floors by; `max_connections`: requests at once (`worker_connections`)."""
 
-    def __init__(self, jobs: Iterable[tuple[str, dict, int, int]], *, prefetch_bytes: int = PREFETCH_BYTES,
-                 max_connections: int):
-        self.jobs = collections.deque(_Job(*job) for job in jobs)
-        self.engine = _Engine(list(self.jobs), prefetch_bytes, max_connections)
+    def __init__(self, jobs: Iterable[tuple[str, dict, int, int]], *, options: ReadOptions, max_connections: int):
+        self.jobs = collections.deque(_Job(*job, options) for job in jobs)
+        self.engine = _Engine(list(self.jobs), options.prefetch_bytes, max_connections)
         for name in {scheme_of(job.url) for job in self.jobs}:  # the clients, before the first piece
-            scheme_for(f"{name}://").connect(max_connections)
-        self.threads = [threading.Thread(target=self.engine.work, name=f"wdsprep-read-ahead-{i}", daemon=True)
+            scheme_for(f"{name}://").configured(options).connect(max_connections)
+        self.threads = [threading.Thread(target=self.engine.fetch, name=f"wdsprep-read-ahead-{i}", daemon=True)
                         for i in range(max_connections if self.jobs else 0)]
         for thread in self.threads:
             thread.start()
@@ -452,7 +456,7 @@ class ReadAhead:
                 engine._plan()
                 if job.tail is not None and job.tail.state == QUEUED and not job.tail.urgent:
                     job.tail.urgent = True
-                    engine.cond.notify_all()
+                    engine.work.notify()
                 if job.planned or job.error is not None:
                     break
                 engine.cond.wait()

@@ -25,6 +25,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from ..errors import ShardError
+from ..readoptions import ReadOptions
 from ..storage import open_url
 from .decode import END, ReaderStage
 from .plan import (
@@ -95,13 +96,16 @@ class _Counter:
 class ShardReader:
     """Reads the samples of pieces of a split's shards, for one worker of one pass: `catalog` is the
     split (its shards' urls and rows, and the samples a selection keeps: pieces are in selected
-    positions), `key` = (seed, epoch, rank, worker) orders `shuffle_buffer` blocks."""
+    positions), `key` = (seed, epoch, rank, worker[, part]) orders `shuffle_buffer` blocks.
+    `options` (the dataset's `ReadOptions`) are what remote shards are read with: the read-ahead's
+    budget, and the retries, timeouts and rate floor of every request; `max_connections` the
+    worker's requests at once."""
 
-    def __init__(self, catalog: Catalog, *, handler: Callable, cache, prefetch_bytes: int,
+    def __init__(self, catalog: Catalog, *, handler: Callable, cache, options: ReadOptions,
                  max_connections: int, shuffle_buffer: int, key: tuple[int, ...]):
         self.catalog = catalog
         self.urls, self.rows, self.handler, self.cache = catalog.urls, catalog.rows, handler, cache
-        self.prefetch_bytes, self.max_connections = prefetch_bytes, max_connections
+        self.options, self.max_connections = options, max_connections
         self.shuffle_buffer = shuffle_buffer
         self.key = key  # (seed, epoch, rank, worker[, part]): what keys this worker's shuffle blocks
         self.epoch = key[1]
@@ -138,7 +142,7 @@ class ShardReader:
                     elif self.cache:
                         stream = self.cache.open(url, row.get("sha256"), row.get("bytes"))
                     else:
-                        stream = open_url(url)
+                        stream = open_url(url, self.options)
                     with stream:
                         # every sample is checked against the row before it is yielded (stream/read.py)
                         at = first
@@ -164,13 +168,13 @@ class ShardReader:
     def _read_ahead(self, runs: list[tuple[Piece, int]]) -> ReadAhead | None:
         """The read-ahead of this worker's remote pieces (stream/remote.py), or None: nothing remote
         with an index to read, `prefetch_bytes=0`, or a cache (which tees whole shards as they stream)."""
-        if not self.prefetch_bytes or self.cache is not None:
+        if not self.options.prefetch_bytes or self.cache is not None:
             return None
         jobs = [(self.urls[piece.shard], self.rows[piece.shard], first, piece.stop) for piece, first in runs
                 if reads_ahead(self.urls[piece.shard], self.rows[piece.shard])]
         if not jobs:
             return None
-        return ReadAhead(jobs, prefetch_bytes=self.prefetch_bytes, max_connections=self.max_connections)
+        return ReadAhead(jobs, options=self.options, max_connections=self.max_connections)
 
     def _block_shuffled(self, pieces: Sequence, skip: int, held: dict) -> Iterator:
         """Blocks of `shuffle_buffer` consecutive samples, each permuted. Samples of local shards are

@@ -4,7 +4,7 @@
 Prints one line, the endpoint (for s3 also the shell exports to use it), then serves until stdin
 closes or the process is interrupted. While it runs, a line `stats` on stdin prints the http
 server's counts as one JSON line (requests, body bytes sent, connections accepted, most open at
-once), `clear` forgets them, and `shape RATE TOTAL LATENCY SETUP` reshapes the link (0: unshaped);
+once, most requests answered at once, the client's sequential waits), `clear` forgets them, and `shape RATE TOTAL LATENCY SETUP` reshapes the link (0: unshaped);
 each answers one line. `--rate`, `--total`, `--latency`, `--setup` shape the http server's link
 from the start (`wdsprep.testing.httpserver.Shaping`). Used by the benchmarks (a server in its own process,
 like a real one) and handy for trying `wdsprep upload` and streaming without cloud credentials.
@@ -47,7 +47,7 @@ def main(argv=None) -> int:
         for line in sys.stdin:  # until the parent closes our stdin
             command = line.strip()
             if command == "stats" and isinstance(server, RangeHTTPServer):
-                print(json.dumps(server.stats()), flush=True)
+                print(json.dumps({**server.stats(), "round_trips": server.round_trips()}), flush=True)
             elif command == "clear" and isinstance(server, RangeHTTPServer):
                 server.clear_log()
                 print("{}", flush=True)

@@ -14,6 +14,10 @@ then runs every test below against it. A new source is done when its subclass pa
             ...
         def corrupt_input(self, native):           # break one item; return the name the error names
             ...
+        def bomb_input(self, native):              # Hostile(name, bytes it expands to)
+            ...
+        def malformed_input(self, native):         # Hostile(name, bytes it expands to)
+            ...
         def edit_input(self, native):              # (file, new bytes of the same size)
             ...
         def stream(self, manifest, split, seed, epoch):   # training samples, resumable (optional)
@@ -38,6 +42,13 @@ The contract (one test each):
   naming the file (and a note for a split that held nothing else, left out of the manifest),
   converts the rest (some shards byte-identical to the clean conversion's, not all) and the
   output verifies.
+- Hostile input (`bomb_input`: a file that expands far beyond its size, a decompression bomb or
+  a header declaring more than the file holds; `malformed_input`: an object built to exhaust the
+  reader, e.g. a structure nested through shared references): `wdsprep convert`, run in a child
+  process (`wdsprep.testing._measured`), fails with exit 1 and one line naming the file, having
+  read and inflated less than a quarter of what the object would expand to (counted: the bytes of
+  read(2) calls plus the bytes Python's zlib produced, never the clock) and grown its resident
+  memory by less than that too; each hostile object expands to at least `HOSTILE_MIN_BYTES`.
 - Every kind of input the source reads (`input_kinds`: per file suffix among the inputs
   `Source.inputs` names for the planned units, a zip archive and its members apart, and the
   `plan_files` read while planning), broken (`break_file`: cut to half its size; a zip member: its
@@ -66,6 +77,7 @@ import re
 import shutil
 import struct
 import tarfile
+from dataclasses import dataclass
 from typing import Any
 
 import msgpack
@@ -75,7 +87,20 @@ import xxhash
 from ..cli import _convert_parser, convert_options_from, main
 from ..sources.base import PlanContext
 from ..sources.registry import load_source
+from ._measured import run_measured
 from .edits import corrupt_zip_member, failing_convert, overwrite_keeping_size, rewritten_shards, shard_identities
+
+HOSTILE_MIN_BYTES = 1 << 30  # a hostile object expands at least this far: bounded work is then told apart
+
+
+@dataclass(frozen=True)
+class Hostile:
+    """A hostile input planted by `SourceTests.bomb_input` / `malformed_input`: the name (absolute path,
+    or as the source reports it) its one-line error must hold, and the bytes it would take, read as it
+    declares itself (inflated, allocated at its declared shape, or expanded as if shared parts were copies)."""
+
+    named: str
+    expands_to: int
 
 
 def run_cli(*argv: str) -> tuple[int, str, str]:
@@ -166,6 +191,8 @@ def assert_rows_index_their_shards(output: pathlib.Path) -> int:
                         "layout": struct.pack(f"<{len(ids)}I", *ids), "offsets": struct.pack(f"<{len(offsets)}Q", *offsets),
                         "sizes": struct.pack(f"<{len(sizes)}Q", *sizes), "digests": struct.pack(f"<{len(digests)}Q", *digests)}
             got = msgpack.unpackb(data[index.offset_data : index.offset_data + index.size], raw=False)
+            if isinstance(got.get("reindexed_from"), str):  # a shard `wdsprep reindex` rebuilt names the one it replaced
+                expected["reindexed_from"] = got["reindexed_from"]
             assert got == expected, f"{where}: the index member differs from the shard's bytes"
             assert row["samples"] == len(keys), where
             checked += 1
@@ -276,6 +303,18 @@ class SourceTests:
         """Break one input item of the copy at `native`; return the file name (absolute path, or the
         path as the source reports it) that the one-line error must name."""
         raise NotImplementedError(f"{type(self).__name__}: corrupt_input is part of the contract")
+
+    def bomb_input(self, native: pathlib.Path) -> Hostile:
+        """Turn one input file of the copy at `native` into a bomb as a stranger would make it: a zip
+        member, gzip file or compressed chunk that inflates to gigabytes, or a header that declares
+        gigabytes the file does not hold. Return what it is (`Hostile`)."""
+        raise NotImplementedError(f"{type(self).__name__}: bomb_input is part of the contract")
+
+    def malformed_input(self, native: pathlib.Path) -> Hostile:
+        """Plant one malformed object in the copy at `native` that would cost gigabytes or crash a
+        careless reader (a structure nested through shared references, aliases, an object dtype made
+        of raw bytes, a shape larger than the data). Return what it is (`Hostile`)."""
+        raise NotImplementedError(f"{type(self).__name__}: malformed_input is part of the contract")
 
     def edit_input(self, native: pathlib.Path) -> tuple[pathlib.Path, bytes]:
         """One input file of the copy at `native` and new bytes of the same size for it, changing
@@ -495,6 +534,24 @@ class SourceTests:
         line = failing_convert([self.source, str(copy), str(output), *self.convert_args], str(output))
         assert line.startswith("wdsprep: error: ") and str(named) in line, line
 
+    @pytest.mark.parametrize("plant", ["bomb_input", "malformed_input"])
+    def test_a_hostile_input_is_refused_in_bounded_reads_and_memory(self, native, tmp_path, plant):
+        copy = self.copy_input(native, tmp_path / "input")
+        hostile = getattr(self, plant)(copy)
+        assert hostile.expands_to >= HOSTILE_MIN_BYTES, f"{plant}: expands to {hostile.expands_to} bytes only"
+        output = tmp_path / "out"
+        counts, status, err = run_measured(["convert", self.source, copy, output, *self.convert_args, "--workers", "1", "--quiet"])
+        assert status == 0 and counts, f"the conversion died (status {status}):\n{err}"
+        bound = hostile.expands_to // 4
+        work = counts["read_bytes"] + counts["inflated_bytes"]
+        assert work < bound, f"read and inflated {work} bytes of a {plant} that expands to {hostile.expands_to}:\n{err}"
+        assert counts["rss_growth"] < bound, f"memory grew {counts['rss_growth']} bytes on a {plant} of {hostile.expands_to}:\n{err}"
+        lines = err.strip().splitlines()
+        assert counts["status"] == 1 and len(lines) == 1, f"exit {counts['status']}:\n{err}"
+        assert lines[0].startswith("wdsprep: error: ") and hostile.named in lines[0], lines[0]
+        left = sorted(os.listdir(output)) if output.is_dir() else []
+        assert not [name for name in left if name == "manifest.json" or name.endswith(".tmp")], left
+
     def test_a_broken_input_of_each_kind_is_one_line_naming_it(self, native, tmp_path):
         kinds = self.input_kinds(native)
         assert kinds, "input_kinds found nothing to break"
@@ -580,5 +637,5 @@ class SourceTests:
         assert read_manifest(incremental)["timing"]["units_built"] == len(changed_units)
 
 
-__all__ = ["SourceTests", "assert_rows_index_their_shards", "assert_same_shards", "balanced_units", "run_cli", "read_manifest",
+__all__ = ["HOSTILE_MIN_BYTES", "Hostile", "SourceTests", "assert_rows_index_their_shards", "assert_same_shards", "balanced_units", "run_cli", "read_manifest",
            "shard_bytes", "shard_rows", "tar_samples", "unit_of"]

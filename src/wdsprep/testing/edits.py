@@ -1,7 +1,8 @@
 """Edits of native inputs for tests of the input-fingerprint rule: in place, at equal size, and
 optionally with the modification time put back, the way a careless tool (or `cp -p` of a
-regenerated file) would leave them; which shards a re-run rewrote, seen from the file system; and
-the bad-input contract of `wdsprep convert` (one line, exit 1, no output) as one check.
+regenerated file) would leave them; which shards a re-run rewrote, seen from the file system; the
+bad-input contract of `wdsprep convert` (one line, exit 1, no output) as one check; and a zip member
+replaced by a stream of gigabytes (a decompression bomb, for the hostile-input tests).
 """
 from __future__ import annotations
 
@@ -105,3 +106,31 @@ def failing_convert(argv: list[str], output: str) -> str:
             with tarfile.open(os.path.join(output, name)) as archive:  # complete, or this raises
                 archive.getmembers()
     return lines[0]
+
+
+def zip_with_member_streamed(path: str, member: str, chunks) -> None:
+    """Rewrite the zip at `path` with `member` holding the concatenation of `chunks` (an iterable of
+    bytes, streamed: gigabytes of it never sit in memory), deflated at level 9 as a zip tool makes a
+    bomb; every other member is copied as it was (name, date, compression)."""
+    temporary = f"{path}.rewrite"
+    with zipfile.ZipFile(path) as source, \
+            zipfile.ZipFile(temporary, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as target:
+        names = [info.filename for info in source.infolist()]
+        if member not in names:
+            raise KeyError(f"{path}: no member {member}")
+        for info in source.infolist():
+            if info.filename != member:
+                target.writestr(info, source.read(info))
+                continue
+            with target.open(info.filename, "w", force_zip64=True) as handle:
+                for chunk in chunks:
+                    handle.write(chunk)
+    os.replace(temporary, path)
+
+
+def zeros(total: int, chunk: int = 16 << 20):
+    """`total` zero bytes as chunks of at most `chunk` bytes (for `zip_with_member_streamed`)."""
+    block = bytes(min(chunk, total))
+    while total > 0:
+        yield block[: min(len(block), total)]
+        total -= len(block)

@@ -7,8 +7,11 @@ proxy: `S3Server` behind it is an S3 endpoint with the same shaping and the same
 
 What it records: `requests`, one dict per request (method, name, range, status, `conn`: the number
 of the TCP connection it came on, `sent`: body bytes written, `cut`: the body was cut by a planned
-drop), and per connection: `connections` (how many were accepted), `open_connections` and
-`peak_connections` (the most open at once).
+drop, `arrived` / `answered`: the server's event count when its request line was read and when its
+answer was written, so that which requests overlapped is known without a clock), per connection:
+`connections` (how many were accepted), `open_connections` and `peak_connections` (the most open at
+once), and `peak_requests` (the most requests being answered at once). `round_trips()` counts the
+client's sequential waits from the log.
 
 Faults (file mode): `drop_once(name, at_byte)` cuts the next response body of `name` after
 `at_byte` bytes and closes the connection (the client sees a dropped stream); `fail_next(name,
@@ -142,9 +145,13 @@ class _Handler(BaseHTTPRequestHandler):
         owner = self.server.owner
         name = unquote(urlsplit(self.path).path).lstrip("/")
         record = {"method": self.command, "name": name, "range": self.headers.get("Range"), "status": None,
-                  "conn": self.conn_id, "sent": 0, "cut": False}
+                  "conn": self.conn_id, "sent": 0, "cut": False, "answered": None}
         with owner.lock:
             owner.requests.append(record)
+            owner.events += 1
+            record["arrived"] = owner.events
+            owner.open_requests += 1
+            owner.peak_requests = max(owner.peak_requests, owner.open_requests)
         try:
             if owner.upstream is not None:
                 self._forward(record)
@@ -152,6 +159,11 @@ class _Handler(BaseHTTPRequestHandler):
                 self._serve_file(name, head, record)
         except (ConnectionError, OSError):
             self.close_connection = True  # the client hung up: nothing more on this connection
+        finally:
+            with owner.lock:
+                owner.events += 1
+                record["answered"] = owner.events
+                owner.open_requests -= 1
 
     def _error(self, status: int, record: dict) -> None:
         record["status"] = status
@@ -299,6 +311,9 @@ class RangeHTTPServer(ServedInThread):
         self.conn_ids = 0
         self.open_connections = 0
         self.peak_connections = 0
+        self.events = 0  # requests read plus answers written so far: the log's clock
+        self.open_requests = 0
+        self.peak_requests = 0
 
     def start(self) -> "RangeHTTPServer":
         server = _Server((self.host, self.port), _Handler)
@@ -334,17 +349,39 @@ class RangeHTTPServer(ServedInThread):
             return [r for r in self.requests if r["name"] == name]
 
     def stats(self) -> dict:
-        """requests, body bytes sent, connections accepted, most connections open at once."""
+        """requests, body bytes sent, connections accepted, most connections open at once, most
+        requests being answered at once."""
         with self.lock:
             return {"requests": len(self.requests), "sent": sum(r["sent"] for r in self.requests),
-                    "connections": self.connections, "peak_connections": self.peak_connections}
+                    "connections": self.connections, "peak_connections": self.peak_connections,
+                    "peak_requests": self.peak_requests}
+
+    def round_trips(self) -> int:
+        """The client's sequential waits in the log: the longest chain of requests each of which
+        arrived after the one before it was answered (N for a client that sends N requests one at a
+        time, about N / k for one that keeps k in flight)."""
+        with self.lock:
+            events = []  # (event count, request, arrival or not), in the order the server saw them
+            for number, record in enumerate(self.requests):
+                events.append((record["arrived"], number, True))
+                if record["answered"] is not None:
+                    events.append((record["answered"], number, False))
+        chain: dict[int, int] = {}  # request -> the longest chain ending with it
+        longest_answered = 0
+        for _, number, arrival in sorted(events):
+            if arrival:
+                chain[number] = longest_answered + 1
+            else:
+                longest_answered = max(longest_answered, chain[number])
+        return max(chain.values(), default=0)
 
     def clear_log(self) -> None:
-        """Forget the requests and connection counts so far (the peak restarts from what is open now)."""
+        """Forget the requests and connection counts so far (the peaks restart from what is open now)."""
         with self.lock:
             self.requests.clear()
             self.connections = 0
             self.peak_connections = self.open_connections
+            self.peak_requests = self.open_requests
 
 
 def copy_tree(source: str, destination: str) -> None:

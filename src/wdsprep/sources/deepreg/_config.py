@@ -9,9 +9,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-import yaml
-
 from ...errors import ConfigError, InputError
+from ..base import MAX_YAML_BYTES, parse_yaml, read_input_bytes
 
 TYPES = ("paired", "unpaired", "grouped")
 FORMATS = ("nifti", "h5")
@@ -57,15 +56,9 @@ class DatasetConfig:
 
 
 def read_yaml(path: str):
-    """The YAML document in `path`; a syntax error is one ConfigError line naming the file."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return yaml.safe_load(handle)
-    except OSError as error:
-        raise InputError(f"{path}: cannot read ({error.strerror or error})") from None
-    except (yaml.YAMLError, ValueError, RecursionError) as error:  # UnicodeDecodeError is a ValueError
-        reason = " ".join(str(error).split()) if not isinstance(error, RecursionError) else "nested too deeply"
-        raise ConfigError(f"{path}: not valid YAML: {reason}") from None
+    """The YAML document in `path` (at most MAX_YAML_BYTES; a key given twice or an alias bomb is
+    refused); a syntax error is one ConfigError line naming the file."""
+    return parse_yaml(read_input_bytes(path, MAX_YAML_BYTES, "a config"), path, ConfigError)
 
 
 def _as_bool(value, where: str) -> bool | None:

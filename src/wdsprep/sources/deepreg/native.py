@@ -15,6 +15,7 @@ nibabel on a file is an InputError naming the file (and the H5 key).
 from __future__ import annotations
 
 import glob
+import math
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -24,6 +25,12 @@ import numpy as np
 from ...errors import InputError
 
 NIFTI_SUFFIXES = ("nii.gz", "nii")  # DeepReg's DATA_FILE_SUFFIX, longest first
+# One volume (image or label) as its header declares it: DeepReg loads whole volumes, and real ones
+# are 128**3 to 512**3 voxels (a 512x512x600 int16 CT is 300 MiB). A header declaring more is
+# refused before any data is read (a .nii.gz or an H5 chunk of zeros inflates ~1000:1, an H5
+# dataset's unwritten chunks cost nothing on disk), and so is a .nii whose header declares more data
+# than the file holds.
+MAX_VOLUME_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -238,9 +245,25 @@ def volume_info(ref: VolumeRef) -> VolumeInfo:
             raise
         except Exception as error:  # h5py raises OSError, KeyError, RuntimeError... for a damaged file
             raise InputError(f"{ref.describe()}: not a readable HDF5 dataset: {' '.join(str(error).split())}") from None
+    nbytes = check_declared_size(ref, shape, dtype)  # the data's presence is checked when it is read (read_volume)
     if len(shape) == 4 and shape[-1] == 1:
         shape = shape[:3]
-    return VolumeInfo(shape, dtype.str, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
+    return VolumeInfo(shape, dtype.str, nbytes)
+
+
+def check_declared_size(ref: VolumeRef, shape: tuple, dtype: np.dtype, data_offset: int | None = None) -> int:
+    """The bytes of the volume a header declares: at most MAX_VOLUME_BYTES, and for an uncompressed
+    .nii (`data_offset`: where its data starts), present in the file; else an InputError naming the file."""
+    nbytes = math.prod(int(n) for n in shape) * np.dtype(dtype).itemsize
+    if nbytes > MAX_VOLUME_BYTES:
+        raise InputError(f"{ref.describe()}: its header declares a {np.dtype(dtype)} volume of shape {tuple(shape)}, "
+                         f"{nbytes} bytes, more than a volume may hold ({MAX_VOLUME_BYTES} bytes)")
+    if data_offset is not None and not ref.path.endswith(".gz"):  # an uncompressed NIfTI: its data must be there
+        present = os.path.getsize(ref.path) - data_offset
+        if present < nbytes:
+            raise InputError(f"{ref.describe()}: its header declares a {np.dtype(dtype)} volume of shape "
+                             f"{tuple(shape)}, {nbytes} bytes from byte {data_offset}, but the file holds {max(present, 0)}")
+    return nbytes
 
 
 def check_image_shape(ref: VolumeRef, info: VolumeInfo, role: str) -> None:
@@ -274,6 +297,10 @@ def read_volume(ref: VolumeRef, h5_handles: dict | None = None) -> tuple[np.ndar
 
         try:
             image = nib.load(ref.path)
+        except Exception as error:
+            raise InputError(f"{ref.path}: cannot read NIfTI data: {' '.join(str(error).split())}") from None
+        check_declared_size(ref, image.shape, image.get_data_dtype(), int(image.dataobj.offset))  # before reading it
+        try:
             array = np.asanyarray(image.dataobj.get_unscaled())
         except Exception as error:
             reason = " ".join(str(error).split())  # nibabel's message for a short file spans two lines
@@ -292,7 +319,11 @@ def read_volume(ref: VolumeRef, h5_handles: dict | None = None) -> tuple[np.ndar
                 import h5py
 
                 handle = h5_handles[ref.path] = h5py.File(ref.path, "r")
-            array = handle[ref.key][()]
+            dataset = handle[ref.key]
+            check_declared_size(ref, dataset.shape, dataset.dtype)  # before reading (and inflating) it
+            array = dataset[()]
+        except InputError:
+            raise
         except Exception as error:  # h5py raises OSError, KeyError, RuntimeError... for a damaged file
             raise InputError(f"{ref.describe()}: cannot read HDF5 data: {' '.join(str(error).split())}") from None
     array = np.asarray(array)

@@ -9,8 +9,11 @@ Every entry of the input is either converted or reported (`ctx.ignore`, the mani
 each folder of INPUT is a split (its name must follow the split-name rule, `check_plan`), a hidden
 entry (`.ipynb_checkpoints/`, `.DS_Store`) and a file beside the split folders are skipped with a
 note, and so are, inside a split, files that are not `<key>.<field>.npy|json` (`.png`, `.npz`,
-`.NPY`) and nested folders. A JSON file nested deeper than Python can read, or holding a value a
-shard cannot hold (an integer outside 64 bits), is an error naming the file when it is read.
+`.NPY`) and nested folders. A JSON file nested deeper than Python can read, naming a key twice in
+one object, or holding a value a shard cannot hold (an integer outside 64 bits), is an error naming
+the file when it is read; one above `MAX_JSON_BYTES` (16 MiB) is refused unread, while planning. A
+`.npy` file whose header declares other than the bytes that follow it is refused before its array
+is allocated.
 """
 from __future__ import annotations
 
@@ -18,7 +21,8 @@ import os
 from typing import Iterator
 
 from ...errors import InputError
-from ..base import Plan, PlanContext, Source, Unit, UnitContext, group_by_size, input_size, read_json_file, read_npy_file
+from ..base import (MAX_JSON_BYTES, Plan, PlanContext, Source, Unit, UnitContext, group_by_size, input_size, read_json_file,
+                    read_npy_file)
 
 EXTENSIONS = (".npy", ".json")
 LAYOUT = "<key>.<field>.npy|json"
@@ -79,7 +83,7 @@ class GenericSource(Source):
             items, sizes = [], []
             for key, files in self._samples(split_dir, report, ctx).items():
                 try:
-                    size = sum(input_size(os.path.join(split_dir, f)) for f in files)
+                    size = sum(_file_size(os.path.join(split_dir, f)) for f in files)
                 except InputError as error:
                     report(str(error))
                     continue
@@ -118,5 +122,13 @@ class GenericSource(Source):
         from .synth import synth
 
         synth(directory, seed, size, samples=samples, splits=splits)
+
+def _file_size(path: str) -> int:
+    """An input file's size; a JSON file above MAX_JSON_BYTES is refused here, before the driver
+    fingerprints (reads) it."""
+    if path.endswith(".json"):
+        return input_size(path, MAX_JSON_BYTES, "a JSON input")
+    return input_size(path)
+
 
 SOURCE = GenericSource()

@@ -1,14 +1,15 @@
 """The native MineDojo-style layout: `[data/][seq{n}-{m}/]creative:{id}/{t:06d}.npy`, one pickled dict a frame.
 
-This module is the only place in wdsprep that unpickles anything, and it does so with an unpickler
-that admits numpy arrays and dtypes only, so a hostile `.npy` cannot run code.
+Frames are the only pickles wdsprep reads, through the checked unpickler of `_unpickle` (no code
+runs, no object dtype from raw bytes, shared structures counted before they are built, nothing after
+the pickle), and only up to MAX_FRAME_BYTES a file or zip member (checked before it is read), so a
+hostile frame is one InputError naming it, in bounded time and memory.
 The input is a directory or a `.zip` of that tree; both are read through `NativeTree`.
 """
 from __future__ import annotations
 
 import io
 import os
-import pickle
 import re
 import zipfile
 import zlib
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...errors import InputError
+from ._unpickle import PickleLimits, load_pickle
 
 EPISODE_PREFIX = "creative:"
 FRAME_NAME = re.compile(r"^(\d+)\.npy$")
@@ -25,6 +27,12 @@ FRAME_NAME = re.compile(r"^(\d+)\.npy$")
 ACTION_LIMITS = (3, 3, 2)
 ACTION_NAMES = (("noop", "forward", "backward"), ("noop", "left", "right"), ("noop", "jump"))
 ACTION_FIELDS = ("straight", "pan", "jump")
+# A frame is a (S, S, S) grid of block names and 3 integers: the real frames are 21**3 names of up to
+# 11 characters, 407,943 bytes. The caps leave 160x room (a 64**3 grid of 60-character names) and
+# stop a bomb before it is read: a frame file or zip member above MAX_FRAME_BYTES (as declared, or
+# as read) is refused, and so is a pickle holding more than these, shared references counted as copies.
+MAX_FRAME_BYTES = 64 << 20
+FRAME_PICKLE_LIMITS = PickleLimits(objects=300_000, payload_bytes=MAX_FRAME_BYTES, depth=32)
 
 
 # ------------------------------------------------------------------------------------ input tree
@@ -56,17 +64,33 @@ class NativeTree:
             return sorted(found)
         return sorted((info.filename, info.file_size) for info in self._archive().infolist() if not info.is_dir())
 
-    def read(self, relpath: str) -> bytes:
+    def read(self, relpath: str, limit: int = MAX_FRAME_BYTES) -> bytes:
+        """The bytes of one file, refused (naming it) above `limit` bytes: by its size or a zip member's
+        declared size before anything is read, and by reading at most `limit + 1` bytes."""
         try:
             if self.kind == "dir":
                 with open(os.path.join(self.path, relpath), "rb") as handle:
-                    return handle.read()
-            return self._archive().read(relpath)
+                    self._check_size(relpath, os.fstat(handle.fileno()).st_size, limit)
+                    data = handle.read(limit + 1)
+            else:
+                info = self._archive().getinfo(relpath)
+                self._check_size(relpath, info.file_size, limit)
+                with self._archive().open(info) as member:
+                    data = member.read(limit + 1)
         except (OSError, KeyError, zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError) as error:
             # RuntimeError: an encrypted member; NotImplementedError: a compression zipfile lacks
             if self.kind == "zip":  # a bad CRC or deflate stream: name the archive and the member
                 raise InputError(f"{self.path}: member {relpath}: corrupt or unreadable ({error})") from None
             raise InputError(f"{relpath}: cannot read: {error}") from None
+        self._check_size(relpath, len(data), limit, read=True)
+        return data
+
+    def _check_size(self, relpath: str, size: int, limit: int, read: bool = False) -> None:
+        if size > limit:
+            where = f"{self.path}: member {relpath}" if self.kind == "zip" else relpath
+            size = f"more than {limit} bytes read" if read else f"{size} bytes"
+            raise InputError(f"{where}: {size}, more than a frame may hold ({limit} bytes; "
+                             f"a real 21**3 frame is 408 KB)")
 
     def _archive(self) -> zipfile.ZipFile:
         if self._zip is None:
@@ -142,27 +166,9 @@ def list_episodes(tree: NativeTree, report, ignore) -> list[EpisodeListing]:
 
 
 # ------------------------------------------------------------------------------------ frames
-class _NumpyOnlyUnpickler(pickle.Unpickler):
-    """Admits what `np.save(path, dict(...))` writes (arrays, dtypes, scalars) and nothing else."""
-
-    _ALLOWED = {"_reconstruct", "ndarray", "dtype", "scalar", "_frombuffer"}
-
-    def find_class(self, module: str, name: str):
-        if module in ("numpy.core.multiarray", "numpy._core.multiarray", "numpy") and name in self._ALLOWED:
-            if name in ("ndarray", "dtype"):
-                return getattr(np, name)
-            return getattr(np._core.multiarray if hasattr(np, "_core") else np.core.multiarray, name)
-        if module in ("numpy.core.numeric", "numpy._core.numeric") and name == "_frombuffer":
-            return getattr(np._core.numeric if hasattr(np, "_core") else np.core.numeric, name)
-        if module == "numpy.dtypes" and name.endswith("DType"):
-            import numpy.dtypes
-
-            return getattr(numpy.dtypes, name)
-        raise pickle.UnpicklingError(f"refusing to load {module}.{name} (only numpy arrays are allowed)")
-
-
 def _unpickle_npy(data: bytes) -> object:
-    """The object stored by `np.save(path, obj)` with a pickled (object) header."""
+    """The object stored by `np.save(path, obj)` with a pickled (object) header, read by the checked
+    unpickler (`_unpickle`): no code runs, no object dtype from bytes, nothing larger than the limits."""
     buffer = io.BytesIO(data)
     try:
         version = np.lib.format.read_magic(buffer)
@@ -172,10 +178,7 @@ def _unpickle_npy(data: bytes) -> object:
         raise ValueError(f"not a .npy file ({error})") from None
     if not dtype.hasobject:
         raise ValueError(f"holds a plain {dtype} array of shape {shape}, expected a pickled dict")
-    try:
-        array = _NumpyOnlyUnpickler(buffer).load()
-    except Exception as error:  # any unpickling failure is a bad file, never a crash
-        raise ValueError(f"cannot unpickle: {error}") from None
+    array = load_pickle(data[buffer.tell():], FRAME_PICKLE_LIMITS)  # ValueError "cannot unpickle: ..."
     if isinstance(array, np.ndarray) and array.shape == () and array.dtype.hasobject:
         return array.item()
     return array

@@ -143,6 +143,8 @@ def _read(group, file: str, name: str, frame=None) -> np.ndarray:
     """One array (or one frame of it); a corrupt chunk becomes an InputError naming file and frame."""
     try:
         return np.asarray(group[name][:] if frame is None else group[name][frame])
+    except InputError:  # the checked store's refusal names the file and the member
+        raise
     except Exception as error:  # numcodecs/zarr raise assorted types for corrupt chunks
         where = f"{file}: {name}" + ("" if frame is None else f" frame {frame}")
         raise InputError(f"{where}: cannot be read ({type(error).__name__}: {error})") from None

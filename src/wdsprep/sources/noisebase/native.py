@@ -6,12 +6,16 @@ files (rendering resolution) come from the dataset config, as in noisebase.
 """
 from __future__ import annotations
 
+import math
 import os
 import re
+import struct
+from collections.abc import MutableMapping
 
 import numpy as np
 
 from ...errors import InputError
+from ..base import check_input_size, parse_json
 
 RENDERING_HEIGHT = 1080
 RENDERING_WIDTH = 1920
@@ -37,6 +41,12 @@ CAMERA_ARRAYS = {
     "crop_offset": (np.int32, (2,)),
 }
 BUFFERS = ("normal", "motion", "depth", "w_normal", "w_motion", "w_position", "diffuse", "color", "reference")
+# What a sequence's zip may hold, checked before zarr reads a byte of it: a chunk of the format is one
+# frame of a few samples (crop 256, 4 samples of float32 colour: 4 MiB); metadata is a few hundred bytes.
+MAX_CHUNK_BYTES = 256 << 20
+MAX_METADATA_BYTES = 1 << 20
+_BLOSC_OVERHEAD = 16  # a blosc chunk: a 16-byte header, then at most nbytes of data
+_METADATA = (".zarray", ".zgroup", ".zattrs", ".zmetadata")
 
 
 def zip_store(path: str, mode: str = "r"):
@@ -47,8 +57,90 @@ def zip_store(path: str, mode: str = "r"):
     return store_class(path, mode=mode)
 
 
+class CheckedStore(MutableMapping):
+    """A read-only view of a sequence's ZipStore that hands zarr nothing the format does not allow,
+    each refusal an InputError naming the file and the member: metadata above MAX_METADATA_BYTES or
+    naming a key twice; an array whose compressor is not blosc (or none), with filters, or whose
+    chunk is above MAX_CHUNK_BYTES; a chunk member larger than its chunk can compress to, or whose
+    blosc header declares other than the chunk's bytes (what blosc would allocate and inflate)."""
+
+    def __init__(self, store, path: str):
+        self._store, self._path = store, path
+        self._zip = store.zf
+        self.names = set(self._zip.namelist())
+        self._chunk_bytes: dict[str, tuple[int, bool]] = {}  # array -> (chunk bytes, blosc)
+
+    def __getitem__(self, key: str) -> bytes:
+        where = f"{self._path}: member {key}"
+        info = self._zip.getinfo(key)  # KeyError: zarr's "absent"
+        array, _, name = key.rpartition("/")
+        if name in _METADATA:
+            check_input_size(where, info.file_size, MAX_METADATA_BYTES, "zarr metadata")
+            data = self._store[key]
+            meta = parse_json(data, where, "zarr metadata")  # zarr's own parser keeps the last of two equal keys
+            if name == ".zarray":
+                self._array_meta(array, meta, where)
+            return data
+        chunk_bytes, blosc = self.chunk_bytes(array)
+        check_input_size(where, info.file_size, chunk_bytes + (_BLOSC_OVERHEAD if blosc else 0), "a chunk of its array")
+        data = self._store[key]
+        if blosc:
+            if len(data) < _BLOSC_OVERHEAD:
+                raise InputError(f"{where}: a blosc chunk of {len(data)} bytes (its header alone is 16)")
+            nbytes, cbytes = struct.unpack_from("<I", data, 4)[0], struct.unpack_from("<I", data, 12)[0]
+            if nbytes != chunk_bytes or cbytes != len(data):
+                raise InputError(f"{where}: its blosc header declares {nbytes} bytes compressed to {cbytes}, "
+                                 f"the chunk is {chunk_bytes} bytes and the member {len(data)}")
+        elif len(data) != chunk_bytes:
+            raise InputError(f"{where}: {len(data)} bytes, the uncompressed chunk is {chunk_bytes}")
+        return data
+
+    def chunk_bytes(self, array: str) -> tuple[int, bool]:
+        """(bytes of one chunk, blosc-compressed) of `array`, from its checked `.zarray`."""
+        if array not in self._chunk_bytes:
+            self[f"{array}/.zarray"]  # checks it (KeyError if absent)
+        return self._chunk_bytes[array]
+
+    def _array_meta(self, array: str, meta, where: str) -> None:
+        """Check an array's `.zarray` against the format and note its chunk size."""
+        if array not in self._chunk_bytes:
+            if not isinstance(meta, dict):
+                raise InputError(f"{where}: not zarr v2 array metadata")
+            compressor, filters = meta.get("compressor"), meta.get("filters")
+            if compressor is not None and (not isinstance(compressor, dict) or compressor.get("id") != "blosc"):
+                raise InputError(f"{where}: compressor {compressor!r} (sampleset_v1 chunks are blosc or uncompressed)"[:300])
+            if filters:
+                raise InputError(f"{where}: filters {filters!r} (sampleset_v1 has none)"[:300])
+            try:
+                chunks = [int(n) for n in meta["chunks"]]
+                itemsize = np.dtype(meta["dtype"]).itemsize
+            except (KeyError, TypeError, ValueError) as error:
+                raise InputError(f"{where}: not zarr v2 array metadata ({error})") from None
+            if any(n < 1 for n in chunks):
+                raise InputError(f"{where}: chunks {chunks}")
+            chunk_bytes = math.prod(chunks) * itemsize
+            check_input_size(where, chunk_bytes, MAX_CHUNK_BYTES, "a chunk of sampleset_v1")
+            self._chunk_bytes[array] = (chunk_bytes, compressor is not None)
+
+    def __contains__(self, key) -> bool:
+        return key in self.names
+
+    def __iter__(self):
+        return iter(sorted(self.names))
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __setitem__(self, key, value):
+        raise InputError(f"{self._path}: opened read-only")
+
+    def __delitem__(self, key):
+        raise InputError(f"{self._path}: opened read-only")
+
+
 def open_sequence(path: str):
-    """(group, store) of a sampleset_v1 sequence; InputError naming the file if it is not one."""
+    """(group, store) of a sampleset_v1 sequence, read through a `CheckedStore`; InputError naming
+    the file if it is not one."""
     import zarr
 
     try:
@@ -56,7 +148,10 @@ def open_sequence(path: str):
     except Exception as error:  # zipfile.BadZipFile, OSError, ...
         raise InputError(f"{path}: not a readable zip file ({error})") from None
     try:
-        group = zarr.open_group(store=store, mode="r")
+        group = zarr.open_group(store=CheckedStore(store, path), mode="r")
+    except InputError:
+        store.close()
+        raise
     except Exception as error:
         store.close()
         raise InputError(f"{path}: not a zarr group in a ZipStore ({error})") from None
@@ -72,6 +167,20 @@ def check_sequence(path: str, group) -> dict:
         raise
     except Exception as error:  # zarr, zipfile and json raise many types for damaged metadata
         raise InputError(f"{path}: not a readable sampleset_v1 sequence ({type(error).__name__}: {error})") from None
+
+
+def _check_chunks_present(path: str, group, name: str) -> None:
+    """Every chunk an array's shape declares is a member of the zip: zarr reads an absent one as
+    its fill value, so a header declaring more frames than the file holds would convert to zeros."""
+    array = group[name]
+    grid = [math.ceil(size / chunk) for size, chunk in zip(array.shape, array.chunks)]
+    declared = math.prod(grid)
+    names = set(group.store.keys())  # the zip's member names
+    held = sum(1 for member in names if member.startswith(f"{name}/") and member.rpartition("/")[2] not in _METADATA)
+    separator = getattr(array, "_dimension_separator", None) or "."
+    if declared > held or any(f"{name}/{separator.join(map(str, index))}" not in names for index in np.ndindex(*grid)):
+        raise InputError(f"{path}: {name} declares {declared} chunks of shape {tuple(array.chunks)} for "
+                         f"{tuple(array.shape)}; the file holds {held} (an absent chunk would read as zeros)")
 
 
 def _check_sequence(path: str, group) -> dict:
@@ -102,6 +211,8 @@ def _check_sequence(path: str, group) -> dict:
             raise InputError(
                 f"{path}: {name} has {array.dtype} {tuple(array.shape)}, expected {np.dtype(dtype)} {(frames, *shape)}"
             )
+    for name in (*SAMPLE_ARRAYS, *FRAME_ARRAYS, *CAMERA_ARRAYS):
+        _check_chunks_present(path, group, name)
     return {"frames": int(frames), "crop": int(height), "samples": int(samples)}
 
 

@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from ...errors import InputError
+from ..base import parse_json, read_npy_file
 from .raw import RawImage, cam_to_lin_rec2020, demosaic_image, read_raw
 
 MAX_SHIFT = 128  # MAX_SHIFT_SEARCH of the original
@@ -236,6 +238,22 @@ def mask_path(root: str, key: str) -> str:
     return os.path.join(root, "masks", key.replace(":", "_") + ".npy")
 
 
+MAX_CACHE_LINE_BYTES = 1 << 20  # one pair's entry is ~1 KB: a longer line is damaged (a miss), never read whole
+
+
+def _bounded_lines(handle, limit: int):
+    """The lines of a binary file, a line longer than `limit` bytes skipped without holding it."""
+    while True:
+        line = handle.readline(limit + 1)
+        if not line:
+            return
+        if len(line) > limit and not line.endswith(b"\n"):
+            while line and not line.endswith(b"\n"):  # the rest of the overlong line, in bounded pieces
+                line = handle.readline(limit + 1)
+            continue
+        yield line
+
+
 class MetadataCache:
     """`metadata_cache.jsonl` (`{"key", "value"}` lines, as the fork) plus one mask file per pair.
 
@@ -249,13 +267,13 @@ class MetadataCache:
         self._lock = threading.Lock()
         self._entries: dict[str, dict] = {}
         if os.path.exists(self.path):
-            with open(self.path, encoding="utf-8", errors="replace") as handle:  # a damaged line is a miss
-                for line in handle:
+            with open(self.path, "rb") as handle:  # a damaged line is a miss
+                for line in _bounded_lines(handle, MAX_CACHE_LINE_BYTES):
                     try:
-                        entry = json.loads(line)
+                        entry = parse_json(line, self.path)  # a key given twice: a damaged line
                         if entry.get("value", {}).get("version") == METADATA_VERSION:
                             self._entries[entry["key"]] = entry["value"]
-                    except (ValueError, KeyError, AttributeError):
+                    except (InputError, KeyError, AttributeError, TypeError):
                         continue  # a torn last line from an interrupted run
 
     def mask_path(self, key: str) -> str:
@@ -266,7 +284,7 @@ class MetadataCache:
         if value is None or not os.path.exists(self.mask_path(key)):
             return None
         try:  # a damaged cache entry is a miss: the pair is computed again from the raw files
-            packed = np.load(self.mask_path(key), allow_pickle=False)
+            packed = read_npy_file(self.mask_path(key))  # its header must declare what the file holds
             height, width = value["mask_shape"]
             mask = np.unpackbits(packed, count=height * width).reshape(height, width).astype(bool)
         except Exception:  # noqa: BLE001 - numpy raises many types for a damaged file

@@ -35,6 +35,11 @@ XYZ_TO_LIN_REC2020 = np.array(  # the same coefficients as rawnind's raw.py, so 
 )
 
 
+# A capture's mosaic as its header declares it (raw_height x raw_width uint16 sites): the largest
+# cameras record ~100 million; a header declaring more is refused before LibRaw unpacks (allocates) it.
+MAX_RAW_PIXELS = 1 << 28
+
+
 @dataclass
 class RawImage:
     mono: np.ndarray  # float32 [1, H, W]: Bayer in RGGB phase, X-Trans as the sensor's mosaic
@@ -63,7 +68,13 @@ def read_raw(path: str) -> RawImage:
     except ImportError as error:  # pragma: no cover - dependency missing
         raise InputError(f"{path}: reading raw files needs rawpy ({error})") from None
     try:
-        with rawpy.imread(path) as raw:
+        with rawpy.RawPy() as raw:
+            raw.open_file(path)  # the header only: what rawpy.imread does before it unpacks
+            declared = raw.sizes.raw_height * raw.sizes.raw_width
+            if declared > MAX_RAW_PIXELS:
+                raise InputError(f"{path}: its header declares a {raw.sizes.raw_width}x{raw.sizes.raw_height} mosaic, "
+                                 f"more than a capture may hold ({MAX_RAW_PIXELS} sites)")
+            raw.unpack()
             pattern = np.asarray(raw.raw_pattern)
             colors = raw.color_desc.decode("ascii", "replace")
             if pattern.shape not in ((2, 2), (6, 6)):

@@ -28,7 +28,6 @@ uses; a split of `splits.json` that gets no sample is reported by the driver (`P
 from __future__ import annotations
 
 import argparse
-import json
 import pathlib
 import re
 from typing import Iterator
@@ -38,9 +37,11 @@ import numpy as np
 from ...errors import ConfigError, InputError
 from ...shards.codec import Columns
 from ...shards.manifest import FieldRecorder
-from ..base import Plan, PlanContext, Source, Unit, UnitContext, check_split_name, group_by_size, input_size
+from ..base import (MAX_JSON_BYTES, Plan, PlanContext, Source, Unit, UnitContext, check_split_name, group_by_size,
+                    input_size, parse_json, read_input_bytes, read_npz_file)
 from .native import (
     DATASET_DIR,
+    MAX_NPZ_MEMBER_BYTES,
     RAY_DIR,
     RAY_SUFFIX,
     SPLITS,
@@ -65,31 +66,18 @@ LAYOUT_FILES = ("processing_summary.json",)  # upstream's files of the ray direc
 
 # ---------------------------------------------------------------------------------- native I/O
 def read_json(path: pathlib.Path, what: str):
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"{path}: {what} not found") from None
-    except OSError as error:
-        raise InputError(f"{path}: {what} cannot be read ({error.strerror or error})") from None
-    except RecursionError:
-        raise InputError(f"{path}: {what} is nested deeper than Python's recursion limit") from None
-    except ValueError as error:  # JSONDecodeError and UnicodeDecodeError alike
-        raise InputError(f"{path}: {what} is not valid JSON ({error})") from None
+    """A JSON file of the layout (splits, metadata): at most MAX_JSON_BYTES, no key given twice."""
+    if not path.exists() and not path.is_symlink():
+        raise InputError(f"{path}: {what} not found")
+    return parse_json(read_input_bytes(str(path), MAX_JSON_BYTES, f"a {what}"), str(path), what)
 
 
 def load_npz(path: pathlib.Path) -> dict[str, np.ndarray]:
-    """All arrays of an .npz file; missing or unreadable files raise InputError naming the file."""
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            if not isinstance(archive, np.lib.npyio.NpzFile):
-                raise InputError(f"{path}: expected an .npz archive, found a single .npy array")
-            return {name: archive[name] for name in archive.files}
-    except FileNotFoundError:
-        raise InputError(f"{path}: file not found") from None
-    except InputError:
-        raise
-    except Exception as error:  # zipfile, zlib and numpy raise many types for a damaged archive
-        raise InputError(f"{path}: not a readable .npz file ({str(error) or type(error).__name__})") from None
+    """All arrays of an .npz file, each at most MAX_NPZ_MEMBER_BYTES and exactly what its header
+    declares (`read_npz_file`); any problem raises InputError naming the file."""
+    if not path.exists() and not path.is_symlink():
+        raise InputError(f"{path}: file not found")
+    return read_npz_file(str(path), MAX_NPZ_MEMBER_BYTES, "an array of a voxel or ray file")
 
 
 def check_voxels(arrays: dict, path: pathlib.Path, level: int, key: str, base_resolution: int | None) -> np.ndarray:

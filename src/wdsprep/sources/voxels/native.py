@@ -16,6 +16,11 @@ DATASET_DIR = "dataset"
 RAY_DIR = "ray_dataset_hierarchical"
 RAY_SUFFIX = "_rays.npz"
 SPLITS = ("train", "val", "test")
+# An array of a voxel or ray file: a 128**3 grid is 2 MiB (512**3: 128 MiB) and a ray file of
+# sphere_divisions 4 holds 44 * (samples_per_view // 3) rays of ~40 bytes. A member declaring more
+# is refused before it is inflated (a decompression bomb), and so is one whose .npy header declares
+# other than the bytes the member holds.
+MAX_NPZ_MEMBER_BYTES = 256 << 20
 
 # Face ids of the ray generator: 0:-X 1:+X 2:-Y 3:+Y 4:-Z 5:+Z (x = array axis 2, z = axis 0).
 FACE_NORMALS = np.array(

@@ -26,7 +26,12 @@ if TYPE_CHECKING:
 __all__ = ["add_fetch_arguments", "fetch_main", "add_serve_arguments", "serve_main", "main"]
 
 
+FETCH_EXIT_STATUS = ("exit status: 0 every file verified or present, 1 some files failed (see the report), "
+                     "2 the run could not start (bad index, unreachable server, unwritable destination)")
+
+
 def add_fetch_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = FETCH_EXIT_STATUS  # `wdsprep fetch --help` and `fetch rawnind --help` are the whole story
     parser.add_argument("dest", help="destination directory (<CFA>/<scene>/[gt/]<file> below it)")
     parser.add_argument("--index", default=None, metavar="PATH_OR_URL",
                         help="the index YAML (default: dataset.yaml from the Dataverse listing)")

@@ -1,0 +1,209 @@
+"""The read side's settings: `ReadOptions`, the one home of their defaults, their environment
+variables and their rules.
+
+`ReadOptions` is a frozen dataclass: the dataset's read-ahead (`prefetch_bytes`, `max_connections`),
+every remote read (`retries`, `timeout`, the rate floor `min_rate` over `rate_window`,
+`skip_by_reading`), the part sizes of S3 uploads (`s3_multipart_bytes`, `s3_part_bytes`) and the
+dataset's local shard cache (`cache_dir`, `cache_bytes`). Every field but the cache's has an
+environment variable (`VARIABLES`); docs/objectstore.md#settings is their one table.
+
+When they are read. Never at import. `ReadOptions.from_environment(**keywords)` reads the
+environment when it is called: once when a dataset is made (`wdsprep.dataset`, whose keywords
+override the environment; the options then travel with the dataset into its DataLoader workers and
+are handed down to the reader, the read-ahead and the URL schemes), and at the point of use where
+storage is used outside a dataset (`wdsprep.urls`, manifest fetches, `inspect`, `verify`, `show`,
+`upload`: `storage.resuming.ResumingScheme.options`, `storage.s3.S3Store`). So a value set with
+`os.environ` after `import wdsprep` counts, and a bad value fails only what reads it (a local
+`convert` reads none of them).
+
+Checked in one place. Every value, a variable's text or a keyword's value, is checked here by its
+field's rule (`SETTINGS`), and a bad one is one `ConfigError` line naming the variable or keyword,
+the value and the rule: `WDSPREP_RETRIES='abc': must be a whole number >= 0 (retries of a failed
+remote read; default 5)`. A variable set to the empty string is a bad value, not an unset one. The
+same checkers (`whole_number`, `size`, `number`) check the dataset's dealing options and the Ray
+executor's `WDSPREP_RAY_RETRIES`.
+
+Invariants of a `ReadOptions` (its `__post_init__` checks them, so no unchecked one exists):
+`prefetch_bytes` is 0 (no read-ahead) or at least two requests of `MIN_RANGE`; `max_connections`
+None (the worker's share of a rank's, stream/remote.py) or >= 1; `retries` >= 0; `timeout` and
+`rate_window` finite and > 0; `min_rate` finite and >= 0 (0: no floor); `skip_by_reading` >= 0;
+`s3_multipart_bytes` >= 1; `s3_part_bytes` >= `MIN_S3_PART_BYTES` (S3's smallest part);
+`cache_bytes` > 0.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from .errors import ConfigError
+from .sizes import parse_size
+
+MIB = 1 << 20
+MIN_RANGE = 64 << 10  # the read-ahead's smallest Range request (stream/remote.py)
+MIN_S3_PART_BYTES = 5 * MIB  # S3's minimum for every part of a multipart upload but the last
+DEFAULT_CACHE_BYTES = 10 * 10**9
+
+
+def _label(name: str, value: Any) -> str:
+    return f"{name}={value!r}"
+
+
+def whole_number(value: Any, name: str, minimum: int, meaning: str = "") -> int:
+    """`value` (an int, or its decimal text) as an int >= `minimum`; else one ConfigError line
+    naming `name` (a variable or a keyword), the value and the rule."""
+    rule = f"must be a whole number >= {minimum}{f' ({meaning})' if meaning else ''}"
+    if isinstance(value, bool):
+        raise ConfigError(f"{_label(name, value)}: {rule}")
+    number = None
+    if isinstance(value, str):
+        try:
+            number = int(value.strip(), 10)
+        except ValueError:
+            pass
+    elif isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
+        number = int(value)
+    if number is None or number < minimum:
+        raise ConfigError(f"{_label(name, value)}: {rule}")
+    return number
+
+
+def size(value: Any, name: str, minimum: int, meaning: str = "", *, zero: str = "") -> int:
+    """`value` (bytes: an int, or a size as `parse_size` reads it, `64MiB`) as an int >= `minimum`,
+    or 0 when `zero` says what 0 means; else one ConfigError line naming `name` and the rule."""
+    floor = f"a size of at least {_spelled(minimum)}" if minimum > 1 else f"a size >= {minimum} bytes"
+    rule = f"must be {f'0 ({zero}) or ' if zero else ''}{floor}, e.g. 64MiB{f' ({meaning})' if meaning else ''}"
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ConfigError(f"{_label(name, value)}: {rule}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{_label(name, value)}: {rule}")
+    try:
+        number = int(value) if isinstance(value, float) else parse_size(value)
+    except ConfigError:
+        raise ConfigError(f"{_label(name, value)}: {rule}") from None
+    if number < minimum and not (zero and number == 0):
+        raise ConfigError(f"{_label(name, value)}: {rule}")
+    return number
+
+
+def _spelled(count: int) -> str:
+    """`131072` -> `128KiB`: a byte count as a user would write it."""
+    for unit, power in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if count % (1 << power) == 0:
+            return f"{count >> power}{unit}"
+    return f"{count} bytes"
+
+
+def number(value: Any, name: str, minimum: float, meaning: str = "", *, above: bool = False) -> float:
+    """`value` (a finite number, or its text: `30`, `0.5`, `1e3`) as a float >= `minimum` (> it
+    with `above`); else one ConfigError line naming `name` and the rule."""
+    rule = f"must be a number {'>' if above else '>='} {minimum:g}{f' ({meaning})' if meaning else ''}"
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ConfigError(f"{_label(name, value)}: {rule}")
+    try:
+        result = float(value)
+    except ValueError:
+        raise ConfigError(f"{_label(name, value)}: {rule}") from None
+    if not math.isfinite(result) or result < minimum or (above and result == minimum):
+        raise ConfigError(f"{_label(name, value)}: {rule}")
+    return result
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One field's environment variable (None: keyword only) and its check."""
+
+    variable: str | None
+    check: Callable[[Any, str], Any]  # (value, the name to give in an error) -> the checked value
+
+
+SETTINGS: dict[str, Setting] = {
+    "prefetch_bytes": Setting("WDSPREP_PREFETCH_BYTES", lambda value, name: size(
+        value, name, 2 * MIN_RANGE, "bytes each worker fetches ahead of its reader; default 64MiB", zero="no read-ahead")),
+    "max_connections": Setting("WDSPREP_MAX_CONNECTIONS", lambda value, name: whole_number(
+        value, name, 1, "Range requests at once per worker; default: 32 per rank shared by its workers, at least 8 each")),
+    "retries": Setting("WDSPREP_RETRIES", lambda value, name: whole_number(
+        value, name, 0, "retries of a failed remote read; default 5")),
+    "timeout": Setting("WDSPREP_TIMEOUT", lambda value, name: number(
+        value, name, 0, "seconds per connect and per read of a remote request; default 30", above=True)),
+    "min_rate": Setting("WDSPREP_MIN_RATE", lambda value, name: number(
+        value, name, 0, "bytes/s a remote body must arrive at, 0: no floor; default 1024")),
+    "rate_window": Setting("WDSPREP_RATE_WINDOW", lambda value, name: number(
+        value, name, 0, "seconds of waiting over which the rate floor is judged; default 30", above=True)),
+    "skip_by_reading": Setting("WDSPREP_SKIP_BY_READING", lambda value, name: size(
+        value, name, 0, "forward seeks on a remote stream up to this are read through; default 1MiB")),
+    "s3_multipart_bytes": Setting("WDSPREP_S3_MULTIPART_BYTES", lambda value, name: size(
+        value, name, 1, "S3 uploads above this are multipart; default 64MiB")),
+    "s3_part_bytes": Setting("WDSPREP_S3_PART_BYTES", lambda value, name: size(
+        value, name, MIN_S3_PART_BYTES, "the part size of S3 multipart uploads, S3's smallest is 5MiB; default 16MiB")),
+    "cache_dir": Setting(None, lambda value, name: _directory(value, name)),
+    "cache_bytes": Setting(None, lambda value, name: size(value, name, 1, "the shard cache's bound; default 10GB")),
+}
+
+VARIABLES: dict[str, str] = {field: setting.variable for field, setting in SETTINGS.items() if setting.variable}
+
+
+def _directory(value: Any, name: str) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, (str, os.PathLike)) and os.fspath(value):
+        return os.fspath(value)
+    raise ConfigError(f"{_label(name, value)}: must be a directory path (the local shard cache)")
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """The read side's settings with their defaults (see the module docstring); checked when made."""
+
+    prefetch_bytes: int = 64 * MIB
+    max_connections: int | None = None  # None: the worker's share of a rank's (stream/remote.py)
+    retries: int = 5
+    timeout: float = 30.0
+    min_rate: float = 1024.0
+    rate_window: float = 30.0
+    skip_by_reading: int = 1 * MIB
+    s3_multipart_bytes: int = 64 * MIB
+    s3_part_bytes: int = 16 * MIB
+    cache_dir: str | None = None
+    cache_bytes: int = DEFAULT_CACHE_BYTES
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is None and field.default is None:
+                continue
+            object.__setattr__(self, field.name, SETTINGS[field.name].check(value, field.name))
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None, **keywords: Any) -> "ReadOptions":
+        """The options the environment sets now (`os.environ` by default), each variable checked
+        under its own name, with `keywords` (field names; None: not given) overriding them (a
+        variable a keyword overrides is not read)."""
+        if environ is None and not keywords:  # storage's point of use: once per distinct environment
+            texts = tuple(os.environ.get(variable) for variable in VARIABLES.values())
+            options = _FROM_ENVIRONMENT.get(texts)
+            if options is None:
+                if len(_FROM_ENVIRONMENT) >= 16:
+                    _FROM_ENVIRONMENT.clear()
+                options = _FROM_ENVIRONMENT[texts] = cls.from_environment(dict(zip(VARIABLES.values(), texts)))
+            return options
+        environ = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for field, variable in VARIABLES.items():
+            text = environ.get(variable)
+            if text is not None and keywords.get(field) is None:
+                values[field] = SETTINGS[field].check(text, variable)
+        for name, value in keywords.items():
+            if name not in SETTINGS:
+                raise TypeError(f"unexpected keyword argument {name!r} (read options: {', '.join(SETTINGS)})")
+            if value is not None:
+                values[name] = value
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> "ReadOptions":
+        return dataclasses.replace(self, **changes)
+
+
+_FROM_ENVIRONMENT: dict[tuple, ReadOptions] = {}  # the variables' texts -> their checked options

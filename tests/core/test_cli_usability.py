@@ -1,0 +1,114 @@
+"""The command line's own answers: `--version`, an unknown command, the help of the sources'
+commands, and the warning when `--shard-bytes` makes shards of one sample.
+
+Each runs `python -m wdsprep` in a child process, as a user does, and is judged against something
+outside the code under test: pyproject.toml's version, the command list of `wdsprep --help`, the
+options of each `wdsprep VERB NAME --help`, the shards counted with `tarfile`.
+"""
+import pathlib
+import re
+import subprocess
+import sys
+import tarfile
+import tomllib
+
+import numpy as np
+import pytest
+
+from tests.timeouts import SUBPROCESS
+from wdsprep.conversion import convert
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+CLI = [sys.executable, "-m", "wdsprep"]
+
+
+def _run(*argv) -> subprocess.CompletedProcess:
+    return subprocess.run(CLI + [str(arg) for arg in argv], capture_output=True, text=True, timeout=SUBPROCESS)
+
+
+def test_version_is_the_installed_package_version():
+    result = _run("--version")
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert (result.returncode, result.stdout, result.stderr) == (0, f"wdsprep {version}\n", "")
+
+
+def _commands() -> list[str]:
+    """The commands `wdsprep --help` lists: `usage: wdsprep {convert,synth,...} ...`."""
+    result = _run("--help")
+    assert result.returncode == 0
+    match = re.match(r"usage: wdsprep \{([a-z,]+)\} \.\.\.", result.stderr)
+    assert match, result.stderr
+    return match.group(1).split(",")
+
+
+def test_an_unknown_command_is_named_with_the_list_of_commands():
+    result = _run("nosuchcmd", "x")
+    commands = _commands()
+    assert result.returncode == 2 and result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("wdsprep: error: unknown command 'nosuchcmd' (commands: "), lines
+    listed = re.search(r"\(commands: ([a-z, ]+);", lines[0]).group(1).split(", ")
+    assert listed == commands and {"convert", "verify", "fetch", "serve"} <= set(listed)
+
+
+def _options(help_text: str) -> set[str]:
+    return set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", help_text))
+
+
+@pytest.mark.parametrize("verb, name", [("fetch", "rawnind"), ("serve", "dataverse")])
+def test_the_help_of_a_source_command_verb_is_complete(verb, name):
+    """`wdsprep VERB --help` is rc 0 and holds all of `wdsprep VERB NAME --help`: the usage, the
+    summary and every option (before, one usage line and rc 2)."""
+    whole = _run(verb, "--help")
+    one = _run(verb, name, "--help")
+    assert whole.returncode == 0 and one.returncode == 0, (whole.stderr, one.stderr)
+    assert f"usage: wdsprep {verb} {name}" in whole.stdout
+    assert _options(whole.stdout) == _options(one.stdout) and len(_options(one.stdout)) >= 5, whole.stdout
+    summary = {"fetch": "download RawNIND from a Dataverse server", "serve": "a local Dataverse-compatible server"}[verb]
+    assert summary in whole.stdout and summary in one.stdout
+    if verb == "fetch":  # its exit statuses are part of its story
+        assert "exit status: 0" in re.sub(r"\s+", " ", whole.stdout)
+
+
+@pytest.fixture(scope="module")
+def native(tmp_path_factory) -> pathlib.Path:
+    """Twelve generic samples of about 8 KB each, written as a user would."""
+    root = tmp_path_factory.mktemp("one-sample") / "in"
+    (root / "train").mkdir(parents=True)
+    rng = np.random.default_rng(2)
+    for i in range(12):
+        np.save(root / "train" / f"k{i:02d}.array.npy", rng.standard_normal(2000).astype(np.float32))
+    return root
+
+
+def _samples_per_shard(directory: pathlib.Path) -> list[int]:
+    counts = []
+    for path in sorted(directory.glob("*.tar")):
+        with tarfile.open(path) as archive:
+            counts.append(len({m.name.split(".", 1)[0] for m in archive.getmembers() if not m.name.startswith("__")}))
+    return counts
+
+
+def test_one_sample_shards_are_converted_with_one_warning_line(native, tmp_path):
+    """`--shard-bytes` below a sample: the shards are written and verify, each holds one sample
+    (counted with tarfile), and stderr has exactly one line, a warning naming the count."""
+    result = _run("convert", "generic", native, tmp_path / "tiny", "--shard-bytes", "1KB", "--codec", "none", "--quiet")
+    assert result.returncode == 0, result.stderr
+    counts = _samples_per_shard(tmp_path / "tiny")
+    assert counts == [1] * 12
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("wdsprep: warning: 12 of 12 shards hold a single sample: "
+                                                   "--shard-bytes 1.0 KB is smaller than two samples"), lines
+    assert _run("verify", tmp_path / "tiny", "--quiet").returncode == 0
+
+    with pytest.warns(UserWarning, match="12 of 12 shards hold a single sample"):
+        convert("generic", str(native), str(tmp_path / "api"), shard_bytes="1KB", codec="none")
+
+
+@pytest.mark.parametrize("shard_bytes", ["1MB", "20KB"])
+def test_shards_of_several_samples_give_no_warning(native, tmp_path, shard_bytes):
+    """A size holding several samples (20KB: two of 8 KB, the last shard the one-sample remainder)."""
+    result = _run("convert", "generic", native, tmp_path / "out", "--shard-bytes", shard_bytes, "--codec", "none", "--quiet")
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    counts = _samples_per_shard(tmp_path / "out")
+    assert sum(counts) == 12 and max(counts) >= 2
