@@ -105,7 +105,7 @@ def test_more_bad_mixes_are_one_config_error_line_before_any_shard_is_read(serve
         (lambda: wdsprep.mix([{"location": good}], samples_per_epoch=2.5), "samples_per_epoch must be a whole number"),
         (lambda: wdsprep.mix([{"location": good}], mode="epochized", samples_per_epoch=4),
          "samples_per_epoch is for mode='weighted'"),
-        (lambda: wdsprep.mix([{"location": good}], equalize="both"), "equalize must be 'pad', 'drop' or None"),
+        (lambda: wdsprep.mix([{"location": good}], equalize="both"), "equalize='both': must be 'pad', 'drop' or None"),
     ]
     for make, expected in cases:
         assert expected in one_line_refusal(make)
