@@ -12,7 +12,8 @@ a reader would check them by hand:
    permutation keyed by (seed, epoch, 0x5EED, p, j) ((seed, epoch, 0x5EED) for pass 0 of part 0,
    the order of `wdsprep.dataset`), cut after n_p samples (outputs);
 4. each part dealt alone by test_plan_oracle's model (contiguous rank slices, equalize, contiguous
-   worker runs), its worker stream block-shuffled with (seed, epoch, rank, worker[, p], block);
+   worker runs), its worker stream block-shuffled with (seed, epoch, rank, worker[, p], block) in
+   blocks of its share of the buffer, max(1, round(B n_p / sum n)) (half up);
 5. a worker's slots t = 1..T go, among the parts with taken_p < t c_p / T, to the earliest deadline
    (taken_p + 1) / c_p, ties to the lower index; with a shuffle buffer B the labels of each block of
    B slots are permuted by PCG64 (seed, epoch, rank, worker, block, 0x313C);
@@ -133,12 +134,23 @@ def part_key(p):
     return () if p == 0 else (p,)
 
 
-def model_part_streams(epochs, *, world, rank, workers, worker, equalize, buffer, seed, epoch):
-    """Each part's stream on one worker, given each part's epoch items (rule 4)."""
+def model_part_buffer(buffer, sizes, p):
+    """Rule 4: part p's share of the shuffle buffer, by its share of the epoch (`sizes`: every n_p)."""
+    if buffer <= 1:
+        return buffer
+    share = Fraction(buffer * sizes[p], max(1, sum(sizes)))
+    return max(1, math.floor(share + Fraction(1, 2)))
+
+
+def model_part_streams(epochs, *, world, rank, workers, worker, equalize, buffer, seed, epoch, sizes=None):
+    """Each part's stream on one worker, given each part's epoch items (rule 4); `sizes`: the parts'
+    epoch counts (after an elastic resume `epochs` are what is left of them)."""
+    sizes = [len(items) for items in epochs] if sizes is None else sizes
     streams = []
     for p, items in enumerate(epochs):
         run = model_contiguous_run(model_rank(items, world, rank, equalize), workers, worker)
-        streams.append(model_block_shuffle(run, buffer, (seed, epoch, rank, worker, *part_key(p))))
+        streams.append(model_block_shuffle(run, model_part_buffer(buffer, sizes, p),
+                                           (seed, epoch, rank, worker, *part_key(p))))
     return streams
 
 

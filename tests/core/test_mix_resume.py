@@ -30,6 +30,7 @@ from .test_mix_oracle import (
     model_epochs,
     model_interleave,
     model_loader_epoch,
+    model_part_buffer,
     model_part_streams,
     model_rank,
     model_worker,
@@ -126,10 +127,12 @@ def model_rank_marked(items, world, rank, equalize):
 def model_worker_marked(epochs, *, world, rank, workers, worker, equalize, buffer, seed, epoch):
     """(part, (position in the part's epoch, padding?)) of one worker's stream over `epochs`."""
     streams = []
+    sizes = [len(items) for items in epochs]
     for p, items in enumerate(epochs):
         mine = model_rank_marked(list(range(len(items))), world, rank, equalize)
         run = model_contiguous_run(mine, workers, worker)
-        streams.append(model_block_shuffle(run, buffer, (seed, epoch, rank, worker, *part_key(p))))
+        streams.append(model_block_shuffle(run, model_part_buffer(buffer, sizes, p),
+                                           (seed, epoch, rank, worker, *part_key(p))))
     return model_interleave(streams, buffer, (seed, epoch, rank, worker))
 
 
@@ -168,7 +171,8 @@ def test_elastic_resume_deals_exactly_what_the_old_ranks_had_not_delivered(count
         streams = []
         for worker in range(max(1, new_workers)):
             part_streams = model_part_streams(rest, world=new_world, rank=rank, workers=max(1, new_workers),
-                                              worker=worker, equalize=equalize, buffer=buffer, seed=11, epoch=1)
+                                              worker=worker, equalize=equalize, buffer=buffer, seed=11, epoch=1,
+                                              sizes=[len(items) for items in epochs])
             streams.append([(str(p), key, 1) for p, key in
                             model_interleave(part_streams, buffer, (11, 1, rank, worker))])
         expected = [batch for _, batch in round_robin_batches(streams, BATCH)]

@@ -859,3 +859,12 @@ MUTATIONS += [
              ("tests/core/test_rebalanced_shards.py",)),
 
 ]
+
+# -- issue 37: each part of a mix shuffles in its share of the buffer (the parts' blocks hold about B together)
+MUTATIONS += [
+    Mutation("mix-part-buffer-whole", "every part of a mix block-shuffles with the whole buffer (a worker holds one block per part)",
+             "src/wdsprep/stream/mix.py",
+             (("        return [max(1, (2 * self.shuffle_buffer * n + total) // (2 * total)) for n in counts]",
+               "        return [self.shuffle_buffer for n in counts]"),),
+             ("tests/core/test_mix_oracle.py", "tests/core/test_mix_resume.py")),
+]

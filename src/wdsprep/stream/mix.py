@@ -27,7 +27,9 @@ M5. A worker's stream interleaves its parts' outputs by the earliest-deadline sc
     next output has the earliest deadline (taken_p + 1) / c_p (ties to the lower index). So after
     every slot, |taken_p - t * c_p / T| < 1 for every part. With `shuffle_buffer` B > 1 the parts of
     each block of B slots are permuted by PCG64([seed, epoch, rank, worker, block, 0x313C]) (the
-    counts hold exactly at block ends), and each part's own stream is block-shuffled by rule 6.
+    counts hold exactly at block ends), and each part's own stream is block-shuffled by rule 6 with
+    its share of the buffer, B_p = max(1, round(B * n_p / sum(n))) (half up): the parts' blocks
+    together hold about B samples, as one dataset's buffer of B does.
 M6. Each output that is a dict names its part in `__part__`. Stages composed on the mix run on the
     mixed stream, past the counting point (as batching does): they must map one sample to one.
 
@@ -42,6 +44,7 @@ a built-in source's `read` module; nothing it names is imported otherwise.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -185,20 +188,29 @@ def part_sequence(part: _Planned, count: int, seed: int, epoch: int, shuffle: bo
 def schedule(counts: list[int], start: int = 0, block: int = 0, key: tuple = ()) -> Iterator[int]:
     """Rule M5: the part of each slot of a worker's stream, from slot `start` on (then, past the
     counts, each remaining output of the lowest part that still has one: see `MixStream`)."""
+    labels = _labels(tuple(counts))
+    if block <= 1:
+        return iter(labels[start:].tolist())
+    return _blocks(labels, start, block, key)
+
+
+def _blocks(labels: np.ndarray, start: int, block: int, key: tuple) -> Iterator[int]:
+    """The labels of each block of `block` slots permuted by (key, block) (rule M5), from `start` on."""
+    for first in range(start - start % block, len(labels), block):
+        chunk = labels[first : first + block]
+        order = np.random.Generator(np.random.PCG64([*key, first // block, 0x313C])).permutation(len(chunk))
+        yield from chunk[order][max(0, start - first):].tolist()
+
+
+@functools.lru_cache(maxsize=8)
+def _labels(counts: tuple[int, ...]) -> np.ndarray:
+    """Every slot's part (rule M5), computed once per worker's counts (they recur every epoch)."""
     total = sum(counts)
     taken = [0] * len(counts)
-    size = block if block > 1 else 4096
-    for first in range(0, total, size):
-        labels = _slots(counts, total, first, min(first + size, total), taken)
-        if block > 1:
-            order = np.random.Generator(np.random.PCG64([*key, first // block, 0x313C])).permutation(len(labels))
-            labels = np.asarray(labels)[order].tolist()
-        if start < first + len(labels):
-            yield from labels[max(0, start - first):]
-        start = max(start, first + len(labels))
+    return np.asarray(_slots(counts, total, 0, total, taken), dtype=np.int32)
 
 
-def _slots(counts: list[int], total: int, first: int, stop: int, taken: list[int]) -> list[int]:
+def _slots(counts: tuple[int, ...], total: int, first: int, stop: int, taken: list[int]) -> list[int]:
     """The parts of slots first+1..stop (rule M5), `taken` updated. Part p is eligible at slot t
     when taken_p * T < t * c_p (which also means taken_p < c_p); among those, the earliest
     deadline (taken_p + 1) / c_p wins, compared by cross-multiplying (exact), ties to the lower p."""
@@ -258,7 +270,7 @@ class MixStream:
             except StopIteration:
                 done[label] = True
                 continue
-            if isinstance(output, dict):
+            if output.__class__ is dict or isinstance(output, dict):
                 output["__part__"] = names[label]
             yield output
         for label, source in enumerate(sources):  # outputs past the declared counts, part by part
@@ -396,14 +408,23 @@ class MixDataset(PlannedDataset):
         delivered."""
         progress = self.progress if progress is None else progress
         out = []
+        buffers = self.part_buffers(progress.epoch)
         for part, count in zip(self.parts, self.epoch_counts(progress.epoch)):
             sequence = part_sequence(part, count, self.seed, progress.epoch, self.shuffle_shards)
             for level in progress.levels:
                 sequence = remainder(sequence, _part_level(level, part.index), seed=self.seed, epoch=progress.epoch,
-                                     shuffle_buffer=self.shuffle_buffer, equalize=self.equalize,
+                                     shuffle_buffer=buffers[part.index], equalize=self.equalize,
                                      shard_weights=part.weights, key=self._part_key(part.index))
             out.append(sequence)
         return out
+
+    def part_buffers(self, epoch: int | None = None) -> list[int]:
+        """Rule M5: each part's share of the shuffle buffer, by its share of the epoch."""
+        if self.shuffle_buffer <= 1:
+            return [self.shuffle_buffer] * len(self.parts)
+        counts = self.epoch_counts(epoch)
+        total = max(1, sum(counts))
+        return [max(1, (2 * self.shuffle_buffer * n + total) // (2 * total)) for n in counts]
 
     def plans(self, worker: int = 0, num_workers: int = 1, progress: EpochProgress | None = None) -> list[WorkerPlan]:
         self._check_world(progress)
@@ -500,10 +521,11 @@ class MixDataset(PlannedDataset):
         options = self.read_options
         connections = worker_connections(options.max_connections, num_workers)
         streams, counts = [], []
+        buffers = self.part_buffers(progress.epoch)
         for part, plan, position in zip(self.parts, self.plans(worker, num_workers, progress), resume.parts):
             reader = ShardReader(part.catalog, handler=self.handler, cache=self.cache, options=options,
                                  max_connections=connections,
-                                 shuffle_buffer=self.shuffle_buffer,
+                                 shuffle_buffer=buffers[part.index],
                                  key=(self.seed, progress.epoch, rank, worker, *self._part_key(part.index)))
             streams.append(WorkerStream(reader, plan, position, stages=part.stages, after=[], invoke=_invoke,
                                         decode=part.decode, equalize=self.equalize, shard_weights=part.weights))
