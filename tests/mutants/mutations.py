@@ -868,3 +868,12 @@ MUTATIONS += [
                "        return [self.shuffle_buffer for n in counts]"),),
              ("tests/core/test_mix_oracle.py", "tests/core/test_mix_resume.py")),
 ]
+
+# -- issue 37: remote parts of a mix share the worker's one read-ahead (connections and bytes divided)
+MUTATIONS += [
+    Mutation("mix-read-ahead-per-part", "each remote part of a mix gets the worker's whole read-ahead (P times its connections)",
+             "src/wdsprep/stream/mix.py",
+             (("            out.append((options.replace(prefetch_bytes=int(budget)), max(1, share)))",
+               "            out.append((options, connections))"),),
+             ("tests/objectstore/test_mix_read_ahead.py",)),
+]

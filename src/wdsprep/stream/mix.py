@@ -33,6 +33,10 @@ M5. A worker's stream interleaves its parts' outputs by the earliest-deadline sc
 M6. Each output that is a dict names its part in `__part__`. Stages composed on the mix run on the
     mixed stream, past the counting point (as batching does): they must map one sample to one.
 
+Remote parts share the worker's read-ahead: its byte budget and connections are divided among them
+by their share of the bytes it reads (`_read_ahead_shares`), so a mix holds and sends no more than
+one dataset would.
+
 A worker's position is one `Position` per part (its skip, discard and delivered outputs): a part is
 always consumed in its own order, so a resumed worker restarts the schedule at t = sum of delivered,
 and an elastic resume deals each part's remainder afresh (M4) and schedules the new counts (M5).
@@ -65,7 +69,8 @@ from .dataset import PlannedDataset, shard_weights
 from .decode import ReaderStage
 from .manifests import load_manifest
 from .plan import Level, Sequence, concat, epoch_order, remainder, sequence_weights
-from .remote import worker_connections
+from ..readoptions import MIN_RANGE
+from .remote import reads_ahead, worker_connections
 from .state import EpochProgress, Position, Resume, parse_state, worker_level
 from .worker import ShardReader, WorkerPlan, WorkerStream, worker_plan
 
@@ -106,6 +111,12 @@ class _Planned:
     size: int
     share: Fraction  # its weight (weighted) or repeat (epochized)
     where: str = field(default="")
+
+    @property
+    def bytes_per_sample(self) -> float:
+        """The part's shard bytes per sample (what reading one of its samples costs, on average)."""
+        sizes = self.catalog.sizes
+        return sum(row["bytes"] for row in self.catalog.rows) / max(1, int(sizes.sum()))
 
     def outputs(self, sequence: Sequence) -> np.ndarray:
         """Cumulative outputs (or samples) of a sequence's positions."""
@@ -418,6 +429,31 @@ class MixDataset(PlannedDataset):
             out.append(sequence)
         return out
 
+    def _read_ahead_shares(self, worker: int, num_workers: int, progress) -> list[tuple[ReadOptions, int]]:
+        """Each part's read options and requests at once: the worker's one read-ahead budget and
+        connections divided among its remote parts by their share of the bytes it reads (the epoch's
+        samples of the part times the part's bytes per sample), each at least the smallest working
+        read-ahead (two requests of MIN_RANGE, one connection). Local parts use none."""
+        options = self.read_options
+        connections = worker_connections(options.max_connections, num_workers)
+        remote = [any(reads_ahead(url, row) for url, row in zip(part.catalog.urls[:1], part.catalog.rows[:1]))
+                  for part in self.parts]
+        weights = [n * part.bytes_per_sample if is_remote else 0
+                   for part, n, is_remote in zip(self.parts, self.epoch_counts(progress.epoch), remote)]
+        total = sum(weights)
+        if not total or not options.prefetch_bytes:
+            return [(options, connections)] * len(self.parts)
+        # connections apportioned by largest remainder (they add up to the worker's), at least one each
+        split = apportion(connections, [Fraction(weight) for weight in weights])
+        out = []
+        for weight, share in zip(weights, split):
+            if not weight:
+                out.append((options, connections))  # a local part: no read-ahead
+                continue
+            budget = max(2 * MIN_RANGE, options.prefetch_bytes * weight // total)
+            out.append((options.replace(prefetch_bytes=int(budget)), max(1, share)))
+        return out
+
     def part_buffers(self, epoch: int | None = None) -> list[int]:
         """Rule M5: each part's share of the shuffle buffer, by its share of the epoch."""
         if self.shuffle_buffer <= 1:
@@ -518,11 +554,11 @@ class MixDataset(PlannedDataset):
         # a stage composed on the mix runs on the mixed stream, past the counting point (as batching
         # does), so it must map one sample to one; a part's own stages go in Part(stages=...)
         after = [*([] if decode is None else [decode]), *stages, *after]
-        options = self.read_options
-        connections = worker_connections(options.max_connections, num_workers)
+        shares = self._read_ahead_shares(worker, num_workers, progress)
         streams, counts = [], []
         buffers = self.part_buffers(progress.epoch)
         for part, plan, position in zip(self.parts, self.plans(worker, num_workers, progress), resume.parts):
+            options, connections = shares[part.index]
             reader = ShardReader(part.catalog, handler=self.handler, cache=self.cache, options=options,
                                  max_connections=connections,
                                  shuffle_buffer=buffers[part.index],
