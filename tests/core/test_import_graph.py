@@ -146,10 +146,10 @@ def test_the_loader_reads_no_private_attribute_of_the_dataset():
 def test_private_attributes_finds_a_planted_private_read_and_write():
     loader = (SRC / "wdsprep" / "stream" / "loader.py").read_text()
     planted = loader.replace("        if dataset.is_batched:\n",
-                             "        dataset._worker_override = (0, 1)\n        if dataset._count_at is not None:\n")
+                             "        dataset._resume = {}\n        if dataset._count_at is not None:\n")
     assert planted != loader
     found = private_attributes(planted)
-    assert [line.split(": ", 1)[1] for line in found] == ["dataset._worker_override", "dataset._count_at"]
+    assert [line.split(": ", 1)[1] for line in found] == ["dataset._resume", "dataset._count_at"]
     assert private_attributes("class A:\n    def f(self):\n        return self._x, self.dataset._y\n") == [
         "3: self.dataset._y"]
 

@@ -9,6 +9,7 @@ import pytest
 import wdsprep
 
 from .shardsets import write_counted_shards
+from tests.core.test_plan_oracle import simulated_worker
 
 COUNTS = [7, 7, 7, 7, 7, 7, 7, 1, 23, 2]
 RNG = np.random.default_rng(5)
@@ -33,8 +34,8 @@ def manifest(tmp_path):
 def _worker_batches(manifest, rank, world, worker, workers, equalize, batch=4, epoch=0):
     dataset = wdsprep.dataset(manifest, "train", rank=rank, world_size=world, seed=2, epoch=epoch, equalize=equalize,
                               outputs_per_sample=WEIGHTS).compose(_expand)
-    dataset._worker_override = (worker, workers)
-    outputs = list(dataset)
+    with simulated_worker(worker, workers):
+        outputs = list(dataset)
     return [outputs[i : i + batch] for i in range(0, len(outputs), batch)]
 
 
@@ -150,7 +151,7 @@ def test_a_worker_whose_samples_make_no_output_still_pads_to_its_target(tmp_path
             for worker in range(2):
                 dataset = wdsprep.dataset(manifest, "train", rank=rank, world_size=3, seed=seed, epoch=0,
                                           equalize="pad", outputs_per_sample=weights).compose(expand)
-                dataset._worker_override = (worker, 2)
-                table[rank, worker] = list(dataset)
+                with simulated_worker(worker, 2):
+                    table[rank, worker] = list(dataset)
         for worker in range(2):
             assert len({len(table[rank, worker]) for rank in range(3)}) == 1, (seed, worker)

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wdsprep.errors import ConfigError
-from wdsprep.stream.plan import Level, epoch_sequence, rank_share, remainder, worker_pieces
+from wdsprep.stream.plan import Level, epoch_sequence, rank_share, remainder, worker_run
 
 
 # -- the reference model
@@ -56,6 +56,11 @@ def discarded(sequence):
     """A sequence's partly delivered samples as (shard, index) -> outputs (one pass: cycle 0)."""
     assert all(cycle == 0 for cycle, _, _ in sequence.discards)
     return {(shard, index): n for (_, shard, index), n in sequence.discards.items()}
+
+
+def worker_pieces(pieces, *, worker, num_workers):
+    """A rank's list cut into a worker's run (rule 5), as the worker plan cuts it."""
+    return pieces.slice(*worker_run(len(pieces), worker, num_workers))
 
 
 def flat(pieces):

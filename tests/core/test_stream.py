@@ -5,12 +5,13 @@ import pytest
 
 import wdsprep
 from wdsprep.stream.plan import epoch_sequence, rank_share
+from tests.core.test_plan_oracle import simulated_worker
 
 
 def _keys(manifest_url, *, rank, world, worker=0, workers=1, epoch, equalize="pad", seed=0, monkeypatch=None):
     dataset = wdsprep.dataset(manifest_url, "train", seed=seed, epoch=epoch, equalize=equalize, rank=rank, world_size=world)
-    dataset._worker_override = (worker, workers)
-    return [s["__key__"] for s in dataset]
+    with simulated_worker(worker, workers):
+        return [s["__key__"] for s in dataset]
 
 
 def _rank_keys(manifest_url, rank, epoch, equalize="pad", seed=0, workers=2):

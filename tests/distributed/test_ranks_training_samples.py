@@ -14,6 +14,7 @@ from wdsprep.sources.voxels import SOURCE as VOXELS
 from wdsprep.testing import RangeHTTPServer
 
 from .test_distributed_ddp import torchrun
+from tests.core.test_plan_oracle import simulated_worker
 
 WORLD, WORKERS, BATCH = 3, 2, 4
 
@@ -42,8 +43,8 @@ def _batches_per_worker(manifest, split, stage, counts, identity, equalize):
         for worker in range(WORKERS):
             dataset = wdsprep.dataset(manifest, split, rank=rank, world_size=WORLD, seed=1, epoch=0,
                                       equalize=equalize, outputs_per_sample=counts).compose(stage)
-            dataset._worker_override = (worker, WORKERS)  # what a DataLoader worker sees
-            items = [identity(s) for s in dataset]
+            with simulated_worker(worker, WORKERS):  # what a DataLoader worker sees
+                items = [identity(s) for s in dataset]
             row.append([items[i : i + BATCH] for i in range(0, len(items), BATCH)])
         table.append(row)
     return table

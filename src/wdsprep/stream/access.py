@@ -59,7 +59,7 @@ from ..shards.index import ShardIndex, digest_of, has_index, member_span
 from ..shards.tarformat import BLOCK, index_samples
 from ..storage import local_path, scheme_for, scheme_of
 from ..storage.resuming import ObjectCheck
-from .read import UNINDEXED_REMOTE, check_whole, load_index
+from .read import UNINDEXED_REMOTE, IndexCache, check_whole, load_index
 from .read import _corrupt as corrupt_member  # the one wording of a member that fails its digest
 
 GAP_BYTES = 256 << 10  # samples of one shard at most this far apart are read by one request
@@ -123,7 +123,7 @@ class ShardAccess:
         self.max_connections = None if max_connections is None else int(max_connections)
         self.gap_bytes = int(gap_bytes)
         self._numbers: dict[str, int] | None = None  # URL -> shard (built by the first `shard` call)
-        self._indexes: collections.OrderedDict = collections.OrderedDict()  # shard -> ShardIndex
+        self._indexes = IndexCache(INDEX_CACHE)  # the shards' indexes (by URL and index digest)
         self._start_process()
 
     def _start_process(self) -> None:
@@ -145,7 +145,7 @@ class ShardAccess:
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._numbers = None
-        self._indexes = collections.OrderedDict()
+        self._indexes = IndexCache(INDEX_CACHE)
         self._start_process()
 
     def _process(self) -> None:
@@ -190,22 +190,18 @@ class ShardAccess:
                 missing = [shard for shard in missing if shard not in found]
                 loaded = self._parallel([(self._load_index, shard) for shard in missing],
                                         remote=[self._is_remote(shard) for shard in missing])
-                with self._lock:
-                    for shard, index in zip(missing, loaded):
-                        self._indexes[shard] = index
-                        while len(self._indexes) > INDEX_CACHE:
-                            self._indexes.popitem(last=False)
+                for shard, index in zip(missing, loaded):
+                    self._indexes.put(self.urls[shard], self.rows[shard], index)
                 found.update(zip(missing, loaded))
         return found
 
     def _cached(self, shards) -> dict[int, ShardIndex]:
         found = {}
-        with self._lock:
-            for shard in shards:
-                index = self._indexes.get(shard)
-                if index is not None:
-                    self._indexes.move_to_end(shard)
-                    found[shard] = index
+        for shard in shards:
+            row = self.rows[shard]
+            index = self._indexes.get(self.urls[shard], row)
+            if index is not None:
+                found[shard] = index
         return found
 
     def _is_remote(self, shard: int) -> bool:
@@ -262,7 +258,7 @@ class ShardAccess:
             return index_of_hashed(url, row, file.fd, self._paths[shard])
         if file is not None:
             self._count(reads=1)
-            return load_index(url, row, file.fd)
+            return load_index(url, row, file.fd, cache=None)  # kept by `indexes`
         tail = bytearray(row["bytes"] - row["index_offset"])
         self._count(index_requests=1, bytes=len(tail))
         got = scheme_for(url).read_into(url, row["index_offset"], memoryview(tail), self._check(shard))

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import copy
 import os
-from dataclasses import replace
 from typing import Any, Callable, Iterator
 from typing import Sequence as Sequence_
 
@@ -60,6 +59,8 @@ def distributed_info(rank: int | None = None, world_size: int | None = None) -> 
 
 
 def worker_info() -> tuple[int, int]:
+    """(worker, workers): the DataLoader worker this runs in, else WORKER/NUM_WORKERS (the one way a
+    test or a launcher of its own says which worker a process is), else (0, 1)."""
     try:
         from torch.utils.data import get_worker_info
 
@@ -114,7 +115,6 @@ class PlannedDataset(wds.DataPipeline, FluidInterface):
         self._resume: dict[int, dict] = {}  # worker -> where its next pass starts (load_state_dict)
         self._stream = None  # this process's current pass (for state_dict)
         self._count_at: int | None = None  # pipeline index where outputs are counted (before batching)
-        self._worker_override: tuple[int, int] | None = None  # (worker, num_workers) for tests outside a DataLoader
         self.cache = None  # optional local LRU shard cache (stream/cache.py); off by default
         if self.read_options.cache_dir is not None:
             from .cache import ShardCache
@@ -126,10 +126,6 @@ class PlannedDataset(wds.DataPipeline, FluidInterface):
     @property
     def epoch(self) -> int:
         return self.progress.epoch
-
-    @epoch.setter
-    def epoch(self, epoch: int) -> None:
-        self.progress = replace(self.progress, epoch=int(epoch))
 
     @property
     def auto_epoch(self) -> bool:
@@ -149,7 +145,7 @@ class PlannedDataset(wds.DataPipeline, FluidInterface):
     def state_dict(self) -> dict:
         """This process's position: inside a DataLoader worker (torchdata's StatefulDataLoader) that
         worker's, otherwise a single-process iteration's (see `wdsprep.Loader` for workers)."""
-        worker, num_workers = self._worker_override or worker_info()
+        worker, num_workers = worker_info()
         if self._stream is not None:
             position = self._stream.position.as_dict()
         else:  # not iterated since a load_state_dict: the loaded position, not the epoch's start
@@ -160,7 +156,7 @@ class PlannedDataset(wds.DataPipeline, FluidInterface):
         """Resume from this rank's own state (same world and workers), or from the list of every
         old rank's state (any world and workers: the epoch's remainder is dealt afresh). `options`:
         those of `parse_state` (a mix's `reweight=True`)."""
-        _, num_workers = self._worker_override or worker_info()
+        _, num_workers = worker_info()
         resume = self.parse_state(state, num_workers, **options)
         self.progress = self.progress.resumed(resume)
         self._resume = dict(resume.positions)
@@ -174,7 +170,7 @@ class PlannedDataset(wds.DataPipeline, FluidInterface):
 
     # -- iteration
     def iterator(self):
-        worker, num_workers = self._worker_override or worker_info()
+        worker, num_workers = worker_info()
         resume = self._resume.pop(worker, None)
         self._stream = stream = self.stream(worker, num_workers, resume=self.position(resume))
         yield from stream

@@ -31,7 +31,7 @@ from .dataset import PlannedDataset
 from .state import EpochProgress, encode_state
 
 
-class _WorkerStream(IterableDataset):
+class _WorkerBatches(IterableDataset):
     """What each DataLoader worker iterates: its logical worker's `ShardDataset.stream`, batched,
     each batch sent with the worker's position after it."""
 
@@ -174,7 +174,7 @@ class Loader:
         self._next_worker = 0
 
     def __iter__(self) -> Iterator[Any]:
-        stream = _WorkerStream(self.dataset, self.logical_workers, self._next_worker, self.progress,
+        stream = _WorkerBatches(self.dataset, self.logical_workers, self._next_worker, self.progress,
                                dict(self._positions), self.batch_size, self.collate_fn, self.partial)
         # pinned memory is filled by the DataLoader from what the workers sent: then every field is a tensor there
         inline = self.num_workers > 0 and not self.options.get("pin_memory")

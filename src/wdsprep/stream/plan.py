@@ -13,7 +13,7 @@ For a split whose shards hold c[0..S-1] samples, seed s, epoch e, W ranks and K 
    ranks with base+1. None deals as is. So pad repeats at most one sample per rank and drop drops at
    most one, whatever the shard sizes; padding is the only case where a sample appears twice.
 5. A rank's list is cut into K contiguous runs, one per DataLoader worker, by the same rule
-   (`worker_pieces`): equal per-worker counts on every rank are what keep batch counts equal when
+   (`worker_run`): equal per-worker counts on every rank are what keep batch counts equal when
    each worker batches its own stream.
 6. With a shuffle buffer B > 1 (applied by the dataset), a worker's stream is permuted in blocks of
    B consecutive samples, block b by `block_permutation(seed, epoch, rank, worker, b, len)`.
@@ -267,14 +267,6 @@ def worker_run(length: int, worker: int, num_workers: int, weights: np.ndarray |
         return share(length, num_workers, worker)
     cuts = weighted_cuts(weights, num_workers)
     return cuts[worker], cuts[worker + 1]
-
-
-def worker_pieces(pieces: Sequence, *, worker: int, num_workers: int, weights: np.ndarray | None = None) -> Sequence:
-    """A rank's stream cut into `num_workers` contiguous runs of equal sample counts (rule 5), or
-    of outputs with `weights` (the rank's). A shard is split between at most two neighbouring workers."""
-    if num_workers == 1:
-        return pieces
-    return pieces.slice(*worker_run(len(pieces), worker, num_workers, weights))
 
 
 def output_targets(weights: np.ndarray, world_size: int, num_workers: int, equalize: str | None, rank: int) -> list[int]:

@@ -54,9 +54,11 @@ differ from its manifest row raises `ShardError` before its first sample.
 """
 from __future__ import annotations
 
+import collections
 import hashlib
 import io
 import os
+import threading
 from bisect import bisect_right
 from typing import BinaryIO, Iterator
 
@@ -79,16 +81,60 @@ def _read_from(url: str, offset: int, length: int) -> bytes:
         return stream.read(length)
 
 
-def load_index(url: str, row: dict, fd: int | None = None) -> ShardIndex:
-    """The shard's index, read from the open file `fd` (local or cached shards) or by its own request.
+class IndexCache:
+    """Loaded shard indexes by (URL, the row's index digest), the last `size` used; thread-safe, and
+    a forked child starts with the parent's (plain data) behind a lock of its own. One per process
+    for the streaming readers (`INDEXES`: the local reader and the read-ahead); a `ShardAccess`
+    keeps its own, larger one. An index is only ever kept after it was checked against its row."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._items: collections.OrderedDict = collections.OrderedDict()
+        self._pid, self._lock = os.getpid(), threading.Lock()
+
+    def _locked(self) -> threading.Lock:
+        if self._pid != os.getpid():
+            self._pid, self._lock = os.getpid(), threading.Lock()
+        return self._lock
+
+    @staticmethod
+    def _key(url: str, row: dict) -> tuple:
+        return url, row.get("index_digest") or row.get("sha256")  # an older shard's index: made from its bytes
+
+    def get(self, url: str, row: dict) -> ShardIndex | None:
+        key = self._key(url, row)
+        with self._locked():
+            index = self._items.get(key)
+            if index is not None:
+                self._items.move_to_end(key)
+            return index
+
+    def put(self, url: str, row: dict, index: ShardIndex) -> ShardIndex:
+        with self._locked():
+            self._items[self._key(url, row)] = index
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+        return index
+
+
+INDEXES = IndexCache(64)  # the streaming readers' indexes in this process
+
+
+def load_index(url: str, row: dict, fd: int | None = None, cache: IndexCache | None = INDEXES) -> ShardIndex:
+    """The shard's index: from `cache`, else read from the open file `fd` (local or cached shards)
+    or by its own request, checked, and kept there. The one way an index is loaded.
 
     One byte more than the row's size is asked for, so a longer shard is caught as well as a shorter.
     The row's index fields are checked to lie within its shard first (`check_index_fields`).
     """
     check_index_fields(url, row)
+    found = cache.get(url, row) if cache is not None else None
+    if found is not None:
+        return found
     offset, length = row["index_offset"], row["bytes"] - row["index_offset"] + 1
     tail = os.pread(fd, length, offset) if fd is not None else _read_from(url, offset, length)
-    return ShardIndex.from_tail(url, row, tail)
+    index = ShardIndex.from_tail(url, row, tail)
+    return cache.put(url, row, index) if cache is not None else index
 
 
 def _fileno(stream: BinaryIO) -> int | None:

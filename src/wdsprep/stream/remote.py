@@ -15,7 +15,7 @@ What is fetched: each piece's own bytes, and its shard's index, once.
   the body's last bytes (one range from somewhere before `index_offset` to the end): one request for
   a shard smaller than a range, no request for the index alone. A piece that starts or ends
   mid-shard needs the index to know where its bytes lie: that is one small request of its own,
-  before its body's. Indexes are kept per process (the last `INDEX_CACHE`, by URL and the row's
+  before its body's. Indexes are kept per process (stream/read.py's `INDEXES`, by URL and the row's
   index digest), so a shard's index is fetched once per worker.
 
 How: bodies are cut into requests of `range_bytes` (the first requests of a stream smaller,
@@ -64,6 +64,7 @@ from ..readoptions import ReadOptions
 from ..shards.index import ShardIndex, check_index_fields, has_index
 from ..storage import scheme_for, scheme_of
 from ..storage.resuming import ObjectCheck
+from .read import INDEXES
 
 MIB = 1 << 20
 # Range requests at once. By default a rank (a process and its DataLoader workers) sends up to
@@ -75,7 +76,6 @@ RANK_CONNECTIONS = 32
 MIN_WORKER_CONNECTIONS = 8
 FIRST_RANGE = 256 << 10  # the first request of a stream; each next one twice as large, up to range_bytes
 MAX_RANGE = 16 * MIB
-INDEX_CACHE = 64  # shard indexes kept per process
 
 
 def range_bytes(prefetch_bytes: int, max_connections: int) -> int:
@@ -102,34 +102,10 @@ def reads_ahead(url: str, row: dict) -> bool:
         return False
 
 
-_indexes: collections.OrderedDict = collections.OrderedDict()  # (url, index digest) -> ShardIndex
-_indexes_lock = threading.Lock()
-
-
-def _cached_index(url: str, row: dict) -> ShardIndex | None:
-    with _indexes_lock:
-        index = _indexes.get((url, row["index_digest"]))
-        if index is not None:
-            _indexes.move_to_end((url, row["index_digest"]))
-        return index
-
-
 def _parse_index(url: str, row: dict, tail) -> ShardIndex:
     """The index from the shard's bytes [index_offset, bytes) (checked against the row), kept."""
-    index = ShardIndex.from_tail(url, row, bytes(tail))
-    with _indexes_lock:
-        _indexes[(url, row["index_digest"])] = index
-        while len(_indexes) > INDEX_CACHE:
-            _indexes.popitem(last=False)
-    return index
+    return INDEXES.put(url, row, ShardIndex.from_tail(url, row, bytes(tail)))
 
-
-def _after_fork_in_child() -> None:
-    global _indexes_lock
-    _indexes_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
 
 # states of a range
 QUEUED, FETCHING, READY, FAILED, RELEASED = range(5)
@@ -220,7 +196,7 @@ class _Engine:
             job = self.pending.popleft()
             if job.closed or job.error is not None:
                 continue
-            job.index = _cached_index(job.url, job.row)
+            job.index = INDEXES.get(job.url, job.row)
             row = job.row
             if job.index is None and job.whole:
                 index_offset, total = row["index_offset"], row["bytes"]
