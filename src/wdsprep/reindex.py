@@ -43,10 +43,10 @@ import io
 import sys
 from dataclasses import dataclass, field
 
-from .conversion import replace_unit_rows, written_by_conversion
 from .errors import FormatError, ManifestError, ShardError
 from .progress import Progress
 from .shards.index import has_index
+from .shards.journal import replace_unit_rows, written_by_conversion
 from .shards.manifest import MANIFEST_NAME, Manifest
 from .shards.tarformat import BLOCK, TarCursor, header, padding, sample_members
 from .shards.writer import ShardFile

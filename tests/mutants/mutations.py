@@ -538,7 +538,7 @@ MUTATIONS = [
              (("unit_digest(identity, self.config, unit_inputs)", 'unit_digest(identity, self.config, "")'),),
              ("tests/core/test_convert_options.py", "tests/rawnind/test_rawnind_fingerprint.py")),
     Mutation("driver-record-not-durable", "a unit built by the driver is recorded late on a store that cannot append",
-             "src/wdsprep/conversion.py",
+             "src/wdsprep/shards/journal.py",
              (("(durable or time.monotonic() - self.last_flush > 1.0)", "(time.monotonic() - self.last_flush > 1.0)"),),
              ("tests/core/test_convert_options.py",)),
     Mutation("source-sees-core-options", "a source's own options carry the core's too (one mixed dict again)",
