@@ -23,7 +23,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from .errors import ConfigError, ManifestError, UploadError, WdsprepError  # `wdsprep.upload.UploadError`: deprecated path
+from .errors import ConfigError, ManifestError, UploadError, WdsprepError
 from .progress import Progress
 from .shards.manifest import MANIFEST_NAME, Manifest
 from .storage import Store, describe, file_sha256, local_path, open_store

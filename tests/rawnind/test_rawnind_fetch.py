@@ -366,13 +366,13 @@ def test_the_bytes_reported_and_shown_are_the_bytes_the_server_sent(synth_tiny, 
     assert f"| {human_bytes(sent)}/" in done, done
 
 
-def test_the_old_module_path_of_the_fetcher_still_imports_and_fetch_stays_callable():
-    """`wdsprep.sources.rawnind.fetch` the module (deprecated) shares its name with the function
-    `wdsprep.rawnind.fetch`; importing the module first must not leave a name that cannot be called."""
-    code = ("import wdsprep.sources.rawnind.fetch as old, wdsprep\n"
+def test_the_fetcher_has_one_import_path_and_fetch_stays_callable():
+    """`wdsprep.rawnind.fetch` is the function; the deprecated module of the same name (a callable
+    module standing in for it) is gone, so no import can rebind the name to a module."""
+    code = ("import importlib.util, wdsprep\n"
             "from wdsprep.rawnind import fetch, FetchOptions\n"
-            "from wdsprep.sources.rawnind.acquire import fetch as new\n"
-            "assert callable(fetch) and old.FetchOptions is FetchOptions is new.FetchOptions\n"
-            "assert old.FetchError is wdsprep.FetchError\n")
+            "from wdsprep.sources.rawnind.acquire.fetch import FetchOptions as defined\n"
+            "assert importlib.util.find_spec('wdsprep.sources.rawnind.fetch') is None\n"
+            "assert callable(fetch) and FetchOptions is defined\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=EVENT)
     assert result.returncode == 0, result.stderr

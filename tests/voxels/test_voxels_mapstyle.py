@@ -13,11 +13,11 @@ from torch.utils.data import DataLoader
 
 import wdsprep
 from wdsprep.errors import ConfigError, WdsprepError
+from wdsprep.shards.tarformat import index_samples
 from wdsprep.sources.voxels import (
     HierarchicalVoxelRayDataset,
     RayBatchSampler,
     collate_ray_batch,
-    index_tar,
     mapstyle,
     samples,
 )
@@ -82,7 +82,7 @@ def test_map_style_and_streaming_give_the_same_samples(converted, options, mode)
 def test_tar_index_matches_tarfile(converted):
     native, shards, manifest, natives, membership = converted
     path = str(shards / manifest.shards("train")[0]["name"])
-    index = index_tar(path)
+    index = index_samples(path)
     with tarfile.open(path) as archive:
         members = [m for m in archive.getmembers() if m.isfile() and not m.name.startswith("__")]  # not the sample index
     flat = [(f"{key}.{field}", offset, size) for key, fields in index for field, (offset, size) in fields.items()]

@@ -6,14 +6,13 @@ converter needs none of them.
 """
 from __future__ import annotations
 
-from ...errors import FetchError  # `wdsprep.rawnind.FetchError`: the class lives in wdsprep.errors
 from .. import lazy_exports
 from .convert import SOURCE, RawNINDSource
 
 __all__ = [
     "SOURCE", "RawNINDSource", "pairs", "tiles", "crop_pair", "crops_at", "validation", "evaluation", "clean_pairs", "CleanProfiledRGBNoisyBayerImageCropsDataset",
     "add_fetch_arguments", "fetch_main", "add_serve_arguments", "serve_main",
-    "fetch", "FetchOptions", "FetchError", "DataverseServer", "Faults",
+    "fetch", "FetchOptions", "DataverseServer", "Faults",
 ]
 
 __getattr__ = lazy_exports(__name__, {

@@ -46,7 +46,7 @@ from typing import Any, TextIO
 import httpx
 import trio
 
-from ....errors import DownloadError, FetchError, InputError, WdsprepError  # `fetch.FetchError`: deprecated path
+from ....errors import DownloadError, FetchError, InputError, WdsprepError
 from ....progress import Progress, human_bytes
 from ..index import (
     DATAVERSE_INDEX_NAME,
