@@ -421,8 +421,9 @@ MUTATIONS = [
     Mutation("voxels-mapstyle-unchecked", "the voxels map-style dataset reads a sample's members by offset, unchecked",
              "src/wdsprep/sources/voxels/mapstyle.py",
              (("        raw = self.shards[sample[\"shard\"]].read(sample[\"number\"], names)\n",
+               "        from ...shards.tarformat import index_samples\n"
                "        path = self.shard_paths[sample[\"shard\"]]\n"
-               "        where = dict(index_tar(path))[sample[\"key\"]]\n"
+               "        where = dict(index_samples(path))[sample[\"key\"]]\n"
                "        with open(path, \"rb\") as handle:\n"
                "            raw = {name: handle.seek(where[name][0]) and handle.read(where[name][1]) for name in names}\n"),),
              ("tests/voxels/test_voxels_mapstyle.py",)),
