@@ -213,7 +213,7 @@ def _rate(function, passes: int) -> tuple[float, int]:
 def streaming_rows(server_dir: pathlib.Path, workdir: pathlib.Path, tile: int) -> list[str]:
     """`fetch --convert` with a raw-byte bound of about one scene: peak raw bytes on disk vs all."""
     from wdsprep.sources.rawnind.acquire.fetch import FetchOptions, fetch
-    from wdsprep.sources.rawnind.acquire.server import DataverseServer
+    from wdsprep.testing.dataverse import DataverseServer
 
     listing = json.loads((server_dir / "dataverse_dataset.json").read_text())["data"]["latestVersion"]["files"]
     total = sum(entry["dataFile"]["filesize"] for entry in listing if entry["dataFile"]["filename"].endswith(".dng"))
@@ -279,7 +279,7 @@ def layout_rows(fetched: pathlib.Path, workdir: pathlib.Path, tile: int, crop: i
 def run(workdir: pathlib.Path) -> str:
     from wdsprep.conversion import convert
     from wdsprep.sources.rawnind.acquire.fetch import FetchOptions, fetch
-    from wdsprep.sources.rawnind.acquire.server import DataverseServer
+    from wdsprep.testing.dataverse import DataverseServer
     from wdsprep.sources.rawnind.synth import synth
 
     workdir = pathlib.Path(workdir)

@@ -37,9 +37,9 @@ from .storage.gopen import register_webdataset_schemes
 register_webdataset_schemes()  # plain `wds.WebDataset("s3://...")` works after `import wdsprep`
 register_webdataset_decoder()  # plain `wds.WebDataset(urls).decode()` decodes `.npy.zst` too
 
+from ._version import __version__  # noqa: F401 (wdsprep.__version__)
 from .sources.registry import NAMESPACES as SOURCE_IDS  # the one list of built-in sources
 
-__version__ = "0.1.0"
 
 __all__ = [
     "urls",

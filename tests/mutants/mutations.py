@@ -127,7 +127,7 @@ MUTATIONS = [
                  ("os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)\n            with os.fdopen(fd, \"wb\") as out",
                   "os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)\n            with os.fdopen(fd, \"wb\") as out"),
                  ("        except OSError as error:\n            remove_quietly(temporary)\n", "        except OSError as error:\n"))),)),
-    # -- the source conformance suite (wdsprep.testing.conformance), through one source's subclass
+    # -- the source conformance suite (wdsprep.conformance), through one source's subclass
     Mutation("codec-level-by-workers", "a pool worker compresses at another zstd level (bytes depend on --workers)",
              "src/wdsprep/conversion.py",
              (('    encoder = Encoder(core.codec, core.zstd_level)',
@@ -450,9 +450,9 @@ MUTATIONS = [
                "        from ...stream import iter_shard\n        for sample in iter_shard(item.url):\n"),),
              ("tests/deepreg/test_deepreg_stream.py",)),
     Mutation("inspect-unchecked", "`wdsprep inspect` shows samples read unchecked",
-             "src/wdsprep/cli.py",
+             "src/wdsprep/commands/inspect.py",
              (("        for raw in checked_samples(urls[0], manifest.shards(split)[0], 0, max(args.samples, 0)):\n",
-               "        from itertools import islice\n        from .stream import iter_shard\n"
+               "        from itertools import islice\n        from ..stream import iter_shard\n"
                "        for raw in islice(iter_shard(urls[0]), max(args.samples, 0)):\n"),),
              ("tests/core/test_conversion.py",)),
     Mutation("older-shard-index-unhashed", "a local shard without an index is indexed in memory without hashing it against its row first",
@@ -526,7 +526,7 @@ MUTATIONS = [
              ("tests/core/test_elastic_resume.py", "tests/core")),
     # -- issue 27, items 2-3: one conversion driver (conversion.Conversion), ConvertOptions, executors' own flags
     Mutation("cli-default-drifts", "`wdsprep convert`'s --zstd-level default differs from convert()'s (a default in two places)",
-             "src/wdsprep/cli.py",
+             "src/wdsprep/commands/convert.py",
              (('    parser.add_argument("--zstd-level", type=int, default=DEFAULTS.zstd_level)',
                '    parser.add_argument("--zstd-level", type=int, default=4)'),),
              ("tests/core/test_convert_options.py",)),
@@ -547,7 +547,7 @@ MUTATIONS = [
              (("        self.options = dict(options or {})\n", "        self.options = dict(options or {}, **core.config())\n"),),
              ("tests/core/test_convert_options.py",)),
     Mutation("executor-flags-ignored", "the chosen executor's own flags never reach its factory",
-             "src/wdsprep/cli.py",
+             "src/wdsprep/commands/convert.py",
              (("    return core.replace(executor_options=kind.options_from(args)), own", "    return core, own"),),
              ("tests/core/test_convert_options.py",)),
     Mutation("unchecked-shards-reused", "the driver reuses a recorded unit without checking its shards in the store",
@@ -566,7 +566,7 @@ MUTATIONS = [
                "                        self.progress.advance(0, len(chunk))\n                        self.progress.advance(0, len(chunk))\n"),),
              ("tests/rawnind/test_rawnind_fetch.py",)),
     Mutation("dataverse-corruption-ignored", "the Dataverse test server never corrupts a body it was told to",
-             "src/wdsprep/sources/rawnind/acquire/server.py",
+             "src/wdsprep/testing/dataverse.py",
              (("        corrupt = _first(faults.take_corruption, keys)\n", "        corrupt = None\n"),),
              ("tests/rawnind/test_rawnind_fetch.py",)),
     Mutation("fault-always-used-once", "a fault planned for every request (times -1) is used up after one",
@@ -689,10 +689,11 @@ MUTATIONS = [
                "            if value is not None:\n                values.setdefault(name, value)\n")),
              ("tests/core/test_read_options.py",)),
     Mutation("unknown-command-silent", "an unknown command prints the usage text without naming it", "src/wdsprep/cli.py",
-             (("            if argv[0] not in verbs:\n", "            if False:\n"),),
+             (("        print(f\"wdsprep: error: unknown command {argv[0]!r} (commands: {', '.join(verbs(commands()))}; \"\n"
+               "              \"wdsprep --help describes them)\", file=sys.stderr)\n", "        print(usage(), file=sys.stderr)\n"),),
              ("tests/core/test_cli_usability.py",)),
     Mutation("verb-help-one-line", "`wdsprep fetch --help` prints one usage line, rc 2", "src/wdsprep/cli.py",
-             (('    if name in ("-h", "--help"):\n        print(', '    if False:\n        print('),),
+             (('    if argv[1:2] in (["-h"], ["--help"]):\n', '    if False:\n'),),
              ("tests/core/test_cli_usability.py",)),
     Mutation("one-sample-shards-silent", "a conversion into one-sample shards says nothing", "src/wdsprep/conversion.py",
              (("    if len(single) < 2 or 2 * len(single) < total:\n", "    if True:\n"),),
@@ -747,7 +748,7 @@ MUTATIONS = [
              ("tests/core/test_reindex.py",)),
     Mutation("interrupted-always-resume", "Ctrl-C of a read-only command asks for a re-run to resume",
              "src/wdsprep/cli.py",
-             (("    return INTERRUPTED if argv and argv[0] in RESUMABLE else \"wdsprep: interrupted\"", "    return INTERRUPTED"),),
+             (("    return INTERRUPTED if command is not None and command.resumable else \"wdsprep: interrupted\"", "    return INTERRUPTED"),),
              ("tests/core/test_convert_interrupt.py",)),
 ]
 

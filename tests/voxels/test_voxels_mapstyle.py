@@ -187,7 +187,7 @@ def test_a_flipped_byte_in_any_member_is_a_shard_error_before_its_sample(tmp_pat
     """Converted by the CLI without compression (a changed byte decodes as well as the right one):
     one byte flipped in each member of each sample in turn, the map-style dataset raises a
     ShardError naming that shard, and every chunk it gave before is the intact shards' own."""
-    from wdsprep.testing.conformance import run_cli, tar_samples
+    from wdsprep.conformance import run_cli, tar_samples
 
     from tests.core.shardsets import each_member_flipped, same_until_error
 
@@ -222,7 +222,7 @@ def test_older_shards_without_an_index_are_hashed_whole_when_the_dataset_opens(t
     ShardError naming the shard before any sample."""
     import shutil
 
-    from wdsprep.testing.conformance import run_cli
+    from wdsprep.conformance import run_cli
 
     from tests.core.shardsets import each_member_flipped, make_older
 
