@@ -89,7 +89,6 @@ from ..commands.convert import convert_options_from, source_parser
 from ..sources.base import PlanContext
 from ..sources.registry import load_source
 from ..testing.edits import corrupt_zip_member, overwrite_keeping_size, rewritten_shards, shard_identities
-from .measured import run_measured
 
 HOSTILE_MIN_BYTES = 1 << 30  # a hostile object expands at least this far: bounded work is then told apart
 
@@ -556,6 +555,8 @@ class SourceTests:
 
     @pytest.mark.parametrize("plant", ["bomb_input", "malformed_input"])
     def test_a_hostile_input_is_refused_in_bounded_reads_and_memory(self, native, tmp_path, plant):
+        from .measured import run_measured  # here, not at import: its child runs that module as __main__
+
         copy = self.copy_input(native, tmp_path / "input")
         hostile = getattr(self, plant)(copy)
         assert hostile.expands_to >= HOSTILE_MIN_BYTES, f"{plant}: expands to {hostile.expands_to} bytes only"
