@@ -71,7 +71,7 @@ _LAZY = {
     "urls": ("wdsprep.stream.manifests", "urls"),
     "dataset": ("wdsprep.stream.dataset", "dataset"),
     "Loader": ("wdsprep.stream.loader", "Loader"),
-    # the conversion driver, for code that runs a conversion step by step (rawnind's fetch --convert):
+    # the conversion driver, for code that runs a conversion step by step (handed to rawnind's fetch --convert):
     # public for such tools, outside `__all__` (what `from wdsprep import *` gives is the training side)
     "Conversion": ("wdsprep.conversion", "Conversion"),
     "ConvertOptions": ("wdsprep.options", "ConvertOptions"),
