@@ -300,7 +300,7 @@ def _shard_summary(directory: str, shard_bytes: str) -> dict:
     second-to-last shard left room for the last one's first sample, which a writer that only rolls
     over never does)."""
     from wdsprep.sizes import parse_size
-    from wdsprep.testing.conformance import balanced_units
+    from wdsprep.conformance import balanced_units
 
     rows = json.loads(pathlib.Path(directory, "manifest.json").read_text())["splits"]["train"]["shards"]
     return {"shards": len(rows), "balanced": len(balanced_units(pathlib.Path(directory), parse_size(shard_bytes))),

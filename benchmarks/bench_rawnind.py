@@ -34,7 +34,8 @@ RATE = 500_000  # bytes per second per connection
 
 
 def _fetch_seconds(server_dir: pathlib.Path, dest: pathlib.Path, concurrency: int) -> tuple[float, dict]:
-    from wdsprep.sources.rawnind import DataverseServer, Faults, FetchOptions, fetch
+    from wdsprep.sources.rawnind import FetchOptions, fetch
+    from wdsprep.testing.dataverse import DataverseServer, Faults
 
     shutil.rmtree(dest, ignore_errors=True)
     with DataverseServer(str(server_dir), faults=Faults(rate_limit=RATE)) as server:
@@ -212,8 +213,9 @@ def _rate(function, passes: int) -> tuple[float, int]:
 
 def streaming_rows(server_dir: pathlib.Path, workdir: pathlib.Path, tile: int) -> list[str]:
     """`fetch --convert` with a raw-byte bound of about one scene: peak raw bytes on disk vs all."""
+    from wdsprep.conversion import Conversion
     from wdsprep.sources.rawnind.acquire.fetch import FetchOptions, fetch
-    from wdsprep.sources.rawnind.acquire.server import DataverseServer
+    from wdsprep.testing.dataverse import DataverseServer
 
     listing = json.loads((server_dir / "dataverse_dataset.json").read_text())["data"]["latestVersion"]["files"]
     total = sum(entry["dataFile"]["filesize"] for entry in listing if entry["dataFile"]["filename"].endswith(".dng"))
@@ -223,7 +225,8 @@ def streaming_rows(server_dir: pathlib.Path, workdir: pathlib.Path, tile: int) -
     with DataverseServer(str(server_dir)) as server:
         began = time.perf_counter()
         report = fetch(FetchOptions(dest=str(dest), dataverse=server.url, doi=server.doi, progress="none",
-                                    convert=str(output), max_raw_bytes=1, convert_options={"tile_size": tile}))
+                                    convert=str(output), max_raw_bytes=1, convert_options={"tile_size": tile},
+                                    driver=Conversion))
         seconds = time.perf_counter() - began
     converted = report["convert"]
     mb = 1e6
@@ -279,7 +282,7 @@ def layout_rows(fetched: pathlib.Path, workdir: pathlib.Path, tile: int, crop: i
 def run(workdir: pathlib.Path) -> str:
     from wdsprep.conversion import convert
     from wdsprep.sources.rawnind.acquire.fetch import FetchOptions, fetch
-    from wdsprep.sources.rawnind.acquire.server import DataverseServer
+    from wdsprep.testing.dataverse import DataverseServer
     from wdsprep.sources.rawnind.synth import synth
 
     workdir = pathlib.Path(workdir)

@@ -6,7 +6,7 @@ import pathlib
 
 import pytest
 
-pytest.register_assert_rewrite("wdsprep.testing.conformance")  # the suite's asserts explain their failures
+pytest.register_assert_rewrite("wdsprep.conformance")  # the suite's asserts explain their failures
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 SHARED_DATA = pathlib.Path(os.environ.get("WDSPREP_SHARED_DATA", REPO.parent / "shared" / "data"))

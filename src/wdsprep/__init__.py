@@ -38,9 +38,9 @@ from .storage.gopen import register_webdataset_schemes
 register_webdataset_schemes()  # plain `wds.WebDataset("s3://...")` works after `import wdsprep`
 register_webdataset_decoder()  # plain `wds.WebDataset(urls).decode()` decodes `.npy.zst` too
 
+from ._version import __version__  # noqa: F401 (wdsprep.__version__)
 from .sources.registry import NAMESPACES as SOURCE_IDS  # the one list of built-in sources
 
-__version__ = "0.1.0"
 
 __all__ = [
     "urls",
@@ -78,7 +78,7 @@ _LAZY = {
     "mix": ("wdsprep.stream.mix", "mix"),
     "Part": ("wdsprep.stream.mix", "Part"),
     "MapDataset": ("wdsprep.stream.mapdataset", "MapDataset"),
-    # the conversion driver, for code that runs a conversion step by step (rawnind's fetch --convert):
+    # the conversion driver, for code that runs a conversion step by step (handed to rawnind's fetch --convert):
     # public for such tools, outside `__all__` (what `from wdsprep import *` gives is the training side)
     "Conversion": ("wdsprep.conversion", "Conversion"),
     "ConvertOptions": ("wdsprep.options", "ConvertOptions"),

@@ -8,7 +8,7 @@ what is not reusable on an executor, finish. rawnind's `fetch --convert` drives 
 scene at a time as scenes arrive; a source never imports this module: it is handed the driver (the
 core's public `wdsprep.Conversion`), so the reuse, the journal and the manifest have this one home.
 
-Resumable: beside the manifest the driver keeps `_units.json`, the results of completed units keyed
+Resumable: beside the manifest the driver keeps `_units.json` (its journal, `shards.journal`), the results of completed units keyed
 by a digest of the unit (its items), the conversion config and the fingerprints of the native inputs
 that feed it (one rule for every source, `wdsprep.inputs`: content hashes or size + mtime_ns +
 ctime_ns + inode; a source that verified its inputs itself, as rawnind's fetch does with SHA-1s,
@@ -42,7 +42,6 @@ import os
 import threading
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
 from .errors import ConversionError, OutputError
@@ -51,31 +50,12 @@ from .options import ConvertOptions, check_run_options
 from .progress import Progress, human_bytes
 from .shards.codec import Encoder
 from .shards.index import has_index
+from .shards.journal import UnitJournal, UnitResult, load_units, written_by_conversion
 from .shards.manifest import MANIFEST_NAME, Manifest, shard_name_pattern
 from .shards.writer import ShardWriter
 from .sources.base import Plan, PlanContext, Unit, UnitContext, check_converted, check_plan
 from .sources.registry import load_source
 from .storage import Store, open_store
-
-UNITS_NAME = "_units.json"
-
-
-def written_by_conversion(name: str) -> bool:
-    """Names a conversion (and `reindex`) may write, replace or remove in its output: the manifest,
-    the units record, shards and temporaries. One that exists and is not a regular file is refused
-    before any work (`Store.check_replaceable`)."""
-    return name in (MANIFEST_NAME, UNITS_NAME) or name.endswith((".tar", ".tmp"))
-
-
-@dataclass
-class UnitResult:
-    split: str
-    index: int
-    digest: str
-    rows: list[dict]
-    problems: list[dict] = field(default_factory=list)
-    tables: dict = field(default_factory=dict)
-    input_bytes: int = 0
 
 
 def _digest(value: Any) -> str:
@@ -148,7 +128,7 @@ class Conversion:
         units = identities if identities is not None else plan.units
         self._digests = {(unit.split, unit.index): unit_digest(identity, self.config, unit_inputs)
                          for unit, identity, unit_inputs in zip(plan.units, units, inputs)}
-        previous = _load_units(store, self.config)
+        previous = load_units(store, self.config)
         self._done: dict[str, UnitResult] = {}
         for digest in self._digests.values():
             record = previous.get(digest)
@@ -159,7 +139,7 @@ class Conversion:
         self.todo = [unit for unit in plan.units if not self.done(unit)]
         if self.todo and store.read_bytes(MANIFEST_NAME) is not None:
             store.delete(MANIFEST_NAME)  # about to change: never leave a manifest that may lie
-        self._journal = _UnitJournal(store, self.config, self._done)
+        self._journal = UnitJournal(store, self.config, self._done)
         self._lock = threading.Lock()
 
     def digest(self, unit: Unit) -> str:
@@ -335,78 +315,6 @@ def _describe_items(items: list) -> str:
     first = json.dumps(items[0], default=str) if items else "none"
     first = first if len(first) <= 80 else first[:77] + "..."
     return f"{len(items)} item{'s' if len(items) != 1 else ''}, first {first}"
-
-
-def _load_units(store, config: dict) -> dict[str, UnitResult]:
-    """Completed units of an earlier run with the same config (JSON lines); each unit's digest holds
-    its inputs' fingerprints, so a changed input only loses the units it feeds."""
-    raw = store.read_bytes(UNITS_NAME)
-    if raw is None:
-        return {}
-    lines = raw.splitlines()
-    try:
-        head = json.loads(lines[0])
-        if head.get("config") != json.loads(json.dumps(config)):
-            return {}
-    except (ValueError, IndexError, AttributeError):
-        return {}
-    units = {}
-    for line in lines[1:]:
-        try:
-            record = UnitResult(**json.loads(line))
-        except (ValueError, TypeError):
-            continue  # a torn last line after a crash only costs a rebuild of that unit
-        units[record.digest] = record
-    return units
-
-
-def replace_unit_rows(store: Store, rows: dict[str, dict]) -> None:
-    """Give the shards named in `rows` (name -> new row fields) their new rows in `_units.json`, so a
-    re-run of the conversion still finds its units' shards as recorded (`wdsprep reindex`)."""
-    raw = store.read_bytes(UNITS_NAME)
-    if raw is None:
-        return
-    lines = raw.decode().splitlines()
-    for number, line in enumerate(lines[1:], 1):
-        try:
-            record = json.loads(line)
-            record["rows"] = [dict(row, **rows.get(row["name"], {})) for row in record["rows"]]
-        except (ValueError, TypeError, KeyError):
-            continue  # a torn line: that unit is rebuilt by the next conversion, as after a crash
-        lines[number] = json.dumps(record, sort_keys=True, default=str)
-    store.write_bytes(UNITS_NAME, ("\n".join(lines) + "\n").encode())
-
-
-class _UnitJournal:
-    """Appends each finished unit to `_units.json` at once (stores that cannot append get the whole
-    file rewritten at most once a second, at every `durable` record, and at the end). Nothing is
-    written before the first unit of this run is done, so a run that fails at once leaves the
-    output as it was."""
-
-    def __init__(self, store: Store, config: dict, done: dict[str, UnitResult]):
-        self.store = store
-        self.lines = [json.dumps({"config": config}, sort_keys=True, default=str)]
-        self.lines += [json.dumps(asdict(r), sort_keys=True, default=str) for r in done.values()]
-        self.can_append = store.supports_append
-        self.written = False
-        self.last_flush = time.monotonic()
-
-    def record(self, result: UnitResult, durable: bool = False) -> None:
-        line = json.dumps(asdict(result), sort_keys=True, default=str)
-        self.lines.append(line)
-        if not self.written or (not self.can_append and (durable or time.monotonic() - self.last_flush > 1.0)):
-            self._rewrite()  # the first record replaces a journal of an earlier config
-        elif self.can_append:
-            self.store.append_bytes(UNITS_NAME, (line + "\n").encode())
-
-    def close(self) -> None:
-        if self.written and not self.can_append:
-            self._rewrite()
-
-    def _rewrite(self) -> None:
-        self.store.write_bytes(UNITS_NAME, ("\n".join(self.lines) + "\n").encode())
-        self.written = True
-        self.last_flush = time.monotonic()
 
 
 def _remove_stale_shards(store: Store, splits: dict[str, list[dict]]) -> None:

@@ -1,4 +1,4 @@
-"""`wdsprep reindex DIR_OR_URL`: give the shards of an older conversion their sample index.
+"""Give the shards of an older conversion their sample index (`wdsprep reindex DIR_OR_URL`, `commands/reindex.py`).
 
 Shards written before every shard carried `__wdsprep_index__` have manifest rows without
 `index_offset`/`index_bytes`/`index_digest`. Readers then hash a local shard whole before its first
@@ -37,20 +37,18 @@ conversion's lock, held as "wdsprep reindex", which a second run's refusal names
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import io
-import sys
 from dataclasses import dataclass, field
 
-from .conversion import replace_unit_rows, written_by_conversion
 from .errors import FormatError, ManifestError, ShardError
 from .progress import Progress
 from .shards.index import has_index
+from .shards.journal import replace_unit_rows, written_by_conversion
 from .shards.manifest import MANIFEST_NAME, Manifest
 from .shards.tarformat import BLOCK, TarCursor, header, padding, sample_members
 from .shards.writer import ShardFile
-from .storage import BUFFER, Store, describe, open_store, open_url
+from .storage import BUFFER, Store, open_store, open_url
 from .stream.manifests import load_manifest
 from .stream.read import Sha256Reader
 
@@ -66,18 +64,6 @@ class ReindexReport:
     def summary(self) -> str:
         return (f"{len(self.indexed) + len(self.resumed)} shards indexed, {self.had_index} had an index already, "
                 f"{len(self.bad)} left as they were; manifest at {self.url.rstrip('/')}/{MANIFEST_NAME}")
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("location", help=f"a converted shard directory: {describe(writable=True)}")
-
-
-def main(args: argparse.Namespace) -> int:
-    report = reindex(args.location, quiet=args.quiet)
-    for line in report.bad:
-        print(f"BAD {line}", file=sys.stderr)
-    print(report.summary())
-    return 1 if report.bad else 0
 
 
 def reindex(location: str, *, quiet: bool = True) -> ReindexReport:

@@ -1,4 +1,4 @@
-"""`wdsprep upload SHARD_DIR URL`: copy a converted shard directory to a store, verified.
+"""Copy a converted shard directory to a store, verified (`wdsprep upload SHARD_DIR URL`, `commands/upload.py`).
 
 The destination is any writable scheme of `wdsprep.storage` (`s3://`, `file://`, a path), used only
 through the `Store` methods: `upload_file` (atomic), `stat`, `sha256` (may trust what the store
@@ -16,17 +16,15 @@ Order of events, so that a reader never sees a half-uploaded dataset:
 """
 from __future__ import annotations
 
-import argparse
 import concurrent.futures as futures
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 
-from .errors import ConfigError, ManifestError, UploadError, WdsprepError  # `wdsprep.upload.UploadError`: deprecated path
+from .errors import ConfigError, ManifestError, UploadError, WdsprepError
 from .progress import Progress
 from .shards.manifest import MANIFEST_NAME, Manifest
-from .storage import Store, describe, file_sha256, local_path, open_store
+from .storage import Store, file_sha256, local_path, open_store
 
 
 @dataclass
@@ -45,37 +43,6 @@ class UploadReport:
             f"{len(self.skipped)} already there, {len(self.verified)} verified; "
             f"manifest at {self.url.rstrip('/')}/{MANIFEST_NAME} ({self.seconds:.1f} s)"
         )
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("shard_dir", help="a local directory written by `wdsprep convert` (holds manifest.json)")
-    parser.add_argument("url", help=f"destination: {describe(writable=True)} (s3: endpoint from AWS_ENDPOINT_URL)")
-    parser.add_argument("--workers", type=int, default=4, help="shards uploaded at the same time (default 4)")
-    parser.add_argument("--verify", choices=("content", "metadata"), default="content",
-                        help="after upload, re-read and hash each shard (content, default) or trust size + stored sha256")
-    parser.add_argument("--recheck", action="store_true",
-                        help="also re-read and hash shards already at the destination before skipping them")
-    parser.add_argument("--retries", type=int, default=3, help="attempts per shard after the first (default 3)")
-    parser.add_argument("--multipart-bytes", default="64MB", help="S3: shards above this size use a multipart upload")
-    parser.add_argument("--part-bytes", default="16MB", help="S3: multipart part size (S3 needs at least 5MiB)")
-
-
-def main(args: argparse.Namespace) -> int:
-    from .sizes import parse_size
-
-    report = upload(
-        args.shard_dir,
-        args.url,
-        workers=args.workers,
-        verify=args.verify,
-        recheck=args.recheck,
-        retries=args.retries,
-        multipart_bytes=parse_size(args.multipart_bytes),
-        part_bytes=parse_size(args.part_bytes),
-        quiet=getattr(args, "quiet", False),
-    )
-    print(report.summary())
-    return 0
 
 
 def _local_dir(shard_dir: str) -> str:
@@ -208,14 +175,3 @@ def upload(
     report.verified.sort()
     report.seconds = time.time() - started
     return report
-
-
-if __name__ == "__main__":  # python -m wdsprep.upload SHARD_DIR URL
-    parser = argparse.ArgumentParser(prog="wdsprep upload")
-    add_arguments(parser)
-    parser.add_argument("--quiet", action="store_true")
-    try:
-        sys.exit(main(parser.parse_args()))
-    except WdsprepError as error:
-        print(f"wdsprep: error: {error}", file=sys.stderr)
-        sys.exit(1)

@@ -13,7 +13,8 @@ import os
 
 import numpy as np
 
-from wdsprep.sources.base import Command, Plan, PlanContext, Source, Unit, UnitContext, group_by_size, read_input_bytes
+from wdsprep.command import Command
+from wdsprep.sources.base import Plan, PlanContext, Source, Unit, UnitContext, group_by_size, read_input_bytes
 
 LINE_BYTES = 64  # the planning estimate of one sample's shard bytes
 MAX_FILE_BYTES = 256 << 20  # a split file
@@ -77,8 +78,8 @@ class LinesSource(Source):
                     values = rng.integers(-100, 100, size=int(rng.integers(1, 9)))
                     handle.write(f"{split}{i:04d} " + " ".join(map(str, values)) + "\n")
 
-    def commands(self) -> dict[tuple[str, str], Command]:
-        return {("count", "lines"): Command(_add_count_arguments, _count_main, "DIR", "lines per split")}
+    def commands(self) -> list[Command]:
+        return [Command("count lines", "lines per split", _add_count_arguments, _count_main, usage="DIR")]
 
 
 def _add_count_arguments(parser: argparse.ArgumentParser) -> None:

@@ -12,7 +12,7 @@ from wdsprep.errors import ShardError
 from wdsprep.shards.codec import Encoder
 from wdsprep.shards.manifest import Manifest
 from wdsprep.shards.writer import ShardWriter
-from wdsprep.testing.conformance import read_manifest
+from wdsprep.conformance import read_manifest
 
 
 def write_counted_shards(directory, counts, *, split="train", codec="zstd", tag=""):

@@ -1,9 +1,11 @@
 """The command line's own answers: `--version`, an unknown command, the help of the sources'
-commands, and the warning when `--shard-bytes` makes shards of one sample.
+commands, every command's errors in one convention, and the warning when `--shard-bytes` makes
+shards of one sample.
 
 Each runs `python -m wdsprep` in a child process, as a user does, and is judged against something
 outside the code under test: pyproject.toml's version, the command list of `wdsprep --help`, the
-options of each `wdsprep VERB NAME --help`, the shards counted with `tarfile`.
+options of each `wdsprep VERB NAME --help`, the shards counted with `tarfile`, and for errors the
+rule itself (one line, `wdsprep: error:` and the command's name, the same exit status everywhere).
 """
 import pathlib
 import re
@@ -49,6 +51,68 @@ def test_an_unknown_command_is_named_with_the_list_of_commands():
     assert len(lines) == 1 and lines[0].startswith("wdsprep: error: unknown command 'nosuchcmd' (commands: "), lines
     listed = re.search(r"\(commands: ([a-z, ]+);", lines[0]).group(1).split(", ")
     assert listed == commands and {"convert", "verify", "fetch", "serve"} <= set(listed)
+
+
+def _listed() -> list[str]:
+    """The command names of `wdsprep --help`'s rows (`  convert SOURCE INPUT OUTPUT   native ...`)."""
+    rows = _run("--help").stderr.splitlines()[1:]
+    return [" ".join(re.match(r"  ((?:[a-z]+(?: |$))+)", row).group(1).split()) for row in rows]
+
+
+def test_the_help_lists_every_command_once_and_each_answers_its_own_help():
+    """The rows name every verb of the usage line (and the command a source mounts, rawnind's
+    `fetch rawnind`), each command once, and each `wdsprep NAME --help` is that command's help."""
+    listed = _listed()
+    assert len(listed) == len(set(listed)) and {name.split()[0] for name in listed} == set(_commands())
+    assert {"convert", "pipeline", "fetch rawnind", "serve dataverse"} <= set(listed), listed
+    for name in listed:
+        result = _run(*name.split(), "--help")
+        assert result.returncode == 0 and result.stdout.startswith(f"usage: wdsprep {name} "), (name, result.stderr)
+
+
+# one way to make each command fail while it runs: an input that does not exist
+FAILING_RUNS = {
+    "convert": ["generic", "/nonexistent/in", "{tmp}/out"],
+    "synth": ["no-such-source", "{tmp}/synth"],
+    "inspect": ["/nonexistent/shards"],
+    "verify": ["/nonexistent/shards"],
+    "show": ["/nonexistent/shards", "--out", "{tmp}/report.html"],
+    "pipeline": ["/nonexistent/spec.toml"],
+    "upload": ["/nonexistent/shards", "{tmp}/up"],
+    "reindex": ["/nonexistent/shards"],
+    "serve dataverse": ["/nonexistent/dataverse", "--port", "0"],
+    "fetch rawnind": ["{tmp}/dest", "--dry-run", "--index", "/nonexistent/i.yaml", "--listing", "/nonexistent/l.json"],
+}
+
+
+def _one_error_line(result: subprocess.CompletedProcess, prefix: str) -> str:
+    lines = result.stderr.splitlines()
+    assert result.stdout == "" and len(lines) == 1 and lines[0].startswith(prefix), result.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("name", sorted(FAILING_RUNS))
+def test_every_command_refuses_a_bad_argument_in_one_line_with_status_2(name):
+    result = _run(*name.split(), "--no-such-option")
+    _one_error_line(result, f"wdsprep: error: wdsprep {name}: ")
+    assert result.returncode == 2
+
+
+@pytest.mark.parametrize("name", sorted(FAILING_RUNS))
+def test_every_command_fails_in_one_line_with_status_1(name, tmp_path):
+    result = _run(*name.split(), *(arg.format(tmp=tmp_path) for arg in FAILING_RUNS[name]))
+    line = _one_error_line(result, "wdsprep: error: ")
+    assert result.returncode == 1 and ("/nonexistent/" in line or "no-such-source" in line), line
+
+
+def test_every_listed_command_has_a_failing_run():
+    assert sorted(_listed()) == sorted(FAILING_RUNS)
+
+
+def test_a_source_s_own_option_error_names_the_source():
+    result = _run("convert", "generic", "in", "out", "--no-such-option")
+    line = _one_error_line(result, "wdsprep: error: wdsprep convert generic: ")
+    assert result.returncode == 2 and "--no-such-option" in line
 
 
 def _options(help_text: str) -> set[str]:

@@ -156,7 +156,7 @@ def test_inspect_never_shows_a_corrupted_sample(tmp_path, generic_input):
     (no compression, so the flipped member decodes as well as the intact one), the command ends
     with one line naming the shard, rc 1, and that sample is not shown."""
     from tests.core.shardsets import each_member_flipped
-    from wdsprep.testing.conformance import run_cli, tar_samples
+    from wdsprep.conformance import run_cli, tar_samples
 
     out = tmp_path / "out"
     status, _, err = run_cli("convert", "generic", generic_input, out, "--codec", "none", "--quiet")

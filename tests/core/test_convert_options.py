@@ -11,6 +11,7 @@ import pytest
 
 import wdsprep
 from wdsprep import cli
+from wdsprep.commands.convert import convert_options_from, source_parser
 from wdsprep.conversion import convert
 from wdsprep.executors import EXECUTORS, ExecutorKind
 from wdsprep.sources.base import PlanContext, Source
@@ -36,11 +37,11 @@ def test_the_cli_and_convert_mean_the_same_documented_defaults(tmp_path):
 
 
 def test_the_ray_flags_become_the_ray_executors_options_only():
-    parser = cli._convert_parser("generic")
-    core, own = cli.convert_options_from(parser.parse_args(
+    parser = source_parser("generic")
+    core, own = convert_options_from(parser.parse_args(
         ["in", "out", "--executor", "ray", "--ray-address", "10.0.0.1:6379", "--ray-retries", "0"]))
     assert (core.executor, core.executor_options, own) == ("ray", {"address": "10.0.0.1:6379", "retries": 0}, {})
-    core, own = cli.convert_options_from(parser.parse_args(["in", "out", "--ray-address", "10.0.0.1:6379"]))
+    core, own = convert_options_from(parser.parse_args(["in", "out", "--ray-address", "10.0.0.1:6379"]))
     assert (core.executor, core.executor_options, own) == ("local", {}, {})  # another executor's flag is not passed on
 
 

@@ -1,8 +1,9 @@
-"""Every exception wdsprep defines lives in `wdsprep.errors`, is exported from `wdsprep`, and is
-still importable (and catchable) the ways it was before it moved there."""
+"""Every exception wdsprep defines lives in `wdsprep.errors` and is exported from `wdsprep`, and from
+no other namespace; a class DeepReg raised as a ValueError is still caught as one."""
 import ast
 import builtins
 import importlib
+import importlib.util
 import inspect
 import pathlib
 
@@ -82,24 +83,19 @@ def test_the_docstring_draws_every_class_of_the_hierarchy():
         assert classes[name].__bases__[0] is (classes[parent] if parent else Exception), name
 
 
-# Where each moved class lived before it moved to wdsprep.errors, and the builtin it also was.
-OLD_HOMES = {
-    "UploadError": (["wdsprep.upload"], None),
-    "FetchError": (["wdsprep.sources.rawnind.fetch", "wdsprep.sources.rawnind", "wdsprep.rawnind"], None),
-    "DeepRegSamplingError": (["wdsprep.sources.deepreg._sampling", "wdsprep.sources.deepreg", "wdsprep.deepreg"], ValueError),
-    "UnitFailedError": (["wdsprep.ray_executor"], None),
+# The source namespaces that once re-exported a class of wdsprep.errors (deprecated, now removed).
+OLD_NAMESPACES = {
+    "FetchError": ["wdsprep.sources.rawnind", "wdsprep.rawnind"],
+    "DeepRegSamplingError": ["wdsprep.sources.deepreg", "wdsprep.deepreg"],
 }
 
 
-@pytest.mark.parametrize("name", sorted(OLD_HOMES))
-def test_a_moved_class_is_still_importable_from_its_old_module(name):
-    modules, builtin = OLD_HOMES[name]
-    if modules == ["wdsprep.ray_executor"]:
-        pytest.importorskip("ray")
-    for module in modules:
-        assert getattr(importlib.import_module(module), name) is getattr(wdsprep.errors, name), module
-    if builtin is not None:
-        assert issubclass(getattr(wdsprep, name), builtin)
+@pytest.mark.parametrize("name", sorted(OLD_NAMESPACES))
+def test_a_moved_class_is_offered_by_wdsprep_errors_alone(name):
+    for module in OLD_NAMESPACES[name]:
+        namespace = importlib.import_module(module)
+        assert not hasattr(namespace, name) and name not in namespace.__all__, module
+    assert importlib.util.find_spec("wdsprep.sources.rawnind.fetch") is None  # the callable-module alias is gone
 
 
 def test_deepreg_sampling_errors_are_still_caught_as_value_errors():

@@ -1,5 +1,5 @@
 """The generic source (the one the core's tests convert) against the source conformance suite
-(wdsprep.testing.conformance): 40 + 10 samples of 16 KiB in 100 KB shards; an array file replaced by
+(wdsprep.conformance): 40 + 10 samples of 16 KiB in 100 KB shards; an array file replaced by
 junk; an array's values changed in place; a 2 GiB JSON field (a sparse file); an array whose header
 declares 4 GiB followed by 16 bytes."""
 import io
@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 
-from wdsprep.testing.conformance import Hostile, SourceTests
+from wdsprep.conformance import Hostile, SourceTests
 
 ARRAY = "train/sample000017.array.npy"
 

@@ -41,7 +41,7 @@ from wdsprep.stream.access import ShardAccess
 from wdsprep.stream.read import checked_samples
 from wdsprep.stream.remote import ReadAhead
 from wdsprep.testing import RangeHTTPServer
-from wdsprep.testing.conformance import read_manifest, run_cli, shard_bytes
+from wdsprep.conformance import read_manifest, run_cli, shard_bytes
 
 from tests.timeouts import SUBPROCESS
 

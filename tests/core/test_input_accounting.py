@@ -19,7 +19,7 @@ import pytest
 import wdsprep
 from wdsprep.conversion import convert
 from wdsprep.errors import ConfigError
-from wdsprep.testing.conformance import read_manifest, run_cli, shard_bytes
+from wdsprep.conformance import read_manifest, run_cli, shard_bytes
 
 
 def _samples(directory, count, start=0):

@@ -22,7 +22,7 @@ from wdsprep.shards.index import INDEX_MEMBER, ROW_FIELDS
 from wdsprep.shards.manifest import Manifest
 from wdsprep.shards.writer import ShardWriter
 from wdsprep.testing import RangeHTTPServer, S3Server
-from wdsprep.testing.conformance import run_cli
+from wdsprep.conformance import run_cli
 
 from .shardsets import keys_until_error
 

@@ -16,7 +16,7 @@ import pytest
 
 from tests.special_files import KIND_TEXT, NOT_OURS, make_special
 from tests.timeouts import SUBPROCESS
-from wdsprep.testing.conformance import read_manifest
+from wdsprep.conformance import read_manifest
 
 from .shardsets import make_older
 

@@ -1,8 +1,8 @@
 """A source defined outside the package (`plugin_source.py`, beside this file) against the source
-conformance suite (wdsprep.testing.conformance), loaded as a plugin `package.module:OBJECT` in this
+conformance suite (wdsprep.conformance), loaded as a plugin `package.module:OBJECT` in this
 process and in the pool's workers: one unit per split file; a value that is not an integer; one
 value changed in place; a 2 GiB split file (a sparse file); a line of 50 million values."""
-from wdsprep.testing.conformance import Hostile, SourceTests
+from wdsprep.conformance import Hostile, SourceTests
 
 
 class TestPluginSourceConformance(SourceTests):

@@ -18,7 +18,7 @@ import wdsprep
 from wdsprep.errors import ShardError
 from wdsprep.shards.codec import Encoder
 from wdsprep.shards.writer import ShardWriter
-from wdsprep.testing.conformance import assert_rows_index_their_shards, balanced_units, read_manifest, run_cli
+from wdsprep.conformance import assert_rows_index_their_shards, balanced_units, read_manifest, run_cli
 
 from .shardsets import keys_until_error
 

@@ -25,7 +25,7 @@ import pytest
 import wdsprep
 from wdsprep.errors import ShardError
 from wdsprep.testing import RangeHTTPServer, S3Server
-from wdsprep.testing.conformance import (assert_rows_index_their_shards, balanced_units, read_manifest, run_cli, shard_bytes,
+from wdsprep.conformance import (assert_rows_index_their_shards, balanced_units, read_manifest, run_cli, shard_bytes,
                                         tar_samples)
 
 from tests.timeouts import SUBPROCESS

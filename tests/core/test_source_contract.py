@@ -70,8 +70,7 @@ def test_every_optional_hook_has_a_documented_default():
     assert len(parser._actions) == before
     assert (source.whole_units, source.fingerprint) == (False, "stat")
     assert source.finalize(source.plan("x", PlanContext({})), [{"t": [1]}]) == {}
-    assert source.prepare_input({"input": "/data/in", "source": "minimal"}, "/work") == "/data/in"
-    assert source.commands() == {}
+    assert source.commands() == []
     with pytest.raises(ConfigError, match="source 'minimal' cannot write synthetic data"):
         source.synth("/nowhere", 0, "small")
 

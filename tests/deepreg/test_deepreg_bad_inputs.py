@@ -6,7 +6,7 @@ import h5py
 import numpy as np
 import pytest
 
-from wdsprep.testing.edits import failing_convert
+from wdsprep.conformance import failing_convert
 
 from .deepreg_testdata import write_nifti
 

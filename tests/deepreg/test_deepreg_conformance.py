@@ -1,4 +1,4 @@
-"""deepreg against the source conformance suite (wdsprep.testing.conformance): six paired NIfTI
+"""deepreg against the source conformance suite (wdsprep.conformance): six paired NIfTI
 cases in 5 KB shards (about one case a unit); a moving image truncated; its voxels changed in place;
 a moving image as a .nii.gz of 4 GiB of zeros (4 MB on disk); one whose header declares 1 GiB that
 the file does not hold. And eight unpaired H5 volumes in one file, format and type detected; a
@@ -10,7 +10,7 @@ import nibabel as nib
 import numpy as np
 import pytest
 
-from wdsprep.testing.conformance import Hostile, SourceTests
+from wdsprep.conformance import Hostile, SourceTests
 
 from .deepreg_testdata import write_nifti
 

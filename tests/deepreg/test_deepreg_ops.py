@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 from scipy.ndimage import zoom
 
 from wdsprep.sources.deepreg import (
-    DeepRegSamplingError,
     grouped_enumerated,
     grouped_iterated,
     grouped_sampled,
@@ -19,7 +18,7 @@ from wdsprep.sources.deepreg import (
     resize,
     unpaired_order,
 )
-from wdsprep.errors import ConfigError
+from wdsprep.errors import ConfigError, DeepRegSamplingError
 
 
 def test_normalize_matches_deepreg_unit_tests():

@@ -191,7 +191,7 @@ def test_a_block_recovered_from_a_corrupted_shard_is_a_shard_error(tmp_path):
     re-read in turn, the stage raises a ShardError naming the shard before it yields any pair."""
     from tests.core.shardsets import each_member_flipped
     from wdsprep.stream import iter_shard
-    from wdsprep.testing.conformance import run_cli
+    from wdsprep.conformance import run_cli
 
     SOURCE.synth(str(tmp_path / "native"), 0, "small")
     status, _, err = run_cli("convert", "deepreg", tmp_path / "native", tmp_path / "out", "--codec", "none", "--quiet")

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from wdsprep.errors import InputError
 from wdsprep.sources.minecraft.native import load_frame
 from wdsprep.sources.minecraft.synth import synth
-from wdsprep.testing.edits import failing_convert
+from wdsprep.conformance import failing_convert
 
 from .minecraft_testdata import zip_folder
 

@@ -1,11 +1,11 @@
-"""minecraft against the source conformance suite (wdsprep.testing.conformance): six synthetic
+"""minecraft against the source conformance suite (wdsprep.conformance): six synthetic
 episodes as a data.zip like the real dump, about one episode a unit; a frame's deflate stream
 corrupted; a frame's action changed in place; a frame that inflates to 1.5 GiB (a valid pickle, then
 zeros), and one whose action is a list nested 27 deep through shared references."""
 import zipfile
 
 from wdsprep.sources.minecraft.synth import synth
-from wdsprep.testing.conformance import Hostile, SourceTests
+from wdsprep.conformance import Hostile, SourceTests
 from wdsprep.testing.edits import corrupt_zip_member, zeros, zip_with_member_replaced, zip_with_member_streamed
 
 from .minecraft_testdata import edited_frame, make_episode_dir, nested_action_frame, zip_folder

@@ -143,7 +143,7 @@ def test_a_frame_file_above_the_cap_is_refused_unread(tmp_path):
     path = tmp_path / "native" / MEMBER
     with open(path, "r+b") as handle:
         handle.truncate(MAX_FRAME_BYTES + 1)
-    from wdsprep.testing.edits import failing_convert
+    from wdsprep.conformance import failing_convert
 
     line = failing_convert(["minecraft", str(tmp_path / "native"), str(tmp_path / "out")], str(tmp_path / "out"))
     assert line == (f"wdsprep: error: {MEMBER}: {MAX_FRAME_BYTES + 1} bytes, more than a frame may hold "

@@ -133,7 +133,7 @@ MUTATIONS = [
                  ("os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)\n            with os.fdopen(fd, \"wb\") as out",
                   "os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)\n            with os.fdopen(fd, \"wb\") as out"),
                  ("        except OSError as error:\n            remove_quietly(temporary)\n", "        except OSError as error:\n"))),)),
-    # -- the source conformance suite (wdsprep.testing.conformance), through one source's subclass
+    # -- the source conformance suite (wdsprep.conformance), through one source's subclass
     Mutation("codec-level-by-workers", "a pool worker compresses at another zstd level (bytes depend on --workers)",
              "src/wdsprep/conversion.py",
              (('    encoder = Encoder(core.codec, core.zstd_level)',
@@ -427,8 +427,9 @@ MUTATIONS = [
     Mutation("voxels-mapstyle-unchecked", "the voxels map-style dataset reads a sample's members by offset, unchecked",
              "src/wdsprep/sources/voxels/mapstyle.py",
              (("        raw = self.data.read([sample[\"position\"]], names)[0]\n",
+               "        from ...shards.tarformat import index_samples\n"
                "        path = self.shard_paths[sample[\"shard\"]]\n"
-               "        where = dict(index_tar(path))[sample[\"key\"]]\n"
+               "        where = dict(index_samples(path))[sample[\"key\"]]\n"
                "        with open(path, \"rb\") as handle:\n"
                "            raw = {name: handle.seek(where[name][0]) and handle.read(where[name][1]) for name in names}\n"),),
              ("tests/voxels/test_voxels_mapstyle.py",)),
@@ -456,9 +457,9 @@ MUTATIONS = [
                "        from ...stream import iter_shard\n        for sample in iter_shard(item.url):\n"),),
              ("tests/deepreg/test_deepreg_stream.py",)),
     Mutation("inspect-unchecked", "`wdsprep inspect` shows samples read unchecked",
-             "src/wdsprep/cli.py",
+             "src/wdsprep/commands/inspect.py",
              (("        for raw in checked_samples(urls[0], manifest.shards(split)[0], 0, max(args.samples, 0)):\n",
-               "        from itertools import islice\n        from .stream import iter_shard\n"
+               "        from itertools import islice\n        from ..stream import iter_shard\n"
                "        for raw in islice(iter_shard(urls[0]), max(args.samples, 0)):\n"),),
              ("tests/core/test_conversion.py",)),
     Mutation("older-shard-index-unhashed", "a local shard without an index is indexed in memory without hashing it against its row first",
@@ -535,7 +536,7 @@ MUTATIONS = [
              ("tests/core/test_elastic_resume.py", "tests/core")),
     # -- issue 27, items 2-3: one conversion driver (conversion.Conversion), ConvertOptions, executors' own flags
     Mutation("cli-default-drifts", "`wdsprep convert`'s --zstd-level default differs from convert()'s (a default in two places)",
-             "src/wdsprep/cli.py",
+             "src/wdsprep/commands/convert.py",
              (('    parser.add_argument("--zstd-level", type=int, default=DEFAULTS.zstd_level)',
                '    parser.add_argument("--zstd-level", type=int, default=4)'),),
              ("tests/core/test_convert_options.py",)),
@@ -548,7 +549,7 @@ MUTATIONS = [
              (("unit_digest(identity, self.config, unit_inputs)", 'unit_digest(identity, self.config, "")'),),
              ("tests/core/test_convert_options.py", "tests/rawnind/test_rawnind_fingerprint.py")),
     Mutation("driver-record-not-durable", "a unit built by the driver is recorded late on a store that cannot append",
-             "src/wdsprep/conversion.py",
+             "src/wdsprep/shards/journal.py",
              (("(durable or time.monotonic() - self.last_flush > 1.0)", "(time.monotonic() - self.last_flush > 1.0)"),),
              ("tests/core/test_convert_options.py",)),
     Mutation("source-sees-core-options", "a source's own options carry the core's too (one mixed dict again)",
@@ -556,7 +557,7 @@ MUTATIONS = [
              (("        self.options = dict(options or {})\n", "        self.options = dict(options or {}, **core.config())\n"),),
              ("tests/core/test_convert_options.py",)),
     Mutation("executor-flags-ignored", "the chosen executor's own flags never reach its factory",
-             "src/wdsprep/cli.py",
+             "src/wdsprep/commands/convert.py",
              (("    return core.replace(executor_options=kind.options_from(args)), own", "    return core, own"),),
              ("tests/core/test_convert_options.py",)),
     Mutation("unchecked-shards-reused", "the driver reuses a recorded unit without checking its shards in the store",
@@ -575,7 +576,7 @@ MUTATIONS = [
                "                        self.progress.advance(0, len(chunk))\n                        self.progress.advance(0, len(chunk))\n"),),
              ("tests/rawnind/test_rawnind_fetch.py",)),
     Mutation("dataverse-corruption-ignored", "the Dataverse test server never corrupts a body it was told to",
-             "src/wdsprep/sources/rawnind/acquire/server.py",
+             "src/wdsprep/testing/dataverse.py",
              (("        corrupt = _first(faults.take_corruption, keys)\n", "        corrupt = None\n"),),
              ("tests/rawnind/test_rawnind_fetch.py",)),
     Mutation("fault-always-used-once", "a fault planned for every request (times -1) is used up after one",
@@ -766,10 +767,11 @@ MUTATIONS = [
                "            if value is not None:\n                values.setdefault(name, value)\n")),
              ("tests/core/test_read_options.py",)),
     Mutation("unknown-command-silent", "an unknown command prints the usage text without naming it", "src/wdsprep/cli.py",
-             (("            if argv[0] not in verbs:\n", "            if False:\n"),),
+             (("        print(f\"wdsprep: error: unknown command {argv[0]!r} (commands: {', '.join(verbs(commands()))}; \"\n"
+               "              \"wdsprep --help describes them)\", file=sys.stderr)\n", "        print(usage(), file=sys.stderr)\n"),),
              ("tests/core/test_cli_usability.py",)),
     Mutation("verb-help-one-line", "`wdsprep fetch --help` prints one usage line, rc 2", "src/wdsprep/cli.py",
-             (('    if name in ("-h", "--help"):\n        print(', '    if False:\n        print('),),
+             (('    if argv[1:2] in (["-h"], ["--help"]):\n', '    if False:\n'),),
              ("tests/core/test_cli_usability.py",)),
     Mutation("one-sample-shards-silent", "a conversion into one-sample shards says nothing", "src/wdsprep/conversion.py",
              (("    if len(single) < 2 or 2 * len(single) < total:\n", "    if True:\n"),),
@@ -826,7 +828,7 @@ MUTATIONS = [
              ("tests/core/test_reindex.py",)),
     Mutation("interrupted-always-resume", "Ctrl-C of a read-only command asks for a re-run to resume",
              "src/wdsprep/cli.py",
-             (("    return INTERRUPTED if argv and argv[0] in RESUMABLE else \"wdsprep: interrupted\"", "    return INTERRUPTED"),),
+             (("    return INTERRUPTED if command is not None and command.resumable else \"wdsprep: interrupted\"", "    return INTERRUPTED"),),
              ("tests/core/test_convert_interrupt.py",)),
 ]
 
@@ -865,7 +867,38 @@ MUTATIONS += [
              (("last.index.layout_bound() - FRAMING_BOUND + len(tarformat.END_OF_ARCHIVE)",
                "last.index.layout_bound() + len(tarformat.END_OF_ARCHIVE)"),),
              ("tests/core/test_rebalanced_shards.py",)),
-
+    # -- issue #36: the commands' floor (one Command shape, one error convention, the table), the
+    # layers kept by the import graph, one Range parser for the test file servers
+    Mutation("mounted-command-no-driver", "a command a source mounts is not handed the conversion driver",
+             "src/wdsprep/cli.py",
+             (("        parser.set_defaults(driver=Conversion)\n", "        pass\n"),),
+             ("tests/rawnind/test_rawnind_fetch_convert.py",)),
+    Mutation("command-own-error-format", "`serve dataverse` prints its own `error:` line, exit 2, for a directory that is no dataset",
+             "src/wdsprep/commands/serve.py",
+             (("        raise InputError(str(error)) from None\n",
+               "        print(f\"error: {error}\", file=__import__(\"sys\").stderr)\n        return 2\n"),),
+             ("tests/core/test_cli_usability.py",)),
+    Mutation("bad-argument-two-lines", "a bad argument is argparse's usage and `prog: error:` lines again",
+             "src/wdsprep/command.py",
+             (('        self.exit(USAGE_ERROR, f"wdsprep: error: {self.prog}: {message} ({self.prog} --help shows its options)\\n")\n',
+               "        super().error(message)\n"),),
+             ("tests/core/test_cli_usability.py",)),
+    Mutation("usage-core-only", "`wdsprep --help` lists the core's commands only (a second list, without the mounted ones)",
+             "src/wdsprep/cli.py",
+             (("    table = commands()\n    rows =", "    table = list(COMMANDS)\n    rows ="),),
+             ("tests/core/test_cli_usability.py",)),
+    Mutation("source-imports-driver-back", "rawnind's fetch-to-shards imports the driver through the package root's lazy name again",
+             "src/wdsprep/sources/rawnind/streamconvert.py",
+             (("from ...options import ConvertOptions\n", "from ... import Conversion  # noqa: F401\nfrom ...options import ConvertOptions\n"),),
+             ("tests/core/test_import_graph.py",)),
+    Mutation("show-imports-registry", "show/'s report loads the manifest's source itself (an import back up to the sources)",
+             "src/wdsprep/show/report.py",
+             (("    from ..stream import load_manifest\n", "    from ..sources.registry import manifest_source  # noqa: F401\n    from ..stream import load_manifest\n"),),
+             ("tests/core/test_import_graph.py",)),
+    Mutation("range-last-byte-dropped", "the test file servers' Range parser drops a range's last byte",
+             "src/wdsprep/testing/_ranges.py",
+             (("(min(int(last) + 1, size) if last else size)", "(min(int(last), size) if last else size)"),),
+             ("tests/rawnind/test_rawnind_pipeline.py", "tests/objectstore/test_read_ahead.py")),
 ]
 
 # -- issue 37: each part of a mix shuffles in its share of the buffer (the parts' blocks hold about B together)

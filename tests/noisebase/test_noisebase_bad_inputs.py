@@ -3,7 +3,7 @@ zip, and --on-error skip, are in the conformance suite.)"""
 import os
 import shutil
 
-from wdsprep.testing.edits import failing_convert
+from wdsprep.conformance import failing_convert
 
 from .noisebase_testdata import native
 

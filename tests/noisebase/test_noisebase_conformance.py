@@ -1,4 +1,4 @@
-"""noisebase against the source conformance suite (wdsprep.testing.conformance): the small
+"""noisebase against the source conformance suite (wdsprep.conformance): the small
 synthetic sampleset in 200 KB shards; a sequence zip truncated; a color chunk zeroed in place; a color
 chunk that inflates to 1.5 GiB (zlib, its .zarray says so); a sequence whose arrays declare 1 GiB of
 frames it does not hold (zarr would read the absent chunks as zeros)."""
@@ -10,7 +10,7 @@ import zlib
 import numpy as np
 import zarr
 
-from wdsprep.testing.conformance import Hostile, SourceTests
+from wdsprep.conformance import Hostile, SourceTests
 from wdsprep.testing.edits import zeros, zip_with_member_replaced, zip_with_member_streamed
 
 SEQUENCE = "sampleset_v1/train/scene0001.zip"

@@ -185,7 +185,7 @@ def test_a_flipped_byte_in_any_member_is_a_shard_error_before_its_batch(tmp_path
     from tests.core.shardsets import each_member_flipped, same_until_error
     from wdsprep.errors import ShardError
     from wdsprep.sources.noisebase.convert import frame_key
-    from wdsprep.testing.conformance import run_cli
+    from wdsprep.conformance import run_cli
 
     out = tmp_path / "out"
     status, _, err = run_cli("convert", "noisebase", native(tmp_path_factory), out, "--codec", "none",

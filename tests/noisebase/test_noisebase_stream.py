@@ -85,7 +85,7 @@ def test_remote_frames_are_checked_and_older_shards_hashed_or_refused(tmp_path_f
     from tests.core.shardsets import each_member_flipped, make_older
     from wdsprep.errors import ShardError
     from wdsprep.testing import RangeHTTPServer
-    from wdsprep.testing.conformance import run_cli
+    from wdsprep.conformance import run_cli
 
     from .noisebase_testdata import native
 

@@ -15,11 +15,11 @@ import webdataset as wds
 import wdsprep
 from tests.timeouts import EVENT as DEADLINE
 from wdsprep.conversion import convert
-from wdsprep.errors import ManifestError
+from wdsprep.errors import ManifestError, UploadError
 from wdsprep.storage import read_url
 from wdsprep.storage.s3 import S3Store
 from wdsprep.stream import load_manifest
-from wdsprep.upload import UploadError, upload
+from wdsprep.upload import upload
 
 
 def _manifest_rows(shard_dir):

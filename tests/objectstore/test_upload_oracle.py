@@ -8,9 +8,9 @@ import shutil
 
 import pytest
 
-from wdsprep.errors import ManifestError
+from wdsprep.errors import ManifestError, UploadError
 from wdsprep.stream import load_manifest
-from wdsprep.upload import UploadError, upload
+from wdsprep.upload import upload
 
 
 def _rows(shard_dir):

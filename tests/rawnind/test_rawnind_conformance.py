@@ -1,4 +1,4 @@
-"""rawnind against the source conformance suite (wdsprep.testing.conformance): the tiny synthetic
+"""rawnind against the source conformance suite (wdsprep.conformance): the tiny synthetic
 Dataverse directory (two scenes: one train unit, one test unit) in 128-pixel tiles; a noisy capture
 replaced by junk; every pixel of one capture brightened in place; a 2 GiB index (a sparse file); a
 capture whose header declares a 30000x30000 mosaic."""
@@ -7,7 +7,7 @@ import struct
 import numpy as np
 import rawpy
 
-from wdsprep.testing.conformance import Hostile, SourceTests
+from wdsprep.conformance import Hostile, SourceTests
 
 from .rawnind_testdata import truth
 

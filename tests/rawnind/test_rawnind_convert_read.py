@@ -325,7 +325,7 @@ def test_map_style_raises_a_shard_error_for_a_flipped_byte_in_any_member(synth_t
     item it gave before is the intact shards' own."""
     from tests.core.shardsets import each_member_flipped, same_until_error
     from wdsprep.rawnind import CleanProfiledRGBNoisyBayerImageCropsDataset as Dataset
-    from wdsprep.testing.conformance import run_cli
+    from wdsprep.conformance import run_cli
 
     shutil.copytree(synth_tiny, tmp_path / "native")
     status, _, err = run_cli("convert", "rawnind", tmp_path / "native", tmp_path / "out", "--codec", "none", "--quiet")

@@ -14,9 +14,9 @@ import yaml
 
 from tests.timeouts import EVENT
 from wdsprep.progress import human_bytes
-from wdsprep.sources.rawnind.acquire.cli import main
+from wdsprep.cli import main
 from wdsprep.sources.rawnind.acquire.fetch import Fetcher, FetchOptions
-from wdsprep.sources.rawnind.acquire.server import DataverseServer, Faults
+from wdsprep.testing.dataverse import DataverseServer, Faults
 from wdsprep.sources.rawnind.index import build_scenes, load_index, load_listing
 from wdsprep.sources.rawnind.synth import SYNTH_DOI
 
@@ -138,7 +138,7 @@ def test_kill_mid_download_then_resume_by_range(synth_tiny, tmp_path):
     images = {image.filename: image for image in scene_files(synth_tiny) if image.downloadable}
     # ~1 s per 196 kB capture, one at a time
     with DataverseServer(str(synth_tiny), faults=Faults(rate_limit=200_000), log_path=str(server_log)) as server:
-        command = [sys.executable, "-m", "wdsprep.sources.rawnind", "fetch", str(dest), "--dataverse", server.url,
+        command = [sys.executable, "-m", "wdsprep", "fetch", "rawnind", str(dest), "--dataverse", server.url,
                    "--doi", SYNTH_DOI, "--concurrency", "1", "--no-metadata", "--progress", "none"]
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
@@ -187,10 +187,10 @@ def test_unreachable_server_stops_at_once(tmp_path, capsys):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    code = main(["fetch", str(tmp_path / "dest"), "--dataverse", f"http://127.0.0.1:{port}", "--timeout", "2"])
-    assert code == 2
+    code = main(["fetch", "rawnind", str(tmp_path / "dest"), "--dataverse", f"http://127.0.0.1:{port}", "--timeout", "2"])
+    assert code == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"error: cannot reach Dataverse at http://127.0.0.1:{port}/api/datasets")
+    assert len(err) == 1 and err[0].startswith(f"wdsprep: error: cannot reach Dataverse at http://127.0.0.1:{port}/api/datasets")
 
 
 def test_unreachable_server_with_local_listing_and_index_stops_at_once(synth_tiny, tmp_path, capsys, monkeypatch):
@@ -211,13 +211,13 @@ def test_unreachable_server_with_local_listing_and_index_stops_at_once(synth_tin
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     dest = tmp_path / "dest"
-    code = main(["fetch", str(dest), "--dataverse", f"http://127.0.0.1:{port}", "--doi", SYNTH_DOI,
+    code = main(["fetch", "rawnind", str(dest), "--dataverse", f"http://127.0.0.1:{port}", "--doi", SYNTH_DOI,
                  "--listing", str(synth_tiny / "dataverse_dataset.json"), "--index", str(synth_tiny / "dataset_index.yaml"),
                  "--timeout", "2", "--backoff", "5", "--progress", "none"])
-    assert code == 2
+    assert code == 1
     assert [s for s in slept if s >= 5] == []  # a retry would have slept the 5 s backoff first
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"error: cannot reach Dataverse at http://127.0.0.1:{port}/api/datasets")
+    assert len(err) == 1 and err[0].startswith(f"wdsprep: error: cannot reach Dataverse at http://127.0.0.1:{port}/api/datasets")
     assert not list(dest.rglob("*.dng")) and not list(dest.rglob("*.part"))
 
 
@@ -243,8 +243,8 @@ def test_unwritable_destination_stops_at_once(synth_tiny, tmp_path, capsys):
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
     with DataverseServer(str(synth_tiny)) as server:
-        code = main(["fetch", str(blocker / "dest"), "--dataverse", server.url, "--doi", SYNTH_DOI])
-        assert code == 2
+        code = main(["fetch", "rawnind", str(blocker / "dest"), "--dataverse", server.url, "--doi", SYNTH_DOI])
+        assert code == 1
         assert [entry for entry in server.log] == []  # nothing was even asked
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "destination is not writable" in err[0] and str(blocker / "dest") in err[0]
@@ -252,8 +252,8 @@ def test_unwritable_destination_stops_at_once(synth_tiny, tmp_path, capsys):
 
 def test_wrong_doi_is_a_clear_error(synth_tiny, tmp_path, capsys):
     with DataverseServer(str(synth_tiny)) as server:
-        code = main(["fetch", str(tmp_path / "d"), "--dataverse", server.url, "--doi", "doi:10.1/NOPE"])
-    assert code == 2
+        code = main(["fetch", "rawnind", str(tmp_path / "d"), "--dataverse", server.url, "--doi", "doi:10.1/NOPE"])
+    assert code == 1
     assert "HTTP 404 while fetching the dataset doi:10.1/NOPE" in capsys.readouterr().err
 
 
@@ -261,7 +261,7 @@ def test_selection_by_scene_and_cli_exit_code(synth_tiny, tmp_path, capsys):
     names = list(yaml.safe_load((synth_tiny / "dataset_index.yaml").read_text())["Bayer"])
     missing_name = sorted(truth(synth_tiny)["scenes"][f"Bayer/{names[1]}"]["noisy"])[0]
     with DataverseServer(str(synth_tiny), faults=Faults(missing={missing_name})) as server:
-        code = main(["fetch", str(tmp_path / "d"), "--dataverse", server.url, "--doi", SYNTH_DOI, "--scenes", names[1],
+        code = main(["fetch", "rawnind", str(tmp_path / "d"), "--dataverse", server.url, "--doi", SYNTH_DOI, "--scenes", names[1],
                      "--progress", "none", "--no-metadata"])
         assert code == 1  # a reported failure
         out = capsys.readouterr()
@@ -269,8 +269,8 @@ def test_selection_by_scene_and_cli_exit_code(synth_tiny, tmp_path, capsys):
         report = json.loads((tmp_path / "d" / "fetch_report.json").read_text())
         assert report["scenes"]["incomplete"] == [{"scene": f"Bayer/{names[1]}", "missing": [missing_name]}]
         assert all(names[1] in name for name in report["verified"])
-        code = main(["fetch", str(tmp_path / "d"), "--dataverse", server.url, "--doi", SYNTH_DOI, "--scenes", "nope"])
-        assert code == 2 and "scenes not in the index: nope" in capsys.readouterr().err
+        code = main(["fetch", "rawnind", str(tmp_path / "d"), "--dataverse", server.url, "--doi", SYNTH_DOI, "--scenes", "nope"])
+        assert code == 1 and "scenes not in the index: nope" in capsys.readouterr().err
 
 
 class _OverlapServer(DataverseServer):
@@ -366,13 +366,13 @@ def test_the_bytes_reported_and_shown_are_the_bytes_the_server_sent(synth_tiny, 
     assert f"| {human_bytes(sent)}/" in done, done
 
 
-def test_the_old_module_path_of_the_fetcher_still_imports_and_fetch_stays_callable():
-    """`wdsprep.sources.rawnind.fetch` the module (deprecated) shares its name with the function
-    `wdsprep.rawnind.fetch`; importing the module first must not leave a name that cannot be called."""
-    code = ("import wdsprep.sources.rawnind.fetch as old, wdsprep\n"
+def test_the_fetcher_has_one_import_path_and_fetch_stays_callable():
+    """`wdsprep.rawnind.fetch` is the function; the deprecated module of the same name (a callable
+    module standing in for it) is gone, so no import can rebind the name to a module."""
+    code = ("import importlib.util, wdsprep\n"
             "from wdsprep.rawnind import fetch, FetchOptions\n"
-            "from wdsprep.sources.rawnind.acquire import fetch as new\n"
-            "assert callable(fetch) and old.FetchOptions is FetchOptions is new.FetchOptions\n"
-            "assert old.FetchError is wdsprep.FetchError\n")
+            "from wdsprep.sources.rawnind.acquire.fetch import FetchOptions as defined\n"
+            "assert importlib.util.find_spec('wdsprep.sources.rawnind.fetch') is None\n"
+            "assert callable(fetch) and FetchOptions is defined\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=EVENT)
     assert result.returncode == 0, result.stderr

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from wdsprep.sources.rawnind.acquire.server import DataverseServer
+from wdsprep.testing.dataverse import DataverseServer
 from wdsprep.sources.rawnind.synth import synth
 from wdsprep.stream.manifests import load_manifest
 
@@ -65,7 +65,7 @@ class RawSampler:
 
 
 def command(server, dest, output):
-    return [sys.executable, "-m", "wdsprep.sources.rawnind", "fetch", str(dest), "--dataverse", server.url,
+    return [sys.executable, "-m", "wdsprep", "fetch", "rawnind", str(dest), "--dataverse", server.url,
             "--doi", server.doi, "--convert", output, "--max-raw-bytes", str(BOUND), "--tile-size", "256",
             "--progress", "none", "--backoff", "0.05", "--timeout", "30", "--metadata-workers", "2"]
 
@@ -179,17 +179,18 @@ def test_fetch_into_s3_shards_with_bounded_disk_survives_kill_9(dataverse, s3_se
 
 
 def test_keep_raw_and_local_output(dataverse, tmp_path):
+    import wdsprep
     from wdsprep.sources.rawnind import FetchOptions, fetch
 
-    with DataverseServer(str(dataverse)) as server:
+    with DataverseServer(str(dataverse)) as server:  # the Python API is handed the driver as the command is
         report = fetch(FetchOptions(dest=str(tmp_path / "raw"), dataverse=server.url, doi=server.doi, progress="none",
-                                    convert=str(tmp_path / "out"), keep_raw=True,
+                                    convert=str(tmp_path / "out"), keep_raw=True, driver=wdsprep.Conversion,
                                     convert_options={"tile_size": 128, "shard_bytes": "560KB"}))
     assert report["convert"]["manifest"] == str(tmp_path / "out" / "manifest.json")
     # the shards a fetch converts are written like `convert`'s: the train scene's six ~107 KB tiles outgrow
     # 560KB after five, roll over and are balanced 3 + 3, and every shard carries its index (checked
     # against its bytes with tarfile + xxhash); the test split's one pre-crop tile makes one shard
-    from wdsprep.testing.conformance import assert_rows_index_their_shards, balanced_units
+    from wdsprep.conformance import assert_rows_index_their_shards, balanced_units
 
     assert assert_rows_index_their_shards(tmp_path / "out") == 3
     assert balanced_units(tmp_path / "out", 560_000) == ["train-00000"]

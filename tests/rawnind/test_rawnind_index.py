@@ -4,9 +4,9 @@ import json
 import pytest
 
 from wdsprep.errors import InputError
-from wdsprep.sources.rawnind.acquire.cli import main
+from wdsprep.cli import main
 from wdsprep.sources.rawnind.index import build_scenes, load_index, load_listing, parse_index, plan_summary
-from wdsprep.sources.rawnind.acquire.server import DataverseServer
+from wdsprep.testing.dataverse import DataverseServer
 
 REAL_DOI = "doi:10.14428/DVN/DEQCIM"
 
@@ -44,7 +44,7 @@ def test_real_index_and_listing_plan(shared_data):
 
 
 def test_dry_run_cli_on_real_files(shared_data, tmp_path, capsys):
-    code = main(["fetch", str(tmp_path / "dest"), "--dry-run", "--json",
+    code = main(["fetch", "rawnind", str(tmp_path / "dest"), "--dry-run", "--json",
                  "--index", str(shared_data / "rawnind" / "dataset_index.yaml"),
                  "--listing", str(shared_data / "rawnind" / "dataverse_dataset.json")])
     assert code == 0
@@ -58,13 +58,13 @@ def test_dry_run_cli_on_real_files(shared_data, tmp_path, capsys):
 def test_dry_run_through_the_local_server_with_the_real_listing(shared_data, tmp_path, capsys):
     with DataverseServer(str(shared_data / "rawnind")) as server:
         assert server.doi == REAL_DOI
-        code = main(["fetch", str(tmp_path / "dest"), "--dry-run", "--json", "--dataverse", server.url,
+        code = main(["fetch", "rawnind", str(tmp_path / "dest"), "--dry-run", "--json", "--dataverse", server.url,
                      "--index", str(shared_data / "rawnind" / "dataset_index.yaml")])
         assert code == 0
         _check_real_plan(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
         assert any(entry["path"].startswith("/api/datasets/:persistentId") for entry in server.log)
         # filtered plan: one CFA, a scene limit
-        code = main(["fetch", str(tmp_path / "dest"), "--dry-run", "--json", "--dataverse", server.url,
+        code = main(["fetch", "rawnind", str(tmp_path / "dest"), "--dry-run", "--json", "--dataverse", server.url,
                      "--index", str(shared_data / "rawnind" / "dataset_index.yaml"), "--cfa", "X-Trans", "--max-scenes", "3"])
         plan = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         assert plan["scenes"] == 3 and plan["scenes_by_cfa"] == {"X-Trans": 3}
@@ -88,17 +88,17 @@ def test_bad_index_names_file_and_rule(text, message):
 def test_bad_index_stops_fetch_with_one_message(tmp_path, capsys, synth_tiny):
     bad = tmp_path / "bad.yaml"
     bad.write_text("Bayer:\n  s1:\n    clean_images: 3\n    noisy_images: []\n")
-    code = main(["fetch", str(tmp_path / "dest"), "--index", str(bad), "--listing", str(synth_tiny / "dataverse_dataset.json")])
-    assert code == 2
+    code = main(["fetch", "rawnind", str(tmp_path / "dest"), "--index", str(bad), "--listing", str(synth_tiny / "dataverse_dataset.json")])
+    assert code == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"error: {bad}: Bayer/s1: missing list 'clean_images'"]
+    assert err == [f"wdsprep: error: {bad}: Bayer/s1: missing list 'clean_images'"]
 
 
 def test_fetch_against_the_real_listing_reports_missing_files(shared_data, tmp_path, capsys):
     """The local server serves the real dataset JSON (no captures on disk): every file is a 404,
     reported per file with its reason, and the run ends with exit code 1."""
     with DataverseServer(str(shared_data / "rawnind")) as server:
-        code = main(["fetch", str(tmp_path / "dest"), "--dataverse", server.url,
+        code = main(["fetch", "rawnind", str(tmp_path / "dest"), "--dataverse", server.url,
                      "--index", str(shared_data / "rawnind" / "dataset_index.yaml"),
                      "--scenes", "7D-1", "LucieB_board", "--progress", "none", "--backoff", "0.01"])
         assert server.wait_idle()  # a request is logged after its answer went out

@@ -10,7 +10,7 @@ import webdataset as wds
 import wdsprep
 from tests.timeouts import EVENT, SUBPROCESS, wait_for
 from wdsprep.conversion import convert
-from wdsprep.sources.rawnind import SOURCE
+from wdsprep.commands.pipeline import prepare_input
 
 
 def test_pipeline_spec_and_prepare_input(repo_root, tmp_path):
@@ -18,7 +18,7 @@ def test_pipeline_spec_and_prepare_input(repo_root, tmp_path):
     assert spec["source"] == "rawnind" and "synth" not in spec
     assert spec["prepare"]["size"] == "small" and spec["options"]["tile_size"] == 512
     pipeline = dict(spec, input=str(tmp_path / "fetched"), prepare=dict(spec["prepare"], size="tiny", server_dir=str(tmp_path / "dv")))
-    fetched = SOURCE.prepare_input(pipeline, str(tmp_path / "data"))
+    fetched = prepare_input(pipeline, str(tmp_path / "data"))
     assert fetched == str(tmp_path / "fetched")
     report = json.loads((tmp_path / "fetched" / "fetch_report.json").read_text())
     assert report["failed"] == [] and report["scenes"]["complete"] == 2 and len(report["verified"]) == 7
@@ -27,14 +27,14 @@ def test_pipeline_spec_and_prepare_input(repo_root, tmp_path):
                    .compose(wdsprep.rawnind.pairs(crop_size=128, max_alignment_loss=None, min_mask_mean=None)))
     assert len(samples) == 2 * 3  # 256x384 tiles of 256 -> 2 tiles, x 3 pairs (clean-clean, 2 noisy) of the train scene
     # a second prepare reuses every verified file
-    SOURCE.prepare_input(pipeline, str(tmp_path / "data"))
+    prepare_input(pipeline, str(tmp_path / "data"))
     again = json.loads((tmp_path / "fetched" / "fetch_report.json").read_text())
     assert again["verified"] == [] and len(again["skipped"]) == 7
 
 
 def test_serve_cli_subprocess_with_range(synth_tiny, tmp_path):
     log = tmp_path / "requests.jsonl"
-    command = [sys.executable, "-m", "wdsprep.sources.rawnind", "serve", str(synth_tiny), "--port", "0", "--log", str(log)]
+    command = [sys.executable, "-m", "wdsprep", "serve", "dataverse", str(synth_tiny), "--port", "0", "--log", str(log)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = process.stdout.readline()

@@ -15,7 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wdsprep.show.report import build_report, locate, pick
+from wdsprep.commands.show import build_report
+from wdsprep.show.report import locate, pick
 from wdsprep.testing import RangeHTTPServer
 
 from .showdata import run_cli, shard_layout, show

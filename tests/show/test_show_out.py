@@ -52,7 +52,8 @@ def test_write_report_checks_again_when_the_page_is_written(shards, tmp_path):
     import os
 
     from wdsprep import OutputError
-    from wdsprep.show.report import build_report, write_report
+    from wdsprep.commands.show import build_report
+    from wdsprep.show.report import write_report
 
     report = build_report(str(shards), count=1, quiet=True)
     out = tmp_path / "report.html"

@@ -107,7 +107,7 @@ def test_a_plugin_the_user_named_that_does_not_load_is_one_error_line(tmp_path):
 
 
 def test_python_api_imports_nothing_until_the_user_allows_it(tmp_path, monkeypatch, clean_registry):
-    from wdsprep.show.report import build_report
+    from wdsprep.commands.show import build_report
 
     dataset, marker = _dataset(tmp_path, "dsplugin_api")
     monkeypatch.chdir(dataset)
@@ -125,7 +125,7 @@ def test_python_api_imports_nothing_until_the_user_allows_it(tmp_path, monkeypat
 
 def test_python_api_plugins_argument_and_a_registered_object(tmp_path, monkeypatch, clean_registry):
     from wdsprep.show.model import Shown
-    from wdsprep.show.report import build_report
+    from wdsprep.commands.show import build_report
     from wdsprep.sources.generic.convert import GenericSource
 
     dataset, marker = _dataset(tmp_path, "dsplugin_obj")

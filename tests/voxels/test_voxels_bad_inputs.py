@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from wdsprep.testing.edits import failing_convert
+from wdsprep.conformance import failing_convert
 
 from .voxels_testdata import make_tiny
 

@@ -1,11 +1,11 @@
-"""voxels against the source conformance suite (wdsprep.testing.conformance): the tiny synthetic
+"""voxels against the source conformance suite (wdsprep.conformance): the tiny synthetic
 dataset in 150 KB shards; a ray file's deflate stream corrupted; its distances zeroed in place; its
 distances member inflating to 1.5 GiB; its origins member declaring 3 GiB and holding 16 bytes."""
 import io
 
 import numpy as np
 
-from wdsprep.testing.conformance import Hostile, SourceTests
+from wdsprep.conformance import Hostile, SourceTests
 from wdsprep.testing.edits import corrupt_zip_member, zeros, zip_with_member_replaced, zip_with_member_streamed
 
 from .voxels_testdata import make_tiny

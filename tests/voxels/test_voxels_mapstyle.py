@@ -13,11 +13,11 @@ from torch.utils.data import DataLoader
 
 import wdsprep
 from wdsprep.errors import ConfigError, WdsprepError
+from wdsprep.shards.tarformat import index_samples
 from wdsprep.sources.voxels import (
     HierarchicalVoxelRayDataset,
     RayBatchSampler,
     collate_ray_batch,
-    index_tar,
     mapstyle,
     samples,
 )
@@ -82,7 +82,7 @@ def test_map_style_and_streaming_give_the_same_samples(converted, options, mode)
 def test_tar_index_matches_tarfile(converted):
     native, shards, manifest, natives, membership = converted
     path = str(shards / manifest.shards("train")[0]["name"])
-    index = index_tar(path)
+    index = index_samples(path)
     with tarfile.open(path) as archive:
         members = [m for m in archive.getmembers() if m.isfile() and not m.name.startswith("__")]  # not the sample index
     flat = [(f"{key}.{field}", offset, size) for key, fields in index for field, (offset, size) in fields.items()]
@@ -187,7 +187,7 @@ def test_a_flipped_byte_in_any_member_is_a_shard_error_before_its_sample(tmp_pat
     """Converted by the CLI without compression (a changed byte decodes as well as the right one):
     one byte flipped in each member of each sample in turn, the map-style dataset raises a
     ShardError naming that shard, and every chunk it gave before is the intact shards' own."""
-    from wdsprep.testing.conformance import run_cli, tar_samples
+    from wdsprep.conformance import run_cli, tar_samples
 
     from tests.core.shardsets import each_member_flipped, same_until_error
 
@@ -222,7 +222,7 @@ def test_older_shards_without_an_index_are_hashed_whole_when_the_dataset_opens(t
     ShardError naming the shard before any sample."""
     import shutil
 
-    from wdsprep.testing.conformance import run_cli
+    from wdsprep.conformance import run_cli
 
     from tests.core.shardsets import each_member_flipped, make_older
 

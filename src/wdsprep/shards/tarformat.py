@@ -115,11 +115,6 @@ def padding(size: int) -> bytes:
     return b"\0" * (-size % BLOCK)
 
 
-def member_bytes(name: str, data: bytes) -> int:
-    """Bytes a member occupies in the archive, header and padding included."""
-    return BLOCK + len(data) + (-len(data) % BLOCK)
-
-
 def split_key(name: str) -> tuple[str, str] | None:
     """(key, field) of a plain member name `<key>.<field>` (module docstring; webdataset's split at
     the first dot), None for any other name."""

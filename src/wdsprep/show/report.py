@@ -1,4 +1,4 @@
-"""`wdsprep show`: pick samples by seed, fetch only them, draw them, write one self-contained HTML page.
+"""The report of `wdsprep show`: pick samples by seed, fetch only them, draw them, one self-contained HTML page.
 
 Picking. Per split, `pick(total, count, seed, split)` draws `count` distinct sample numbers of the
 split (0 .. total-1, in manifest order) with a generator seeded by (seed, crc32(split)), sorted:
@@ -12,20 +12,20 @@ of exactly its bytes, checked against the index's digests). Nothing else of the 
 locally or over http(s)/s3. (A shard without an index, from an older manifest, is read from its
 start up to the last picked sample.)
 
-Drawing. Each raw sample goes to its source's `Source.show` hook (the manifest names the source;
-built-in sources draw in `sources/<id>/show.py`, named by `Source.show_with`). Data never chooses
-the code that runs: a plugin the manifest names is loaded only when the user allowed it (`--plugin`,
-`wdsprep.register_source`, an installed entry point: `sources.registry.manifest_source`); any other,
-and a source that cannot be loaded here, is drawn by the default hook, by rank, and the page and
-one warning line say so. An array with no element is drawn as text. A sample that cannot be drawn
-is shown as a problem box naming it, and `wdsprep show` exits non-zero. The field table's integer
-statistics are exact (Python ints; the mean a fraction, shown correctly rounded).
+Drawing. Each raw sample goes to the drawing hook the caller chose for the manifest's source
+(`build_report`'s `hook_for`: `wdsprep.commands.show` gives the source's own `Source.show` when the
+plugin gate allows it, else the default hook of `defaults.py`, by rank, with a note the page shows;
+this package never loads a source itself). An array with no element is drawn as text. A sample
+that cannot be drawn is shown as a problem box naming it, and `wdsprep show` exits non-zero. The
+field table's integer statistics are exact (Python ints; the mean a fraction, shown correctly
+rounded).
 
 The page. Inline CSS, pictures as `data:image/png;base64` URIs, no script, no external reference:
 it opens offline and can be attached to a ticket. Counts carry `data-count` attributes and
 pictures `data-panel`, `data-scale`, `data-step` (see `picture`), so tests read them off the page.
-Written to a temporary name beside `out` and renamed when complete; an `out` that exists and is not
-a regular file (a device, a FIFO, a symlink) is refused before any work, never replaced.
+Written atomically (`storage.files.write_atomically`: a temporary name beside `out`, renamed when
+complete); an `out` that exists and is not a regular file (a device, a FIFO, a symlink) is refused
+before any work, never replaced.
 """
 from __future__ import annotations
 
@@ -34,18 +34,15 @@ import decimal
 import html
 import json
 import os
-import sys
-import tempfile
 import zlib
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from ..errors import ConfigError
 from ..progress import Progress, human_bytes
-from .defaults import default_show
 from .model import Panel, ShowContext, Shown, seed_sequence
 from .picture import as_numpy, png_bytes, require_pillow
 
@@ -232,12 +229,11 @@ class Report:
         return [item for item in self.drawn if item.problem]
 
 
-def build_report(location: str, splits: list[str] | None = None, count: int = 4, seed: int = 0,
-                 quiet: bool = False, stream=None, plugins: Sequence[str] = ()) -> Report:
-    """Pick, fetch and draw the samples of `location` (a shard directory or manifest URL). The
-    manifest's source draws them only when it is built in or allowed (`plugins`: what the user
-    named, as `--plugin`; see `sources.registry.manifest_source`); else the default hook does, and
-    `Report.source_note` says why."""
+def build_report(location: str, hook_for: Callable[[str], tuple[Callable, str]], splits: list[str] | None = None,
+                 count: int = 4, seed: int = 0, quiet: bool = False, stream=None) -> Report:
+    """Pick, fetch and draw the samples of `location` (a shard directory or manifest URL) with the
+    hook `hook_for(manifest's source id)` gives, with its note (`Report.source_note`, "" for none):
+    which source may draw is the command's to decide (`wdsprep.commands.show`: the plugin gate)."""
     from ..shards.codec import decode_sample
     from ..stream import load_manifest
 
@@ -248,7 +244,7 @@ def build_report(location: str, splits: list[str] | None = None, count: int = 4,
     chosen = list(dict.fromkeys(splits)) if splits else sorted(manifest.splits)
     for split in chosen:
         manifest.shards(split)  # an unknown split: one line naming the known ones
-    hook, source_note = source_hook(manifest.source, plugins)
+    hook, source_note = hook_for(manifest.source)
     picks = {split: pick(manifest.samples(split), count, seed, split) for split in chosen}
     progress = Progress("show", sum(len(numbers) for numbers in picks.values()), quiet=quiet, stream=stream)
     drawn: list[Drawn] = []
@@ -266,20 +262,6 @@ def build_report(location: str, splits: list[str] | None = None, count: int = 4,
             progress.advance(1, nbytes)
     progress.close()
     return Report(manifest, location, seed, count, chosen, picks, drawn, source_note)
-
-
-def source_hook(source_id: str, plugins: Sequence[str] = ()) -> tuple[Callable, str]:
-    """(the drawing hook, a note) for the source a manifest names: its own `Source.show` when it may
-    be loaded and loads; else the default hook and one line saying why. A plugin the user named
-    (`plugins`) that fails to load is an error, not a note."""
-    from ..sources.registry import manifest_source
-
-    try:
-        return manifest_source(source_id, plugins).show, ""
-    except ConfigError as error:
-        if source_id in plugins:
-            raise
-        return default_show, f"{error}; fields drawn by rank"
 
 
 STYLE = """
@@ -415,59 +397,10 @@ def render_html(report: Report) -> str:
 
 
 def write_report(report: Report, out: str) -> None:
-    """The page at `out`, written to a temporary name beside it and renamed when complete. An `out`
+    """The page at `out`, written atomically by the one rule of local writes
+    (`storage.files.write_atomically`): a temporary name beside it, renamed when complete; an `out`
     that exists and is not a regular file (a device, a FIFO, a symlink, ...) is refused, never replaced."""
-    from ..errors import OutputError
-    from ..storage.files import refuse_unless_regular
+    from ..storage.files import refuse_unless_regular, write_atomically
 
-    refuse_unless_regular(out)
-    text = render_html(report).encode("utf-8")
-    directory = os.path.dirname(os.path.abspath(out))
-    try:
-        fd, temporary = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(out)}.", suffix=".tmp")
-    except OSError as error:
-        raise OutputError(f"{out}: cannot write ({error.strerror or error})") from None
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(text)
-        os.chmod(temporary, 0o644)
-        refuse_unless_regular(out)  # again: the page took a while, and a rename replaces whatever is there
-        os.replace(temporary, out)
-    except OSError as error:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        raise OutputError(f"{out}: cannot write ({error.strerror or error})") from None
-    except OutputError:
-        os.unlink(temporary)
-        raise
-
-
-def add_arguments(parser) -> None:
-    from ..sources.registry import ENTRY_POINT_GROUP
-    from ..storage import describe
-
-    parser.add_argument("location", help=f"shard directory or manifest.json, as {describe()}")
-    parser.add_argument("--split", action="append", dest="splits", help="show only this split (repeatable; default all)")
-    parser.add_argument("--samples", type=int, default=4, help="samples drawn per split (default 4)")
-    parser.add_argument("--seed", type=int, default=0, help="which samples are drawn: any integer (default 0)")
-    parser.add_argument("--out", default="report.html", help="the HTML file to write (default report.html)")
-    parser.add_argument("--plugin", action="append", dest="plugins", default=[], metavar="package.module:OBJECT",
-                        help="let the manifest's source be this plugin (repeatable): a manifest alone loads only "
-                             f"built-in sources and installed '{ENTRY_POINT_GROUP}' entry points")
-
-
-def main(args) -> int:
-    from ..storage.files import refuse_unless_regular
-
-    refuse_unless_regular(args.out)  # before any work
-    report = build_report(args.location, args.splits, args.samples, args.seed, quiet=args.quiet, plugins=args.plugins)
-    if report.source_note:
-        print(f"wdsprep: warning: {report.source_note}", file=sys.stderr)
-    write_report(report, args.out)
-    drawn = len(report.drawn)
-    print(f"wrote {args.out}: {drawn} samples of {len(report.splits)} split{'s' * (len(report.splits) != 1)}")
-    for item in report.problems:
-        print(f"could not draw {item.problem}", file=sys.stderr)
-    return 1 if report.problems else 0
+    refuse_unless_regular(out)  # before the page is drawn
+    write_atomically(os.path.abspath(out), render_html(report).encode("utf-8"))

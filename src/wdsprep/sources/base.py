@@ -41,10 +41,11 @@ import json
 import os
 import zipfile
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from ..command import Command
 from ..errors import ConfigError, ConversionError, InputError
 from ..shards.codec import encode_msgpack
 from ..options import DEFAULT_ON_ERROR, ON_ERROR, ConvertOptions  # noqa: F401 (ON_ERROR: the sources' name for it)
@@ -143,16 +144,6 @@ class UnitContext(_Context):
 Sample = tuple  # (key: str, fields: dict[str, Any])
 
 
-@dataclass(frozen=True)
-class Command:
-    """An extra `wdsprep VERB NAME ...` command of a source (rawnind: `fetch rawnind`, `serve dataverse`)."""
-
-    add_arguments: Callable[[argparse.ArgumentParser], None]
-    main: Callable[[argparse.Namespace], "int | None"]  # its return value is the exit status
-    usage: str = ""  # the arguments after `VERB NAME`, for `wdsprep --help` (e.g. "DEST ...")
-    summary: str = ""  # what it does, one line for `wdsprep --help`
-
-
 class Source(abc.ABC):
     """Base class of every source, built-in or plugin: the only way the core talks to one.
 
@@ -207,11 +198,6 @@ class Source(abc.ABC):
         """Write synthetic native data for `wdsprep synth <id>`. Default: this source has none."""
         raise ConfigError(f"source {self.id!r} cannot write synthetic data (it defines no Source.synth)")
 
-    def prepare_input(self, pipeline: dict, workdir: str) -> str:
-        """Make the native input of a `wdsprep pipeline` spec (its table, with `input` resolved) and
-        return its path; `workdir` is the repository's `data/`. Default: the input as it is."""
-        return pipeline["input"]
-
     def show(self, sample: dict, context: "ShowContext") -> "Shown":
         """Pictures of one raw shard sample for `wdsprep show` (`wdsprep.show.model`): the way the
         source's users look at it, ideally the training sample its reader yields, as `Panel`s, and
@@ -226,10 +212,13 @@ class Source(abc.ABC):
 
         return default_show(sample, context)
 
-    def commands(self) -> dict[tuple[str, str], Command]:
-        """Extra CLI commands, keyed by their first two words `(VERB, NAME)`; the CLI mounts them as
-        `wdsprep VERB NAME ...` (a plugin's as `wdsprep VERB package.module:OBJECT ...`). Default: none."""
-        return {}
+    def commands(self) -> list[Command]:
+        """Extra CLI commands (`wdsprep.command.Command`), each named `VERB NAME` (rawnind: `fetch
+        rawnind`); the CLI mounts them as `wdsprep VERB NAME ...` (a plugin's as `wdsprep VERB
+        package.module:OBJECT ...`) and hands each the conversion driver as `args.driver`
+        (`wdsprep.conversion.Conversion`: a source never imports the driver's module). Declaring them
+        must stay light (`wdsprep --help` lists them): import what they run when they run. Default: none."""
+        return []
 
 
 def check_plan(plan: Plan, ctx: PlanContext, input: str, selected: Sequence[str] | None = None) -> None:

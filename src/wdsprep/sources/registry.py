@@ -10,7 +10,8 @@ named `package.module:OBJECT`, or the name of an installed entry point in the gr
 Two ways in, one per kind of caller:
 
     load_source(id)              the USER named the source (convert, synth, pipeline, a source's
-                                 own commands, conversion workers): a plugin spec is imported
+                                 own commands, `mounted_commands`, conversion workers): a plugin
+                                 spec is imported
     manifest_source(id, plugins) DATA named it (a manifest's `source`, read by `wdsprep show`):
                                  loaded only when it is built in, an installed entry point (by name
                                  or by its `module:OBJECT`), registered (`register_source`), or in
@@ -24,9 +25,11 @@ imports nothing, wherever `evil.py` lies (the current directory, which `python -
 from __future__ import annotations
 
 import importlib
+from dataclasses import replace
 from importlib import metadata
 from typing import Iterable
 
+from ..command import Command
 from ..errors import ConfigError
 from .base import Source
 
@@ -55,6 +58,28 @@ def load_source(source_id: str) -> Source:
         raise ConfigError(f"unknown source {source_id!r} (known: {', '.join(BUILTIN)}, "
                           f"a '{ENTRY_POINT_GROUP}' entry point, or package.module:OBJECT)")
     return _load_entry_point(entry)
+
+
+def describe() -> str:
+    """How a command line may name a source (the help of every command that takes one)."""
+    return f"{', '.join(BUILTIN)}, an installed '{ENTRY_POINT_GROUP}' entry point, or a plugin package.module:OBJECT"
+
+
+def mounted_commands(name: str | None = None) -> list[Command]:
+    """The commands the built-in sources mount (`Source.commands()`), and those of the plugin the
+    user named as `name`, mounted under that name (`VERB package.module:OBJECT`). A built-in source
+    this installation lacks mounts nothing; a named plugin that does not load is a ConfigError."""
+    ids = list(BUILTIN) + ([name] if name and is_plugin(name) else [])
+    mounted = []
+    for source_id in ids:
+        try:
+            commands = load_source(source_id).commands()
+        except ConfigError:
+            if source_id == name:
+                raise
+            continue  # a built-in source this installation lacks: its commands are absent too
+        mounted += [replace(command, name=f"{command.verb} {name}") if source_id == name else command for command in commands]
+    return mounted
 
 
 def register_source(name: str, source: Source | None = None) -> None:

@@ -1,18 +1,24 @@
 """Small helpers for local files and streams that every store, scheme and the shard writer share:
 hashing, removing, filling a buffer from a stream, turning a failed write into one `OutputError`
-line, and the one rule for what a write may replace.
+line, the one rule for what a write may replace, and the one atomic write of a whole small file.
 
 Writes replace only what is ours: a local output path (a shard, a manifest, the units record, the
 lock file, a temporary name, `wdsprep show --out`) that exists and is not a regular file (a symlink,
 even to a regular file; a FIFO, a device node, a socket, a directory) is refused with one line
 naming it, never followed, written into or renamed over (`refuse_unless_regular`,
 `refuse_special_entries` before any work, `open_regular` for a file opened in place).
+
+A whole file written at once (a manifest, the units record, the `wdsprep show` page) is written
+atomically (`write_atomically`): to a temporary name beside it, `.NAME.XXXX.tmp` (what
+`LocalStore.clean_temporaries` removes), synced, then renamed over it; a reader sees the old file or
+the new one, never a part, and a failure leaves no temporary behind.
 """
 from __future__ import annotations
 
 import errno
 import hashlib
 import os
+import secrets
 import stat
 from typing import Callable
 
@@ -106,3 +112,27 @@ def open_regular(path: str, flags: int, mode: int = 0o666) -> int:
         raise _not_regular(path, status)
     os.set_blocking(fd, True)
     return fd
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    """`path` holds `data` whole, or is left as it was: written to a temporary name beside it (mode
+    0666 less the umask, like any ordinary file: not mkstemp's 0600), synced, and renamed over it.
+    A `path` that exists and is not a regular file is refused (`refuse_unless_regular`) before the
+    write and again before the rename; a failure removes the temporary and is one `OutputError`."""
+    directory, name = os.path.split(path)
+    refuse_unless_regular(path)
+    temporary = os.path.join(directory, f".{name}.{secrets.token_hex(4)}.tmp")
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        refuse_unless_regular(path)  # again: a rename replaces whatever is there now
+        os.replace(temporary, path)
+    except OutputError:
+        remove_quietly(temporary)
+        raise
+    except OSError as error:
+        remove_quietly(temporary)
+        raise output_error(path, error) from None

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import fcntl
 import os
-import secrets
 from typing import BinaryIO
 
 from ..errors import ConfigError, OutputError, ShardError
 from .base import Scheme, Store
-from .files import BUFFER, file_sha256, open_regular, output_error, refuse_special_entries, refuse_unless_regular, remove_quietly
+from .files import (BUFFER, file_sha256, open_regular, output_error, refuse_special_entries, refuse_unless_regular,
+                    remove_quietly, write_atomically)
 
 LOCK_NAME = ".wdsprep.lock"
 
@@ -79,22 +79,7 @@ class LocalStore(Store):
             return None
 
     def write_bytes(self, name: str, data: bytes) -> None:
-        tmp = self.path(f".{name}.{secrets.token_hex(4)}.tmp")
-        try:
-            # not mkstemp: it creates 0600, and a manifest must be as readable as its shards
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            refuse_unless_regular(self.path(name))
-            os.replace(tmp, self.path(name))
-        except OutputError:
-            remove_quietly(tmp)
-            raise
-        except OSError as error:
-            remove_quietly(tmp)
-            raise output_error(self.path(name), error) from None
+        write_atomically(self.path(name), data)
 
     def append_bytes(self, name: str, data: bytes) -> None:
         fd = open_regular(self.path(name), os.O_WRONLY | os.O_APPEND | os.O_CREAT)

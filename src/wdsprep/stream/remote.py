@@ -453,13 +453,6 @@ class ReadAhead:
                 raise
         return PieceStream(engine, job)
 
-    @property
-    def stats(self) -> dict:
-        """What was done so far: bytes held at most, requests in flight at most."""
-        engine = self.engine
-        return {"peak_bytes": engine.peak, "peak_in_flight": engine.peak_in_flight,
-                "budget": engine.budget, "range_bytes": engine.range_bytes}
-
     def close(self) -> None:
         self.engine.close()
 

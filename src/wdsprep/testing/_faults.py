@@ -1,4 +1,4 @@
-"""Fault plans shared by the test servers (`RangeHTTPServer`, `S3Server`, rawnind's `DataverseServer`).
+"""Fault plans shared by the test servers (`RangeHTTPServer`, `S3Server`, `DataverseServer`).
 
 One table per fault kind, keyed by the name a server knows an object by. An entry is `Planned`: a
 value saying how (the byte to cut at, the status to answer with, ...) for the next `times` requests

@@ -1,8 +1,9 @@
 """Edits of native inputs for tests of the input-fingerprint rule: in place, at equal size, and
 optionally with the modification time put back, the way a careless tool (or `cp -p` of a
-regenerated file) would leave them; which shards a re-run rewrote, seen from the file system; the
-bad-input contract of `wdsprep convert` (one line, exit 1, no output) as one check; and a zip member
-replaced by a stream of gigabytes (a decompression bomb, for the hostile-input tests).
+regenerated file) would leave them; which shards a re-run rewrote, seen from the file system; and a
+zip member replaced by a stream of gigabytes (a decompression bomb, for the hostile-input tests).
+(The bad-input contract of `wdsprep convert` as one check, `failing_convert`, runs the command line:
+it is the conformance suite's, `wdsprep.conformance`.)
 """
 from __future__ import annotations
 
@@ -79,33 +80,6 @@ def rewritten_shards(before: dict[str, tuple[int, int]], directory: str) -> list
     """Shards of `directory` that are new or were rewritten since `before` (shard_identities)."""
     after = shard_identities(directory)
     return sorted(name for name, identity in after.items() if before.get(name) != identity)
-
-
-def failing_convert(argv: list[str], output: str) -> str:
-    """Run `wdsprep convert *argv` in this process and check the bad-input contract: exit status 1,
-    one line on stderr, no manifest and no temporary file in `output` (complete shards of good units
-    may stay, for the resume once the input is fixed). Returns that line."""
-    import contextlib
-    import io
-    import tarfile
-
-    from ..cli import main
-
-    stderr = io.StringIO()
-    with contextlib.redirect_stderr(stderr):
-        status = main(["convert", *argv, "--quiet"])
-    lines = stderr.getvalue().strip().splitlines()
-    if status != 1 or len(lines) != 1:
-        raise AssertionError(f"expected exit 1 and one line, got {status} and:\n{stderr.getvalue()}")
-    left = os.listdir(output) if os.path.isdir(output) else []
-    partial = [name for name in left if name == "manifest.json" or name.endswith(".tmp")]
-    if partial:
-        raise AssertionError(f"a failed conversion left {partial} in {output}")
-    for name in left:
-        if name.endswith(".tar"):
-            with tarfile.open(os.path.join(output, name)) as archive:  # complete, or this raises
-                archive.getmembers()
-    return lines[0]
 
 
 def zip_with_member_streamed(path: str, member: str, chunks) -> None:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import http.client
 import os
-import re
 import shutil
 import socket
 import threading
@@ -37,6 +36,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlsplit
 
 from ._faults import FaultPlan, hang_up, trickled
+from ._ranges import byte_range
 from ._threaded import ServedInThread
 
 CHUNK = 1 << 18  # bytes read, written and paced at a time: a shaped link costs the server little CPU
@@ -181,29 +181,20 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(404, record)
             return
         size = os.path.getsize(path)
-        start, stop = 0, size
-        header = self.headers.get("Range")
-        if header:
-            match = re.fullmatch(r"bytes=(\d*)-(\d*)", header.strip())
-            if not match or (match.group(1) == "" and match.group(2) == ""):
-                self._error(416, record)
-                return
-            if match.group(1) == "":  # suffix range: the last N bytes
-                start = max(0, size - int(match.group(2)))
-            else:
-                start = int(match.group(1))
-                if match.group(2):
-                    stop = min(size, int(match.group(2)) + 1)
-            if start >= size and size > 0:
-                record["status"] = 416
-                self._first_byte_wait()
-                self.send_response(416)
-                self.send_header("Content-Range", f"bytes */{size}")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-        partial = header is not None
-        record["status"] = 206 if partial else 200
+        status, start, stop, malformed = byte_range(self.headers.get("Range"), size)
+        if malformed:
+            self._error(416, record)
+            return
+        if status == 416:
+            record["status"] = 416
+            self._first_byte_wait()
+            self.send_response(416)
+            self.send_header("Content-Range", f"bytes */{size}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        partial = status == 206
+        record["status"] = status
         self._first_byte_wait()
         self.send_response(record["status"])
         self.send_header("Content-Type", "application/x-tar")

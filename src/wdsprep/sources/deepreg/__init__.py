@@ -19,7 +19,6 @@ __all__ = [
     "resize",
     "to_float32",
     "load_datasets",
-    "DeepRegSamplingError",
     "paired_order",
     "unpaired_order",
     "grouped_sampled",
@@ -29,6 +28,6 @@ __all__ = [
 
 __getattr__ = lazy_exports(__name__, {
     **dict.fromkeys(["collate", "normalize", "pairs", "resize", "to_float32"], ".read"),
-    **dict.fromkeys(["DeepRegSamplingError", "grouped_enumerated", "grouped_iterated", "grouped_sampled",
+    **dict.fromkeys(["grouped_enumerated", "grouped_iterated", "grouped_sampled",
                      "paired_order", "unpaired_order"], "._sampling"),
 })

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from typing import Iterator, Sequence
 
-from ...errors import DeepRegSamplingError  # defined in wdsprep.errors; this import path is deprecated
+from ...errors import DeepRegSamplingError
 
 INTRA_OPTIONS = ("forward", "backward", "unconstrained")
 

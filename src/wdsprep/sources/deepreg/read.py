@@ -19,10 +19,9 @@ from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
-from ...errors import ConfigError
+from ...errors import ConfigError, DeepRegSamplingError
 from ...shards.codec import decode_value, split_field
 from ._sampling import (
-    DeepRegSamplingError,
     check_grouped_options,
     grouped_iterated,
     grouped_sampled,

@@ -6,20 +6,16 @@ converter needs none of them.
 """
 from __future__ import annotations
 
-from ...errors import FetchError  # `wdsprep.rawnind.FetchError`: the class lives in wdsprep.errors
 from .. import lazy_exports
 from .convert import SOURCE, RawNINDSource
 
 __all__ = [
     "SOURCE", "RawNINDSource", "pairs", "tiles", "crop_pair", "crops_at", "validation", "evaluation", "clean_pairs", "CleanProfiledRGBNoisyBayerImageCropsDataset",
-    "add_fetch_arguments", "fetch_main", "add_serve_arguments", "serve_main",
-    "fetch", "FetchOptions", "FetchError", "DataverseServer", "Faults",
+    "fetch", "FetchOptions",
 ]
 
 __getattr__ = lazy_exports(__name__, {
-    **dict.fromkeys(["add_fetch_arguments", "fetch_main", "add_serve_arguments", "serve_main"], ".acquire.cli"),
     "CleanProfiledRGBNoisyBayerImageCropsDataset": ".mapstyle",
     **dict.fromkeys(["clean_pairs", "crop_pair", "crops_at", "evaluation", "pairs", "tiles", "validation"], ".read"),
-    **dict.fromkeys(["DataverseServer", "Faults"], ".acquire.server"),
     **dict.fromkeys(["fetch", "FetchOptions"], ".acquire.fetch"),
 })

@@ -34,21 +34,20 @@ clean capture only, bilinear demosaic, shifts rounded down to even):
 on overlapping T x T tiles (`tile_origins`). Scenes in `test_reserve` go to the `test` split, the
 others to `train`.
 
-`RawNINDSource` (`SOURCE`) is what the core talks to: plan/build above, `prepare_input` (what
-`make shards` runs: synth a Dataverse directory, serve it, fetch through it) and the commands
-`wdsprep fetch rawnind` and `wdsprep serve dataverse` (in `cli.py`).
+`RawNINDSource` (`SOURCE`) is what the core talks to: plan/build above, `synth` (a Dataverse
+directory of synthetic captures) and the command `wdsprep fetch rawnind` (`acquire/cli.py`).
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from typing import Iterator
 
 import numpy as np
 
 from ...errors import InputError
-from ..base import Command, Plan, PlanContext, Source, Unit, UnitContext, group_by_size
+from ...command import Command
+from ..base import Plan, PlanContext, Source, Unit, UnitContext, group_by_size
 from .index import INDEX_FILENAME, build_scenes, load_index
 from .metadata import MetadataCache, PairMetadata, scene_metadata, scene_pairs
 from .raw import EA_HALO, RawImage, cam_to_lin_rec2020, demosaic, mono_to_rggb, read_raw, value_range
@@ -402,42 +401,10 @@ class RawNINDSource(Source):
 
         synth(directory, seed, size)
 
-    def prepare_input(self, pipeline: dict, workdir: str) -> str:
-        """synth a Dataverse directory -> serve it on 127.0.0.1 -> fetch through it -> the fetched dir.
+    def commands(self) -> list[Command]:
+        from .acquire.cli import COMMAND  # no httpx or trio: the fetcher loads when `fetch rawnind` runs
 
-        The pipeline's `[prepare]` table: `server_dir` (default `<workdir>/rawnind_dataverse`),
-        `seed`, `size`, `concurrency`. A fetched directory whose report shows no failure is reused.
-        """
-        from .acquire.fetch import FetchOptions, fetch
-        from .acquire.server import DataverseServer
-        from .synth import synth
-
-        settings = dict(pipeline.get("prepare", {}))
-        dest = pipeline["input"]
-        server_dir = settings.get("server_dir") or os.path.join(workdir, "rawnind_dataverse")
-        if not os.path.isabs(server_dir):
-            server_dir = os.path.join(os.path.dirname(os.path.abspath(workdir)), server_dir)
-        if not os.path.exists(os.path.join(server_dir, "dataverse_dataset.json")):
-            print(f"[rawnind] synthesizing a Dataverse directory in {server_dir}", flush=True)
-            synth(server_dir, int(settings.get("seed", 0)), settings.get("size", "small"))
-        with DataverseServer(server_dir) as server:
-            print(f"[rawnind] serving {server_dir} at {server.url}; fetching into {dest}", flush=True)
-            report = fetch(FetchOptions(
-                dest=dest, dataverse=server.url, doi=server.doi,
-                concurrency=int(settings.get("concurrency", 5)), progress="log", log_interval=5.0,
-            ))
-        if report["failed"]:
-            raise RuntimeError(f"rawnind fetch failed for {len(report['failed'])} files: "
-                               + json.dumps(report["failed"][:3]))
-        return dest
-
-    def commands(self) -> dict[tuple[str, str], Command]:
-        from .acquire import cli  # no httpx or trio: the fetcher loads when `fetch rawnind` runs
-
-        return {
-            ("fetch", "rawnind"): Command(cli.add_fetch_arguments, cli.fetch_main, "DEST ...", "download RawNIND from a Dataverse server"),
-            ("serve", "dataverse"): Command(cli.add_serve_arguments, cli.serve_main, "DIR", "a local Dataverse-compatible server"),
-        }
+        return [COMMAND]
 
 
 SOURCE = RawNINDSource()

@@ -3,10 +3,11 @@
 `fetch --convert OUTPUT` hands every complete scene to `SceneConverter.convert`, and the fetcher
 removes the scene's raw files afterwards, so local disk holds the raws of a bounded number of
 scenes only (see `fetch.FetchOptions.max_raw_bytes`). This module only makes the plan (one unit per
-scene) and hands it to the core's conversion driver, `wdsprep.Conversion` (the package's public
-name for `wdsprep.conversion.Conversion`; a source never imports the driver's module): reuse of
-the scenes an earlier run converted, building (the same code and bytes as `wdsprep convert`), the
-check of the shards in the store, the `_units.json` journal and the manifest are all the driver's.
+scene) and hands it to the core's conversion driver, which it is handed in turn (`driver`:
+`wdsprep.conversion.Conversion`, public as `wdsprep.Conversion`; `wdsprep fetch rawnind` passes it,
+and a source never imports the driver's module): reuse of the scenes an earlier run converted,
+building (the same code and bytes as `wdsprep convert`), the check of the shards in the store, the
+`_units.json` journal and the manifest are all the driver's.
 
 Invariants:
 - one unit per scene: split `test` (test_reserve) or `train`, index = the scene's ordinal in its
@@ -25,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 
-from ... import Conversion
 from ...options import ConvertOptions
 from ...shards.manifest import Manifest
 from ...storage import open_store
@@ -35,9 +35,10 @@ from .units import DEFAULT_TILE, check_options, conversion_config, scene_item
 
 
 class SceneConverter:
-    """The plan of a fetch that converts as it goes (one unit per scene), and its driver."""
+    """The plan of a fetch that converts as it goes (one unit per scene), and its driver (`driver`:
+    the core's `Conversion` class, handed in)."""
 
-    def __init__(self, output: str, dest: str, scenes: list[SceneInfo], options: dict | None = None):
+    def __init__(self, driver, output: str, dest: str, scenes: list[SceneInfo], options: dict | None = None):
         core, own = ConvertOptions.split({"tile_size": DEFAULT_TILE, "layout": "mosaic", **(options or {})})
         core = core.checked()
         check_options(own)  # a bad option fails before any download
@@ -55,7 +56,7 @@ class SceneConverter:
         units = sorted(self.units.values(), key=lambda unit: (unit.split, unit.index))
         plan = Plan(units, conversion_config(own), input_bytes=sum(unit.input_bytes for unit in units))
         # the captures are identified by the SHA-1s the fetch verified: they are the inputs' fingerprint
-        self.conversion = Conversion("rawnind", os.path.abspath(dest), self.store, plan, core, own,
+        self.conversion = driver("rawnind", os.path.abspath(dest), self.store, plan, core, own,
                                      [_sha1s(unit) for unit in units], input_mode="sha1",
                                      identities=[_portable(unit) for unit in units])
 

@@ -30,12 +30,11 @@ __all__ = [
     "native_arrays",
     "graph_edges",
     "neighbour_offsets",
-    "index_tar",
     "synth",
 ]
 
 __getattr__ = lazy_exports(__name__, {
     **dict.fromkeys(["samples", "chunk_counts", "collate_ray_batch", "decode_voxel_sample", "native_arrays",
                      "graph_edges", "neighbour_offsets"], ".read"),
-    **dict.fromkeys(["HierarchicalVoxelRayDataset", "RayBatchSampler", "index_tar"], ".mapstyle"),
+    **dict.fromkeys(["HierarchicalVoxelRayDataset", "RayBatchSampler"], ".mapstyle"),
 })

@@ -19,7 +19,6 @@ from torch.utils.data import BatchSampler, Dataset, RandomSampler, SequentialSam
 
 from ...errors import ConfigError, ShardError
 from ...shards.codec import decode_value
-from ...shards.tarformat import index_samples
 from ...stream.mapdataset import MapDataset
 from .read import (
     READ_FIELDS,
@@ -31,9 +30,6 @@ from .read import (
     training_sample,
     unpack_voxels,
 )
-
-# header-only tar index (public: offsets of each member's data) lives in the core
-index_tar = index_samples
 
 
 class HierarchicalVoxelRayDataset(Dataset):

@@ -1,11 +1,13 @@
-"""`wdsprep fetch rawnind ...` and `wdsprep serve dataverse ...` (argparse), also runnable as
-`python -m wdsprep.sources.rawnind fetch|serve ...`.
+"""`wdsprep fetch rawnind DEST ...`: the command rawnind mounts (`RawNINDSource.commands()`), one
+`wdsprep.command.Command`, `COMMAND`.
 
-Declaring the commands imports neither httpx nor trio (`wdsprep --help` declares them): the
-fetcher, which needs both, is imported when `fetch_main` runs.
+Declaring the command imports neither httpx nor trio (`wdsprep --help` declares it): the fetcher,
+which needs both, is imported when the command runs. With `--convert` the fetch converts scene by
+scene with the conversion driver the command line hands every mounted command (`args.driver`).
 
-Exit codes of fetch: 0 every file verified or present, 1 some files failed (see the report),
-2 the run could not start (bad index, unreachable server, unwritable destination).
+Exit status, as every command's: 0 every file verified or present, 1 some files failed (listed, and
+in the report) or the run could not start (one `wdsprep: error:` line: bad index, unreachable
+server, unwritable destination), 2 a bad argument.
 """
 from __future__ import annotations
 
@@ -14,20 +16,19 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
+from ....command import Command
 from ....sizes import parse_size
-from ....errors import WdsprepError
 from ...base import DEFAULT_ON_ERROR, ON_ERROR
 from ..index import DEFAULT_DOI
-from .server import add_serve_arguments, serve_main
 
 if TYPE_CHECKING:
     from .fetch import FetchOptions
 
-__all__ = ["add_fetch_arguments", "fetch_main", "add_serve_arguments", "serve_main", "main"]
+__all__ = ["COMMAND", "add_fetch_arguments", "run_fetch"]
 
 
-FETCH_EXIT_STATUS = ("exit status: 0 every file verified or present, 1 some files failed (see the report), "
-                     "2 the run could not start (bad index, unreachable server, unwritable destination)")
+FETCH_EXIT_STATUS = ("exit status: 0 every file verified or present, 1 some files failed (see the report) or the run "
+                     "could not start (bad index, unreachable server, unwritable destination), 2 a bad argument")
 
 
 def add_fetch_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,7 +82,7 @@ def options_from_args(args: argparse.Namespace) -> FetchOptions:
         dry_run=args.dry_run, metadata=args.metadata, metadata_workers=args.metadata_workers,
         attempts=args.attempts, backoff=args.backoff, timeout=args.timeout, progress=args.progress,
         log_interval=args.log_interval, report=args.report, rehash=args.rehash,
-        convert=args.convert, keep_raw=args.keep_raw,
+        convert=args.convert, keep_raw=args.keep_raw, driver=getattr(args, "driver", None),
         max_raw_bytes=parse_size(args.max_raw_bytes) if args.max_raw_bytes else None,
         convert_options={"tile_size": args.tile_size, "layout": args.layout, "shard_bytes": args.shard_bytes,
                          "on_error": args.on_error},
@@ -104,17 +105,10 @@ def format_plan(plan: dict) -> str:
     return "\n".join(lines)
 
 
-def fetch_main(args: argparse.Namespace) -> int:
+def run_fetch(args: argparse.Namespace) -> int:
     from .fetch import fetch
 
-    try:
-        report = fetch(options_from_args(args))
-    except WdsprepError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted: verified files are kept, partial downloads resume next time", file=sys.stderr)
-        return 130
+    report = fetch(options_from_args(args))
     if report.get("dry_run"):
         print(format_plan(report))
         if getattr(args, "json", False):
@@ -136,10 +130,5 @@ def fetch_main(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m wdsprep.sources.rawnind")
-    commands = parser.add_subparsers(dest="command", required=True)
-    add_fetch_arguments(commands.add_parser("fetch", help="download and verify RawNIND from a Dataverse server"))
-    add_serve_arguments(commands.add_parser("serve", help="serve a directory as a Dataverse dataset"))
-    args = parser.parse_args(argv)
-    return fetch_main(args) if args.command == "fetch" else serve_main(args)
+COMMAND = Command("fetch rawnind", "download RawNIND from a Dataverse server", add_fetch_arguments, run_fetch,
+                  usage="DEST ...", resumable=True)

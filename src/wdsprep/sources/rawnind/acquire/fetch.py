@@ -46,7 +46,7 @@ from typing import Any, TextIO
 import httpx
 import trio
 
-from ....errors import DownloadError, FetchError, InputError, WdsprepError  # `fetch.FetchError`: deprecated path
+from ....errors import DownloadError, FetchError, InputError, WdsprepError
 from ....progress import Progress, human_bytes
 from ..index import (
     DATAVERSE_INDEX_NAME,
@@ -94,6 +94,7 @@ class FetchOptions:
     convert_options: dict = field(default_factory=dict)  # tile_size, layout, shard_bytes, codec, on_error
     keep_raw: bool = False  # with convert: keep the raw files of converted scenes
     max_raw_bytes: int | None = None  # with convert: bound on the raw bytes of scenes in flight
+    driver: Any = None  # with convert: the core's conversion driver, `wdsprep.Conversion` (the command hands it)
 
 
 @dataclass
@@ -507,6 +508,8 @@ class Fetcher:
         options = self.options
         if options.concurrency < 1 or options.attempts < 1:
             raise FetchError("--concurrency and --attempts must be at least 1")
+        if options.convert and options.driver is None:
+            raise FetchError("--convert needs the conversion driver: FetchOptions(driver=wdsprep.Conversion)")
         if not options.dry_run:
             self._check_destination()
         timeout = httpx.Timeout(options.timeout, connect=min(options.timeout, 10.0))
@@ -580,7 +583,7 @@ class Fetcher:
         options = self.options
         self.all_scenes = scenes
         self.converter = await trio.to_thread.run_sync(
-            lambda: SceneConverter(options.convert, options.dest, scenes, options.convert_options))
+            lambda: SceneConverter(options.driver, options.convert, options.dest, scenes, options.convert_options))
         self._released = trio.Event()
         todo = []
         for scene in scenes:

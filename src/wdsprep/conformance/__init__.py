@@ -3,7 +3,7 @@
 A source's test module subclasses `SourceTests` and fills in what only the source knows; pytest
 then runs every test below against it. A new source is done when its subclass passes:
 
-    from wdsprep.testing.conformance import SourceTests
+    from wdsprep.conformance import SourceTests
 
     class TestVoxelsConformance(SourceTests):
         source = "voxels"                          # a built-in id or "package.module:OBJECT"
@@ -45,7 +45,7 @@ The contract (one test each):
 - Hostile input (`bomb_input`: a file that expands far beyond its size, a decompression bomb or
   a header declaring more than the file holds; `malformed_input`: an object built to exhaust the
   reader, e.g. a structure nested through shared references): `wdsprep convert`, run in a child
-  process (`wdsprep.testing._measured`), fails with exit 1 and one line naming the file, having
+  process (`wdsprep.conformance.measured`), fails with exit 1 and one line naming the file, having
   read and inflated less than a quarter of what the object would expand to (counted: the bytes of
   read(2) calls plus the bytes Python's zlib produced, never the clock) and grown its resident
   memory by less than that too; each hostile object expands to at least `HOSTILE_MIN_BYTES`.
@@ -84,11 +84,11 @@ import msgpack
 import pytest
 import xxhash
 
-from ..cli import _convert_parser, convert_options_from, main
+from ..cli import main
+from ..commands.convert import convert_options_from, source_parser
 from ..sources.base import PlanContext
 from ..sources.registry import load_source
-from ._measured import run_measured
-from .edits import corrupt_zip_member, failing_convert, overwrite_keeping_size, rewritten_shards, shard_identities
+from ..testing.edits import corrupt_zip_member, overwrite_keeping_size, rewritten_shards, shard_identities
 
 HOSTILE_MIN_BYTES = 1 << 30  # a hostile object expands at least this far: bounded work is then told apart
 
@@ -109,6 +109,25 @@ def run_cli(*argv: str) -> tuple[int, str, str]:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         status = main([str(arg) for arg in argv])
     return status, out.getvalue(), err.getvalue()
+
+
+def failing_convert(argv: list[str], output: str) -> str:
+    """Run `wdsprep convert *argv` in this process and check the bad-input contract: exit status 1,
+    one line on stderr, no manifest and no temporary file in `output` (complete shards of good units
+    may stay, for the resume once the input is fixed). Returns that line."""
+    status, _, err = run_cli("convert", *argv, "--quiet")
+    lines = err.strip().splitlines()
+    if status != 1 or len(lines) != 1:
+        raise AssertionError(f"expected exit 1 and one line, got {status} and:\n{err}")
+    left = os.listdir(output) if os.path.isdir(output) else []
+    partial = [name for name in left if name == "manifest.json" or name.endswith(".tmp")]
+    if partial:
+        raise AssertionError(f"a failed conversion left {partial} in {output}")
+    for name in left:
+        if name.endswith(".tar"):
+            with tarfile.open(os.path.join(output, name)) as archive:  # complete, or this raises
+                archive.getmembers()
+    return lines[0]
 
 
 def read_manifest(output: pathlib.Path) -> dict:
@@ -341,7 +360,7 @@ class SourceTests:
         failure of one unit is one line); a zip archive's own kind besides its members'; and every
         `plan_files` entry."""
         source = load_source(self.source)
-        core, own = convert_options_from(_convert_parser(self.source).parse_args([str(native), "unused", *self.convert_args]))
+        core, own = convert_options_from(source_parser(self.source).parse_args([str(native), "unused", *self.convert_args]))
         plan = source.plan(str(native), PlanContext(own, core.replace(workers=1).checked()))
         feeds: dict[Any, set] = {}
         kinds: dict[str, list] = {}
@@ -536,6 +555,8 @@ class SourceTests:
 
     @pytest.mark.parametrize("plant", ["bomb_input", "malformed_input"])
     def test_a_hostile_input_is_refused_in_bounded_reads_and_memory(self, native, tmp_path, plant):
+        from .measured import run_measured  # here, not at import: its child runs that module as __main__
+
         copy = self.copy_input(native, tmp_path / "input")
         hostile = getattr(self, plant)(copy)
         assert hostile.expands_to >= HOSTILE_MIN_BYTES, f"{plant}: expands to {hostile.expands_to} bytes only"
@@ -637,5 +658,5 @@ class SourceTests:
         assert read_manifest(incremental)["timing"]["units_built"] == len(changed_units)
 
 
-__all__ = ["HOSTILE_MIN_BYTES", "Hostile", "SourceTests", "assert_rows_index_their_shards", "assert_same_shards", "balanced_units", "run_cli", "read_manifest",
+__all__ = ["HOSTILE_MIN_BYTES", "Hostile", "SourceTests", "assert_rows_index_their_shards", "assert_same_shards", "balanced_units", "failing_convert", "run_cli", "read_manifest",
            "shard_bytes", "shard_rows", "tar_samples", "unit_of"]

@@ -1,4 +1,5 @@
-"""A Dataverse-compatible file server for a local directory, with fault injection.
+"""A Dataverse-compatible file server for a local directory, with fault injection (`wdsprep serve
+dataverse DIR` runs one in the foreground; the rawnind tests and `make shards` start one in a thread).
 
 Serves the two endpoints the RawNIND tools use:
   GET /api/datasets/:persistentId?persistentId=<doi>       the dataset JSON (file listing)
@@ -16,22 +17,20 @@ for a Range.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
-import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from ....testing._faults import FaultPlan, hang_up
-from ....testing._threaded import ServedInThread
+from ._faults import FaultPlan, hang_up
+from ._ranges import byte_range
+from ._threaded import ServedInThread
 
 LISTING_NAME = "dataverse_dataset.json"
-_RANGE_RE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
 
 # a fault file's table -> how one of its entries (file name or id: value) is planned in the FaultPlan
@@ -231,26 +230,17 @@ class _Handler(BaseHTTPRequestHandler):
         if failure:
             return self._error(failure, "Internal Server Error (injected)", head)
         size = os.path.getsize(path)
-        start, end = 0, size - 1
-        status = 200
         requested = self.headers.get("Range")
-        if requested:
-            match = _RANGE_RE.match(requested.strip())
-            if not match or (not match.group(1) and not match.group(2)):
-                return self._error(416, f"bad Range {requested!r}", head)
-            if match.group(1):
-                start = int(match.group(1))
-                end = min(int(match.group(2)), size - 1) if match.group(2) else size - 1
-            else:  # suffix range: the last N bytes
-                start = max(size - int(match.group(2)), 0)
-            if start >= size or start > end:
-                self.send_response(416)
-                self.send_header("Content-Range", f"bytes */{size}")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return 416
-            status = 206
-        length = end - start + 1
+        status, start, stop, malformed = byte_range(requested, size)
+        if malformed:
+            return self._error(416, f"bad Range {requested!r}", head)
+        if status == 416:
+            self.send_response(416)
+            self.send_header("Content-Range", f"bytes */{size}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return 416
+        end, length = stop - 1, stop - start
         self.send_response(status)
         self.send_header("Content-Type", "application/octet-stream")
         self.send_header("Content-Length", str(length))
@@ -300,40 +290,3 @@ def _first(take, keys: tuple[str, ...]) -> Any:
         if value is not None:
             return value
     return None
-
-
-# ------------------------------------------------------------------------------------------- CLI
-def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("directory", help="directory with dataverse_dataset.json and the files it lists")
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8080, help="port (0 picks a free one)")
-    parser.add_argument("--rate-limit", type=float, default=None, metavar="BYTES_PER_S",
-                        help="limit each connection to this many bytes per second")
-    parser.add_argument("--faults", default=None, metavar="JSON", help="fault injection table (JSON file)")
-    parser.add_argument("--log", default=None, metavar="PATH", help="append one JSON line per request here")
-
-
-def serve_main(args: argparse.Namespace) -> int:
-    faults = Faults()
-    if args.faults:
-        try:
-            with open(args.faults, encoding="utf-8") as handle:
-                faults = Faults.from_json(json.load(handle))
-        except (OSError, ValueError) as error:
-            print(f"error: {args.faults}: cannot read the fault table ({error})", file=sys.stderr)
-            return 2
-    if args.rate_limit:
-        faults.rate_limit = args.rate_limit
-    try:
-        server = DataverseServer(args.directory, host=args.host, port=args.port, faults=faults, log_path=args.log)
-    except (ValueError, OSError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(f"serving {server.directory.root} as {server.doi} at {server.url}", flush=True)
-    try:
-        server.httpd.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.httpd.server_close()
-    return 0

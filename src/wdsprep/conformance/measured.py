@@ -9,7 +9,7 @@ allocator alike; `VmHWM`, reset when `main` starts, not `ru_maxrss`, which count
 the child was forked from). The child's address space is capped (`ADDRESS_SPACE_LIMIT`) so that code that
 does expand a bomb fails inside its child instead of taking the machine's memory.
 
-    python -m wdsprep.testing._measured RESULT.json convert SOURCE INPUT OUTPUT ...
+    python -m wdsprep.conformance.measured RESULT.json convert SOURCE INPUT OUTPUT ...
 
 writes `{"status", "read_bytes", "inflated_bytes", "rss_growth"}` to RESULT.json (status: main's
 return value); the command's stderr is the child's.
@@ -86,7 +86,7 @@ def _count_inflation(counter: list) -> None:
 def _child(result_path: str, argv: list[str]) -> int:
     inflated = [0]
     _count_inflation(inflated)
-    from wdsprep.cli import main
+    from ..cli import main
 
     _reset_peak()
     rss_before, read_before = _status_bytes("VmRSS"), _rchar()
@@ -112,7 +112,7 @@ def run_measured(argv: list[str]) -> tuple[dict, int, str]:
         pytest.skip("counting a child's reads needs Linux's /proc/self/io")
     with tempfile.TemporaryDirectory() as scratch:
         result = os.path.join(scratch, "result.json")
-        child = subprocess.run([sys.executable, "-m", "wdsprep.testing._measured", result, *map(str, argv)],
+        child = subprocess.run([sys.executable, "-m", "wdsprep.conformance.measured", result, *map(str, argv)],
                                capture_output=True, text=True, timeout=HANG_GUARD, preexec_fn=_limit_address_space)
         counts = {}
         if os.path.exists(result):

@@ -1,5 +1,0 @@
-import sys
-
-from .acquire.cli import main
-
-sys.exit(main())
