@@ -20,6 +20,16 @@ it returns (a caller may then delete the unit's native input, as fetch does with
 The manifest is removed when a `Conversion` opens with work to do and written only by `finish`,
 when every unit is done, so a manifest never lists a shard that was not written and verified.
 
+Sample tables. A unit's result also carries its samples' keys and index field values, in the order
+it wrote them (`UnitResult.samples`; the fields are `ConvertOptions.index_fields`, else the source's
+`Source.index_fields`, each value from `Source.index_values` or the sample: `shards.samples`), and is
+journaled with them, so a resumed run has every unit's keys and values without reading a shard. A
+recorded unit is reused only when it holds the fields this run indexes (a unit recorded with other
+fields, or by a wdsprep that kept none, is built again: its shards come out byte for byte the same).
+`finish` concatenates them in plan order, which is the manifest's order of shards and samples,
+into one `<split>.samples` file per split, written (atomically) before the manifest and recorded in
+its `tables["sample_tables"]`: the same bytes on any executor and worker count, and after a resume.
+
 Nothing is done before every option is checked (`wdsprep.options.ConvertOptions`: one line naming
 a bad value, the output not yet touched) and the plan passes the core's rules
 (`sources.base.check_plan`: split names, a split without samples reported, nothing to convert
@@ -51,7 +61,11 @@ from .options import ConvertOptions, check_run_options
 from .progress import Progress, human_bytes
 from .shards.codec import Encoder
 from .shards.index import has_index
-from .shards.manifest import MANIFEST_NAME, Manifest, shard_name_pattern
+from .shards.manifest import MANIFEST_NAME, SPLIT_NAME, Manifest, shard_name_pattern
+from .shards.samples import SUFFIX as TABLE_SUFFIX
+from .shards.samples import TABLE as SAMPLE_TABLES
+from .shards.samples import file_name as table_file_name
+from .shards.samples import sample_values, split_table
 from .shards.writer import ShardWriter
 from .sources.base import Plan, PlanContext, Unit, UnitContext, check_converted, check_plan
 from .sources.registry import load_source
@@ -64,7 +78,7 @@ def written_by_conversion(name: str) -> bool:
     """Names a conversion (and `reindex`) may write, replace or remove in its output: the manifest,
     the units record, shards and temporaries. One that exists and is not a regular file is refused
     before any work (`Store.check_replaceable`)."""
-    return name in (MANIFEST_NAME, UNITS_NAME) or name.endswith((".tar", ".tmp"))
+    return name in (MANIFEST_NAME, UNITS_NAME) or name.endswith((".tar", ".tmp", TABLE_SUFFIX))
 
 
 @dataclass
@@ -76,6 +90,8 @@ class UnitResult:
     problems: list[dict] = field(default_factory=list)
     tables: dict = field(default_factory=dict)
     input_bytes: int = 0
+    # the unit's samples in written order: {"keys": [...], "fields": {name: [value or None per key]}}
+    samples: dict | None = None
 
 
 def _digest(value: Any) -> str:
@@ -102,13 +118,21 @@ def build_unit(source_id: str, unit: Unit, core: ConvertOptions, options: dict, 
         encoder=encoder,
         on_complete=lambda path, row: written.append(path),  # published once the unit is complete
     )
+    names = core.index_fields or ()
+    keys: list[str] = []
+    columns: dict[str, list] = {name: [] for name in names}
     with writer:
         for key, fields in source.build(unit, ctx):
+            values = sample_values(key, fields, names, source.index_values(key, fields) if names else {})
             writer.write(key, fields)
+            keys.append(key)
+            for name, value in zip(names, values):
+                columns[name].append(value)
     for path, row in zip(written, writer.rows):
         store.publish(path, row.name)
     rows = [dict(row.as_dict(), unit=unit.index) for row in writer.rows]
-    return UnitResult(unit.split, unit.index, digest, rows, ctx.problems, ctx.tables, unit.input_bytes)
+    return UnitResult(unit.split, unit.index, digest, rows, ctx.problems, ctx.tables, unit.input_bytes,
+                      {"keys": keys, "fields": columns})
 
 
 def unverified_shards(store, rows: list[dict], *, full: bool) -> list[str]:
@@ -139,7 +163,9 @@ class Conversion:
                  identities: Sequence[Unit] | None = None):
         self.source_id, self.input, self.store, self.plan = source_id, input, store, plan
         self.source = load_source(source_id)
-        self.core, self.options = core, dict(options)
+        # the index fields this run records: the conversion's, else the source's defaults
+        fields = core.index_fields if core.index_fields is not None else tuple(self.source.index_fields)
+        self.core, self.options = core.replace(index_fields=tuple(fields)), dict(options)
         self.problems = list(problems)
         self.config = dict(plan.config, **core.config())
         self.fingerprint = _digest([input_mode, list(inputs)])
@@ -152,7 +178,8 @@ class Conversion:
         self._done: dict[str, UnitResult] = {}
         for digest in self._digests.values():
             record = previous.get(digest)
-            if record is not None and not unverified_shards(store, record.rows, full=True):
+            if record is not None and _holds_samples(record, self.core.index_fields) \
+                    and not unverified_shards(store, record.rows, full=True):
                 self._done[digest] = record
         self.reused = len(self._done)
         self.reused_bytes = sum(record.input_bytes for record in self._done.values())
@@ -217,6 +244,7 @@ class Conversion:
         tables.update(self.source.finalize(self.plan, [r.tables for r in results]))
         problems = self.problems + [p for r in results for p in r.problems]
         splits = check_converted(splits, self.plan, problems, self.input)  # a split whose every item was skipped
+        tables[SAMPLE_TABLES] = self._write_sample_tables(splits, results)  # before the manifest: it is last
         manifest = Manifest(
             source=self.source_id,
             config=self.config,
@@ -235,6 +263,32 @@ class Conversion:
         if warning is not None:
             warnings.warn(warning, UserWarning, stacklevel=2)  # the output is valid: said, not refused
         return manifest
+
+
+    def _write_sample_tables(self, splits: dict[str, list[dict]], results: list[UnitResult]) -> dict:
+        """Write each converted split's `<split>.samples` (its units' keys and values in plan order:
+        the manifest's order); returns the manifest's records of them."""
+        keys: dict[str, list[str]] = {split: [] for split in splits}
+        columns: dict[str, dict[str, list]] = {split: {name: [] for name in self.core.index_fields} for split in splits}
+        for unit, result in zip(self.plan.units, results):
+            if unit.split in keys:
+                keys[unit.split] += result.samples["keys"]
+                for name, values in result.samples["fields"].items():
+                    columns[unit.split][name] += values
+        entries = {}
+        for split in sorted(splits):
+            data, entries[split] = split_table(split, keys[split], columns[split])
+            self.store.write_bytes(table_file_name(split), data)
+        return entries
+
+
+def _holds_samples(record: UnitResult, fields: tuple) -> bool:
+    """Whether a recorded unit carries its samples' keys and exactly these index fields."""
+    samples = record.samples
+    return (isinstance(samples, dict) and isinstance(samples.get("keys"), list)
+            and len(samples["keys"]) == sum(row["samples"] for row in record.rows)
+            and isinstance(samples.get("fields"), dict) and sorted(samples["fields"]) == sorted(fields)
+            and all(len(values) == len(samples["keys"]) for values in samples["fields"].values()))
 
 
 def convert(source_id: str, input: str, output: str, *, quiet: bool = True, options: ConvertOptions | None = None,
@@ -360,9 +414,11 @@ def _load_units(store, config: dict) -> dict[str, UnitResult]:
     return units
 
 
-def replace_unit_rows(store: Store, rows: dict[str, dict]) -> None:
+def replace_unit_rows(store: Store, rows: dict[str, dict], keys: Mapping[str, list[str]] | None = None) -> None:
     """Give the shards named in `rows` (name -> new row fields) their new rows in `_units.json`, so a
-    re-run of the conversion still finds its units' shards as recorded (`wdsprep reindex`)."""
+    re-run of the conversion still finds its units' shards as recorded (`wdsprep reindex`); a record
+    of an older wdsprep without its samples gets their keys (no index field) where `keys` (shard
+    name -> its keys) has every shard of the unit."""
     raw = store.read_bytes(UNITS_NAME)
     if raw is None:
         return
@@ -371,6 +427,8 @@ def replace_unit_rows(store: Store, rows: dict[str, dict]) -> None:
         try:
             record = json.loads(line)
             record["rows"] = [dict(row, **rows.get(row["name"], {})) for row in record["rows"]]
+            if record.get("samples") is None and keys and all(row["name"] in keys for row in record["rows"]):
+                record["samples"] = {"keys": [key for row in record["rows"] for key in keys[row["name"]]], "fields": {}}
         except (ValueError, TypeError, KeyError):
             continue  # a torn line: that unit is rebuilt by the next conversion, as after a crash
         lines[number] = json.dumps(record, sort_keys=True, default=str)
@@ -410,12 +468,15 @@ class _UnitJournal:
 
 
 def _remove_stale_shards(store: Store, splits: dict[str, list[dict]]) -> None:
-    """Delete shards of the converted splits left by an earlier, different conversion (in stores
-    that can list their objects; elsewhere they stay, unlisted by the manifest)."""
+    """Delete shards of the converted splits left by an earlier, different conversion, and sample
+    tables of splits this one does not hold (in stores that can list their objects; elsewhere they
+    stay, unlisted by the manifest)."""
     if not store.supports_listing:
         return
     listed = {row["name"] for rows in splits.values() for row in rows}
     rules = [shard_name_pattern(split) for split in splits]
     for name in store.list_names():
-        if name not in listed and any(rule.fullmatch(name) for rule in rules):
+        stale_table = name.endswith(TABLE_SUFFIX) and SPLIT_NAME.fullmatch(name.removesuffix(TABLE_SUFFIX)) \
+            and name.removesuffix(TABLE_SUFFIX) not in splits
+        if stale_table or (name not in listed and any(rule.fullmatch(name) for rule in rules)):
             store.delete(name)

@@ -15,9 +15,17 @@ The manifest records each split's table in `tables["sample_tables"][split]` = {`
 `sha256`, `fields`: [names]}; a table whose bytes do not match is refused (`ManifestError`).
 
 An indexed field is a small scalar of each sample (a label, an ISO value, a sensor name): the
-conversion takes it from the sample's top-level field of that name, or by a dotted path through a
-metadata dict (`meta.iso`). A sample without it gets the column's missing value (`absent`: -1 for
-integers, NaN for floats, "" for strings) and the field lists it.
+conversion takes it from what the source computes for the sample (`Source.index_values`), else from
+the sample's top-level field of that name, or by a dotted path through a metadata dict
+(`meta.iso`): `sample_values`. A sample without it gets the column's missing value: -1 for integers,
+NaN for floats, "" for strings, False for bools (so a selection on it does not keep that sample,
+except through `!=` or `not`). A field no sample of the split holds is left out of that split's
+table (`split_table`), so a selection on it names the fields that are there. A column's kind comes
+from its values: bools, integers (and bools), numbers, or strings; strings mixed with numbers are a
+`ConfigError` naming the field.
+
+A table entry in a manifest is checked with the manifest (`entry_problem`): its file is exactly
+`<split>.samples` (never a path), its size and sha256 well-formed, its fields names.
 """
 from __future__ import annotations
 
@@ -32,10 +40,11 @@ from ..errors import ConfigError, ManifestError
 
 FORMAT = "wdsprep-samples/1"
 TABLE = "sample_tables"  # manifest.tables key (not "samples": a source may name its own table so)
+SUFFIX = ".samples"
 
 
 def file_name(split: str) -> str:
-    return f"{split}.samples"
+    return f"{split}{SUFFIX}"
 
 
 def field_value(fields: Mapping[str, Any], path: str) -> Any:
@@ -50,9 +59,48 @@ def field_value(fields: Mapping[str, Any], path: str) -> Any:
         value = value.reshape(()).item()
     elif isinstance(value, np.generic):
         value = value.item()
-    if isinstance(value, (bool, int, float, str)):
+    if value is None or isinstance(value, (bool, int, float, str)):
         return value
     raise ConfigError(f"index field {path!r} is {type(value).__name__}, not a number, bool or string")
+
+
+def sample_values(key: str, sample: Mapping[str, Any], names, computed: Mapping[str, Any]) -> list:
+    """One sample's index field values in `names` order (None: absent): `computed` (the source's
+    `index_values`) first, then the sample's field or dotted path; a value that is not a scalar is
+    a ConfigError naming the sample and the field."""
+    values = []
+    for name in names:
+        try:
+            values.append(field_value(computed if name in computed else sample, name))
+        except ConfigError as error:
+            raise ConfigError(f"sample {key!r}: {error}") from None
+    return values
+
+
+def split_table(split: str, keys: list[str], columns: Mapping[str, list]) -> tuple[bytes, dict]:
+    """(the table file's bytes, its manifest entry) of one split; the fields that no sample of the
+    split holds are left out."""
+    present = {name: values for name, values in columns.items() if any(value is not None for value in values)}
+    data = encode_table(split, keys, present)
+    return data, entry_for(split, data, present)
+
+
+def entry_problem(split: Any, entry: Any) -> str | None:
+    """What is wrong with a manifest's record of a split's table (None: nothing)."""
+    if not isinstance(entry, dict):
+        return "expected an object {file, bytes, sha256, fields}"
+    if entry.get("file") != file_name(str(split)):
+        return f"file must be {file_name(str(split))!r} (got {entry.get('file')!r:.60})"
+    size = entry.get("bytes")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        return f"bytes: expected a non-negative integer (got {size!r:.60})"
+    digest = entry.get("sha256")
+    if not isinstance(digest, str) or len(digest) != 64 or digest.strip("0123456789abcdef"):
+        return f"sha256: expected 64 lowercase hex digits (got {digest!r:.60})"
+    fields = entry.get("fields")
+    if not isinstance(fields, list) or not all(isinstance(name, str) for name in fields):
+        return f"fields: expected a list of field names (got {fields!r:.60})"
+    return None
 
 
 def _column(name: str, values: list) -> dict:
@@ -62,7 +110,10 @@ def _column(name: str, values: list) -> dict:
         data = np.array([bool(v) if v is not None else False for v in values], dtype="|b1")
         return {"dtype": "|b1", "data": data.tobytes()}
     if kinds <= {bool, int}:
-        data = np.array([int(v) if v is not None else -1 for v in values], dtype="<i8")
+        try:
+            data = np.array([int(v) if v is not None else -1 for v in values], dtype="<i8")
+        except OverflowError:
+            raise ConfigError(f"index field {name!r} holds an integer outside 64 bits") from None
         return {"dtype": "<i8", "data": data.tobytes()}
     if kinds <= {bool, int, float}:
         data = np.array([float(v) if v is not None else np.nan for v in values], dtype="<f8")

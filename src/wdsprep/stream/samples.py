@@ -40,11 +40,12 @@ def sample_table(manifest: Manifest, split: str, fields: bool = True) -> SampleT
         return SampleTable(stored.keys, stored.fields)
     keys: list[str] = []
     for url, row in zip(manifest.shard_urls(split), manifest.shards(split)):
-        keys.extend(_index_keys(url, row))
+        keys.extend(shard_keys(url, row))
     return SampleTable(keys)
 
 
-def _index_keys(url: str, row: dict) -> list[str]:
+def shard_keys(url: str, row: dict) -> list[str]:
+    """The keys of one shard's samples, from its index (one read)."""
     if not row["samples"]:
         return []
     if not has_index(row):
