@@ -275,11 +275,15 @@ class Conversion:
                 keys[unit.split] += result.samples["keys"]
                 for name, values in result.samples["fields"].items():
                     columns[unit.split][name] += values
-        entries = {}
-        for split in sorted(splits):
-            data, entries[split] = split_table(split, keys[split], columns[split])
+        tables = {split: split_table(split, keys[split], columns[split]) for split in sorted(splits)}  # all or nothing
+        held = {name for _, entry in tables.values() for name in entry["fields"]}
+        for name in self.core.index_fields:
+            if name not in held:
+                warnings.warn(f"index field {name!r} is in no sample of any split: it is not indexed", UserWarning,
+                              stacklevel=3)
+        for split, (data, _) in tables.items():
             self.store.write_bytes(table_file_name(split), data)
-        return entries
+        return {split: entry for split, (_, entry) in tables.items()}
 
 
 def _holds_samples(record: UnitResult, fields: tuple) -> bool:
