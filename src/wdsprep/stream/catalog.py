@@ -47,10 +47,12 @@ class Selection:
 
     @property
     def text(self) -> str:
-        """Canonical: what a state records (keys by their digest)."""
+        """Canonical: what a state records (keys by the digest of their set: the samples kept do not
+        depend on the order the keys were given in, nor on a key given twice)."""
         parts = {}
         if self.keys is not None:
-            parts["keys"] = hashlib.sha256("\n".join(self.keys).encode()).hexdigest()[:16] + f"/{len(self.keys)}"
+            distinct = sorted(set(self.keys))
+            parts["keys"] = hashlib.sha256("\n".join(distinct).encode()).hexdigest()[:16] + f"/{len(distinct)}"
         if self.select is not None:
             parts["select"] = self.select.text
         if self.fraction is not None:
