@@ -85,6 +85,10 @@ class Manifest:
         base = self.base_url()
         return [join_url(base, row["name"]) for row in self.shards(split)]
 
+    def url_of(self, name: str) -> str:
+        """The URL of a file beside the manifest (a shard, a sample table)."""
+        return join_url(self.base_url(), name)
+
     def base_url(self) -> str:
         if not self.url:
             raise ManifestError("manifest was not loaded from a location; shard URLs are unknown")

@@ -189,9 +189,8 @@ class SampleTable:
     def load(cls, manifest, split: str, entry: dict) -> "SampleTable":
         """The split's table, read from beside the manifest and checked against its record."""
         from ..storage import open_url
-        from .manifest import join_url
 
-        url = join_url(manifest.base_url(), entry["file"])
+        url = manifest.url_of(entry["file"])
         try:
             with open_url(url) as stream:
                 data = stream.read(int(entry["bytes"]) + 1)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from ..errors import ShardError, WdsprepError
 from ..shards.codec import decode_value
-from ..shards.manifest import Manifest, join_url
+from ..shards.manifest import Manifest
 from ..shards.samples import SampleTable, table_entry
 from ..shards.index import has_index
 from ..shards.tarformat import iter_samples
@@ -82,14 +82,14 @@ def verify(location: str | Manifest, progress=None) -> VerifyReport:
         if entry is not None:
             problem = verify_table(manifest, split, entry, keys if shards_ok else None)
             if problem:
-                report.bad.append((join_url(manifest.base_url(), entry["file"]), problem))
+                report.bad.append((manifest.url_of(entry["file"]), problem))
     return report
 
 
 def verify_table(manifest: Manifest, split: str, entry: dict, keys: list[str] | None) -> str | None:
     """None if the split's sample table matches its record and holds `keys` (the shards' keys in
     manifest order; None: not compared), else a one-line problem."""
-    url = join_url(manifest.base_url(), entry["file"])
+    url = manifest.url_of(entry["file"])
     try:
         table = SampleTable.load(manifest, split, entry)
     except WdsprepError as error:
