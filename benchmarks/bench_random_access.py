@@ -24,13 +24,13 @@ import os
 import pathlib
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 import numpy as np
 
+import bench_remote
 from _smoke import sized
 
 SAMPLES = sized(20_000, 300)
@@ -107,20 +107,10 @@ def child(job: dict) -> dict:
 
 
 # ------------------------------------------------------------------------------------------ parent
-def _measure(job: dict, env: dict) -> dict:
-    here = pathlib.Path(__file__).resolve().parent
-    result = subprocess.run([sys.executable, str(here / "bench_random_access.py"), "child", json.dumps(job)], env=env,
-                            capture_output=True, text=True, timeout=1800, cwd=here)
-    if result.returncode != 0:
-        raise RuntimeError(f"{job['system']} failed:\n{result.stderr[-3000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
 def run(workdir: pathlib.Path) -> str:
     from wdsprep.testing.s3server import AWS_ENV
 
     import bench_peers
-    import bench_remote
 
     workdir = pathlib.Path(workdir)
     missing = {system: reason for system in ("litdata", "mds") if (reason := bench_peers._available(system))}
@@ -153,7 +143,7 @@ def run(workdir: pathlib.Path) -> str:
                                "positions": positions(reads)}
                         server.ask("clear")
                         try:
-                            got = _measure(job, env)
+                            got = bench_remote.run_child("bench_random_access.py", job, env)
                         except RuntimeError as error:
                             if system == "wdsprep":
                                 raise
@@ -212,8 +202,4 @@ def _report(cells: dict) -> str:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 2 and sys.argv[1] == "child":
-        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-        print(json.dumps(child(json.loads(sys.argv[2]))))
-    else:
-        print(run(pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "bench-work")))
+    bench_remote.main(child, run)

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 
+import bench_remote
 from _smoke import sized
 
 SAMPLES = sized(1_000_000, 3_000)
@@ -90,18 +91,7 @@ def _write(workdir: pathlib.Path) -> pathlib.Path:
     return output
 
 
-def _measure(job: dict) -> dict:
-    here = pathlib.Path(__file__).resolve().parent
-    result = subprocess.run([sys.executable, str(here / "bench_select.py"), "child", json.dumps(job)],
-                            capture_output=True, text=True, timeout=1800, cwd=here)
-    if result.returncode != 0:
-        raise RuntimeError(f"{job}: {result.stderr[-2000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
 def run(workdir: pathlib.Path) -> str:
-    import bench_remote
-
     workdir = pathlib.Path(workdir)
     started = time.perf_counter()
     output = _write(workdir)
@@ -116,7 +106,7 @@ def run(workdir: pathlib.Path) -> str:
             for where in ("local", "http"):
                 location = str(output) if where == "local" else f"{files.url}/manifest.json"
                 for label, options in CASES:
-                    got = _measure({"location": location, "options": options})
+                    got = bench_remote.run_child("bench_select.py", {"location": location, "options": options})
                     results.setdefault((where, label), []).append(got)
                     print(f"{where} {label}: {got['seconds']:.3f}s kept {got['kept']:,}", file=sys.stderr, flush=True)
     finally:
@@ -140,13 +130,8 @@ def run(workdir: pathlib.Path) -> str:
     for (where, label), runs in results.items():
         lines.append(f"| {where} | {label} | {runs[0]['kept']:,} | {statistics.median(r['seconds'] for r in runs):.3f} "
                      f"| {statistics.median(r['rss'] for r in runs) / 1e6:.0f} |")
-    lines.append("")
-    return "\n".join(lines)
+    return "\n".join([*lines, ""])
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 2 and sys.argv[1] == "child":
-        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-        print(json.dumps(child(json.loads(sys.argv[2]))))
-    else:
-        print(run(pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "bench-work")))
+    bench_remote.main(child, run)

@@ -21,18 +21,14 @@ import wdsprep
 from wdsprep.errors import ManifestError, UploadError
 from wdsprep.testing.conformance import read_manifest, read_sample_table, run_cli, shard_bytes
 
-from .selectdata import FIELDS, convert_with_fields, field_of, shard_keys, write_labelled_input
+from .selectdata import FIELDS, convert_with_fields, field_of, shard_keys
 from .shardsets import make_older
 
 
 @pytest.fixture(scope="module")
-def labelled(tmp_path_factory):
+def labelled(labelled_conversion):
     """(input folder, its values, the output of one conversion with FIELDS and --workers 1)."""
-    root = tmp_path_factory.mktemp("tables")
-    values = write_labelled_input(root / "in")
-    status, _, err = convert_with_fields(root / "in", root / "out")
-    assert status == 0, err
-    return root / "in", values, root / "out"
+    return labelled_conversion
 
 
 def tables_of(output) -> dict[str, bytes]:

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 import wdsprep
 
-from .selectdata import FIELDS, convert_with_fields, field_of, shard_keys, write_labelled_input
+from .selectdata import FIELDS, field_of, shard_keys
 from .test_mix_oracle import model_worker as model_mix_worker
 from .test_plan_oracle import (model_block_shuffle, model_remainder, model_shard_order, model_worker_stream,
                                simulated_worker)
@@ -90,13 +90,10 @@ SELECTIONS = {  # name -> (the dataset's keywords, the model's keywords)
 
 # ------------------------------------------------------------------------------ the real system
 @pytest.fixture(scope="module")
-def labelled(tmp_path_factory):
+def labelled(labelled_conversion):
     """(manifest path, split -> per-shard keys (tarfile), split -> key -> meta)."""
-    root = tmp_path_factory.mktemp("select")
-    values = write_labelled_input(root / "in")
-    status, _, err = convert_with_fields(root / "in", root / "out")
-    assert status == 0, err
-    return str(root / "out" / "manifest.json"), {s: shard_keys(root / "out", s) for s in values}, values
+    _, values, output = labelled_conversion
+    return str(output / "manifest.json"), {s: shard_keys(output, s) for s in values}, values
 
 
 def expected(labelled, name, seed, split="train"):

@@ -3,29 +3,22 @@ a key lookup) asks for it; plain streaming never asks; the kept samples are the 
 (tests/core/test_select_oracle.py) on every rank, read by the read-ahead."""
 from __future__ import annotations
 
+import pathlib
+
 import pytest
 
 import wdsprep
 from wdsprep.testing import RangeHTTPServer
 from wdsprep.upload import upload
 
-from tests.core.selectdata import convert_with_fields, shard_keys, write_labelled_input
-from tests.core.test_select_oracle import SELECTIONS, model_items, model_kept, real_worker
+from tests.core.test_select_oracle import SELECTIONS, labelled, model_items, model_kept, real_worker  # noqa: F401 (fixture)
 from tests.core.test_plan_oracle import model_worker_stream
-
-
-@pytest.fixture(scope="module")
-def labelled(tmp_path_factory):
-    root = tmp_path_factory.mktemp("remote-select")
-    values = write_labelled_input(root / "in")
-    status, _, err = convert_with_fields(root / "in", root / "out")
-    assert status == 0, err
-    return root / "out", {split: shard_keys(root / "out", split) for split in values}, values
 
 
 @pytest.mark.parametrize("name", ["select", "all four"])
 def test_over_http_the_table_is_one_request_and_ranks_read_the_models_share(labelled, name):
-    output, shards, values = labelled
+    manifest, shards, values = labelled
+    output = pathlib.Path(manifest).parent
     items = model_items(model_kept(shards["train"], values["train"], seed=3, **SELECTIONS[name][1]), 3, 1)
     with RangeHTTPServer(output) as server:
         manifest = server.url_of("manifest.json")
@@ -44,7 +37,8 @@ def test_over_http_the_table_is_one_request_and_ranks_read_the_models_share(labe
 
 
 def test_over_s3_a_selection_reads_the_uploaded_table(labelled, s3, bucket):
-    output, shards, values = labelled
+    manifest, shards, values = labelled
+    output = pathlib.Path(manifest).parent
     upload(str(output), f"s3://{bucket}/sel", workers=2)
     per_shard = model_kept(shards["valid"], values["valid"], where=lambda m: m["label"] < 3)
     s3.clear_log()
