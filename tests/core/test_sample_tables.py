@@ -15,7 +15,10 @@ import json
 import math
 import shutil
 
+import msgpack
+import numpy as np
 import pytest
+import zstandard
 
 import wdsprep
 from wdsprep.errors import ManifestError, UploadError
@@ -204,16 +207,12 @@ def test_verify_checks_the_tables_bytes_and_its_keys_against_the_shards(labelled
     assert err.strip().splitlines() == [f"BAD {work}/valid.samples: sample table does not match the manifest (size or sha256)"]
     # a table of the same keys in another order, recorded with its own sha256: its keys are compared
     shutil.copy(output / "valid.samples", table)
-    import msgpack
-
-    stored = msgpack.unpackb((output / "valid.samples").read_bytes(), raw=False)
+    stored = msgpack.unpackb(zstandard.decompress((output / "valid.samples").read_bytes()), raw=False)
     keys, _ = read_sample_table(output, "valid")
     swapped = [keys[1], keys[0], *keys[2:]]
-    import numpy as np
-
     stored["keys"] = "".join(swapped).encode()
     stored["key_ends"] = np.cumsum([len(k) for k in swapped]).astype("<u8").tobytes()
-    packed = msgpack.packb(stored, use_bin_type=True)
+    packed = zstandard.compress(msgpack.packb(stored, use_bin_type=True))
     table.write_bytes(packed)
     manifest = read_manifest(work)
     manifest["tables"]["sample_tables"]["valid"].update(bytes=len(packed), sha256=hashlib.sha256(packed).hexdigest())
@@ -264,3 +263,50 @@ def test_upload_takes_the_tables_along_checked(labelled, tmp_path):
     with pytest.raises(UploadError, match=r"train.samples: local sample table does not match its manifest row"):
         wdsprep.upload.upload(str(broken), f"file://{tmp_path / 'elsewhere'}", workers=1, retries=0)
     assert not (tmp_path / "elsewhere" / "manifest.json").exists()
+
+
+def _plant_table(work, split, data):
+    """`data` as the split's table, recorded in the manifest with its own size and sha256 (a hostile
+    dataset is consistent with itself)."""
+    (work / f"{split}.samples").write_bytes(data)
+    manifest = read_manifest(work)
+    manifest["tables"]["sample_tables"][split].update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+    (work / "manifest.json").write_text(json.dumps(manifest))
+
+
+def _table_of(keys, **changes):
+    ends = np.cumsum([len(k) for k in keys]).astype("<u8").tobytes()
+    table = {"format": "wdsprep-samples/1", "split": "valid", "count": len(keys), "keys": b"".join(keys),
+             "key_ends": ends, "fields": {}, **changes}
+    return zstandard.compress(msgpack.packb(table, use_bin_type=True))
+
+
+@pytest.mark.parametrize("case", ["bomb", "garbage", "plain msgpack", "count", "ends backwards", "not utf-8"])
+def test_a_hostile_table_is_one_line_in_bounded_memory(labelled, tmp_path, case):
+    """A table that inflates far beyond what 11 samples need (a 256 MB zstd bomb) is refused after at
+    most its bound is read; a broken one is one `ManifestError` line naming it."""
+    import tracemalloc
+
+    _, _, output = labelled
+    work = tmp_path / "out"
+    shutil.copytree(output, work)
+    keys = [key.encode() for key in read_sample_table(output, "valid")[0]]
+    data = {
+        "bomb": zstandard.compress(bytes(256 << 20)),
+        "garbage": b"\x28\xb5\x2f\xfd" + bytes(range(200)),
+        "plain msgpack": msgpack.packb({"format": "wdsprep-samples/1"}),
+        "count": _table_of(keys[:-1], count=len(keys)),
+        "ends backwards": _table_of(keys, key_ends=np.array([4, 2] + [len(b"".join(keys))] * (len(keys) - 2), "<u8").tobytes()),
+        "not utf-8": _table_of([b"\xff\xfe" + key[2:] for key in keys]),
+    }[case]
+    _plant_table(work, "valid", data)
+    wdsprep.dataset(str(output), "valid", keys=["k001"])  # the modules a dataset imports, before the count
+    tracemalloc.start()
+    try:
+        with pytest.raises(wdsprep.ManifestError) as caught:
+            wdsprep.dataset(str(work), "valid", keys=["k001"])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert str(caught.value).startswith(f"{work}/valid.samples: sample table is unreadable (") and "\n" not in str(caught.value)
+    assert peak < 32 << 20, peak

@@ -900,3 +900,9 @@ MUTATIONS += [
              "src/wdsprep/upload.py", (("rows = shards + _table_rows(manifest)", "rows = shards"),),
              TABLES + ("tests/objectstore/test_upload_oracle.py",)),
 ]
+MUTATIONS += [
+    Mutation("table-inflate-unbounded", "a sample table is inflated whatever size its frame declares (a zstd bomb allocated)",
+             "src/wdsprep/shards/samples.py",
+             (("table = msgpack.unpackb(_inflate(data, inflate_bound(count, fields)), raw=False)",
+               "table = msgpack.unpackb(decompressor().decompress(data), raw=False)"),), TABLES),
+]

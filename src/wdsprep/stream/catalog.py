@@ -139,7 +139,7 @@ class Catalog:
         total = int(self.sizes.sum())
         kept = np.ones(total, dtype=bool)
         if selection.keys is not None or selection.select is not None:
-            table = sample_table(self.manifest, self.split, fields=selection.select is not None)
+            table = sample_table(self.manifest, self.split)
             if selection.keys is not None:
                 position = table.positions()
                 missing = [key for key in selection.keys if key not in position]

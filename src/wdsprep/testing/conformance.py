@@ -248,12 +248,14 @@ MISSING = {"<i8": -1, "|b1": False, "<f8": float("nan")}  # a sample without the
 
 
 def read_sample_table(output: pathlib.Path, split: str) -> tuple[list[str], dict[str, list]]:
-    """(keys, {field: values}) of a split's `<split>.samples`, decoded here with `msgpack` and
-    `struct` only, after checking its size and sha256 against the manifest's record."""
+    """(keys, {field: values}) of a split's `<split>.samples`, decoded here with `zstandard`, `msgpack`
+    and `struct` only, after checking its size and sha256 against the manifest's record."""
     entry = read_manifest(output)["tables"]["sample_tables"][split]
     data = (output / entry["file"]).read_bytes()
     assert (entry["file"], len(data), hashlib.sha256(data).hexdigest()) == (f"{split}.samples", entry["bytes"], entry["sha256"])
-    table = msgpack.unpackb(data, raw=False)
+    import zstandard
+
+    table = msgpack.unpackb(zstandard.ZstdDecompressor().decompress(data), raw=False)
     assert (table["format"], table["split"]) == ("wdsprep-samples/1", split)
     ends = struct.unpack(f"<{table['count']}Q", table["key_ends"])
     keys = [table["keys"][a:b].decode() for a, b in zip((0, *ends[:-1]), ends)]
