@@ -191,13 +191,29 @@ def _upload(directories: dict, endpoint: str) -> None:
                 client.upload_file(str(path), "bench", f"{system}/{path.relative_to(directories[system])}")
 
 
-def _measure(job: dict, env: dict) -> dict:
+def run_child(script: str, job: dict, env: dict | None = None) -> dict:
+    """`python benchmarks/<script> child JOB` in a fresh process: its result (the last line of its
+    output, JSON); a RuntimeError with its stderr's tail when it fails."""
     here = pathlib.Path(__file__).resolve().parent
-    result = subprocess.run([sys.executable, str(here / "bench_remote.py"), "child", json.dumps(job)], env=env,
+    result = subprocess.run([sys.executable, str(here / script), "child", json.dumps(job)], env=env,
                             capture_output=True, text=True, timeout=1800, cwd=here)
     if result.returncode != 0:
-        raise RuntimeError(f"{job['system']} {job['workers']} workers failed:\n{result.stderr[-3000:]}")
+        raise RuntimeError(f"{job.get('system', job)} failed:\n{result.stderr[-3000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _measure(job: dict, env: dict) -> dict:
+    return run_child("bench_remote.py", job, env)
+
+
+def main(child, run) -> None:
+    """A bench that measures in fresh processes: `python <bench>.py child JOB` runs `child(job)` and
+    prints its result as JSON (what `run_child` reads); `python <bench>.py [WORKDIR]` runs the bench."""
+    if len(sys.argv) > 2 and sys.argv[1] == "child":
+        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+        print(json.dumps(child(json.loads(sys.argv[2]))))
+    else:
+        print(run(pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "bench-work")))
 
 
 def run(workdir: pathlib.Path) -> str:
@@ -315,8 +331,4 @@ def _report(cells: dict, data_bytes: dict) -> str:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 2 and sys.argv[1] == "child":
-        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-        print(json.dumps(child(json.loads(sys.argv[2]))))
-    else:
-        print(run(pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "bench-work")))
+    main(child, run)

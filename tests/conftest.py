@@ -32,3 +32,17 @@ def s3_server():
 
     with S3Server() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def labelled_conversion(tmp_path_factory):
+    """(input folder, its values, the output folder): tests/core/selectdata.py's labelled generic input
+    converted once by `wdsprep pipeline` with its index fields (the selection and sample-table tests
+    share it and never change it: tests that do work on a copy)."""
+    from tests.core.selectdata import convert_with_fields, write_labelled_input
+
+    root = tmp_path_factory.mktemp("labelled")
+    values = write_labelled_input(root / "in")
+    status, _, err = convert_with_fields(root / "in", root / "out")
+    assert status == 0, err
+    return root / "in", values, root / "out"

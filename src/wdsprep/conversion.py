@@ -20,6 +20,16 @@ it returns (a caller may then delete the unit's native input, as fetch does with
 The manifest is removed when a `Conversion` opens with work to do and written only by `finish`,
 when every unit is done, so a manifest never lists a shard that was not written and verified.
 
+Sample tables. A unit's result also carries its samples' keys and index field values, in the order
+it wrote them (`UnitResult.samples`; the fields are `ConvertOptions.index_fields`, else the source's
+`Source.index_fields`, each value from `Source.index_values` or the sample: `shards.samples`), and is
+journaled with them, so a resumed run has every unit's keys and values without reading a shard. A
+recorded unit is reused only when it holds the fields this run indexes (a unit recorded with other
+fields, or by a wdsprep that kept none, is built again: its shards come out byte for byte the same).
+`finish` concatenates them in plan order, which is the manifest's order of shards and samples,
+into one `<split>.samples` file per split, written (atomically) before the manifest and recorded in
+its `tables["sample_tables"]`: the same bytes on any executor and worker count, and after a resume.
+
 Nothing is done before every option is checked (`wdsprep.options.ConvertOptions`: one line naming
 a bad value, the output not yet touched) and the plan passes the core's rules
 (`sources.base.check_plan`: split names, a split without samples reported, nothing to convert
@@ -51,7 +61,11 @@ from .progress import Progress, human_bytes
 from .shards.codec import Encoder
 from .shards.index import has_index
 from .shards.journal import UnitJournal, UnitResult, load_units, written_by_conversion
-from .shards.manifest import MANIFEST_NAME, Manifest, shard_name_pattern
+from .shards.manifest import MANIFEST_NAME, SPLIT_NAME, Manifest, shard_name_pattern
+from .shards.samples import SUFFIX as TABLE_SUFFIX
+from .shards.samples import TABLE as SAMPLE_TABLES
+from .shards.samples import file_name as table_file_name
+from .shards.samples import sample_values, split_table
 from .shards.writer import ShardWriter
 from .sources.base import Plan, PlanContext, Unit, UnitContext, check_converted, check_plan
 from .sources.registry import load_source
@@ -82,13 +96,21 @@ def build_unit(source_id: str, unit: Unit, core: ConvertOptions, options: dict, 
         encoder=encoder,
         on_complete=lambda path, row: written.append(path),  # published once the unit is complete
     )
+    names = core.index_fields or ()
+    keys: list[str] = []
+    columns: dict[str, list] = {name: [] for name in names}
     with writer:
         for key, fields in source.build(unit, ctx):
+            values = sample_values(key, fields, names, source.index_values(key, fields) if names else {})
             writer.write(key, fields)
+            keys.append(key)
+            for name, value in zip(names, values):
+                columns[name].append(value)
     for path, row in zip(written, writer.rows):
         store.publish(path, row.name)
     rows = [dict(row.as_dict(), unit=unit.index) for row in writer.rows]
-    return UnitResult(unit.split, unit.index, digest, rows, ctx.problems, ctx.tables, unit.input_bytes)
+    return UnitResult(unit.split, unit.index, digest, rows, ctx.problems, ctx.tables, unit.input_bytes,
+                      {"keys": keys, "fields": columns})
 
 
 def unverified_shards(store, rows: list[dict], *, full: bool) -> list[str]:
@@ -119,7 +141,9 @@ class Conversion:
                  identities: Sequence[Unit] | None = None):
         self.source_id, self.input, self.store, self.plan = source_id, input, store, plan
         self.source = load_source(source_id)
-        self.core, self.options = core, dict(options)
+        # the index fields this run records: the conversion's, else the source's defaults
+        fields = core.index_fields if core.index_fields is not None else tuple(self.source.index_fields)
+        self.core, self.options = core.replace(index_fields=tuple(fields)), dict(options)
         self.problems = list(problems)
         self.config = dict(plan.config, **core.config())
         self.fingerprint = _digest([input_mode, list(inputs)])
@@ -132,7 +156,8 @@ class Conversion:
         self._done: dict[str, UnitResult] = {}
         for digest in self._digests.values():
             record = previous.get(digest)
-            if record is not None and not unverified_shards(store, record.rows, full=True):
+            if record is not None and _holds_samples(record, self.core.index_fields) \
+                    and not unverified_shards(store, record.rows, full=True):
                 self._done[digest] = record
         self.reused = len(self._done)
         self.reused_bytes = sum(record.input_bytes for record in self._done.values())
@@ -197,6 +222,7 @@ class Conversion:
         tables.update(self.source.finalize(self.plan, [r.tables for r in results]))
         problems = self.problems + [p for r in results for p in r.problems]
         splits = check_converted(splits, self.plan, problems, self.input)  # a split whose every item was skipped
+        tables[SAMPLE_TABLES] = self._write_sample_tables(splits, results)  # before the manifest: it is last
         manifest = Manifest(
             source=self.source_id,
             config=self.config,
@@ -215,6 +241,36 @@ class Conversion:
         if warning is not None:
             warnings.warn(warning, UserWarning, stacklevel=2)  # the output is valid: said, not refused
         return manifest
+
+
+    def _write_sample_tables(self, splits: dict[str, list[dict]], results: list[UnitResult]) -> dict:
+        """Write each converted split's `<split>.samples` (its units' keys and values in plan order:
+        the manifest's order); returns the manifest's records of them."""
+        keys: dict[str, list[str]] = {split: [] for split in splits}
+        columns: dict[str, dict[str, list]] = {split: {name: [] for name in self.core.index_fields} for split in splits}
+        for unit, result in zip(self.plan.units, results):
+            if unit.split in keys:
+                keys[unit.split] += result.samples["keys"]
+                for name, values in result.samples["fields"].items():
+                    columns[unit.split][name] += values
+        tables = {split: split_table(split, keys[split], columns[split]) for split in sorted(splits)}  # all or nothing
+        held = {name for _, entry in tables.values() for name in entry["fields"]}
+        for name in self.core.index_fields:
+            if name not in held:
+                warnings.warn(f"index field {name!r} is in no sample of any split: it is not indexed", UserWarning,
+                              stacklevel=3)
+        for split, (data, _) in tables.items():
+            self.store.write_bytes(table_file_name(split), data)
+        return {split: entry for split, (_, entry) in tables.items()}
+
+
+def _holds_samples(record: UnitResult, fields: tuple) -> bool:
+    """Whether a recorded unit carries its samples' keys and exactly these index fields."""
+    samples = record.samples
+    return (isinstance(samples, dict) and isinstance(samples.get("keys"), list)
+            and len(samples["keys"]) == sum(row["samples"] for row in record.rows)
+            and isinstance(samples.get("fields"), dict) and sorted(samples["fields"]) == sorted(fields)
+            and all(len(values) == len(samples["keys"]) for values in samples["fields"].values()))
 
 
 def convert(source_id: str, input: str, output: str, *, quiet: bool = True, options: ConvertOptions | None = None,
@@ -318,12 +374,15 @@ def _describe_items(items: list) -> str:
 
 
 def _remove_stale_shards(store: Store, splits: dict[str, list[dict]]) -> None:
-    """Delete shards of the converted splits left by an earlier, different conversion (in stores
-    that can list their objects; elsewhere they stay, unlisted by the manifest)."""
+    """Delete shards of the converted splits left by an earlier, different conversion, and sample
+    tables of splits this one does not hold (in stores that can list their objects; elsewhere they
+    stay, unlisted by the manifest)."""
     if not store.supports_listing:
         return
     listed = {row["name"] for rows in splits.values() for row in rows}
     rules = [shard_name_pattern(split) for split in splits]
     for name in store.list_names():
-        if name not in listed and any(rule.fullmatch(name) for rule in rules):
+        stale_table = name.endswith(TABLE_SUFFIX) and SPLIT_NAME.fullmatch(name.removesuffix(TABLE_SUFFIX)) \
+            and name.removesuffix(TABLE_SUFFIX) not in splits
+        if stale_table or (name not in listed and any(rule.fullmatch(name) for rule in rules)):
             store.delete(name)

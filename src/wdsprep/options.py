@@ -2,7 +2,8 @@
 
 `ConvertOptions` is a frozen dataclass of the core's options: what the shards' bytes depend on
 (`shard_bytes`, `codec`, `zstd_level`, `on_error`: `config()`, recorded in the manifest) and how the
-run goes (`workers`, `executor` and its `executor_options`, `fingerprint`, `splits`). Its field
+run goes (`workers`, `executor` and its `executor_options`, `fingerprint`, `splits`), and `index_fields`, what
+each split's sample table records besides the keys (shards/samples.py; not the shards' bytes). Its field
 defaults are the only defaults: `wdsprep.conversion.convert`'s keywords, `wdsprep convert`'s flags
 (`cli`), a `wdsprep pipeline` spec and rawnind's `fetch --convert` all start from them. A source's
 own options (`--tile-size`, ...) are never mixed in: `ConvertOptions.split` takes a mapping apart
@@ -19,12 +20,16 @@ Invariants of a checked `ConvertOptions`:
   `wdsprep.sizes.parse_size`; `0` is refused);
 - `zstd_level` is an integer zstd accepts, `MIN_ZSTD_LEVEL` (fastest) to `MAX_ZSTD_LEVEL` (smallest);
 - `on_error` is one of `ON_ERROR`; `workers` an integer; `splits` a tuple of split names or None;
+- `index_fields` is None (the source's `Source.index_fields`) or a tuple of distinct field names, each a
+  field or a dotted path of Python identifiers (`label`, `meta.episode`: what a `select=` expression
+  names), given as a list or as one comma-separated string (`"label,meta.iso"`; `""`: keys only);
 - a local output directory never lies inside (or is) the local input directory (`check_run_options`):
   its shards would be read back as input by the next run.
 """
 from __future__ import annotations
 
 import dataclasses
+import keyword
 import os
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
@@ -56,6 +61,10 @@ class ConvertOptions:
     executor_options: dict = field(default_factory=dict)  # that executor's own options (Ray: address, retries, ...)
     fingerprint: str | None = None  # how changed inputs are found (`wdsprep.inputs.MODES`); None: the source's
     splits: tuple | None = None  # convert only these splits
+    # per-sample fields recorded in each split's sample table for selections (`select="label == 3"`):
+    # None: the source's defaults (`Source.index_fields`); () : keys only. Not in `config()`: the
+    # shards' bytes do not depend on it (a unit recorded with other fields is built again)
+    index_fields: tuple | None = None
 
     CONFIG: ClassVar[tuple] = ("shard_bytes", "codec", "zstd_level", "on_error")  # what the bytes depend on
 
@@ -98,6 +107,7 @@ class ConvertOptions:
         for split in splits or ():
             check_split_name(split, "--split", ConfigError)
         return self.replace(shard_bytes=shard_bytes, zstd_level=level, on_error=on_error, splits=splits,
+                            index_fields=check_index_fields(self.index_fields),
                             workers=_integer(self.workers, "--workers"), executor_options=dict(self.executor_options or {}))
 
 
@@ -111,6 +121,23 @@ def _integer(value: Any, option: str) -> int:
         return int(value)
     except ValueError:
         raise ConfigError(f"{option} must be an integer (got {value!r})") from None
+
+
+def check_index_fields(fields: Any) -> tuple[str, ...] | None:
+    """`index_fields` as a tuple of checked names (None stays None: the source's defaults)."""
+    if fields is None:
+        return None
+    if isinstance(fields, str):
+        fields = [name.strip() for name in fields.split(",") if name.strip()]
+    elif not isinstance(fields, (list, tuple)) or not all(isinstance(name, str) for name in fields):
+        raise ConfigError(f"--index-fields must be field names, as a list or comma-separated (got {fields!r})")
+    for name in fields:
+        if not all(part.isidentifier() and not keyword.iskeyword(part) for part in name.split(".")):
+            raise ConfigError(f"--index-fields: {name!r} is not a field name or a dotted path of names "
+                              "(such as label or meta.episode)")
+    if len(set(fields)) != len(fields):
+        raise ConfigError(f"--index-fields: {next(n for n in fields if fields.count(n) > 1)!r} is named twice")
+    return tuple(fields)
 
 
 def check_run_options(options: ConvertOptions, *, input: str, output: str):

@@ -29,8 +29,12 @@ output). Order of events, so that nothing is lost and an interrupted run resumes
    run replaced it but never wrote the manifest) is recognised, and is not written again when it
    belongs to the row: its samples followed by zeros have the row's sha256, or its index says
    `reindexed_from` the row's sha256 (a damaged byte since then fails its own index, so it is named);
-3. when every shard is done, `_units.json` (so a later `convert` re-run still reuses the units) and
-   then `manifest.json` get the new rows, last.
+3. when every shard is done, each split without a sample table that checks out (an older conversion
+   has none) gets one, of keys only (read from the shards' indexes; the fields a conversion indexes
+   come from the samples as the source built them, so indexing fields means converting again):
+   `<split>.samples`, written atomically; then `_units.json` (so a later `convert` re-run still
+   reuses the units: records without their samples get their keys) and then `manifest.json` get the
+   new rows and tables, last.
 Between 2 and 3 the manifest still lists the old rows: a reader of a replaced shard then gets a
 `ShardError` (size or sha256), never a wrong sample. One run at a time per local directory (the
 conversion's lock, held as "wdsprep reindex", which a second run's refusal names).
@@ -46,11 +50,15 @@ from .progress import Progress
 from .shards.index import has_index
 from .shards.journal import replace_unit_rows, written_by_conversion
 from .shards.manifest import MANIFEST_NAME, Manifest
+from .shards.samples import TABLE as SAMPLE_TABLES
+from .shards.samples import SampleTable, split_table, table_entry
+from .shards.samples import file_name as table_file_name
 from .shards.tarformat import BLOCK, TarCursor, header, padding, sample_members
 from .shards.writer import ShardFile
 from .storage import BUFFER, Store, open_store, open_url
 from .stream.manifests import load_manifest
 from .stream.read import Sha256Reader
+from .stream.samples import shard_keys
 
 
 @dataclass
@@ -60,10 +68,12 @@ class ReindexReport:
     resumed: list[str] = field(default_factory=list)  # shards an interrupted run had indexed already
     had_index: int = 0
     bad: list[str] = field(default_factory=list)  # one line per shard left as it was
+    tables: list[str] = field(default_factory=list)  # splits given a sample table (keys only)
 
     def summary(self) -> str:
+        tables = f", {len(self.tables)} sample tables written (keys only)" if self.tables else ""
         return (f"{len(self.indexed) + len(self.resumed)} shards indexed, {self.had_index} had an index already, "
-                f"{len(self.bad)} left as they were; manifest at {self.url.rstrip('/')}/{MANIFEST_NAME}")
+                f"{len(self.bad)} left as they were{tables}; manifest at {self.url.rstrip('/')}/{MANIFEST_NAME}")
 
 
 def reindex(location: str, *, quiet: bool = True) -> ReindexReport:
@@ -94,10 +104,36 @@ def reindex(location: str, *, quiet: bool = True) -> ReindexReport:
                 progress.advance(1, row["bytes"])
         finally:
             progress.close()
-        if new_rows:
-            replace_unit_rows(store, new_rows)
+        unindexed = {split for split, rows in manifest.splits.items() if not all(map(has_index, rows))}
+        keys = _write_sample_tables(store, manifest, [split for split in sorted(manifest.splits) if split not in unindexed])
+        report.tables = sorted({split for split, _ in keys.values()})
+        if new_rows or keys:
+            replace_unit_rows(store, new_rows, {name: shard for name, (_, shard) in keys.items()})
             store.write_bytes(MANIFEST_NAME, manifest.dumps())
     return report
+
+
+def _write_sample_tables(store: Store, manifest: Manifest, splits: list[str]) -> dict[str, tuple[str, list[str]]]:
+    """Give each of `splits` whose sample table is missing or does not check out a table of keys
+    only, read from its shards' indexes, and record it in `manifest`; returns shard name -> (split,
+    its keys) for the shards of those splits."""
+    found: dict[str, tuple[str, list[str]]] = {}
+    for split in splits:
+        entry = table_entry(manifest, split)
+        if entry is not None:
+            try:
+                SampleTable.load(manifest, split, entry)
+                continue
+            except ManifestError:
+                pass  # missing or damaged: rebuilt of keys, as for an older conversion
+        keys = []
+        for url, row in zip(manifest.shard_urls(split), manifest.shards(split)):
+            found[row["name"]] = (split, shard_keys(url, row))
+            keys += found[row["name"]][1]
+        data, record = split_table(split, keys, {})
+        store.write_bytes(table_file_name(split), data)
+        manifest.tables.setdefault(SAMPLE_TABLES, {})[split] = record
+    return found
 
 
 MAX_ZERO_TAIL = 1 << 20  # zero bytes after the samples believed at most (beyond their own size): tar records of 1 MiB

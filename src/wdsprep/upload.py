@@ -13,6 +13,10 @@ Order of events, so that a reader never sees a half-uploaded dataset:
    stopped and uploads nothing twice; every uploaded object is re-read and hashed against the
    manifest (`--verify content`, the default) or checked by size and stored sha256 (`metadata`);
 3. `manifest.json` is written last, only when every shard checked out.
+Each split's sample table (`<split>.samples`, shards/samples.py) goes up like a shard, checked
+against the sha256 the manifest records (locally before, at the destination after), in steps 1-2:
+a table missing or different at the destination hides the manifest as a shard does, and the manifest
+never lists a table that is not there.
 """
 from __future__ import annotations
 
@@ -24,7 +28,9 @@ from dataclasses import dataclass, field
 from .errors import ConfigError, ManifestError, UploadError, WdsprepError
 from .progress import Progress
 from .shards.manifest import MANIFEST_NAME, Manifest
-from .storage import Store, file_sha256, local_path, open_store
+from .shards.samples import SUFFIX as TABLE_SUFFIX
+from .shards.samples import TABLE as SAMPLE_TABLES
+from .storage import Store, describe, file_sha256, local_path, open_store
 
 
 @dataclass
@@ -33,6 +39,7 @@ class UploadReport:
     uploaded: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     verified: list[str] = field(default_factory=list)
+    tables: list[str] = field(default_factory=list)  # sample tables checked at the destination (uploaded or there)
     bytes_uploaded: int = 0
     manifest_written: bool = False
     seconds: float = 0.0
@@ -40,7 +47,7 @@ class UploadReport:
     def summary(self) -> str:
         return (
             f"{len(self.uploaded)} shards uploaded ({self.bytes_uploaded / 1e6:.1f} MB), "
-            f"{len(self.skipped)} already there, {len(self.verified)} verified; "
+            f"{len(self.skipped)} already there, {len(self.verified)} verified, {len(self.tables)} sample tables; "
             f"manifest at {self.url.rstrip('/')}/{MANIFEST_NAME} ({self.seconds:.1f} s)"
         )
 
@@ -59,6 +66,16 @@ def _already_there(store: Store, row: dict, recheck: bool) -> bool:
     return digest == row["sha256"]
 
 
+def _what(row: dict) -> str:
+    return "sample table" if row["name"].endswith(TABLE_SUFFIX) else "shard"
+
+
+def _table_rows(manifest: Manifest) -> list[dict]:
+    """The manifest's sample tables as rows {name, bytes, sha256}, uploaded and checked like shards."""
+    return [{"name": entry["file"], "bytes": entry["bytes"], "sha256": entry["sha256"]}
+            for _, entry in sorted((manifest.tables.get(SAMPLE_TABLES) or {}).items())]
+
+
 def _upload_shard(store: Store, directory: str, row: dict, *, verify: str, retries: int) -> bool:
     """Upload one shard (known not to be at the destination) and verify it; True when done."""
     name = row["name"]
@@ -66,9 +83,10 @@ def _upload_shard(store: Store, directory: str, row: dict, *, verify: str, retri
     try:
         size = os.path.getsize(local)
     except FileNotFoundError:
-        raise UploadError(f"{local}: shard listed in the manifest is missing locally") from None
+        raise UploadError(f"{local}: {_what(row)} listed in the manifest is missing locally") from None
     if size != row["bytes"] or file_sha256(local) != row["sha256"]:
-        raise UploadError(f"{local}: local shard does not match its manifest row (size or sha256); run `wdsprep verify`")
+        raise UploadError(f"{local}: local {_what(row)} does not match its manifest row (size or sha256); "
+                          "run `wdsprep verify`")
     delay = 0.5
     last: BaseException | None = None
     for attempt in range(retries + 1):
@@ -118,7 +136,8 @@ def upload(
     except FileNotFoundError:
         raise ManifestError(f"{manifest_path}: no manifest (is the conversion complete?)") from None
     manifest = Manifest.loads(manifest_bytes, manifest_path)
-    rows = [row for split in sorted(manifest.splits) for row in manifest.splits[split]]
+    shards = [row for split in sorted(manifest.splits) for row in manifest.splits[split]]
+    rows = shards + _table_rows(manifest)
 
     store = open_store(url, multipart_bytes=multipart_bytes, part_bytes=part_bytes)
     destination = local_path(store.url)
@@ -142,8 +161,11 @@ def upload(
     progress = Progress(f"upload to {store.url}", len(rows), sum(r["bytes"] for r in rows), quiet=quiet)
     for row, there in zip(rows, present):
         if there:
-            report.skipped.append(row["name"])
-            report.verified.append(row["name"])
+            if _what(row) == "shard":
+                report.skipped.append(row["name"])
+                report.verified.append(row["name"])
+            else:
+                report.tables.append(row["name"])
             progress.advance(1, row["bytes"])
     with futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="wdsprep-upload") as pool:
         pending = {
@@ -154,9 +176,12 @@ def upload(
             for future in futures.as_completed(pending):
                 row = pending[future]
                 future.result()
-                report.uploaded.append(row["name"])
                 report.bytes_uploaded += row["bytes"]
-                report.verified.append(row["name"])
+                if _what(row) == "shard":
+                    report.uploaded.append(row["name"])
+                    report.verified.append(row["name"])
+                else:
+                    report.tables.append(row["name"])
                 progress.advance(1, row["bytes"])
         except BaseException:
             for future in pending:
@@ -173,5 +198,6 @@ def upload(
     report.uploaded.sort()
     report.skipped.sort()
     report.verified.sort()
+    report.tables.sort()
     report.seconds = time.time() - started
     return report

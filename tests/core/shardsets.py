@@ -91,8 +91,11 @@ INDEX_FIELDS = ("index_offset", "index_bytes", "index_digest")
 
 
 def make_older(output: pathlib.Path) -> None:
-    """Turn a conversion into what an older wdsprep wrote: shards without their index member."""
+    """Turn a conversion into what an older wdsprep wrote: shards without their index member, no
+    sample tables (nor their keys in `_units.json`)."""
     manifest = read_manifest(output)
+    for split in manifest["tables"].pop("sample_tables", {}):
+        (output / f"{split}.samples").unlink()
     older: dict[str, dict] = {}
     for entry in manifest["splits"].values():
         for row in entry["shards"]:
@@ -110,4 +113,5 @@ def make_older(output: pathlib.Path) -> None:
     records = [json.loads(line) for line in lines[1:]]
     for record in records:
         record["rows"] = [{key: value for key, value in older[row["name"]].items() if key != "unit_digest"} for row in record["rows"]]
+        record.pop("samples", None)
     (output / "_units.json").write_text("\n".join([lines[0], *(json.dumps(r, sort_keys=True) for r in records)]) + "\n")

@@ -918,3 +918,50 @@ MUTATIONS += [
                "            out.append((options, connections))"),),
              ("tests/objectstore/test_mix_read_ahead.py",)),
 ]
+
+# -- issue 38: selections (keys, select, fraction, limit) planned on the per-split sample table
+SELECT_ORACLE = ("tests/core/test_select_oracle.py",)
+TABLES = ("tests/core/test_sample_tables.py",)
+MUTATIONS += [
+    Mutation("select-lt-as-le", "a selection's `<` keeps the samples equal to its literal (`<=`)",
+             "src/wdsprep/stream/select.py", (("ast.Lt: operator.lt,", "ast.Lt: operator.le,"),), SELECT_ORACLE),
+    Mutation("fraction-other-subset", "fraction= keeps the last round(f * n) of the seeded permutation, not the first",
+             "src/wdsprep/stream/catalog.py",
+             (("positions[rng.permutation(len(positions))[:count]]",
+               "positions[rng.permutation(len(positions))[len(positions) - count:]]"),), SELECT_ORACLE),
+    Mutation("limit-off-by-one", "limit=n keeps n + 1 samples", "src/wdsprep/stream/catalog.py",
+             (("positions = positions[: selection.limit]", "positions = positions[: selection.limit + 1]"),),
+             SELECT_ORACLE),
+    Mutation("keys-digest-ordered", "a keys selection's state records the keys in the order given (the same set refused)",
+             "src/wdsprep/stream/catalog.py", (("distinct = sorted(set(self.keys))", "distinct = list(self.keys)"),),
+             SELECT_ORACLE),
+    Mutation("state-selection-unchecked", "load_state_dict accepts a state saved under another selection",
+             STATE, (('"dataset", "selection", "shuffle_shards"', '"dataset", "shuffle_shards"'),), SELECT_ORACLE),
+    Mutation("table-units-reversed", "the sample table lists a split's units in reverse order (not the manifest's)",
+             "src/wdsprep/conversion.py",
+             (("        for unit, result in zip(self.plan.units, results):\n            if unit.split in keys:",
+               "        for unit, result in zip(self.plan.units[::-1], results[::-1]):\n            if unit.split in keys:"),),
+             TABLES + ("tests/core/test_generic_conformance.py",)),
+    Mutation("table-value-misplaced", "a table column's values shifted by one sample (each key gets its neighbour's value)",
+             "src/wdsprep/shards/samples.py",
+             (("columns[name] = _column(name, list(values))", "columns[name] = _column(name, list(values)[1:] + list(values)[:1])"),),
+             TABLES + SELECT_ORACLE),
+    Mutation("table-journal-fields-unchecked", "a unit journaled with other index fields is reused (its table columns missing)",
+             "src/wdsprep/conversion.py",
+             (('and sorted(samples["fields"]) == sorted(fields)', ""),), TABLES),
+    Mutation("table-file-unchecked", "a manifest's sample table record may name any file (a path outside the dataset)",
+             "src/wdsprep/shards/samples.py",
+             (('    if entry.get("file") != file_name(str(split)):\n', '    if not str(entry.get("file")).endswith(".samples"):\n'),),
+             TABLES),
+    Mutation("verify-table-keys-unchecked", "verify accepts a sample table whose keys are not the shards' keys",
+             "src/wdsprep/stream/verify.py", (("if keys is not None and table.keys != keys:", "if False:"),), TABLES),
+    Mutation("upload-tables-left-behind", "upload leaves the sample tables behind (a manifest naming files not there)",
+             "src/wdsprep/upload.py", (("rows = shards + _table_rows(manifest)", "rows = shards"),),
+             TABLES + ("tests/objectstore/test_upload_oracle.py",)),
+]
+MUTATIONS += [
+    Mutation("table-inflate-unbounded", "a sample table is inflated whatever size its frame declares (a zstd bomb allocated)",
+             "src/wdsprep/shards/samples.py",
+             (("table = msgpack.unpackb(_inflate(data, inflate_bound(count, fields)), raw=False)",
+               "table = msgpack.unpackb(decompressor().decompress(data), raw=False)"),), TABLES),
+]

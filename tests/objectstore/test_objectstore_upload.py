@@ -27,6 +27,12 @@ def _manifest_rows(shard_dir):
     return [row for split in manifest["splits"].values() for row in split["shards"]]
 
 
+def _table_rows(shard_dir):
+    """Each split's sample table, as an upload writes it beside the shards."""
+    manifest = json.loads((shard_dir / "manifest.json").read_bytes())
+    return [{"name": entry["file"], "sha256": entry["sha256"]} for entry in manifest["tables"]["sample_tables"].values()]
+
+
 def _object_sha256(client, bucket, key):
     return hashlib.sha256(client.get_object(Bucket=bucket, Key=key)["Body"].read()).hexdigest()
 
@@ -105,9 +111,10 @@ def test_upload_killed_halfway_then_rerun_uploads_nothing_twice(s3, bucket, gene
     watcher.stop.set()
     watcher.join(timeout=DEADLINE)
     assert result.returncode == 0, result.stderr
-    assert f"{len(present)} already there" in result.stdout
+    assert f"{sum(name.endswith('.tar') for name in present)} already there" in result.stdout
 
-    # nothing uploaded twice: one completed write per shard over both runs, the manifest once
+    # nothing uploaded twice: one completed write per shard and sample table over both runs, the manifest once
+    rows += _table_rows(generic_shards)
     uploads = s3.completed_uploads(bucket)
     assert uploads == {f"generic/{row['name']}": 1 for row in rows} | {"generic/manifest.json": 1}
     assert all(first_run.get(key, 0) <= 1 for key in first_run)

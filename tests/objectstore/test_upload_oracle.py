@@ -18,6 +18,14 @@ def _rows(shard_dir):
     return [row for split in sorted(manifest["splits"]) for row in manifest["splits"][split]["shards"]]
 
 
+def _files(shard_dir):
+    """What an upload writes besides the manifest: the shards, and each split's sample table."""
+    manifest = json.loads((shard_dir / "manifest.json").read_text())
+    tables = [{"name": entry["file"], "sha256": entry["sha256"]} for entry in manifest["tables"]["sample_tables"].values()]
+    assert len(tables) == len(manifest["splits"])
+    return _rows(shard_dir) + tables
+
+
 def _puts(s3, bucket, key):
     return [r for r in s3.requests if r["method"] == "PUT" and r["bucket"] == bucket and r["key"] == key
             and "uploadId" not in r["query"]]
@@ -88,7 +96,7 @@ class _DiskFullOncePerFile:
 
 
 def test_file_url_upload_never_leaves_a_partial_shard_under_its_name(generic_shards, tmp_path, monkeypatch):
-    rows = _rows(generic_shards)
+    rows = _files(generic_shards)
     destination = tmp_path / "copy"
     destination.mkdir()
     monkeypatch.setattr(shutil, "copyfileobj", _DiskFullOncePerFile(limit=1000))
@@ -108,7 +116,7 @@ def test_file_url_upload_never_leaves_a_partial_shard_under_its_name(generic_sha
 def test_file_url_upload_writes_beside_the_final_name_and_renames(generic_shards, tmp_path, monkeypatch):
     """While a shard is copied, its final name holds what it held before (nothing, or an older
     object that differs) -- never the bytes on their way -- and afterwards the new shard whole."""
-    rows = _rows(generic_shards)
+    rows = _files(generic_shards)
     destination = tmp_path / "copy"
     destination.mkdir()
     stale = rows[1]["name"]

@@ -55,12 +55,15 @@ def manifest_without_timing(directory) -> dict:
 
 
 def assert_same_output(a, b) -> None:
-    """Byte-identical shards (same names, same bytes) and manifests equal apart from `timing`."""
+    """Byte-identical shards (same names, same bytes) and sample tables, and manifests equal apart
+    from `timing`."""
     shards_a, shards_b = shard_bytes_of(a), shard_bytes_of(b)
     assert sorted(shards_a) == sorted(shards_b)
     assert len(shards_a) > 1
     for name in shards_a:
         assert shards_a[name] == shards_b[name], f"{name} differs"
+    tables = [{path.name: path.read_bytes() for path in sorted(pathlib.Path(d).glob("*.samples"))} for d in (a, b)]
+    assert tables[0] and tables[0] == tables[1], "sample tables differ"
     assert manifest_without_timing(a) == manifest_without_timing(b)
 
 

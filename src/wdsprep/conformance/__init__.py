@@ -25,7 +25,11 @@ then runs every test below against it. A new source is done when its subclass pa
 
 The contract (one test each):
 - The input made again (the same seed) at another path converts to the same shards, and the shard
-  bytes do not depend on `--workers` (inline vs. a process pool); the manifest rows agree.
+  bytes do not depend on `--workers` (inline vs. a process pool); the manifest rows and the sample
+  table files agree.
+- Each split's sample table (`<split>.samples`, read with msgpack and struct alone) lists the keys
+  of the split's shards in manifest order and the source's default index fields, a field read
+  through a msgpack member holding that member's value.
 - The manifest tells the truth about its shards, read back with `tarfile`, `hashlib` and `json`
   only (never wdsprep's own reader): names, sizes, sha256, sample counts, deterministic tar headers
   (mtime 0, uid/gid 0, no PAX, members of a sample adjacent and sorted, keys without dots), every
@@ -247,13 +251,61 @@ def shard_rows(output: pathlib.Path) -> dict[str, list[tuple]]:
 
 
 def assert_same_shards(expected: pathlib.Path, output: pathlib.Path, what: str) -> None:
-    """Same shard names and bytes (several of them), same manifest rows."""
+    """Same shard names and bytes (several of them), same manifest rows, same sample table files."""
     first, second = shard_bytes(expected), shard_bytes(output)
     assert sorted(first) == sorted(second), what
     assert len(first) > 1, "make_input/convert_args should give several shards"
     for name in first:
         assert first[name] == second[name], f"{name} differs: {what}"
     assert shard_rows(expected) == shard_rows(output), what
+    tables = {path.name: path.read_bytes() for path in sorted(expected.glob("*.samples"))}
+    assert tables and tables == {path.name: path.read_bytes() for path in sorted(output.glob("*.samples"))}, \
+        f"sample tables differ: {what}"
+
+
+MISSING = {"<i8": -1, "|b1": False, "<f8": float("nan")}  # a sample without the field (docs/format.md)
+
+
+def read_sample_table(output: pathlib.Path, split: str) -> tuple[list[str], dict[str, list]]:
+    """(keys, {field: values}) of a split's `<split>.samples`, decoded here with `zstandard`, `msgpack`
+    and `struct` only, after checking its size and sha256 against the manifest's record."""
+    entry = read_manifest(output)["tables"]["sample_tables"][split]
+    data = (output / entry["file"]).read_bytes()
+    assert (entry["file"], len(data), hashlib.sha256(data).hexdigest()) == (f"{split}.samples", entry["bytes"], entry["sha256"])
+    import zstandard
+
+    table = msgpack.unpackb(zstandard.ZstdDecompressor().decompress(data), raw=False)
+    assert (table["format"], table["split"]) == ("wdsprep-samples/1", split)
+    ends = struct.unpack(f"<{table['count']}Q", table["key_ends"])
+    keys = [table["keys"][a:b].decode() for a, b in zip((0, *ends[:-1]), ends)]
+    fields = {}
+    for name, column in table["fields"].items():
+        if "codes" in column:
+            codes = struct.unpack(f"<{table['count']}I", column["codes"])
+            fields[name] = [column["values"][code] for code in codes]
+        else:
+            letter = {"<i8": "q", "|b1": "?", "<f8": "d"}[column["dtype"]]
+            fields[name] = list(struct.unpack(f"<{table['count']}{letter}", column["data"]))
+    assert sorted(fields) == entry["fields"], split
+    return keys, fields
+
+
+def _dtype_of(value: Any) -> str:
+    return "|b1" if isinstance(value, bool) else "<i8" if isinstance(value, int) else "<f8"
+
+
+def member_field(members: dict[str, bytes], path: str) -> Any:
+    """A dotted path's value through a sample's msgpack member (`meta.episode`: member `meta.mp`),
+    decoded with `msgpack`; ... when the sample has no such member (not checkable here)."""
+    head, *rest = path.split(".")
+    if f"{head}.mp" not in members or not rest:
+        return ...
+    value = msgpack.unpackb(members[f"{head}.mp"], raw=False)
+    for part in rest:
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
 
 
 def _plant(copy: pathlib.Path, strays: tuple[str, ...]) -> list[tuple[str, str]]:
@@ -478,6 +530,34 @@ class SourceTests:
                         assert member.isfile(), member.name
                         assert (member.mtime, member.uid, member.gid, member.uname, member.gname) == (0, 0, 0, "", ""), member.name
                         assert not member.pax_headers, member.name
+
+    def test_the_sample_table_lists_every_sample_with_the_sources_index_fields(self, converted):
+        """Each split's `<split>.samples` (read with msgpack alone): the keys of the split's shards in
+        manifest order (tarfile), and the source's default index fields (`Source.index_fields`), each
+        held by some split; a field read through a msgpack member (`meta.x`) has the member's value."""
+        source = load_source(self.source)
+        manifest = read_manifest(converted)
+        assert sorted(manifest["tables"]["sample_tables"]) == sorted(manifest["splits"])
+        seen: set[str] = set()
+        for split, entry in manifest["splits"].items():
+            keys, fields = read_sample_table(converted, split)
+            samples = []
+            for row in entry["shards"]:
+                with tarfile.open(converted / row["name"]) as archive:
+                    for key, members in tar_samples(converted / row["name"]):
+                        samples.append((key, {m.name.partition(".")[2]: archive.extractfile(m).read() for m in members}))
+            assert keys == [key for key, _ in samples], f"{split}: table keys vs. the shards' samples"
+            assert set(fields) <= set(source.index_fields), split
+            seen |= set(fields)
+            for name, values in fields.items():
+                for (key, members), value in zip(samples, values, strict=True):
+                    expected = member_field(members, name)
+                    if expected is ...:
+                        continue
+                    if expected is None:
+                        expected = "" if isinstance(value, str) else MISSING[_dtype_of(value)]
+                    assert value == expected or (value != value and expected != expected), (split, key, name)
+        assert seen == set(source.index_fields), f"default index fields no split holds: {set(source.index_fields) - seen}"
 
     def test_every_shard_carries_its_index_when_units_roll_over_and_rebalance(self, tmp_path):
         """The shards a conversion writes when a unit outgrows `--shard-bytes` (it rolls over, and its

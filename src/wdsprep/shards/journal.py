@@ -2,7 +2,7 @@
 
 The first line holds the conversion config; each further line is one completed unit (`UnitResult`
 as JSON: its split and index, its digest, the rows of its shards, its problems, tables and input
-bytes). The conversion driver (`wdsprep.conversion`) appends a unit when its shards check out in the
+bytes, and its samples' keys and index field values in written order). The conversion driver (`wdsprep.conversion`) appends a unit when its shards check out in the
 store and reads the journal again when a run resumes; `wdsprep reindex` gives the rows of the shards
 it rewrote their new fields here, so a later re-run of the conversion still reuses those units.
 
@@ -16,19 +16,21 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 from ..storage.base import Store
 from .manifest import MANIFEST_NAME
+from .samples import SUFFIX as TABLE_SUFFIX
 
 UNITS_NAME = "_units.json"
 
 
 def written_by_conversion(name: str) -> bool:
     """Names a conversion (and `reindex`) may write, replace or remove in its output: the manifest,
-    the units record, shards and temporaries. One that exists and is not a regular file is refused
+    the units record, shards, sample tables and temporaries. One that exists and is not a regular file is refused
     before any work (`Store.check_replaceable`)."""
-    return name in (MANIFEST_NAME, UNITS_NAME) or name.endswith((".tar", ".tmp"))
+    return name in (MANIFEST_NAME, UNITS_NAME) or name.endswith((".tar", ".tmp", TABLE_SUFFIX))
 
 
 @dataclass
@@ -40,6 +42,8 @@ class UnitResult:
     problems: list[dict] = field(default_factory=list)
     tables: dict = field(default_factory=dict)
     input_bytes: int = 0
+    # the unit's samples in written order: {"keys": [...], "fields": {name: [value or None per key]}}
+    samples: dict | None = None
 
 
 def load_units(store: Store, config: dict) -> dict[str, UnitResult]:
@@ -65,9 +69,11 @@ def load_units(store: Store, config: dict) -> dict[str, UnitResult]:
     return units
 
 
-def replace_unit_rows(store: Store, rows: dict[str, dict]) -> None:
+def replace_unit_rows(store: Store, rows: dict[str, dict], keys: Mapping[str, list[str]] | None = None) -> None:
     """Give the shards named in `rows` (name -> new row fields) their new rows in `_units.json`, so a
-    re-run of the conversion still finds its units' shards as recorded (`wdsprep reindex`)."""
+    re-run of the conversion still finds its units' shards as recorded (`wdsprep reindex`); a record
+    of an older wdsprep without its samples gets their keys (no index field) where `keys` (shard
+    name -> its keys) has every shard of the unit."""
     raw = store.read_bytes(UNITS_NAME)
     if raw is None:
         return
@@ -76,6 +82,8 @@ def replace_unit_rows(store: Store, rows: dict[str, dict]) -> None:
         try:
             record = json.loads(line)
             record["rows"] = [dict(row, **rows.get(row["name"], {})) for row in record["rows"]]
+            if record.get("samples") is None and keys and all(row["name"] in keys for row in record["rows"]):
+                record["samples"] = {"keys": [key for row in record["rows"] for key in keys[row["name"]]], "fields": {}}
         except (ValueError, TypeError, KeyError):
             continue  # a torn line: that unit is rebuilt by the next conversion, as after a crash
         lines[number] = json.dumps(record, sort_keys=True, default=str)

@@ -6,7 +6,8 @@ types, non-negative integer counts, a sha256 per shard, shard names that follow 
 overall totals that add up. A violation is one `ManifestError` line naming the manifest and the
 field. A row's sample index fields (`index_offset`, `index_bytes`, `index_digest`) must describe the
 shard's last bytes (`index.index_fields_problem`), so no offset read from a manifest points outside
-its shard. No JSON field may be given twice. Shard rows may carry further optional fields; those are
+its shard. A split's sample table record names that split's table file and nothing else
+(`samples.entry_problem`). No JSON field may be given twice. Shard rows may carry further optional fields; those are
 kept as they are.
 
 The format is `wdsprep/2`: members any plain reader turns into arrays (no structured record dtypes,
@@ -27,6 +28,8 @@ import numpy as np
 
 from ..errors import InputError, ManifestError
 from .index import ROW_FIELDS, index_fields_problem
+from .samples import TABLE as SAMPLE_TABLES
+from .samples import entry_problem
 
 FORMAT = "wdsprep/2"
 READ_FORMATS = ("wdsprep/1", FORMAT)  # wdsprep/1: the layout before every member was plain arrays
@@ -81,6 +84,10 @@ class Manifest:
     def shard_urls(self, split: str) -> list[str]:
         base = self.base_url()
         return [join_url(base, row["name"]) for row in self.shards(split)]
+
+    def url_of(self, name: str) -> str:
+        """The URL of a file beside the manifest (a shard, a sample table)."""
+        return join_url(self.base_url(), name)
 
     def base_url(self) -> str:
         if not self.url:
@@ -234,6 +241,14 @@ def validate(data: dict, where: str) -> None:
     if "totals" in data:
         for field_name, actual in totals.items():
             _check_sum(where, f"totals.{field_name}", data["totals"].get(field_name), actual)
+    sample_tables = data.get("tables", {}).get(SAMPLE_TABLES)
+    if sample_tables is not None:  # the per-split sample tables (shards/samples.py): one file each
+        if not isinstance(sample_tables, dict):
+            raise ManifestError(f"{where}: tables.{SAMPLE_TABLES}: expected {{split: {{file, bytes, sha256, fields}}}}")
+        for split, entry in sample_tables.items():
+            problem = "no such split" if split not in data["splits"] else entry_problem(split, entry)
+            if problem:
+                raise ManifestError(f"{where}: tables.{SAMPLE_TABLES}.{split!s:.60}: {problem}")
     fields = data.get("tables", {}).get("fields")
     if fields is not None:
         if not isinstance(fields, dict) or not all(

@@ -5,37 +5,53 @@ decided before any shard is read, on every rank: with the keys and fields inside
 a remote rank would fetch one index per shard first (10^4 requests for 10^4 shards). The table is
 one request, read only when a selection or a key lookup asks for it; plain streaming never does.
 
-File `<split>.samples` (msgpack), `wdsprep-samples/1`: a map with `format`, `split`, `count`
+File `<split>.samples`: one zstd frame (level 3, with its content size and checksum) around msgpack,
+`wdsprep-samples/1`: a map with `format`, `split`, `count`
 (samples), `keys` (the UTF-8 keys back to back, a bin) and `key_ends` (uint64 little-endian: where
 each key ends in `keys`), and `fields`: {name: column}, a column being either
 {`dtype`: a numpy dtype string of a bool, integer or float kind, `data`: the little-endian values}
 or, for strings, {`values`: [the distinct strings, sorted], `codes`: uint32 per sample}. Samples
 are in manifest order: shard after shard as the split lists them, each shard's samples in order.
 The manifest records each split's table in `tables["sample_tables"][split]` = {`file`, `bytes`,
-`sha256`, `fields`: [names]}; a table whose bytes do not match is refused (`ManifestError`).
+`sha256`, `fields`: [names]}; a table whose bytes do not match is refused (`ManifestError`). Compressed
+because most of it is regular (key ends, small integers, keys with a common stem: 24 MB of a 10^6-sample
+table become 0.9 MB), and it is one request on every rank of a remote dataset with a selection. Read
+back, it is inflated at most to a bound from its sample count and fields (`inflate_bound`), so a frame
+that expands further is refused unread; its keys are decoded into strings only when asked for (a
+`select=` alone reads its columns, not its keys).
 
 An indexed field is a small scalar of each sample (a label, an ISO value, a sensor name): the
-conversion takes it from the sample's top-level field of that name, or by a dotted path through a
-metadata dict (`meta.iso`). A sample without it gets the column's missing value (`absent`: -1 for
-integers, NaN for floats, "" for strings) and the field lists it.
+conversion takes it from what the source computes for the sample (`Source.index_values`), else from
+the sample's top-level field of that name, or by a dotted path through a metadata dict
+(`meta.iso`): `sample_values`. A sample without it gets the column's missing value: -1 for integers,
+NaN for floats, "" for strings, False for bools (so a selection on it does not keep that sample,
+except through `!=` or `not`). A field no sample of the split holds is left out of that split's
+table (`split_table`), so a selection on it names the fields that are there. A column's kind comes
+from its values: bools, integers (and bools), numbers, or strings; strings mixed with numbers are a
+`ConfigError` naming the field.
+
+A table entry in a manifest is checked with the manifest (`entry_problem`): its file is exactly
+`<split>.samples` (never a path), its size and sha256 well-formed, its fields names.
 """
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 import msgpack
 import numpy as np
+import zstandard
 
 from ..errors import ConfigError, ManifestError
+from .codec import decompressor
 
 FORMAT = "wdsprep-samples/1"
 TABLE = "sample_tables"  # manifest.tables key (not "samples": a source may name its own table so)
+SUFFIX = ".samples"
 
 
 def file_name(split: str) -> str:
-    return f"{split}.samples"
+    return f"{split}{SUFFIX}"
 
 
 def field_value(fields: Mapping[str, Any], path: str) -> Any:
@@ -50,9 +66,48 @@ def field_value(fields: Mapping[str, Any], path: str) -> Any:
         value = value.reshape(()).item()
     elif isinstance(value, np.generic):
         value = value.item()
-    if isinstance(value, (bool, int, float, str)):
+    if value is None or isinstance(value, (bool, int, float, str)):
         return value
     raise ConfigError(f"index field {path!r} is {type(value).__name__}, not a number, bool or string")
+
+
+def sample_values(key: str, sample: Mapping[str, Any], names, computed: Mapping[str, Any]) -> list:
+    """One sample's index field values in `names` order (None: absent): `computed` (the source's
+    `index_values`) first, then the sample's field or dotted path; a value that is not a scalar is
+    a ConfigError naming the sample and the field."""
+    values = []
+    for name in names:
+        try:
+            values.append(field_value(computed if name in computed else sample, name))
+        except ConfigError as error:
+            raise ConfigError(f"sample {key!r}: {error}") from None
+    return values
+
+
+def split_table(split: str, keys: list[str], columns: Mapping[str, list]) -> tuple[bytes, dict]:
+    """(the table file's bytes, its manifest entry) of one split; the fields that no sample of the
+    split holds are left out."""
+    present = {name: values for name, values in columns.items() if any(value is not None for value in values)}
+    data = encode_table(split, keys, present)
+    return data, entry_for(split, data, present)
+
+
+def entry_problem(split: Any, entry: Any) -> str | None:
+    """What is wrong with a manifest's record of a split's table (None: nothing)."""
+    if not isinstance(entry, dict):
+        return "expected an object {file, bytes, sha256, fields}"
+    if entry.get("file") != file_name(str(split)):
+        return f"file must be {file_name(str(split))!r} (got {entry.get('file')!r:.60})"
+    size = entry.get("bytes")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        return f"bytes: expected a non-negative integer (got {size!r:.60})"
+    digest = entry.get("sha256")
+    if not isinstance(digest, str) or len(digest) != 64 or digest.strip("0123456789abcdef"):
+        return f"sha256: expected 64 lowercase hex digits (got {digest!r:.60})"
+    fields = entry.get("fields")
+    if not isinstance(fields, list) or not all(isinstance(name, str) for name in fields):
+        return f"fields: expected a list of field names (got {fields!r:.60})"
+    return None
 
 
 def _column(name: str, values: list) -> dict:
@@ -62,7 +117,10 @@ def _column(name: str, values: list) -> dict:
         data = np.array([bool(v) if v is not None else False for v in values], dtype="|b1")
         return {"dtype": "|b1", "data": data.tobytes()}
     if kinds <= {bool, int}:
-        data = np.array([int(v) if v is not None else -1 for v in values], dtype="<i8")
+        try:
+            data = np.array([int(v) if v is not None else -1 for v in values], dtype="<i8")
+        except OverflowError:
+            raise ConfigError(f"index field {name!r} holds an integer outside 64 bits") from None
         return {"dtype": "<i8", "data": data.tobytes()}
     if kinds <= {bool, int, float}:
         data = np.array([float(v) if v is not None else np.nan for v in values], dtype="<f8")
@@ -84,8 +142,31 @@ def encode_table(split: str, keys: list[str], fields: Mapping[str, list]) -> byt
         if len(values) != len(keys):
             raise ValueError(f"field {name!r} has {len(values)} values for {len(keys)} keys")
         columns[name] = _column(name, list(values))
-    return msgpack.packb({"format": FORMAT, "split": split, "count": len(keys), "keys": b"".join(encoded),
-                          "key_ends": ends.astype("<u8").tobytes(), "fields": columns}, use_bin_type=True)
+    packed = msgpack.packb({"format": FORMAT, "split": split, "count": len(keys), "keys": b"".join(encoded),
+                            "key_ends": ends.astype("<u8").tobytes(), "fields": columns}, use_bin_type=True)
+    return zstandard.ZstdCompressor(level=3, write_checksum=True).compress(packed)
+
+
+def inflate_bound(count: int, fields: int) -> int:
+    """The most bytes a table of `count` samples and `fields` columns may inflate to: a key of up to
+    256 bytes and its end, a value of up to 256 bytes (a string column's distinct values) per field
+    and sample, and 1 MiB for the rest."""
+    return (1 << 20) + count * (264 + 264 * fields)
+
+
+def _inflate(data: bytes, bound: int) -> bytes:
+    """The frame's content, read to its end (its checksum checked) and refused beyond `bound` bytes
+    (never allocated from the size the frame declares)."""
+    reader = decompressor().stream_reader(data)
+    out = bytearray()
+    while chunk := reader.read(1 << 20):
+        out += chunk
+        if len(out) > bound:
+            raise ValueError(f"it inflates to more than {bound} bytes")
+    declared = zstandard.get_frame_parameters(data).content_size
+    if declared != zstandard.CONTENTSIZE_UNKNOWN and declared != len(out):
+        raise ValueError(f"its frame declares {declared} bytes and holds {len(out)}")
+    return bytes(out)
 
 
 def table_entry(manifest, split: str) -> dict | None:
@@ -98,22 +179,51 @@ def entry_for(split: str, data: bytes, fields: Iterable[str]) -> dict:
             "fields": sorted(fields)}
 
 
-@dataclass
 class SampleTable:
-    keys: list[str]
-    fields: dict[str, np.ndarray] = field(default_factory=dict)
+    """A split's keys (`keys`, a list decoded at first use) and index fields (`fields`: name -> one
+    value per sample, numpy), in manifest order; `positions()`: key -> position."""
+
+    def __init__(self, keys: list[str] | None = None, fields: dict[str, np.ndarray] | None = None, *,
+                 blob: bytes = b"", ends: np.ndarray | None = None, where: str = ""):
+        self._keys, self.fields = keys, dict(fields or {})
+        self._blob, self._ends, self._where = blob, ends, where
+        self._positions: dict[str, int] | None = None
+
+    @property
+    def keys(self) -> list[str]:
+        if self._keys is None:
+            ends = self._ends
+            starts = np.concatenate([[0], ends[:-1]]) if len(ends) else ends
+            try:
+                if self._blob.isascii():  # one decode, then slices (a UTF-8 key may not be cut by character)
+                    text = self._blob.decode("ascii")
+                    self._keys = [text[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
+                else:
+                    self._keys = [self._blob[a:b].decode("utf-8") for a, b in zip(starts.tolist(), ends.tolist())]
+            except UnicodeDecodeError as error:
+                raise ManifestError(f"{self._where}: sample table is unreadable ({error})") from None
+        return self._keys
+
+    def positions(self) -> dict[str, int]:
+        """key -> position in the split (built on first use)."""
+        if self._positions is None:
+            self._positions = {key: i for i, key in enumerate(self.keys)}
+        return self._positions
 
     @classmethod
-    def decode(cls, data: bytes, where: str, count: int) -> "SampleTable":
+    def decode(cls, data: bytes, where: str, count: int, fields: int = 0) -> "SampleTable":
+        """The table file's bytes, for a split of `count` samples whose record names `fields` fields."""
         try:
-            table = msgpack.unpackb(data, raw=False)
-            if table.get("format") != FORMAT:
-                raise ValueError(f"unknown format {table.get('format')!r}")
+            table = msgpack.unpackb(_inflate(data, inflate_bound(count, fields)), raw=False)
+            if not isinstance(table, dict) or table.get("format") != FORMAT:
+                raise ValueError(f"unknown format {table.get('format') if isinstance(table, dict) else None!r}")
             blob, ends = table["keys"], np.frombuffer(table["key_ends"], "<u8").astype(np.int64)
+            if not isinstance(blob, bytes):
+                raise ValueError("keys are not bytes")
             if len(ends) != count or table["count"] != count or (len(ends) and ends[-1] != len(blob)):
                 raise ValueError(f"{len(ends)} keys for {count} samples")
-            starts = np.concatenate([[0], ends[:-1]]) if len(ends) else ends
-            keys = [blob[a:b].decode("utf-8") for a, b in zip(starts.tolist(), ends.tolist())]
+            if len(ends) and (ends[0] < 0 or (np.diff(ends) < 0).any()):
+                raise ValueError("key ends go backwards")
             fields = {}
             for name, column in table["fields"].items():
                 if "codes" in column:
@@ -130,17 +240,16 @@ class SampleTable:
                         raise ValueError(f"field {name!r}: {len(values)} values for {count} samples")
                     fields[name] = values
         except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError, msgpack.ExtraData,
-                msgpack.FormatError, msgpack.StackError) as error:
+                msgpack.FormatError, msgpack.StackError, zstandard.ZstdError) as error:
             raise ManifestError(f"{where}: sample table is unreadable ({error})") from None
-        return cls(keys, fields)
+        return cls(fields=fields, blob=blob, ends=ends, where=where)
 
     @classmethod
     def load(cls, manifest, split: str, entry: dict) -> "SampleTable":
         """The split's table, read from beside the manifest and checked against its record."""
         from ..storage import open_url
-        from .manifest import join_url
 
-        url = join_url(manifest.base_url(), entry["file"])
+        url = manifest.url_of(entry["file"])
         try:
             with open_url(url) as stream:
                 data = stream.read(int(entry["bytes"]) + 1)
@@ -149,4 +258,4 @@ class SampleTable:
         if len(data) != entry["bytes"] or hashlib.sha256(data).hexdigest() != entry["sha256"]:
             raise ManifestError(f"{url}: sample table does not match the manifest (size or sha256)")
         count = sum(row["samples"] for row in manifest.shards(split))
-        return cls.decode(data, url, count)
+        return cls.decode(data, url, count, len(entry["fields"]))

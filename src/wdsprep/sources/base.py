@@ -162,6 +162,11 @@ class Source(abc.ABC):
     # the source's own drawing for `wdsprep show`, as "package.module:function" (`<id>/show.py`):
     # named, not imported, so a converter never loads its readers (drawing uses them), like `lazy_exports`
     show_with: str | None = None
+    # the per-sample fields each split's sample table records when a conversion names none
+    # (`ConvertOptions.index_fields`, `--index-fields`): small scalars a user selects on
+    # (`select="meta.episode == 'e1'"`): a top-level field, a dotted path into a dict field
+    # (`meta.episode`), or a name `index_values` computes (shards/samples.py, docs/converting.md)
+    index_fields: tuple[str, ...] = ()
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         """Add source-specific `wdsprep convert <id>` options. Default: none."""
@@ -189,6 +194,13 @@ class Source(abc.ABC):
         explicit extension (`.json`, `.npy`, `.mp`, `.npy.zst`) is encoded as that extension.
         A bad item goes to `ctx.skip_or_raise`.
         """
+
+    def index_values(self, key: str, sample: dict) -> Mapping[str, Any]:
+        """Index fields computed from one built sample (`key`, its fields as `build` yielded them):
+        name -> a number, bool, string or None (absent), for names that are not a field or a dotted
+        path of the sample (e.g. whether it holds a label). An index field is looked up here first,
+        then in the sample (`shards.samples.field_value`). Default: none computed."""
+        return {}
 
     def finalize(self, plan: Plan, unit_tables: Sequence[dict]) -> dict:
         """Merge per-unit tables (in unit order) into the manifest's `tables`. Default: none."""

@@ -47,10 +47,12 @@ class Selection:
 
     @property
     def text(self) -> str:
-        """Canonical: what a state records (keys by their digest)."""
+        """Canonical: what a state records (keys by the digest of their set: the samples kept do not
+        depend on the order the keys were given in, nor on a key given twice)."""
         parts = {}
         if self.keys is not None:
-            parts["keys"] = hashlib.sha256("\n".join(self.keys).encode()).hexdigest()[:16] + f"/{len(self.keys)}"
+            distinct = sorted(set(self.keys))
+            parts["keys"] = hashlib.sha256("\n".join(distinct).encode()).hexdigest()[:16] + f"/{len(distinct)}"
         if self.select is not None:
             parts["select"] = self.select.text
         if self.fraction is not None:
@@ -137,7 +139,7 @@ class Catalog:
         total = int(self.sizes.sum())
         kept = np.ones(total, dtype=bool)
         if selection.keys is not None or selection.select is not None:
-            table = sample_table(self.manifest, self.split, fields=selection.select is not None)
+            table = sample_table(self.manifest, self.split)
             if selection.keys is not None:
                 position = table.positions()
                 missing = [key for key in selection.keys if key not in position]

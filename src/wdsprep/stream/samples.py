@@ -7,44 +7,27 @@ converted before tables existed, the keys of every shard's index (one read per s
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-import numpy as np
-
 from ..errors import ShardError
 from ..shards.index import has_index
 from ..shards.manifest import Manifest
-from ..shards.samples import SampleTable as StoredTable
-from ..shards.samples import table_entry
+from ..shards.samples import SampleTable, table_entry
 from .read import load_index
 
 
-@dataclass
-class SampleTable:
-    keys: list[str]
-    fields: dict[str, np.ndarray] = field(default_factory=dict)
-    _positions: dict[str, int] | None = None
-
-    def positions(self) -> dict[str, int]:
-        """key -> position in the split (built on first use)."""
-        if self._positions is None:
-            self._positions = {key: i for i, key in enumerate(self.keys)}
-        return self._positions
-
-
-def sample_table(manifest: Manifest, split: str, fields: bool = True) -> SampleTable:
-    """The split's keys (and, with `fields`, its indexed fields) in manifest order."""
+def sample_table(manifest: Manifest, split: str) -> SampleTable:
+    """The split's keys and indexed fields in manifest order (keys only, from the shard indexes, when
+    the manifest lists no table)."""
     entry = table_entry(manifest, split)
     if entry is not None:
-        stored = StoredTable.load(manifest, split, entry)
-        return SampleTable(stored.keys, stored.fields)
+        return SampleTable.load(manifest, split, entry)
     keys: list[str] = []
     for url, row in zip(manifest.shard_urls(split), manifest.shards(split)):
-        keys.extend(_index_keys(url, row))
+        keys.extend(shard_keys(url, row))
     return SampleTable(keys)
 
 
-def _index_keys(url: str, row: dict) -> list[str]:
+def shard_keys(url: str, row: dict) -> list[str]:
+    """The keys of one shard's samples, from its index (one read)."""
     if not row["samples"]:
         return []
     if not has_index(row):

@@ -2,7 +2,10 @@
 
 Shards with a sample index (`shards/index.py`) are read through the index-checked read path
 (`stream/read.py`: index digest, end blocks, every member's digest) in the same single pass that
-computes the sha256."""
+computes the sha256. A split's sample table (`<split>.samples`, shards/samples.py) is checked too:
+its size and sha256 against the manifest's record, its columns against its count, and its keys
+against the keys of the split's shards, in order, as that same pass read them (when every shard of
+the split checked out). One problem line per bad shard or table."""
 from __future__ import annotations
 
 import io
@@ -11,6 +14,7 @@ from dataclasses import dataclass, field
 from ..errors import ShardError, WdsprepError
 from ..shards.codec import decode_value
 from ..shards.manifest import Manifest
+from ..shards.samples import SampleTable, table_entry
 from ..shards.index import has_index
 from ..shards.tarformat import iter_samples
 from .manifests import load_manifest
@@ -25,8 +29,9 @@ class VerifyReport:
     bad: list[tuple[str, str]] = field(default_factory=list)  # (shard url, problem)
 
 
-def verify_shard(url: str, row: dict) -> str | None:
-    """None if the shard matches its manifest row, else a one-line problem."""
+def verify_shard(url: str, row: dict, keys: list[str] | None = None) -> str | None:
+    """None if the shard matches its manifest row, else a one-line problem; the keys of its samples
+    are appended to `keys`."""
     try:
         with open_url(url) as stream:
             hashing = Sha256Reader(stream)
@@ -43,6 +48,8 @@ def verify_shard(url: str, row: dict) -> str | None:
                         except WdsprepError as error:  # name the shard and member, not just the codec's complaint
                             raise ShardError(url, f"member {sample['__key__']}.{name}: {error}") from None
                 count += 1
+                if keys is not None:
+                    keys.append(sample["__key__"])
             while reader.read(1 << 20):
                 pass
     except WdsprepError as error:
@@ -60,12 +67,36 @@ def verify(location: str | Manifest, progress=None) -> VerifyReport:
     manifest = location if isinstance(location, Manifest) else load_manifest(location)
     report = VerifyReport()
     for split in sorted(manifest.splits):
+        keys: list[str] = []
+        shards_ok = True
         for row, url in zip(manifest.shards(split), manifest.shard_urls(split)):
-            problem = verify_shard(url, row)
+            problem = verify_shard(url, row, keys)
             report.checked += 1
             report.samples += row["samples"]
             if problem:
                 report.bad.append((url, problem))
+                shards_ok = False
             if progress:
                 progress.advance(1, row["bytes"])
+        entry = table_entry(manifest, split)
+        if entry is not None:
+            problem = verify_table(manifest, split, entry, keys if shards_ok else None)
+            if problem:
+                report.bad.append((manifest.url_of(entry["file"]), problem))
     return report
+
+
+def verify_table(manifest: Manifest, split: str, entry: dict, keys: list[str] | None) -> str | None:
+    """None if the split's sample table matches its record and holds `keys` (the shards' keys in
+    manifest order; None: not compared), else a one-line problem."""
+    url = manifest.url_of(entry["file"])
+    try:
+        table = SampleTable.load(manifest, split, entry)
+    except WdsprepError as error:
+        return str(error)
+    if keys is not None and table.keys != keys:
+        at = next((i for i, (a, b) in enumerate(zip(table.keys, keys)) if a != b), min(len(table.keys), len(keys)))
+        said = table.keys[at] if at < len(table.keys) else "nothing"
+        found = keys[at] if at < len(keys) else "nothing"
+        return f"{url}: sample {at} of split {split!r} is {said!r} in the sample table, {found!r} in the shards"
+    return None

@@ -237,6 +237,11 @@ class DeepRegSource(Source):
     # `_even_groups` / `_at_least_two` may plan a unit above the target size
     whole_units = True
     fingerprint = "stat"  # 3-D volumes are large: content hashing would read the input twice
+    # the sample table's fields (selections): whether a sample holds labels (computed), how many
+    index_fields = ("has_label", "meta.num_labels")
+
+    def index_values(self, key: str, sample: dict) -> dict:
+        return {"has_label": any(name.endswith(("label", "labels")) for name in sample)}
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--type", dest="deepreg_type", choices=["paired", "unpaired", "grouped"],

@@ -111,6 +111,7 @@ class MinecraftSource(Source):
     id = "minecraft"
     show_with = "wdsprep.sources.minecraft.show:show"  # `wdsprep show` draws the reader's sample (show.py)
     fingerprint = "content"  # plan reads every frame anyway; zip members are known by their CRC-32
+    index_fields = ("meta.episode",)  # the sample table's field (selections: one episode, a few)
 
     # ------------------------------------------------------------------------------ options
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:

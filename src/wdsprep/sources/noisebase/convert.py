@@ -41,6 +41,7 @@ class NoisebaseSource(Source):
     id = "noisebase"
     show_with = "wdsprep.sources.noisebase.show:show"  # `wdsprep show` draws the reader's sample (show.py)
     fingerprint = "stat"  # a sequence zip is hundreds of MB: content hashing would read it twice
+    index_fields = ("meta.sequence", "meta.frame")  # the sample table's fields (selections)
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--rendering-height", dest="rendering_height", type=int, default=RENDERING_HEIGHT,

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from typing import Iterator
 
 import numpy as np
@@ -53,6 +54,7 @@ from .metadata import MetadataCache, PairMetadata, scene_metadata, scene_pairs
 from .raw import EA_HALO, RawImage, cam_to_lin_rec2020, demosaic, mono_to_rggb, read_raw, value_range
 from .units import DEFAULT_TILE, LAYOUTS, STORE_DTYPES, check_options, conversion_config, merge_pairs, scene_item
 
+ISO_IN_NAME = re.compile(r"_ISO(\d+)")  # a capture's ISO in its Dataverse name
 HALO = {True: EA_HALO, False: 6}  # by is_bayer: OpenCV's EA reads 2 px (measured); LibRaw's VNG 2-3
 # tools/crop_datasets.py: pre-crops of PREPROCESS_RAW_SIZE half-resolution (RGGB) pixels on a
 # stride of PREPROCESS_RAW_SIZE - TRAIN_SIZE, while a TRAIN_SIZE crop and MAX_SHIFT_SEARCH still fit
@@ -307,6 +309,14 @@ class RawNINDSource(Source):
     id = "rawnind"
     show_with = "wdsprep.sources.rawnind.show:show"  # `wdsprep show` draws the reader's sample (show.py)
     fingerprint = "stat"  # raw captures are tens of MB each: content hashing would read them twice
+    # the sample table's fields (selections): the mosaic (Bayer, X-Trans), and the lowest and highest
+    # ISO of the tile's noisy captures (computed from their names, `..._ISO<n>_sha1=...`)
+    index_fields = ("meta.cfa", "iso_min", "iso_max")
+
+    def index_values(self, key: str, sample: dict) -> dict:
+        isos = [int(match.group(1)) for name in sample["meta"].get("noisy_files", ())
+                if (match := ISO_IN_NAME.search(name))]
+        return {"iso_min": min(isos, default=None), "iso_max": max(isos, default=None)}
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--tile-size", dest="tile_size", type=int, default=DEFAULT_TILE,

@@ -215,6 +215,7 @@ class VoxelSource(Source):
     id = "voxels"
     show_with = "wdsprep.sources.voxels.show:show"  # `wdsprep show` draws the reader's sample (show.py)
     fingerprint = "stat"  # ray files are large: content hashing would read the input twice
+    index_fields = ("meta.level", "meta.trivial", "meta.num_rays")  # the sample table's fields (selections)
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--dataset-dir", dest="dataset_dir", default=None,
