@@ -35,25 +35,6 @@ def add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
 
 
-def add_selection(parser: argparse.ArgumentParser) -> None:
-    """The flags of a selection (docs/selecting.md), as `wdsprep.dataset` takes them; `selection_of`
-    makes them one `Selection` (or None)."""
-    group = parser.add_argument_group("selection (docs/selecting.md)")
-    group.add_argument("--keys", metavar="FILE", help="only the samples whose keys the file lists, one per line")
-    group.add_argument("--select", metavar="EXPR", help="only the samples an expression over indexed fields keeps, "
-                                                        "e.g. 'label == 3 and iso >= 800'")
-    group.add_argument("--fraction", type=float, help="exactly round(F * n) of the samples kept so far, chosen by --seed")
-    group.add_argument("--limit", type=int, help="the first N samples kept, in manifest order")
-
-
-def selection_of(args: argparse.Namespace):
-    """The `Selection` of `add_selection`'s flags (the fraction chosen by `args.seed`), or None."""
-    from .stream.catalog import Selection
-
-    return Selection.of(keys=args.keys, select=args.select, fraction=args.fraction, limit=args.limit,
-                        seed=getattr(args, "seed", 0))
-
-
 @dataclass(frozen=True)
 class Command:
     name: str  # the words that call it: "convert", "fetch rawnind"

@@ -14,8 +14,28 @@ import argparse
 import json
 import os
 
-from ..command import Command, add_selection, selection_of
+from ..command import Command
 from ..storage import describe
+
+
+def add_selection(parser: argparse.ArgumentParser) -> None:
+    """The flags of a selection (docs/selecting.md), as `wdsprep.dataset` takes them (here and in
+    `wdsprep show`); `selection_of`
+    makes them one `Selection` (or None)."""
+    group = parser.add_argument_group("selection (docs/selecting.md)")
+    group.add_argument("--keys", metavar="FILE", help="only the samples whose keys the file lists, one per line")
+    group.add_argument("--select", metavar="EXPR", help="only the samples an expression over indexed fields keeps, "
+                                                        "e.g. 'label == 3 and iso >= 800'")
+    group.add_argument("--fraction", type=float, help="exactly round(F * n) of the samples kept so far, chosen by --seed")
+    group.add_argument("--limit", type=int, help="the first N samples kept, in manifest order")
+
+
+def selection_of(args: argparse.Namespace):
+    """The `Selection` of `add_selection`'s flags (the fraction chosen by `args.seed`), or None."""
+    from ..stream.catalog import Selection
+
+    return Selection.of(keys=args.keys, select=args.select, fraction=args.fraction, limit=args.limit,
+                        seed=getattr(args, "seed", 0))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -70,7 +90,7 @@ def _show_samples(manifest, split: str, numbers: list[int]) -> None:
 
 def _inspect_mix(args: argparse.Namespace) -> int:
     from ..errors import ConfigError
-    from ..stream.mix import mix
+    from ..mixfile import mix
 
     if any(value is not None for value in (args.keys, args.select, args.fraction, args.limit)) or args.splits:
         raise ConfigError(f"{args.location}: a mix file's parts carry their own split and selection "

@@ -14,12 +14,13 @@ import argparse
 import sys
 from typing import Callable, Sequence
 
-from ..command import Command, add_selection, selection_of
+from ..command import Command
 from ..errors import ConfigError
 from ..show import report
 from ..show.defaults import default_show
 from ..sources.registry import ENTRY_POINT_GROUP, manifest_source
 from ..storage import describe
+from .inspect import add_selection, selection_of
 
 
 def source_hook(source_id: str, plugins: Sequence[str] = ()) -> tuple[Callable, str]:
