@@ -75,7 +75,7 @@ _LAZY = {
     "urls": ("wdsprep.stream.manifests", "urls"),
     "dataset": ("wdsprep.stream.dataset", "dataset"),
     "Loader": ("wdsprep.stream.loader", "Loader"),
-    "mix": ("wdsprep.stream.mix", "mix"),
+    "mix": ("wdsprep.mixfile", "mix"),
     "Part": ("wdsprep.stream.mix", "Part"),
     "MapDataset": ("wdsprep.stream.mapdataset", "MapDataset"),
     # the conversion driver, for code that runs a conversion step by step (handed to rawnind's fetch --convert):

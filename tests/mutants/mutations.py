@@ -965,3 +965,15 @@ MUTATIONS += [
              (("table = msgpack.unpackb(_inflate(data, inflate_bound(count, fields)), raw=False)",
                "table = msgpack.unpackb(decompressor().decompress(data), raw=False)"),), TABLES),
 ]
+# -- issue 37/38 on the command line: selections and mix files
+CLI_SELECTION = ("tests/core/test_cli_selection.py",)
+MUTATIONS += [
+    Mutation("show-select-ignored", "show --select draws among all the split's samples",
+             "src/wdsprep/show/report.py", (("    if selection is None:\n        return pick(", "    if True:\n        return pick("),),
+             CLI_SELECTION),
+    Mutation("catalog-positions-per-shard", "a selection's kept samples numbered within their shard, not over the split",
+             "src/wdsprep/stream/catalog.py", (("        return numbers + np.repeat(starts, np.diff(offsets))", "        return numbers"),),
+             CLI_SELECTION),
+    Mutation("inspect-mix-size-as-epoch", "inspect of a mix file says a part's size where its samples in the epoch belong",
+             "src/wdsprep/commands/inspect.py", (("{count:9d} ", "{part.size:9d} "),), CLI_SELECTION),
+]

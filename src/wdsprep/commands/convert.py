@@ -34,6 +34,9 @@ def add_convert_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--zstd-level", type=int, default=DEFAULTS.zstd_level)
     parser.add_argument("--fingerprint", default=DEFAULTS.fingerprint, choices=("content", "stat"),
                         help="how changed inputs are found: content hashes, or size+mtime+ctime+inode (default: the source's)")
+    parser.add_argument("--index-fields", default=None, metavar="A,B",
+                        help="fields recorded per sample in the split's sample table, for selections "
+                             "(docs/selecting.md); '' for keys only (default: the source's)")
     parser.add_argument("--on-error", default=DEFAULTS.on_error, choices=ON_ERROR,
                         help=f"bad input items: stop, or skip and report them in the manifest (default {DEFAULTS.on_error})")
 

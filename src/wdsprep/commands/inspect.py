@@ -1,30 +1,66 @@
-"""`wdsprep inspect DIR_OR_URL`: a converted dataset's splits, counts, sizes, tables and a few samples'
-fields. The samples shown are read as training reads them: checked against their shard's row first,
-so a corrupt one ends the command with the one line naming the shard, never shown as fine."""
+"""`wdsprep inspect DIR_OR_URL | MIX.toml`: a converted dataset's splits, counts, sizes, tables and a
+few samples' fields; or what a mix file makes of its parts in an epoch.
+
+The samples shown are read as training reads them: checked against their shard's row first, so a
+corrupt one ends the command with the one line naming the shard, never shown as fine. With a
+selection (`--keys`, `--select`, `--fraction`, `--limit`: docs/selecting.md) each split says how many
+samples it keeps, in how many shards, and the samples shown are the first it keeps. A mix file
+(docs/mixing.md) is loaded as `wdsprep.mix` loads it, so a bad part is the same one line; its parts
+are listed with their samples, share, samples in the epoch, passes and shuffle buffer.
+"""
 from __future__ import annotations
 
 import argparse
 import json
+import os
 
 from ..command import Command
 from ..storage import describe
 
 
+def add_selection(parser: argparse.ArgumentParser) -> None:
+    """The flags of a selection (docs/selecting.md), as `wdsprep.dataset` takes them (here and in
+    `wdsprep show`); `selection_of`
+    makes them one `Selection` (or None)."""
+    group = parser.add_argument_group("selection (docs/selecting.md)")
+    group.add_argument("--keys", metavar="FILE", help="only the samples whose keys the file lists, one per line")
+    group.add_argument("--select", metavar="EXPR", help="only the samples an expression over indexed fields keeps, "
+                                                        "e.g. 'label == 3 and iso >= 800'")
+    group.add_argument("--fraction", type=float, help="exactly round(F * n) of the samples kept so far, chosen by --seed")
+    group.add_argument("--limit", type=int, help="the first N samples kept, in manifest order")
+
+
+def selection_of(args: argparse.Namespace):
+    """The `Selection` of `add_selection`'s flags (the fraction chosen by `args.seed`), or None."""
+    from ..stream.catalog import Selection
+
+    return Selection.of(keys=args.keys, select=args.select, fraction=args.fraction, limit=args.limit,
+                        seed=getattr(args, "seed", 0))
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("location", help=f"shard directory or manifest.json, as {describe()}")
-    parser.add_argument("--samples", type=int, default=2, help="how many sample keys to show")
+    parser.add_argument("location", help=f"shard directory or manifest.json, as {describe()}; or a mix file (.toml)")
+    parser.add_argument("--samples", type=int, default=2, help="how many samples to show per split")
+    parser.add_argument("--split", action="append", dest="splits", help="only this split (repeatable; default all)")
+    parser.add_argument("--epoch", type=int, default=0, help="the epoch a mix file is shown for (default 0)")
+    parser.add_argument("--seed", type=int, default=0, help="the seed of --fraction, as wdsprep.dataset's (default 0)")
+    add_selection(parser)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.location.endswith(".toml") and os.path.isfile(args.location):
+        return _inspect_mix(args)
     from ..progress import human_bytes
-    from ..shards.codec import decode_sample
     from ..stream import load_manifest
-    from ..stream.read import checked_samples
+    from ..stream.catalog import Catalog
 
+    selection = selection_of(args)
     manifest = load_manifest(args.location)
+    chosen = list(dict.fromkeys(args.splits)) if args.splits else sorted(manifest.splits)
+    catalogs = {split: Catalog(manifest, split, selection) for split in chosen}  # a bad split or selection: one line
     print(f"source {manifest.source}   manifest {manifest.url}")
     print(f"config {json.dumps(manifest.config, sort_keys=True)}")
-    for split in sorted(manifest.splits):
+    for split in chosen:
         rows = manifest.shards(split)
         print(f"{split:>8}: {len(rows):5d} shards {manifest.samples(split):9d} samples {human_bytes(manifest.bytes(split)):>10}")
     total = manifest.bytes()
@@ -34,14 +70,44 @@ def run(args: argparse.Namespace) -> int:
         print("tables: " + ", ".join(f"{name} ({len(value) if hasattr(value, '__len__') else value})" for name, value in sorted(manifest.tables.items())))
     if manifest.problems:
         print(f"problems: {len(manifest.problems)} input items were not converted (listed in the manifest)")
-    for split in sorted(manifest.splits):
-        urls = manifest.shard_urls(split)
-        if not urls:
-            continue
-        for raw in checked_samples(urls[0], manifest.shards(split)[0], 0, max(args.samples, 0)):
-            sample = decode_sample(raw, strip=False)
-            fields = ", ".join(f"{name}: {_describe(value)}" for name, value in sample.items() if not name.startswith("__"))
-            print(f"  {split}/{sample['__key__']}: {fields}")
+    for split, catalog in catalogs.items():
+        if selection is not None:
+            print(f"{split:>8}: {selection.describe()} keeps {catalog.total} of {manifest.samples(split)} samples, "
+                  f"in {int((catalog.counts > 0).sum())} of {len(catalog.rows)} shards")
+        _show_samples(manifest, split, catalog.positions()[: max(args.samples, 0)].tolist())
+    return 0
+
+
+def _show_samples(manifest, split: str, numbers: list[int]) -> None:
+    from ..shards.codec import decode_sample
+    from ..show.report import fetch
+
+    for _, _, raw in fetch(manifest, split, numbers):
+        sample = decode_sample(raw, strip=False)
+        fields = ", ".join(f"{name}: {_describe(value)}" for name, value in sample.items() if not name.startswith("__"))
+        print(f"  {split}/{sample['__key__']}: {fields}")
+
+
+def _inspect_mix(args: argparse.Namespace) -> int:
+    from ..errors import ConfigError
+    from ..mixfile import mix
+
+    if any(value is not None for value in (args.keys, args.select, args.fraction, args.limit)) or args.splits:
+        raise ConfigError(f"{args.location}: a mix file's parts carry their own split and selection "
+                          "(--split, --keys, --select, --fraction and --limit are for a dataset)")
+    mixed = mix(args.location, epoch=args.epoch)
+    counts, buffers = mixed.epoch_counts(args.epoch), mixed.part_buffers(args.epoch)
+    size = f", samples_per_epoch {mixed.samples_per_epoch}" if mixed.samples_per_epoch is not None else ""
+    print(f"mix {args.location}: mode {mixed.mode}, stop {mixed.stop}{size}, seed {mixed.seed}, "
+          f"shuffle_buffer {mixed.shuffle_buffer}")
+    share = "weight" if mixed.mode == "weighted" else "repeat"
+    print(f"epoch {args.epoch}: {sum(counts)} samples")
+    print(f"  {'part':<12} {'split':<8} {'samples':>9} {share:>8} {'in epoch':>9} {'passes':>7} {'buffer':>7}  location")
+    for part, count, buffer in zip(mixed.parts, counts, buffers):
+        catalog = part.catalog
+        selected = f" ({catalog.selection.describe()})" if catalog.selection is not None else ""
+        print(f"  {part.name:<12} {catalog.split:<8} {part.size:9d} {float(part.share):8g} {count:9d} "
+              f"{count / part.size:7.2f} {buffer:7d}  {catalog.manifest.url}{selected}")
     return 0
 
 
@@ -55,4 +121,5 @@ def _describe(value) -> str:
     return type(value).__name__
 
 
-COMMAND = Command("inspect", "splits, counts, sizes, sample fields", add_arguments, run, usage="DIR_OR_URL")
+COMMAND = Command("inspect", "splits, counts, sizes, sample fields; a selection's; a mix file's parts",
+                  add_arguments, run, usage="DIR_OR_URL | MIX.toml")

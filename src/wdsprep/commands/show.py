@@ -20,6 +20,7 @@ from ..show import report
 from ..show.defaults import default_show
 from ..sources.registry import ENTRY_POINT_GROUP, manifest_source
 from ..storage import describe
+from .inspect import add_selection, selection_of
 
 
 def source_hook(source_id: str, plugins: Sequence[str] = ()) -> tuple[Callable, str]:
@@ -35,12 +36,13 @@ def source_hook(source_id: str, plugins: Sequence[str] = ()) -> tuple[Callable, 
 
 
 def build_report(location: str, splits: list[str] | None = None, count: int = 4, seed: int = 0,
-                 quiet: bool = False, stream=None, plugins: Sequence[str] = ()) -> report.Report:
+                 quiet: bool = False, stream=None, plugins: Sequence[str] = (), selection=None) -> report.Report:
     """Pick, fetch and draw the samples of `location` (a shard directory or manifest URL). The
     manifest's source draws them only when it is built in or allowed (`plugins`: what the user
-    named, as `--plugin`); else the default hook does, and `Report.source_note` says why."""
+    named, as `--plugin`); else the default hook does, and `Report.source_note` says why. A
+    `selection` (`stream.catalog.Selection`: docs/selecting.md) narrows what is drawn from."""
     return report.build_report(location, lambda source_id: source_hook(source_id, plugins), splits, count, seed,
-                               quiet, stream)
+                               quiet, stream, selection)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,13 +54,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plugin", action="append", dest="plugins", default=[], metavar="package.module:OBJECT",
                         help="let the manifest's source be this plugin (repeatable): a manifest alone loads only "
                              f"built-in sources and installed '{ENTRY_POINT_GROUP}' entry points")
+    add_selection(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..storage.files import refuse_unless_regular
 
     refuse_unless_regular(args.out)  # before any work
-    drawn = build_report(args.location, args.splits, args.samples, args.seed, quiet=args.quiet, plugins=args.plugins)
+    drawn = build_report(args.location, args.splits, args.samples, args.seed, quiet=args.quiet, plugins=args.plugins,
+                         selection=selection_of(args))
     if drawn.source_note:
         print(f"wdsprep: warning: {drawn.source_note}", file=sys.stderr)
     report.write_report(drawn, args.out)

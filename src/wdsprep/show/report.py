@@ -66,6 +66,16 @@ def locate(counts: list[int], numbers: list[int]) -> list[tuple[int, int]]:
     return out
 
 
+def _picks(manifest, split: str, count: int, seed: int, selection) -> list[int]:
+    """The split numbers drawn: `pick` over the split, or over the samples a selection keeps."""
+    if selection is None:
+        return pick(manifest.samples(split), count, seed, split)
+    from ..stream.catalog import Catalog
+
+    kept = Catalog(manifest, split, selection).positions()
+    return [int(kept[i]) for i in pick(len(kept), count, seed, split)]
+
+
 def fetch(manifest, split: str, numbers: list[int]) -> Iterator[tuple[int, str, dict]]:
     """(split number, shard url, raw sample) of each picked number, reading only those samples."""
     from ..shards.index import has_index
@@ -223,6 +233,7 @@ class Report:
     picks: dict[str, list[int]]
     drawn: list[Drawn]
     source_note: str = ""
+    selection: str = ""  # what the samples were drawn among (Selection.describe), "" for all
 
     @property
     def problems(self) -> list[Drawn]:
@@ -230,10 +241,11 @@ class Report:
 
 
 def build_report(location: str, hook_for: Callable[[str], tuple[Callable, str]], splits: list[str] | None = None,
-                 count: int = 4, seed: int = 0, quiet: bool = False, stream=None) -> Report:
+                 count: int = 4, seed: int = 0, quiet: bool = False, stream=None, selection=None) -> Report:
     """Pick, fetch and draw the samples of `location` (a shard directory or manifest URL) with the
     hook `hook_for(manifest's source id)` gives, with its note (`Report.source_note`, "" for none):
-    which source may draw is the command's to decide (`wdsprep.commands.show`: the plugin gate)."""
+    which source may draw is the command's to decide (`wdsprep.commands.show`: the plugin gate).
+    With a `selection` (`stream.catalog.Selection`) the picks are drawn among the samples it keeps."""
     from ..shards.codec import decode_sample
     from ..stream import load_manifest
 
@@ -245,7 +257,7 @@ def build_report(location: str, hook_for: Callable[[str], tuple[Callable, str]],
     for split in chosen:
         manifest.shards(split)  # an unknown split: one line naming the known ones
     hook, source_note = hook_for(manifest.source)
-    picks = {split: pick(manifest.samples(split), count, seed, split) for split in chosen}
+    picks = {split: _picks(manifest, split, count, seed, selection) for split in chosen}
     progress = Progress("show", sum(len(numbers) for numbers in picks.values()), quiet=quiet, stream=stream)
     drawn: list[Drawn] = []
     for split in chosen:
@@ -261,7 +273,8 @@ def build_report(location: str, hook_for: Callable[[str], tuple[Callable, str]],
                 drawn.append(Drawn(split, number, key, url, None, {}, message.splitlines()[0]))
             progress.advance(1, nbytes)
     progress.close()
-    return Report(manifest, location, seed, count, chosen, picks, drawn, source_note)
+    return Report(manifest, location, seed, count, chosen, picks, drawn, source_note,
+                  "" if selection is None else selection.describe())
 
 
 STYLE = """
@@ -350,6 +363,8 @@ def render_html(report: Report) -> str:
                                        f"({_e(human_bytes(manifest.input_bytes))}): compression {ratio:.2f}x"))
     summary.append(("problems skipped at conversion", f'<span data-count="problems">{len(manifest.problems)}</span>'))
     summary.append(("samples drawn", f"{report.count} per split, seed {report.seed}"))
+    if report.selection:
+        summary.append(("drawn among", _e(f"the samples the selection keeps: {report.selection}")))
     if report.source_note:
         summary.append(("note", _e(report.source_note)))
     out.append(_table([], [f"<tr><th>{_e(name)}</th><td>{value}</td></tr>" for name, value in summary], " id=summary"))
