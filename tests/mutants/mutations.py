@@ -458,9 +458,9 @@ MUTATIONS = [
              ("tests/deepreg/test_deepreg_stream.py",)),
     Mutation("inspect-unchecked", "`wdsprep inspect` shows samples read unchecked",
              "src/wdsprep/commands/inspect.py",
-             (("        for raw in checked_samples(urls[0], manifest.shards(split)[0], 0, max(args.samples, 0)):\n",
-               "        from itertools import islice\n        from ..stream import iter_shard\n"
-               "        for raw in islice(iter_shard(urls[0]), max(args.samples, 0)):\n"),),
+             (("    for _, _, raw in fetch(manifest, split, numbers):\n",
+               "    from itertools import islice\n    from ..stream import iter_shard\n"
+               "    for raw in islice(iter_shard(manifest.shard_urls(split)[0]), len(numbers)):\n"),),
              ("tests/core/test_conversion.py",)),
     Mutation("older-shard-index-unhashed", "a local shard without an index is indexed in memory without hashing it against its row first",
              "src/wdsprep/stream/access.py",
@@ -562,8 +562,8 @@ MUTATIONS = [
              ("tests/core/test_convert_options.py",)),
     Mutation("unchecked-shards-reused", "the driver reuses a recorded unit without checking its shards in the store",
              "src/wdsprep/conversion.py",
-             (("            if record is not None and not unverified_shards(store, record.rows, full=True):",
-               "            if record is not None:"),),
+             (("                    and not unverified_shards(store, record.rows, full=True):",
+               "                    :"),),
              ("tests/core/test_conversion.py", "tests/core")),
     # -- issue 27: rawnind acquisition in its own subpackage (sources/rawnind/acquire/), one progress, one fault plan
     Mutation("rawnind-loads-acquisition-eagerly", "the rawnind package imports the fetcher (httpx, trio) when it is imported",
@@ -693,7 +693,8 @@ MUTATIONS = [
     Mutation("mix-drop-leaves-part-out", "equalize='drop' silently leaves out a part with fewer samples than ranks", MIX,
              (("if self.equalize != \"drop\" or world == 1 or progress.levels:", "if True:"),),
              ("tests/core/test_mix_config.py", "tests/core/test_mix_oracle.py")),
-    Mutation("mix-file-calls-any-function", "a mix file may name any function of a source's namespace (voxels.synth, rawnind.fetch)", MIX,
+    Mutation("mix-file-calls-any-function", "a mix file may name any function of a source's namespace (voxels.synth, rawnind.fetch)",
+             "src/wdsprep/mixfile.py",
              (("if not callable(value) or getattr(value, \"__module__\", None) != f\"wdsprep.sources.{source}.read\":",
                "if not callable(value):"),), ("tests/core/test_mix_config.py",)),
     Mutation("pad-replays-outputless-samples", "with equalize='pad' a worker whose samples make no output replays them and stops short of its target", WORKER,
