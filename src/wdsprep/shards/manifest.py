@@ -30,10 +30,16 @@ from ..errors import InputError, ManifestError
 from .index import ROW_FIELDS, index_fields_problem
 from .samples import TABLE as SAMPLE_TABLES
 from .samples import entry_problem
+from . import shardtable
+from .shardtable import TABLE as SHARD_TABLES
+from .shardtable import ShardTable
 
 FORMAT = "wdsprep/2"
 READ_FORMATS = ("wdsprep/1", FORMAT)  # wdsprep/1: the layout before every member was plain arrays
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # written when the shard rows live only in the shard tables (`<split>.shards`)
+INLINE_VERSION = 1  # written when they are also inline (older wdsprep read it)
+READ_VERSIONS = (INLINE_VERSION, MANIFEST_VERSION)
+INLINE_SHARDS = 1000  # a manifest of at most this many shards keeps its rows inline too
 MANIFEST_NAME = "manifest.json"
 SPLIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -57,7 +63,7 @@ class Manifest:
     source: str
     config: dict
     fingerprint: str
-    splits: dict[str, list[dict]]  # split -> shard rows {name, samples, bytes, sha256, unit, unit_digest}
+    splits: dict[str, list[dict] | ShardTable]  # split -> shard rows {name, samples, bytes, sha256, unit, unit_digest}
     tables: dict = field(default_factory=dict)
     problems: list = field(default_factory=list)
     input_bytes: int = 0
@@ -75,15 +81,29 @@ class Manifest:
 
     def samples(self, split: str | None = None) -> int:
         splits = [split] if split else list(self.splits)
-        return sum(row["samples"] for s in splits for row in self.shards(s))
+        return sum(_column_sum(self.shards(s), "samples") for s in splits)
 
     def bytes(self, split: str | None = None) -> int:
         splits = [split] if split else list(self.splits)
-        return sum(row["bytes"] for s in splits for row in self.shards(s))
+        return sum(_column_sum(self.shards(s), "bytes") for s in splits)
+
+    def columns(self, split: str) -> ShardTable:
+        """The split's shard rows as columns (stream/catalog.py plans on them): its shard table as
+        loaded (a manifest without inline rows), else one built from the inline rows."""
+        rows = self.shards(split)
+        if isinstance(rows, ShardTable):
+            return rows
+        built = self._built.get(split)
+        if built is None or built[0] is not rows:
+            built = self._built[split] = (rows, ShardTable(shardtable.encode_rows(split, rows), f"{self.url or 'manifest'} ({split})"))
+        return built[1]
 
     def shard_urls(self, split: str) -> list[str]:
         base = self.base_url()
-        return [join_url(base, row["name"]) for row in self.shards(split)]
+        rows = self.shards(split)
+        if isinstance(rows, ShardTable):
+            return [join_url(base, rows.name(shard)) for shard in range(len(rows))]
+        return [join_url(base, row["name"]) for row in rows]
 
     def url_of(self, name: str) -> str:
         """The URL of a file beside the manifest (a shard, a sample table)."""
@@ -95,14 +115,17 @@ class Manifest:
         return self.url.rsplit("/", 1)[0] if "/" in self.url else "."
 
     # -- serialization
-    def to_dict(self) -> dict:
+    def to_dict(self, inline: bool = True) -> dict:
+        """The manifest's JSON; `inline=False`: without the shard rows (version 2: they are in the
+        shard tables the `tables["shard_tables"]` records, which `write` writes)."""
         split_totals = {
-            split: {"shards": rows, "samples": sum(r["samples"] for r in rows), "bytes": sum(r["bytes"] for r in rows)}
+            split: {"shards": list(rows) if inline else len(rows), "samples": _column_sum(rows, "samples"),
+                    "bytes": _column_sum(rows, "bytes")}
             for split, rows in sorted(self.splits.items())
         }
         return {
             "format": self.format,
-            "manifest_version": MANIFEST_VERSION,
+            "manifest_version": INLINE_VERSION if inline else MANIFEST_VERSION,
             "source": self.source,
             "config": self.config,
             "fingerprint": self.fingerprint,
@@ -118,26 +141,52 @@ class Manifest:
             "timing": self.timing,
         }
 
-    def dumps(self) -> bytes:
-        return (json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n").encode()
+    def dumps(self, inline: bool = True) -> bytes:
+        return (json.dumps(self.to_dict(inline), indent=1, sort_keys=True) + "\n").encode()
+
+    def write(self, store, inline_shards: int = INLINE_SHARDS) -> None:
+        """Write each split's shard table, then `manifest.json` (last: a reader finds the tables it
+        names), to `store` (storage.Store). The rows stay inline in manifest.json (version 1, which
+        older wdsprep reads) while the manifest lists at most `inline_shards` shards; above, only the
+        tables hold them (version 2: older wdsprep refuse it, naming the version)."""
+        records = {}
+        for split, rows in sorted(self.splits.items()):
+            data = bytes(rows.buffer()) if isinstance(rows, ShardTable) else shardtable.encode_rows(split, list(rows))
+            store.write_bytes(shardtable.file_name(split), data)
+            records[split] = shardtable.entry_for(split, data, len(rows))
+        self.tables = {**self.tables, SHARD_TABLES: records}
+        total = sum(len(rows) for rows in self.splits.values())
+        store.write_bytes(MANIFEST_NAME, self.dumps(inline=total <= inline_shards))
 
     @classmethod
-    def from_dict(cls, data: dict, url: str | None = None) -> "Manifest":
+    def from_dict(cls, data: dict, url: str | None = None, tables=None) -> "Manifest":
+        """`tables(split, record) -> ShardTable`: how a version-2 manifest's shard tables are read
+        (default: mapped from the folder of a local `url`; stream/manifests.py reads remote ones)."""
         where = url or "manifest"
         if not isinstance(data, dict) or data.get("format") not in READ_FORMATS:
             raise ManifestError(f"{where}: not a {FORMAT} manifest (format={data.get('format') if isinstance(data, dict) else None!r})")
         version = data.get("manifest_version")
-        if version != MANIFEST_VERSION:
+        if version not in READ_VERSIONS or isinstance(version, bool):
             raise ManifestError(
                 f"{where}: manifest version {version!r} is not supported by this wdsprep "
-                f"(it reads version {MANIFEST_VERSION}); upgrade wdsprep or re-convert"
+                f"(it reads versions {', '.join(map(str, READ_VERSIONS))}); upgrade wdsprep or re-convert"
             )
-        validate(data, where)
+        validate(data, where, inline=version == INLINE_VERSION)
+        if version == INLINE_VERSION:
+            splits = {name: list(split["shards"]) for name, split in data["splits"].items()}
+        else:
+            reader = tables or _local_tables(url, where)
+            records = data["tables"][SHARD_TABLES]
+            splits = {}
+            for name, split in data["splits"].items():
+                table = reader(name, records[name])
+                table.check(name, records[name], split)
+                splits[name] = table
         return cls(
             source=data["source"],
             config=data["config"],
             fingerprint=data["fingerprint"],
-            splits={name: list(split["shards"]) for name, split in data["splits"].items()},
+            splits=splits,
             tables=data.get("tables", {}),
             problems=data.get("problems", []),
             input_bytes=data.get("input_bytes", 0),
@@ -147,12 +196,33 @@ class Manifest:
         )
 
     @classmethod
-    def loads(cls, text: bytes | str, url: str | None = None) -> "Manifest":
+    def loads(cls, text: bytes | str, url: str | None = None, tables=None) -> "Manifest":
         try:
             data = json.loads(text, object_pairs_hook=unique_keys)
         except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, a duplicate key
             raise ManifestError(f"{url or 'manifest'}: not valid JSON ({error})") from None
-        return cls.from_dict(data, url)
+        return cls.from_dict(data, url, tables)
+
+    def __post_init__(self) -> None:
+        self._built: dict[str, tuple] = {}  # split -> (its inline rows, their columns)
+
+
+def _column_sum(rows, name: str) -> int:
+    if isinstance(rows, ShardTable):
+        return int(rows.columns[name].sum(dtype=np.uint64))
+    return sum(row[name] for row in rows)
+
+
+def _local_tables(url: str | None, where: str):
+    """Shard tables mapped from the folder of a local manifest."""
+
+    def read(split: str, record: dict) -> ShardTable:
+        if url is None or "://" in url:
+            raise ManifestError(f"{where}: its shard tables must be read through wdsprep.stream's load_manifest")
+        base = url.rsplit("/", 1)[0] if "/" in url else "."
+        return shardtable.map_file(join_url(base, record["file"]), record)
+
+    return read
 
 
 # -- the schema
@@ -207,9 +277,14 @@ def _check_sum(where: str, path: str, stated: Any, actual: int) -> None:
         raise ManifestError(f"{where}: {path}: says {stated!r}, but its shard rows add up to {actual}")
 
 
-def validate(data: dict, where: str) -> None:
-    """Raise one-line `ManifestError`s for anything in `data` that a reader must not trust."""
+def validate(data: dict, where: str, inline: bool = True) -> None:
+    """Raise one-line `ManifestError`s for anything in `data` that a reader must not trust (`inline`:
+    the rows are in it; else each split names its shard count and its shard table, whose rows the
+    table's own `check` checks when it is read)."""
     _check_fields(where, "", data, _TOP)
+    if not inline:
+        _validate_tabled(data, where)
+        return
     names: set[str] = set()
     totals = {"shards": 0, "samples": 0, "bytes": 0}
     for split, entry in data["splits"].items():
@@ -241,6 +316,39 @@ def validate(data: dict, where: str) -> None:
     if "totals" in data:
         for field_name, actual in totals.items():
             _check_sum(where, f"totals.{field_name}", data["totals"].get(field_name), actual)
+    _validate_tables(data, where)
+
+
+def _validate_tabled(data: dict, where: str) -> None:
+    records = data.get("tables", {}).get(SHARD_TABLES)
+    if not isinstance(records, dict):
+        raise ManifestError(f"{where}: tables.{SHARD_TABLES}: missing (a version 2 manifest's shard rows are there)")
+    totals = {"shards": 0, "samples": 0, "bytes": 0}
+    for split, entry in data["splits"].items():
+        if not SPLIT_NAME.fullmatch(split):
+            raise ManifestError(f"{where}: splits.{split!r:.60}: not a split name ([A-Za-z0-9][A-Za-z0-9_-]*)")
+        if not isinstance(entry, dict):
+            raise ManifestError(f"{where}: splits.{split}: expected an object")
+        _check_fields(where, f"splits.{split}.", entry, {**_TOTALS, "shards": _TOTALS["samples"]})
+        if split not in records:
+            raise ManifestError(f"{where}: tables.{SHARD_TABLES}.{split}: missing")
+        for name in totals:
+            totals[name] += entry[name]
+    if "totals" in data:
+        for field_name, actual in totals.items():
+            _check_sum(where, f"totals.{field_name}", data["totals"].get(field_name), actual)
+    _validate_tables(data, where)
+
+
+def _validate_tables(data: dict, where: str) -> None:
+    shard_tables = data.get("tables", {}).get(SHARD_TABLES)
+    if shard_tables is not None:  # the per-split shard tables (shards/shardtable.py): one file each
+        if not isinstance(shard_tables, dict):
+            raise ManifestError(f"{where}: tables.{SHARD_TABLES}: expected {{split: {{file, bytes, sha256, shards}}}}")
+        for split, entry in shard_tables.items():
+            problem = "no such split" if split not in data["splits"] else shardtable.entry_problem(split, entry)
+            if problem:
+                raise ManifestError(f"{where}: tables.{SHARD_TABLES}.{split!s:.60}: {problem}")
     sample_tables = data.get("tables", {}).get(SAMPLE_TABLES)
     if sample_tables is not None:  # the per-split sample tables (shards/samples.py): one file each
         if not isinstance(sample_tables, dict):

@@ -1,9 +1,21 @@
-"""Loading manifests and shard URLs from any location."""
+"""Loading manifests and shard URLs from any location.
+
+A manifest of version 2 keeps its shard rows in one shard table per split (shards/shardtable.py),
+read here with it: a local table is mapped (`mmap`), so every process of a node shares one copy
+through the page cache; a remote one (http(s)://, s3://) is fetched once per process, or not at
+all when `ReadOptions.table_cache_dir` (`WDSPREP_TABLE_CACHE_DIR`) holds it: the cache keeps each
+table under its sha256 (the one the manifest records, so a table that changed is a new name and
+no request needs to ask whether it did), written atomically by whichever process fetched it first,
+then mapped like a local one. Every table is checked against its record (size, sha256) before use.
+"""
 from __future__ import annotations
 
+import os
+
 from ..errors import ManifestError, ShardError
-from ..shards.manifest import MANIFEST_NAME, Manifest
-from ..storage import read_url, scheme_of
+from ..shards import shardtable
+from ..shards.manifest import MANIFEST_NAME, Manifest, join_url
+from ..storage import local_path, read_url, scheme_of
 
 
 def manifest_location(url: str) -> str:
@@ -23,7 +35,53 @@ def load_manifest(url: str, options=None) -> Manifest:
         raise ManifestError(f"{location}: cannot read manifest ({error})") from None
     if scheme_of(location) == "file":
         location = location[len("file://") :]
-    return Manifest.loads(text, location)
+    return Manifest.loads(text, location, tables=lambda split, record: shard_table(location, record, options))
+
+
+def table_cache_path(cache_dir: str, record: dict) -> str:
+    """Where the node-local cache keeps a shard table: named by its sha256 (its content)."""
+    return os.path.join(cache_dir, f"{record['sha256']}{shardtable.SUFFIX}")
+
+
+def shard_table(manifest_url: str, record: dict, options=None) -> shardtable.ShardTable:
+    """The shard table a manifest at `manifest_url` records (see the module docstring)."""
+    base = manifest_url.rsplit("/", 1)[0] if "/" in manifest_url else "."
+    url = join_url(base, record["file"])
+    path = local_path(url)
+    if path is not None:
+        return shardtable.map_file(path, record, url)
+    cache_dir = None if options is None else options.table_cache_dir
+    if cache_dir is not None:
+        cached = table_cache_path(cache_dir, record)
+        if os.path.exists(cached):
+            return shardtable.map_file(cached, record, f"{url} (cached as {cached})")
+    try:
+        data = read_url(url, options)
+    except ShardError as error:
+        raise ManifestError(f"{url}: cannot read shard table ({error})") from None
+    table = shardtable.from_bytes(data, record, url)
+    if cache_dir is None:
+        return table
+    _cache(cache_dir, table_cache_path(cache_dir, record), data)
+    return shardtable.map_file(table_cache_path(cache_dir, record), record, url)
+
+
+def _cache(cache_dir: str, path: str, data: bytes) -> None:
+    try:
+        os.makedirs(cache_dir, exist_ok=True)
+    except OSError as error:
+        raise ManifestError(f"table_cache_dir {cache_dir}: cannot create it ({error.strerror or error})") from None
+    temporary = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(temporary, "wb") as file:
+            file.write(data)
+        os.replace(temporary, path)  # atomic: a process mapping it sees the whole table or none
+    except OSError as error:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise ManifestError(f"table_cache_dir {cache_dir}: cannot write {path} ({error.strerror or error})") from None
 
 
 def urls(manifest_url: str, split: str = "train") -> list[str]:
@@ -48,7 +106,7 @@ def shard_row(url: str, manifests: dict | None = None) -> dict:
         if manifests is not None:
             manifests[base] = manifest
     for rows in manifest.splits.values():
-        for row in rows:
-            if row["name"] == name:
-                return row
+        for shard in range(len(rows)):
+            if (rows.name(shard) if isinstance(rows, shardtable.ShardTable) else rows[shard]["name"]) == name:
+                return rows[shard]
     raise ShardError(url, f"{manifest.url} does not list it, so its samples cannot be checked")
