@@ -177,11 +177,7 @@ class Manifest:
         else:
             reader = tables or _local_tables(url, where)
             records = data["tables"][SHARD_TABLES]
-            splits = {}
-            for name, split in data["splits"].items():
-                table = reader(name, records[name])
-                table.check(name, records[name], split)
-                splits[name] = table
+            splits = TabledSplits({name: (reader, records[name], split) for name, split in data["splits"].items()})
         return cls(
             source=data["source"],
             config=data["config"],
@@ -205,6 +201,37 @@ class Manifest:
 
     def __post_init__(self) -> None:
         self._built: dict[str, tuple] = {}  # split -> (its inline rows, their columns)
+
+
+class TabledSplits(dict):
+    """The splits of a manifest of version 2: each split's shard table is read (and checked) when
+    that split is first asked for, so a dataset of one split reads one table."""
+
+    def __init__(self, pending: dict):
+        super().__init__({name: None for name in pending})
+        self._pending = pending
+
+    def _load(self, name: str) -> ShardTable:
+        reader, record, totals = self._pending.pop(name)
+        table = reader(name, record)
+        table.check(name, record, totals)
+        dict.__setitem__(self, name, table)
+        return table
+
+    def __getitem__(self, name):
+        return self._load(name) if name in self._pending else dict.__getitem__(self, name)
+
+    def get(self, name, default=None):
+        return self[name] if name in self else default
+
+    def values(self):
+        return [self[name] for name in self]
+
+    def items(self):
+        return [(name, self[name]) for name in self]
+
+    def __reduce__(self):  # pickled loaded (the readers are closures)
+        return (dict, (dict(self.items()),))
 
 
 def _column_sum(rows, name: str) -> int:

@@ -130,6 +130,8 @@ class ShardReader:
                          for a, b in self.catalog.runs(piece.shard, piece.start + skip, piece.stop)]
             skip = 0
         ahead = self._read_ahead(runs)
+        # the read-ahead's start window: the first block (and the sample made before it is handed over)
+        widen_after = None if ahead is None else max(self.shuffle_buffer, 1) + 1
         try:
             for piece, first in runs:
                 url = self.urls[piece.shard]
@@ -157,6 +159,11 @@ class ShardReader:
                                 continue
                             yield _stamp(sample, at, piece.start, epoch)
                             at += 1
+                            if widen_after is not None:  # asked for more: the first block was delivered
+                                widen_after -= 1
+                                if not widen_after:
+                                    ahead.widen()
+                                    widen_after = None
                 except ShardError as error:
                     if self.handler(error):
                         continue
@@ -174,7 +181,9 @@ class ShardReader:
                 if reads_ahead(self.urls[piece.shard], self.rows[piece.shard])]
         if not jobs:
             return None
-        return ReadAhead(jobs, options=self.options, max_connections=self.max_connections)
+        first_block = max(self.shuffle_buffer, 1) + 1
+        first_jobs = int(np.searchsorted(np.cumsum([stop - first for _, _, first, stop in jobs]), first_block)) + 1
+        return ReadAhead(jobs, options=self.options, max_connections=self.max_connections, first_jobs=first_jobs)
 
     def _block_shuffled(self, pieces: Sequence, skip: int, held: dict) -> Iterator:
         """Blocks of `shuffle_buffer` consecutive samples, each permuted. Samples of local shards are
