@@ -21,11 +21,15 @@ gives:
   given and consistent): `index_bytes` (uint32), `index_digest` (uint64, the xxh3_64 value);
   `index_offset` is not stored, it is `bytes - index_bytes - 1024` (the rule every manifest row
   obeys: docs/format.md). `indexed` (uint8 0/1) only when some rows have an index and some not;
-- `extras`: every other field of the rows (`unit`, `unit_digest`, fields a later wdsprep adds, index
-  fields of a row that does not obey the rule) as one zstd frame around msgpack
-  {field: [[value, run length], ...]}, runs in row order (a unit's shards share `unit` and
-  `unit_digest`, so these cost per unit, not per shard); a row without the field is a run of None.
+- `unit`: not stored when every row's `unit` is its name's (`"unit": "name"` in the header: what
+  every conversion writes);
+- `extras`: every other field of the rows (`unit` where it is not the name's, fields a later
+  wdsprep adds, index fields of a row that does not obey the rule) as one zstd frame around msgpack
+  {field: [[value, run length], ...]}, runs in row order; a row without the field is a run of None.
   Read only when a whole row is asked for (`table[i]`: verify, upload, inspect), never to plan.
+- left out: `unit_digest` (what a unit's shards depend on, 32 bytes of entropy a unit). The unit
+  journal `_units.json` keeps it, and it is what a resumed conversion reads; no reader reads it
+  from the manifest. A manifest with inline rows keeps it there.
 
 `digest` is the split's state digest (`rows_digest`: names, counts and sha256 of its shards, what a
 saved state must have been read from), written once so a reader does not rebuild 10^6 JSON rows for it.
@@ -58,6 +62,7 @@ TABLE = "shard_tables"  # manifest.tables key
 SUFFIX = ".shards"
 INDEX_FIELDS = ("index_offset", "index_bytes", "index_digest")
 CORE = ("name", "samples", "bytes", "sha256")
+LEFT_OUT = ("unit_digest",)  # the conversion's journal keeps it (resume reads it there); no reader does
 INDEX_TAIL = 1024  # the two end blocks after the index member
 _DIGEST = re.compile(r"xxh3_64:([0-9a-f]{16})")
 _MAX_EXTRAS = 1 << 30  # an extras frame inflating past this is refused unread
@@ -126,7 +131,10 @@ def encode_rows(split: str, rows: list[dict]) -> bytes:
         columns["index_digest"] = np.array([int(row["index_digest"][8:], 16) if ok else 0 for row, ok in zip(rows, indexed)], dtype="<u8")
         if not indexed.all():
             columns["indexed"] = indexed.astype("<u1")
-    extra_names = sorted({name for row in rows for name in row} - set(CORE) - set(INDEX_FIELDS)
+    unit_from_name = names_blob is None and count > 0 and all(row.get("unit") == p[0] and type(row.get("unit")) is int
+                                                             for row, p in zip(rows, parsed))
+    left_out = set(CORE) | set(INDEX_FIELDS) | set(LEFT_OUT) | ({"unit"} if unit_from_name else set())
+    extra_names = sorted({name for row in rows for name in row} - left_out
                          | {name for row, ok in zip(rows, indexed) if not ok for name in INDEX_FIELDS if name in row})
     extras = {name: _runs([row.get(name) for row in rows]) for name in extra_names}
     # a field given as None and a field absent are both None in the runs: keep which rows hold it
@@ -134,11 +142,12 @@ def encode_rows(split: str, rows: list[dict]) -> bytes:
                if any(name in row and row[name] is None for row in rows)}
     if present:
         extras["__present__"] = present
-    return encode_columns(split, columns, names=names_blob, extras=extras or None, digest=rows_digest(rows))
+    return encode_columns(split, columns, names=names_blob, extras=extras or None, digest=rows_digest(rows),
+                          unit_from_name=unit_from_name)
 
 
 def encode_columns(split: str, columns: dict[str, np.ndarray], *, names: list[str] | None = None,
-                   extras: dict | None = None, digest: str) -> bytes:
+                   extras: dict | None = None, digest: str, unit_from_name: bool = False) -> bytes:
     """The table file from its columns (see the module docstring): `columns` holds `name_unit` and
     `name_part` unless `names` gives the names; `samples` is narrowed to uint32 when it fits."""
     columns = dict(columns)
@@ -166,6 +175,8 @@ def encode_columns(split: str, columns: dict[str, np.ndarray], *, names: list[st
         chunks.append(frame)
     header = {"format": FORMAT, "split": split, "count": count, "digest": digest,
               "names": "blob" if names is not None else "rule", "columns": layout, "extras": extras_entry}
+    if unit_from_name:
+        header["unit"] = "name"
     text = json.dumps(header, sort_keys=True).encode()
     text += b" " * (-(len(MAGIC) + 4 + len(text)) % 8)  # the columns start 8-aligned, offsets from there
     return MAGIC + len(text).to_bytes(4, "little") + text + b"".join(chunks)
@@ -256,6 +267,7 @@ class ShardTable:
         if self.sha256.ndim != 2 or self.sha256.shape[1] != 32:
             raise ManifestError(f"{where}: shard table column 'sha256': expected 32 bytes per shard")
         self._extras_entry, self._start = header.get("extras"), start
+        self.unit_from_name = header.get("unit") == "name" and self.names_kind == "rule"
         self._extras: dict | None = None
 
     # -- pickling: a worker process maps the same file (no manifest read), or gets the bytes
@@ -323,6 +335,8 @@ class ShardTable:
             row["index_offset"] = row["bytes"] - size - INDEX_TAIL
             row["index_bytes"] = size
             row["index_digest"] = f"xxh3_64:{int(self.columns['index_digest'][shard]):016x}"
+        if self.unit_from_name:
+            row["unit"] = int(self.columns["name_unit"][shard])
         for name, (values, present) in self.extras().items():
             value = values[shard]
             if value is not None or (present is not None and present[shard]):

@@ -21,7 +21,7 @@ from ..shards.samples import SampleTable, table_entry
 from ..shards.index import has_index
 from ..shards.tarformat import iter_samples
 from ..shards.shardtable import TABLE as SHARD_TABLES
-from ..shards.shardtable import ShardTable
+from ..shards.shardtable import LEFT_OUT, ShardTable
 from .manifests import load_manifest, shard_table
 from ..storage import open_url
 from .read import Sha256Reader, read_samples
@@ -104,7 +104,8 @@ def verify_shard_table(manifest: Manifest, split: str, record: dict) -> str | No
     except WdsprepError as error:
         return str(error)
     rows = manifest.shards(split)
-    at = next((i for i, (a, b) in enumerate(zip(table, rows)) if a != b), None)
+    kept = [{name: value for name, value in row.items() if name not in LEFT_OUT} for row in rows]
+    at = next((i for i, (a, b) in enumerate(zip(table, kept)) if a != b), None)
     if at is not None:
         return f"{manifest.url_of(record['file'])}: shard {at} of split {split!r} differs from the manifest's row ({rows[at]['name']})"
     return None
