@@ -5,11 +5,13 @@ read here with it: a local table is mapped (`mmap`), so every process of a node 
 through the page cache; a remote one (http(s)://, s3://) is fetched once per process, or not at
 all when `ReadOptions.table_cache_dir` (`WDSPREP_TABLE_CACHE_DIR`) holds it: the cache keeps each
 table under its sha256 (the one the manifest records, so a table that changed is a new name and
-no request needs to ask whether it did), written atomically by whichever process fetched it first,
-then mapped like a local one. Every table is checked against its record (size, sha256) before use.
+no request needs to ask whether it did), fetched by one process of the node while the others wait
+on a lock file beside it (`<sha256>.shards.lock`), written atomically, then mapped like a local
+one by every process. Every table is checked against its record (size, sha256) before use.
 """
 from __future__ import annotations
 
+import fcntl
 import os
 
 from ..errors import ManifestError, ShardError
@@ -51,26 +53,35 @@ def shard_table(manifest_url: str, record: dict, options=None) -> shardtable.Sha
     if path is not None:
         return shardtable.map_file(path, record, url)
     cache_dir = None if options is None else options.table_cache_dir
-    if cache_dir is not None:
-        cached = table_cache_path(cache_dir, record)
-        if os.path.exists(cached):
-            return shardtable.map_file(cached, record, f"{url} (cached as {cached})")
+    if cache_dir is None:
+        return shardtable.from_bytes(_fetch(url, options), record, url)
+    cached = table_cache_path(cache_dir, record)
+    if not os.path.exists(cached):
+        try:
+            os.makedirs(cache_dir, exist_ok=True)
+            lock = os.open(f"{cached}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as error:
+            raise ManifestError(f"table_cache_dir {cache_dir}: cannot use it ({error.strerror or error})") from None
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # the node's processes: one fetches, the others wait and map it
+            if not os.path.exists(cached):
+                data = _fetch(url, options)
+                shardtable.checked_bytes(data, record, url)
+                _cache(cache_dir, cached, data)
+                del data
+        finally:
+            os.close(lock)  # releases the lock
+    return shardtable.map_file(cached, record, f"{url} (cached as {cached})")
+
+
+def _fetch(url: str, options) -> bytes:
     try:
-        data = read_url(url, options)
+        return read_url(url, options)
     except ShardError as error:
         raise ManifestError(f"{url}: cannot read shard table ({error})") from None
-    table = shardtable.from_bytes(data, record, url)
-    if cache_dir is None:
-        return table
-    _cache(cache_dir, table_cache_path(cache_dir, record), data)
-    return shardtable.map_file(table_cache_path(cache_dir, record), record, url)
 
 
 def _cache(cache_dir: str, path: str, data: bytes) -> None:
-    try:
-        os.makedirs(cache_dir, exist_ok=True)
-    except OSError as error:
-        raise ManifestError(f"table_cache_dir {cache_dir}: cannot create it ({error.strerror or error})") from None
     temporary = f"{path}.{os.getpid()}.tmp"
     try:
         with open(temporary, "wb") as file:
