@@ -24,7 +24,7 @@ from wdsprep.errors import ManifestError
 from wdsprep.testing import RangeHTTPServer
 from tests.timeouts import SUBPROCESS
 
-from .shardsets import make_older
+from .shardsets import make_older, write_counted_shards
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PIPELINES = ("voxels", "minecraft", "deepreg", "rawnind", "noisebase")
@@ -170,6 +170,27 @@ def test_a_manifest_of_version_2_reads_as_the_inline_one(generic, tmp_path):
     assert run_cli("verify", tabled, "--quiet")[0] == 0
 
 
+def test_uneven_shards_deal_the_same_from_the_table(tmp_path):
+    """Shards of 7,7,7,7,7,7,7,1 and one empty: every rank's samples, for several worlds and seeds,
+    from the table (version 2) and from inline rows, and len() on each."""
+    from wdsprep.shards.manifest import Manifest
+    from wdsprep.storage import open_store
+
+    manifest_path = write_counted_shards(tmp_path / "inline", [7, 7, 7, 0, 7, 7, 7, 7, 1], codec="none")
+    inline = pathlib.Path(manifest_path).parent
+    shutil.copytree(inline, tmp_path / "v2")
+    Manifest.loads((inline / "manifest.json").read_bytes(), str(inline / "manifest.json")).write(
+        open_store(str(tmp_path / "v2")), inline_shards=0)
+    assert read_manifest(tmp_path / "v2")["manifest_version"] == 2
+    for seed, world, equalize in ((0, 3, "pad"), (2, 4, "drop"), (5, 7, None)):
+        for rank in range(world):
+            options = dict(seed=seed, rank=rank, world_size=world, equalize=equalize)
+            a = wdsprep.dataset(str(inline), "train", **options)
+            b = wdsprep.dataset(str(tmp_path / "v2"), "train", **options)
+            assert len(a) == len(b)
+            assert [s["__key__"] for s in a] == [s["__key__"] for s in b]
+
+
 def test_a_manifest_without_tables_still_reads(generic, tmp_path):
     older = tmp_path / "older"
     shutil.copytree(generic, older)
@@ -261,9 +282,27 @@ def test_a_remote_table_is_fetched_once_and_cached_by_its_sha256(generic, tmp_pa
         assert [s["__key__"] for s in dataset] == expected
         assert len(server.requests_for("train.shards")) == 2  # once more, then from the cache
         assert (cache / f"{record['sha256']}.shards").read_bytes() == (tabled / "train.shards").read_bytes()
-        # a changed table is another sha256: fetched, not taken from the cache
-        changed = bytearray((tabled / "train.shards").read_bytes())
-        (cache / f"{record['sha256']}.shards").write_bytes(bytes(changed[:-1]))  # and a damaged cache entry is refused
+        # the dataset changes at the same URL (a new conversion: fewer shards): its table is another
+        # sha256, so it is fetched, not the cached one taken
+        from wdsprep.shards import shardtable
+
+        rows = read_manifest(generic)["splits"]["train"]["shards"][:-3]
+        data = shardtable.encode_rows("train", rows)
+        (tabled / "train.shards").write_bytes(data)
+        manifest = read_manifest(tabled)
+        manifest["tables"]["shard_tables"]["train"] = shardtable.entry_for("train", data, len(rows))
+        manifest["splits"]["train"].update(shards=len(rows), samples=sum(r["samples"] for r in rows),
+                                           bytes=sum(r["bytes"] for r in rows))
+        manifest.pop("totals")
+        (tabled / "manifest.json").write_text(json.dumps(manifest))
+        changed = wdsprep.dataset(url, "train", seed=2, equalize=None, table_cache_dir=str(cache))
+        assert len(changed) == sum(r["samples"] for r in rows)
+        assert len(server.requests_for("train.shards")) == 3
+        # a damaged cache entry is refused, naming it
+        (cache / f"{record['sha256']}.shards").write_bytes((tabled / "train.shards").read_bytes()[:-1])
+        manifest["tables"]["shard_tables"]["train"] = record
+        manifest["splits"]["train"] = read_manifest(generic)["splits"]["train"] | {"shards": record["shards"]}
+        (tabled / "manifest.json").write_text(json.dumps(manifest))
         with pytest.raises(ManifestError, match="cached as"):
             wdsprep.dataset(url, "train", table_cache_dir=str(cache))
 

@@ -965,3 +965,19 @@ MUTATIONS += [
              (("table = msgpack.unpackb(_inflate(data, inflate_bound(count, fields)), raw=False)",
                "table = msgpack.unpackb(decompressor().decompress(data), raw=False)"),), TABLES),
 ]
+# issue 40: the shard table (shards/shardtable.py), catalogs planned on its columns, the node-local table cache
+SHARD_TABLES = ("tests/core/test_shard_tables.py",)
+MUTATIONS += [
+    Mutation("columnar-permutation-mask", "the epoch's empty shards are masked in manifest order, not in the permuted order",
+             PLAN, (("    order = order[counts[order] > 0]", "    order = order[(counts > 0)[: len(order)]]"),),
+             SHARD_TABLES + ("tests/core/test_plan_oracle.py",)),
+    Mutation("columnar-share-equal-sizes", "a catalog of a shard table takes every shard's count to be the first's",
+             "src/wdsprep/stream/catalog.py",
+             (("            self.sizes = self.rows.samples.astype(np.int64)",
+               "            self.sizes = np.resize(self.rows.samples[:1], len(self.rows)).astype(np.int64)"),),
+             SHARD_TABLES),
+    Mutation("table-cache-keyed-by-name", "the node-local table cache keys a table by its file name, not its sha256",
+             "src/wdsprep/stream/manifests.py",
+             (("""return os.path.join(cache_dir, f"{record['sha256']}{shardtable.SUFFIX}")""",
+               """return os.path.join(cache_dir, f"{record['file']}")"""),), SHARD_TABLES),
+]
