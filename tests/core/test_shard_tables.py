@@ -369,3 +369,13 @@ def test_planning_a_hundred_thousand_shards_makes_no_object_per_shard(tmp_path):
     tracemalloc.stop()
     assert plan is not None
     assert peak < 8 * count * 8 + (4 << 20), peak  # a few int64 columns, no per-shard objects
+
+
+def test_a_version_2_dataset_uploads_and_reads_back(generic, tmp_path):
+    """`wdsprep upload` of a manifest without inline rows carries its tables; the copy reads the same."""
+    tabled = without_inline_rows(generic, tmp_path / "v2")
+    status, _, err = run_cli("upload", tabled, f"file://{tmp_path / 'copy'}", "--quiet")
+    assert status == 0, err
+    assert (tmp_path / "copy" / "train.shards").read_bytes() == (tabled / "train.shards").read_bytes()
+    expected = [s["__key__"] for s in wdsprep.dataset(str(generic), "valid", seed=3)]
+    assert [s["__key__"] for s in wdsprep.dataset(str(tmp_path / "copy"), "valid", seed=3)] == expected

@@ -10,6 +10,16 @@ its shard. A split's sample table record names that split's table file and nothi
 (`samples.entry_problem`). No JSON field may be given twice. Shard rows may carry further optional fields; those are
 kept as they are.
 
+Where the shard rows live. `Manifest.write` writes each split's shard table (`<split>.shards`,
+shards/shardtable.py: the rows as binary columns, 62 bytes a shard) and records it in
+`tables["shard_tables"]`, then manifest.json. While the manifest lists at most `INLINE_SHARDS`
+shards, manifest.json keeps the rows inline too (`manifest_version` 1: older wdsprep read it, and
+readers use the inline rows); above, each split holds only its shard count (`manifest_version` 2,
+which older wdsprep refuse naming the version), and a loaded manifest's split is its `ShardTable`
+(a sequence of row dicts made on demand, and the columns `Manifest.columns` hands to planning),
+read when the split is first asked for (`TabledSplits`) and checked before use (size and sha256
+against the record, then names, index fields and totals on its columns).
+
 The format is `wdsprep/2`: members any plain reader turns into arrays (no structured record dtypes,
 the same members and dtypes in every sample of a split). `wdsprep/1` manifests (and their shards)
 still read. A source may describe its members in the table `tables["fields"]` ({split: {member:
@@ -86,17 +96,6 @@ class Manifest:
     def bytes(self, split: str | None = None) -> int:
         splits = [split] if split else list(self.splits)
         return sum(_column_sum(self.shards(s), "bytes") for s in splits)
-
-    def columns(self, split: str) -> ShardTable:
-        """The split's shard rows as columns (stream/catalog.py plans on them): its shard table as
-        loaded (a manifest without inline rows), else one built from the inline rows."""
-        rows = self.shards(split)
-        if isinstance(rows, ShardTable):
-            return rows
-        built = self._built.get(split)
-        if built is None or built[0] is not rows:
-            built = self._built[split] = (rows, ShardTable(shardtable.encode_rows(split, rows), f"{self.url or 'manifest'} ({split})"))
-        return built[1]
 
     def shard_urls(self, split: str) -> list[str]:
         base = self.base_url()
@@ -198,9 +197,6 @@ class Manifest:
         except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, a duplicate key
             raise ManifestError(f"{url or 'manifest'}: not valid JSON ({error})") from None
         return cls.from_dict(data, url, tables)
-
-    def __post_init__(self) -> None:
-        self._built: dict[str, tuple] = {}  # split -> (its inline rows, their columns)
 
 
 class TabledSplits(dict):

@@ -6,6 +6,11 @@ shard with none kept), and `members(shard)`, their sample numbers. Pieces of the
 *selected positions*: position j of shard s is its j-th kept sample. Without a selection position j
 is sample j, and everything is exactly what it was before selections existed (same order, same states).
 
+A manifest whose rows live in a shard table (shards/shardtable.py) gives the catalog its columns:
+`sizes` is a view of the table's `samples` column, `rows` the table itself and `urls` a `ShardURLs`
+(each URL made when asked for), and `digest` is the one the table carries; so a catalog of 10^6
+shards makes no Python object per shard.
+
 A `Selection` is applied on the split's sample table (keys and indexed fields: `stream/samples.py`),
 never on sample data, in this order: `keys` (a list of keys, or the path of a file with one key per
 line), `select` (an expression over indexed fields: stream/select.py), `fraction` (exactly
