@@ -38,6 +38,7 @@ import sys
 import time
 
 from _smoke import sized
+from bench_tiny_shards import _ask, _server  # the test http server in its own process
 
 SCALES = sized([10**3, 10**4, 10**5, 10**6], [10**3, 10**4])
 INLINE_SCALES = sized([10**3, 10**4, 10**5], [10**3])
@@ -180,22 +181,6 @@ def measure(args: dict, repeats: int = REPEATS) -> dict:
             raise RuntimeError(done.stderr[-3000:])
         results.append(json.loads(done.stdout.strip().splitlines()[-1]))
     return {key: statistics.median(r[key] for r in results) for key in results[0]}
-
-
-def _server(root: pathlib.Path):
-    process = subprocess.Popen([sys.executable, "-m", "wdsprep.testing", "http", str(root)], stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, text=True)
-    url = process.stdout.readline().strip()
-    if not url:
-        process.kill()
-        raise RuntimeError("the test http server did not start")
-    return process, url
-
-
-def _ask(process, command: str) -> dict:
-    process.stdin.write(command + "\n")
-    process.stdin.flush()
-    return json.loads(process.stdout.readline())
 
 
 def multi_node(root: pathlib.Path, work: pathlib.Path, processes: int) -> dict:

@@ -336,10 +336,7 @@ def validate(data: dict, where: str, inline: bool = True) -> None:
             _check_sum(where, f"splits.{split}.{field_name}", entry[field_name], actual)
             totals[field_name] += actual
         totals["shards"] += len(entry["shards"])
-    if "totals" in data:
-        for field_name, actual in totals.items():
-            _check_sum(where, f"totals.{field_name}", data["totals"].get(field_name), actual)
-    _validate_tables(data, where)
+    _validate_tables(data, where, totals)
 
 
 def _validate_tabled(data: dict, where: str) -> None:
@@ -357,13 +354,14 @@ def _validate_tabled(data: dict, where: str) -> None:
             raise ManifestError(f"{where}: tables.{SHARD_TABLES}.{split}: missing")
         for name in totals:
             totals[name] += entry[name]
+    _validate_tables(data, where, totals)
+
+
+def _validate_tables(data: dict, where: str, totals: dict) -> None:
+    """The overall totals against the splits' (`totals`), and the tables' records."""
     if "totals" in data:
         for field_name, actual in totals.items():
             _check_sum(where, f"totals.{field_name}", data["totals"].get(field_name), actual)
-    _validate_tables(data, where)
-
-
-def _validate_tables(data: dict, where: str) -> None:
     shard_tables = data.get("tables", {}).get(SHARD_TABLES)
     if shard_tables is not None:  # the per-split shard tables (shards/shardtable.py): one file each
         if not isinstance(shard_tables, dict):
