@@ -342,6 +342,7 @@ def test_loader_workers_read_neither_manifest_nor_table_again(generic, tmp_path)
         assert sum(len(b["__key__"]) for b in batches) == len(dataset)
         assert len(server.requests_for("manifest.json")) == 1
         assert len(server.requests_for("train.shards")) == 1
+        assert not server.requests_for("valid.shards")  # a split nobody asked for is not read
 
 
 def test_planning_a_hundred_thousand_shards_makes_no_object_per_shard(tmp_path):

@@ -16,7 +16,7 @@ shards/shardtable.py: the rows as binary columns, 62 bytes a shard) and records 
 shards, manifest.json keeps the rows inline too (`manifest_version` 1: older wdsprep read it, and
 readers use the inline rows); above, each split holds only its shard count (`manifest_version` 2,
 which older wdsprep refuse naming the version), and a loaded manifest's split is its `ShardTable`
-(a sequence of row dicts made on demand, and the columns `Manifest.columns` hands to planning),
+(a sequence of row dicts made on demand, whose columns stream/catalog.py plans on),
 read when the split is first asked for (`TabledSplits`) and checked before use (size and sha256
 against the record, then names, index fields and totals on its columns).
 
@@ -29,6 +29,7 @@ to get the arrays back, the `encoding` (e.g. bit-packed voxels) and the `absent`
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -226,8 +227,17 @@ class TabledSplits(dict):
     def items(self):
         return [(name, self[name]) for name in self]
 
-    def __reduce__(self):  # pickled loaded (the readers are closures)
-        return (dict, (dict(self.items()),))
+    def __reduce__(self):  # a worker gets the tables read so far, and reads the others itself if asked
+        loaded = {name: dict.__getitem__(self, name) for name in self if name not in self._pending}
+        return (_tabled_splits, (list(self), loaded, self._pending))
+
+
+def _tabled_splits(names: list, loaded: dict, pending: dict) -> TabledSplits:
+    splits = TabledSplits(pending)
+    for name in names:
+        if name in loaded:
+            dict.__setitem__(splits, name, loaded[name])
+    return splits
 
 
 def _column_sum(rows, name: str) -> int:
@@ -238,14 +248,14 @@ def _column_sum(rows, name: str) -> int:
 
 def _local_tables(url: str | None, where: str):
     """Shard tables mapped from the folder of a local manifest."""
+    return functools.partial(_local_table, url, where)
 
-    def read(split: str, record: dict) -> ShardTable:
-        if url is None or "://" in url:
-            raise ManifestError(f"{where}: its shard tables must be read through wdsprep.stream's load_manifest")
-        base = url.rsplit("/", 1)[0] if "/" in url else "."
-        return shardtable.map_file(join_url(base, record["file"]), record)
 
-    return read
+def _local_table(url: str | None, where: str, split: str, record: dict) -> ShardTable:
+    if url is None or "://" in url:
+        raise ManifestError(f"{where}: its shard tables must be read through wdsprep.stream's load_manifest")
+    base = url.rsplit("/", 1)[0] if "/" in url else "."
+    return shardtable.map_file(join_url(base, record["file"]), record)
 
 
 # -- the schema

@@ -12,6 +12,7 @@ one by every process. Every table is checked against its record (size, sha256) b
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 
 from ..errors import ManifestError, ShardError
@@ -37,7 +38,11 @@ def load_manifest(url: str, options=None) -> Manifest:
         raise ManifestError(f"{location}: cannot read manifest ({error})") from None
     if scheme_of(location) == "file":
         location = location[len("file://") :]
-    return Manifest.loads(text, location, tables=lambda split, record: shard_table(location, record, options))
+    return Manifest.loads(text, location, tables=functools.partial(_split_table, location, options))
+
+
+def _split_table(location: str, options, split: str, record: dict) -> shardtable.ShardTable:
+    return shard_table(location, record, options)
 
 
 def table_cache_path(cache_dir: str, record: dict) -> str:
