@@ -15,7 +15,8 @@ Each number comes from a fresh process (`python bench_manifest_scale.py child ..
 `REPEATS`: load = `wdsprep.dataset(url, "train")` (manifest.json read, table mapped and its sha256
 checked, catalog planned); len() = `len(dataset)`; first sample = `next(iter(dataset))` of rank 0
 and rank R-1 of R ranks; RSS = the process's peak (ru_maxrss) and its private anonymous memory
-(Private_Dirty of /proc/self/smaps_rollup) after load, len and a first sample, less the same
+(VmHWM of /proc/self/status, and Private_Dirty of /proc/self/smaps_rollup) after load, len and a
+first sample, the private memory less the same
 process's before `wdsprep.dataset` was called (torch and wdsprep imported); PSS = the proportional
 set size of the main process and its 8 `wdsprep.Loader` workers (fork) together after each
 worker's first batch. Over HTTP (`python -m wdsprep.testing http`, its own process): the requests
@@ -31,7 +32,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import resource
 import statistics
 import subprocess
 import sys
@@ -118,6 +118,15 @@ def _memory() -> dict:
     return fields
 
 
+def _peak_rss() -> int:
+    """This process's peak RSS since its exec (VmHWM; ru_maxrss would carry the parent's over exec)."""
+    with open("/proc/self/status") as file:
+        for line in file:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def _pss_of(pid: int) -> int:
     with open(f"/proc/{pid}/smaps_rollup") as file:
         for line in file:
@@ -149,7 +158,7 @@ def child(args: dict) -> dict:
         result["load_first"] = time.perf_counter() - started
     after = _memory()
     result["private"] = after.get("Private_Dirty", 0) - before.get("Private_Dirty", 0)
-    result["peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    result["peak_rss"] = _peak_rss()
     result["rss_before"] = before.get("Rss", 0)
     if args.get("workers"):
         result["pss"] = _loader_pss(dataset, args["workers"])

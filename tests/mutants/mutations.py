@@ -981,6 +981,6 @@ MUTATIONS += [
              (("""return os.path.join(cache_dir, f"{record['sha256']}{shardtable.SUFFIX}")""",
                """return os.path.join(cache_dir, f"{record['file']}")"""),), SHARD_TABLES),
     Mutation("read-ahead-start-unlimited", "the read-ahead fetches later shards before the first block is delivered",
-             WORKER, (("max_connections=self.max_connections, first_jobs=first_jobs)",
-                       "max_connections=self.max_connections, first_jobs=None)"),), SHARD_TABLES),
+             WORKER, (("first_jobs = int(np.searchsorted(np.cumsum([stop - first for _, _, first, stop in jobs]), first_block)) + 1",
+                       "first_jobs = None"),), SHARD_TABLES),
 ]

@@ -362,8 +362,9 @@ class ShardTable:
             raise ManifestError(f"{where}: shard table is of split {self.split!r} with {self.count} shards; "
                                 f"the manifest says split {split!r} with {entry.get('shards')}")
         if self.names_kind == "rule":
-            pairs = self.columns["name_unit"].astype(np.uint64) << np.uint64(16) | self.columns["name_part"].astype(np.uint64)
-            duplicated = len(np.unique(pairs)) != self.count
+            pairs = self.columns["name_unit"].astype(np.int64) << 16 | self.columns["name_part"].astype(np.int64)
+            # a conversion lists its shards in name order: then no name is twice when they increase
+            duplicated = not (pairs[1:] > pairs[:-1]).all() and len(np.unique(pairs)) != self.count
         else:
             names = self.names()
             duplicated = len(set(names)) != self.count
