@@ -16,6 +16,10 @@ Invariants.
   counting point.
 - With `equalize="pad"` a worker that meets its target short replays its first outputs (the
   rank's, or the pass's, when its own samples make none); with "drop" it stops at its target.
+- A worker's pieces stay numpy columns until it reads them: they become Piece objects, rows and
+  read-ahead jobs a chunk at a time (`FIRST_CHUNK`, then `CHUNK` pieces; a chunk's read-ahead ends
+  with it), so a share of 10^6 shards costs no Python before its first sample; the first chunk's
+  read-ahead starts with the first shuffle block's pieces only (stream/remote.py).
 """
 from __future__ import annotations
 
