@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 import statistics
 import subprocess
 import sys
@@ -197,7 +198,8 @@ def multi_node(root: pathlib.Path, work: pathlib.Path, processes: int) -> dict:
     server, url = _server(root)
     try:
         _ask(server, "clear")
-        cache = work / f"node-caches-{len(os.listdir(root))}"
+        cache = work / "node-caches"
+        shutil.rmtree(cache, ignore_errors=True)  # every node starts without the table
         children = []
         started = time.perf_counter()
         for rank in range(processes):
