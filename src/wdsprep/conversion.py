@@ -235,7 +235,7 @@ class Conversion:
                     "units_built": len(self.plan.units) - self.reused, "units_reused": self.reused},
         )
         _remove_stale_shards(self.store, splits)
-        self.store.write_bytes(MANIFEST_NAME, manifest.dumps())
+        manifest.write(self.store)  # the shard tables, then manifest.json
         manifest.url = f"{self.store.url.rstrip('/')}/{MANIFEST_NAME}"
         warning = one_sample_shards_warning(results, self.core.shard_bytes)
         if warning is not None:

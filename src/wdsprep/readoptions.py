@@ -4,7 +4,8 @@ variables and their rules.
 `ReadOptions` is a frozen dataclass: the dataset's read-ahead (`prefetch_bytes`, `max_connections`),
 every remote read (`retries`, `timeout`, the rate floor `min_rate` over `rate_window`,
 `skip_by_reading`), the part sizes of S3 uploads (`s3_multipart_bytes`, `s3_part_bytes`) and the
-dataset's local shard cache (`cache_dir`, `cache_bytes`). Every field but the cache's has an
+dataset's local shard cache (`cache_dir`, `cache_bytes`) and the node-local cache of remote shard
+tables (`table_cache_dir`: stream/manifests.py). Every field but the shard cache's has an
 environment variable (`VARIABLES`); docs/objectstore.md#settings is their one table.
 
 When they are read. Never at import. `ReadOptions.from_environment(**keywords)` reads the
@@ -139,18 +140,20 @@ SETTINGS: dict[str, Setting] = {
     "s3_part_bytes": Setting("WDSPREP_S3_PART_BYTES", lambda value, name: size(
         value, name, MIN_S3_PART_BYTES, "the part size of S3 multipart uploads, S3's smallest is 5MiB; default 16MiB")),
     "cache_dir": Setting(None, lambda value, name: _directory(value, name)),
+    "table_cache_dir": Setting("WDSPREP_TABLE_CACHE_DIR", lambda value, name: _directory(
+        value, name, "the node-local cache of remote shard tables, by sha256; default: none, kept in memory")),
     "cache_bytes": Setting(None, lambda value, name: size(value, name, 1, "the shard cache's bound; default 10GB")),
 }
 
 VARIABLES: dict[str, str] = {field: setting.variable for field, setting in SETTINGS.items() if setting.variable}
 
 
-def _directory(value: Any, name: str) -> str | None:
+def _directory(value: Any, name: str, meaning: str = "the local shard cache") -> str | None:
     if value is None:
         return None
     if isinstance(value, (str, os.PathLike)) and os.fspath(value):
         return os.fspath(value)
-    raise ConfigError(f"{_label(name, value)}: must be a directory path (the local shard cache)")
+    raise ConfigError(f"{_label(name, value)}: must be a directory path ({meaning})")
 
 
 @dataclass(frozen=True)
@@ -168,6 +171,7 @@ class ReadOptions:
     s3_part_bytes: int = 16 * MIB
     cache_dir: str | None = None
     cache_bytes: int = DEFAULT_CACHE_BYTES
+    table_cache_dir: str | None = None  # remote shard tables kept here by sha256, mapped by every process
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):

@@ -109,7 +109,7 @@ def reindex(location: str, *, quiet: bool = True) -> ReindexReport:
         report.tables = sorted({split for split, _ in keys.values()})
         if new_rows or keys:
             replace_unit_rows(store, new_rows, {name: shard for name, (_, shard) in keys.items()})
-            store.write_bytes(MANIFEST_NAME, manifest.dumps())
+            manifest.write(store)  # its shard tables, then manifest.json
     return report
 
 

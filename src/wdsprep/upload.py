@@ -29,6 +29,8 @@ from .errors import ConfigError, ManifestError, UploadError, WdsprepError
 from .progress import Progress
 from .shards.manifest import MANIFEST_NAME, Manifest
 from .shards.samples import SUFFIX as TABLE_SUFFIX
+from .shards.shardtable import SUFFIX as SHARD_TABLE_SUFFIX
+from .shards.shardtable import TABLE as SHARD_TABLES
 from .shards.samples import TABLE as SAMPLE_TABLES
 from .storage import Store, describe, file_sha256, local_path, open_store
 
@@ -67,13 +69,17 @@ def _already_there(store: Store, row: dict, recheck: bool) -> bool:
 
 
 def _what(row: dict) -> str:
+    if row["name"].endswith(SHARD_TABLE_SUFFIX):
+        return "shard table"
     return "sample table" if row["name"].endswith(TABLE_SUFFIX) else "shard"
 
 
 def _table_rows(manifest: Manifest) -> list[dict]:
-    """The manifest's sample tables as rows {name, bytes, sha256}, uploaded and checked like shards."""
+    """The manifest's sample and shard tables as rows {name, bytes, sha256}, uploaded and checked
+    like shards (before the manifest, which is last)."""
     return [{"name": entry["file"], "bytes": entry["bytes"], "sha256": entry["sha256"]}
-            for _, entry in sorted((manifest.tables.get(SAMPLE_TABLES) or {}).items())]
+            for table in (SAMPLE_TABLES, SHARD_TABLES)
+            for _, entry in sorted((manifest.tables.get(table) or {}).items())]
 
 
 def _upload_shard(store: Store, directory: str, row: dict, *, verify: str, retries: int) -> bool:

@@ -92,10 +92,12 @@ INDEX_FIELDS = ("index_offset", "index_bytes", "index_digest")
 
 def make_older(output: pathlib.Path) -> None:
     """Turn a conversion into what an older wdsprep wrote: shards without their index member, no
-    sample tables (nor their keys in `_units.json`)."""
+    sample tables (nor their keys in `_units.json`), no shard tables."""
     manifest = read_manifest(output)
     for split in manifest["tables"].pop("sample_tables", {}):
         (output / f"{split}.samples").unlink()
+    for split in manifest["tables"].pop("shard_tables", {}):
+        (output / f"{split}.shards").unlink()
     older: dict[str, dict] = {}
     for entry in manifest["splits"].values():
         for row in entry["shards"]:

@@ -38,6 +38,7 @@ RULES = {
     "WDSPREP_S3_MULTIPART_BYTES": "must be a size >= 1 bytes",
     "WDSPREP_S3_PART_BYTES": "must be a size of at least 5MiB",
     "WDSPREP_RAY_RETRIES": "must be a whole number >= 0",
+    "WDSPREP_TABLE_CACHE_DIR": "must be a directory path",
 }
 # ... and the values of VALUES that are valid: (field, what it means), and why.
 ACCEPTED = {
@@ -49,6 +50,8 @@ ACCEPTED = {
     ("WDSPREP_RATE_WINDOW", "1e3"): ("rate_window", 1000.0),  # seconds: any positive number
     ("WDSPREP_SKIP_BY_READING", "0"): ("skip_by_reading", 0),  # every forward seek is a new Range request
     ("WDSPREP_RAY_RETRIES", "0"): ("retries", 0),  # a failed unit is not tried again on Ray
+    # any non-empty text names a directory (the node-local cache of remote shard tables)
+    **{("WDSPREP_TABLE_CACHE_DIR", value): ("table_cache_dir", value) for value in VALUES if value},
 }
 READ_VARIABLES = sorted(set(RULES) - {"WDSPREP_RAY_RETRIES"})
 
@@ -138,10 +141,11 @@ def test_each_variable_is_one_line_from_the_command_line(shards, monkeypatch, ca
             assert code == 1, captured
             assert captured.err.splitlines() == [f"wdsprep: error: {variable}={value!r}: {RULES[variable]}"
                                                  + _rest(ConfigError(captured.err.strip()[16:]), variable, value)]
+        bad = next(value for value in ("abc", "") if (variable, value) not in ACCEPTED)  # a directory: ""
         child = subprocess.run(CLI + ["inspect", url], capture_output=True, text=True, timeout=SUBPROCESS,
-                               env={**os.environ, variable: "abc"})
+                               env={**os.environ, variable: bad})
     assert child.returncode == 1
-    assert len(child.stderr.splitlines()) == 1 and child.stderr.startswith(f"wdsprep: error: {variable}='abc': "), child.stderr
+    assert len(child.stderr.splitlines()) == 1 and child.stderr.startswith(f"wdsprep: error: {variable}={bad!r}: "), child.stderr
 
 
 def test_ray_retries_is_checked_when_the_executor_is_made(shards, monkeypatch):

@@ -978,3 +978,22 @@ MUTATIONS += [
     Mutation("inspect-mix-size-as-epoch", "inspect of a mix file says a part's size where its samples in the epoch belong",
              "src/wdsprep/commands/inspect.py", (("{count:9d} ", "{part.size:9d} "),), CLI_SELECTION),
 ]
+# issue 40: the shard table (shards/shardtable.py), catalogs planned on its columns, the node-local table cache
+SHARD_TABLES = ("tests/core/test_shard_tables.py",)
+MUTATIONS += [
+    Mutation("columnar-permutation-mask", "the epoch's empty shards are masked in manifest order, not in the permuted order",
+             PLAN, (("    order = order[counts[order] > 0]", "    order = order[(counts > 0)[: len(order)]]"),),
+             SHARD_TABLES + ("tests/core/test_plan_oracle.py",)),
+    Mutation("columnar-share-equal-sizes", "a catalog of a shard table takes every shard's count to be the first's",
+             "src/wdsprep/stream/catalog.py",
+             (("            self.sizes = self.rows.samples.astype(np.int64)",
+               "            self.sizes = np.resize(self.rows.samples[:1], len(self.rows)).astype(np.int64)"),),
+             SHARD_TABLES),
+    Mutation("table-cache-keyed-by-name", "the node-local table cache keys a table by its file name, not its sha256",
+             "src/wdsprep/stream/manifests.py",
+             (("""return os.path.join(cache_dir, f"{record['sha256']}{shardtable.SUFFIX}")""",
+               """return os.path.join(cache_dir, f"{record['file']}")"""),), SHARD_TABLES),
+    Mutation("read-ahead-start-unlimited", "the read-ahead fetches later shards before the first block is delivered",
+             WORKER, (("first_jobs = int(np.searchsorted(np.cumsum([stop - first for _, _, first, stop in jobs]), first_block)) + 1",
+                       "first_jobs = None"),), SHARD_TABLES),
+]

@@ -28,9 +28,10 @@ def _manifest_rows(shard_dir):
 
 
 def _table_rows(shard_dir):
-    """Each split's sample table, as an upload writes it beside the shards."""
+    """Each split's sample and shard table, as an upload writes them beside the shards."""
     manifest = json.loads((shard_dir / "manifest.json").read_bytes())
-    return [{"name": entry["file"], "sha256": entry["sha256"]} for entry in manifest["tables"]["sample_tables"].values()]
+    return [{"name": entry["file"], "sha256": entry["sha256"]}
+            for kind in ("sample_tables", "shard_tables") for entry in manifest["tables"][kind].values()]
 
 
 def _object_sha256(client, bucket, key):

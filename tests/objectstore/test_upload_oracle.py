@@ -19,10 +19,11 @@ def _rows(shard_dir):
 
 
 def _files(shard_dir):
-    """What an upload writes besides the manifest: the shards, and each split's sample table."""
+    """What an upload writes besides the manifest: the shards, and each split's sample and shard table."""
     manifest = json.loads((shard_dir / "manifest.json").read_text())
-    tables = [{"name": entry["file"], "sha256": entry["sha256"]} for entry in manifest["tables"]["sample_tables"].values()]
-    assert len(tables) == len(manifest["splits"])
+    tables = [{"name": entry["file"], "sha256": entry["sha256"]}
+              for kind in ("sample_tables", "shard_tables") for entry in manifest["tables"][kind].values()]
+    assert len(tables) == 2 * len(manifest["splits"])
     return _rows(shard_dir) + tables
 
 

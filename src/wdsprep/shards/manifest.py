@@ -10,6 +10,16 @@ its shard. A split's sample table record names that split's table file and nothi
 (`samples.entry_problem`). No JSON field may be given twice. Shard rows may carry further optional fields; those are
 kept as they are.
 
+Where the shard rows live. `Manifest.write` writes each split's shard table (`<split>.shards`,
+shards/shardtable.py: the rows as binary columns, 62 bytes a shard) and records it in
+`tables["shard_tables"]`, then manifest.json. While the manifest lists at most `INLINE_SHARDS`
+shards, manifest.json keeps the rows inline too (`manifest_version` 1: older wdsprep read it, and
+readers use the inline rows); above, each split holds only its shard count (`manifest_version` 2,
+which older wdsprep refuse naming the version), and a loaded manifest's split is its `ShardTable`
+(a sequence of row dicts made on demand, whose columns stream/catalog.py plans on),
+read when the split is first asked for (`TabledSplits`) and checked before use (size and sha256
+against the record, then names, index fields and totals on its columns).
+
 The format is `wdsprep/2`: members any plain reader turns into arrays (no structured record dtypes,
 the same members and dtypes in every sample of a split). `wdsprep/1` manifests (and their shards)
 still read. A source may describe its members in the table `tables["fields"]` ({split: {member:
@@ -19,6 +29,7 @@ to get the arrays back, the `encoding` (e.g. bit-packed voxels) and the `absent`
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -30,10 +41,16 @@ from ..errors import InputError, ManifestError
 from .index import ROW_FIELDS, index_fields_problem
 from .samples import TABLE as SAMPLE_TABLES
 from .samples import entry_problem
+from . import shardtable
+from .shardtable import TABLE as SHARD_TABLES
+from .shardtable import ShardTable
 
 FORMAT = "wdsprep/2"
 READ_FORMATS = ("wdsprep/1", FORMAT)  # wdsprep/1: the layout before every member was plain arrays
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # written when the shard rows live only in the shard tables (`<split>.shards`)
+INLINE_VERSION = 1  # written when they are also inline (older wdsprep read it)
+READ_VERSIONS = (INLINE_VERSION, MANIFEST_VERSION)
+INLINE_SHARDS = 1000  # a manifest of at most this many shards keeps its rows inline too
 MANIFEST_NAME = "manifest.json"
 SPLIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -57,7 +74,7 @@ class Manifest:
     source: str
     config: dict
     fingerprint: str
-    splits: dict[str, list[dict]]  # split -> shard rows {name, samples, bytes, sha256, unit, unit_digest}
+    splits: dict[str, list[dict] | ShardTable]  # split -> shard rows {name, samples, bytes, sha256, unit, unit_digest}
     tables: dict = field(default_factory=dict)
     problems: list = field(default_factory=list)
     input_bytes: int = 0
@@ -75,15 +92,18 @@ class Manifest:
 
     def samples(self, split: str | None = None) -> int:
         splits = [split] if split else list(self.splits)
-        return sum(row["samples"] for s in splits for row in self.shards(s))
+        return sum(_column_sum(self.shards(s), "samples") for s in splits)
 
     def bytes(self, split: str | None = None) -> int:
         splits = [split] if split else list(self.splits)
-        return sum(row["bytes"] for s in splits for row in self.shards(s))
+        return sum(_column_sum(self.shards(s), "bytes") for s in splits)
 
     def shard_urls(self, split: str) -> list[str]:
         base = self.base_url()
-        return [join_url(base, row["name"]) for row in self.shards(split)]
+        rows = self.shards(split)
+        if isinstance(rows, ShardTable):
+            return [join_url(base, rows.name(shard)) for shard in range(len(rows))]
+        return [join_url(base, row["name"]) for row in rows]
 
     def url_of(self, name: str) -> str:
         """The URL of a file beside the manifest (a shard, a sample table)."""
@@ -95,14 +115,17 @@ class Manifest:
         return self.url.rsplit("/", 1)[0] if "/" in self.url else "."
 
     # -- serialization
-    def to_dict(self) -> dict:
+    def to_dict(self, inline: bool = True) -> dict:
+        """The manifest's JSON; `inline=False`: without the shard rows (version 2: they are in the
+        shard tables the `tables["shard_tables"]` records, which `write` writes)."""
         split_totals = {
-            split: {"shards": rows, "samples": sum(r["samples"] for r in rows), "bytes": sum(r["bytes"] for r in rows)}
+            split: {"shards": list(rows) if inline else len(rows), "samples": _column_sum(rows, "samples"),
+                    "bytes": _column_sum(rows, "bytes")}
             for split, rows in sorted(self.splits.items())
         }
         return {
             "format": self.format,
-            "manifest_version": MANIFEST_VERSION,
+            "manifest_version": INLINE_VERSION if inline else MANIFEST_VERSION,
             "source": self.source,
             "config": self.config,
             "fingerprint": self.fingerprint,
@@ -118,26 +141,48 @@ class Manifest:
             "timing": self.timing,
         }
 
-    def dumps(self) -> bytes:
-        return (json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n").encode()
+    def dumps(self, inline: bool = True) -> bytes:
+        return (json.dumps(self.to_dict(inline), indent=1, sort_keys=True) + "\n").encode()
+
+    def write(self, store, inline_shards: int = INLINE_SHARDS) -> None:
+        """Write each split's shard table, then `manifest.json` (last: a reader finds the tables it
+        names), to `store` (storage.Store). The rows stay inline in manifest.json (version 1, which
+        older wdsprep reads) while the manifest lists at most `inline_shards` shards; above, only the
+        tables hold them (version 2: older wdsprep refuse it, naming the version)."""
+        records = {}
+        for split, rows in sorted(self.splits.items()):
+            data = bytes(rows.buffer()) if isinstance(rows, ShardTable) else shardtable.encode_rows(split, list(rows))
+            store.write_bytes(shardtable.file_name(split), data)
+            records[split] = shardtable.entry_for(split, data, len(rows))
+        self.tables = {**self.tables, SHARD_TABLES: records}
+        total = sum(len(rows) for rows in self.splits.values())
+        store.write_bytes(MANIFEST_NAME, self.dumps(inline=total <= inline_shards))
 
     @classmethod
-    def from_dict(cls, data: dict, url: str | None = None) -> "Manifest":
+    def from_dict(cls, data: dict, url: str | None = None, tables=None) -> "Manifest":
+        """`tables(split, record) -> ShardTable`: how a version-2 manifest's shard tables are read
+        (default: mapped from the folder of a local `url`; stream/manifests.py reads remote ones)."""
         where = url or "manifest"
         if not isinstance(data, dict) or data.get("format") not in READ_FORMATS:
             raise ManifestError(f"{where}: not a {FORMAT} manifest (format={data.get('format') if isinstance(data, dict) else None!r})")
         version = data.get("manifest_version")
-        if version != MANIFEST_VERSION:
+        if version not in READ_VERSIONS or isinstance(version, bool):
             raise ManifestError(
                 f"{where}: manifest version {version!r} is not supported by this wdsprep "
-                f"(it reads version {MANIFEST_VERSION}); upgrade wdsprep or re-convert"
+                f"(it reads versions {', '.join(map(str, READ_VERSIONS))}); upgrade wdsprep or re-convert"
             )
-        validate(data, where)
+        validate(data, where, inline=version == INLINE_VERSION)
+        if version == INLINE_VERSION:
+            splits = {name: list(split["shards"]) for name, split in data["splits"].items()}
+        else:
+            reader = tables or _local_tables(url, where)
+            records = data["tables"][SHARD_TABLES]
+            splits = TabledSplits({name: (reader, records[name], split) for name, split in data["splits"].items()})
         return cls(
             source=data["source"],
             config=data["config"],
             fingerprint=data["fingerprint"],
-            splits={name: list(split["shards"]) for name, split in data["splits"].items()},
+            splits=splits,
             tables=data.get("tables", {}),
             problems=data.get("problems", []),
             input_bytes=data.get("input_bytes", 0),
@@ -147,12 +192,70 @@ class Manifest:
         )
 
     @classmethod
-    def loads(cls, text: bytes | str, url: str | None = None) -> "Manifest":
+    def loads(cls, text: bytes | str, url: str | None = None, tables=None) -> "Manifest":
         try:
             data = json.loads(text, object_pairs_hook=unique_keys)
         except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, a duplicate key
             raise ManifestError(f"{url or 'manifest'}: not valid JSON ({error})") from None
-        return cls.from_dict(data, url)
+        return cls.from_dict(data, url, tables)
+
+
+class TabledSplits(dict):
+    """The splits of a manifest of version 2: each split's shard table is read (and checked) when
+    that split is first asked for, so a dataset of one split reads one table."""
+
+    def __init__(self, pending: dict):
+        super().__init__({name: None for name in pending})
+        self._pending = pending
+
+    def _load(self, name: str) -> ShardTable:
+        reader, record, totals = self._pending.pop(name)
+        table = reader(name, record)
+        table.check(name, record, totals)
+        dict.__setitem__(self, name, table)
+        return table
+
+    def __getitem__(self, name):
+        return self._load(name) if name in self._pending else dict.__getitem__(self, name)
+
+    def get(self, name, default=None):
+        return self[name] if name in self else default
+
+    def values(self):
+        return [self[name] for name in self]
+
+    def items(self):
+        return [(name, self[name]) for name in self]
+
+    def __reduce__(self):  # a worker gets the tables read so far, and reads the others itself if asked
+        loaded = {name: dict.__getitem__(self, name) for name in self if name not in self._pending}
+        return (_tabled_splits, (list(self), loaded, self._pending))
+
+
+def _tabled_splits(names: list, loaded: dict, pending: dict) -> TabledSplits:
+    splits = TabledSplits(pending)
+    for name in names:
+        if name in loaded:
+            dict.__setitem__(splits, name, loaded[name])
+    return splits
+
+
+def _column_sum(rows, name: str) -> int:
+    if isinstance(rows, ShardTable):
+        return int(rows.columns[name].sum(dtype=np.uint64))
+    return sum(row[name] for row in rows)
+
+
+def _local_tables(url: str | None, where: str):
+    """Shard tables mapped from the folder of a local manifest."""
+    return functools.partial(_local_table, url, where)
+
+
+def _local_table(url: str | None, where: str, split: str, record: dict) -> ShardTable:
+    if url is None or "://" in url:
+        raise ManifestError(f"{where}: its shard tables must be read through wdsprep.stream's load_manifest")
+    base = url.rsplit("/", 1)[0] if "/" in url else "."
+    return shardtable.map_file(join_url(base, record["file"]), record)
 
 
 # -- the schema
@@ -207,9 +310,14 @@ def _check_sum(where: str, path: str, stated: Any, actual: int) -> None:
         raise ManifestError(f"{where}: {path}: says {stated!r}, but its shard rows add up to {actual}")
 
 
-def validate(data: dict, where: str) -> None:
-    """Raise one-line `ManifestError`s for anything in `data` that a reader must not trust."""
+def validate(data: dict, where: str, inline: bool = True) -> None:
+    """Raise one-line `ManifestError`s for anything in `data` that a reader must not trust (`inline`:
+    the rows are in it; else each split names its shard count and its shard table, whose rows the
+    table's own `check` checks when it is read)."""
     _check_fields(where, "", data, _TOP)
+    if not inline:
+        _validate_tabled(data, where)
+        return
     names: set[str] = set()
     totals = {"shards": 0, "samples": 0, "bytes": 0}
     for split, entry in data["splits"].items():
@@ -238,9 +346,40 @@ def validate(data: dict, where: str) -> None:
             _check_sum(where, f"splits.{split}.{field_name}", entry[field_name], actual)
             totals[field_name] += actual
         totals["shards"] += len(entry["shards"])
+    _validate_tables(data, where, totals)
+
+
+def _validate_tabled(data: dict, where: str) -> None:
+    records = data.get("tables", {}).get(SHARD_TABLES)
+    if not isinstance(records, dict):
+        raise ManifestError(f"{where}: tables.{SHARD_TABLES}: missing (a version 2 manifest's shard rows are there)")
+    totals = {"shards": 0, "samples": 0, "bytes": 0}
+    for split, entry in data["splits"].items():
+        if not SPLIT_NAME.fullmatch(split):
+            raise ManifestError(f"{where}: splits.{split!r:.60}: not a split name ([A-Za-z0-9][A-Za-z0-9_-]*)")
+        if not isinstance(entry, dict):
+            raise ManifestError(f"{where}: splits.{split}: expected an object")
+        _check_fields(where, f"splits.{split}.", entry, {**_TOTALS, "shards": _TOTALS["samples"]})
+        if split not in records:
+            raise ManifestError(f"{where}: tables.{SHARD_TABLES}.{split}: missing")
+        for name in totals:
+            totals[name] += entry[name]
+    _validate_tables(data, where, totals)
+
+
+def _validate_tables(data: dict, where: str, totals: dict) -> None:
+    """The overall totals against the splits' (`totals`), and the tables' records."""
     if "totals" in data:
         for field_name, actual in totals.items():
             _check_sum(where, f"totals.{field_name}", data["totals"].get(field_name), actual)
+    shard_tables = data.get("tables", {}).get(SHARD_TABLES)
+    if shard_tables is not None:  # the per-split shard tables (shards/shardtable.py): one file each
+        if not isinstance(shard_tables, dict):
+            raise ManifestError(f"{where}: tables.{SHARD_TABLES}: expected {{split: {{file, bytes, sha256, shards}}}}")
+        for split, entry in shard_tables.items():
+            problem = "no such split" if split not in data["splits"] else shardtable.entry_problem(split, entry)
+            if problem:
+                raise ManifestError(f"{where}: tables.{SHARD_TABLES}.{split!s:.60}: {problem}")
     sample_tables = data.get("tables", {}).get(SAMPLE_TABLES)
     if sample_tables is not None:  # the per-split sample tables (shards/samples.py): one file each
         if not isinstance(sample_tables, dict):

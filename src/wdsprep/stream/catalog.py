@@ -6,6 +6,11 @@ shard with none kept), and `members(shard)`, their sample numbers. Pieces of the
 *selected positions*: position j of shard s is its j-th kept sample. Without a selection position j
 is sample j, and everything is exactly what it was before selections existed (same order, same states).
 
+A manifest whose rows live in a shard table (shards/shardtable.py) gives the catalog its columns:
+`sizes` is a view of the table's `samples` column, `rows` the table itself and `urls` a `ShardURLs`
+(each URL made when asked for), and `digest` is the one the table carries; so a catalog of 10^6
+shards makes no Python object per shard.
+
 A `Selection` is applied on the split's sample table (keys and indexed fields: `stream/samples.py`),
 never on sample data, in this order: `keys` (a list of keys, or the path of a file with one key per
 line), `select` (an expression over indexed fields: stream/select.py), `fraction` (exactly
@@ -25,7 +30,8 @@ from typing import Sequence as Sequence_
 import numpy as np
 
 from ..errors import ConfigError
-from ..shards.manifest import Manifest
+from ..shards.manifest import Manifest, join_url
+from ..shards.shardtable import ShardTable, rows_digest
 from .select import Expression
 
 
@@ -119,8 +125,12 @@ class Catalog:
     def __init__(self, manifest: Manifest, split: str, selection: Selection | None = None):
         self.manifest, self.split, self.selection = manifest, split, selection
         self.rows = manifest.shards(split)
-        self.urls = manifest.shard_urls(split)
-        self.sizes = np.fromiter((row["samples"] for row in self.rows), dtype=np.int64, count=len(self.rows))
+        if isinstance(self.rows, ShardTable):  # columns over the mapped table: no object per shard
+            self.urls = ShardURLs(manifest.base_url(), self.rows)
+            self.sizes = self.rows.samples.astype(np.int64)
+        else:  # inline rows (a manifest of version 1)
+            self.urls = manifest.shard_urls(split)
+            self.sizes = np.fromiter((row["samples"] for row in self.rows), dtype=np.int64, count=len(self.rows))
         self._members: tuple[np.ndarray, np.ndarray] | None = None  # CSR: (offsets per shard, sample numbers)
         self.counts = self.sizes
         if selection is not None:
@@ -203,13 +213,35 @@ class Catalog:
     def digest(self) -> str:
         """Names, counts and sha256 of the split's shards: what a saved state must have been read from."""
         if self._digest is None:
-            rows = [[row["name"], row["samples"], row.get("sha256")] for row in self.rows]
-            self._digest = hashlib.sha256(json.dumps(rows).encode()).hexdigest()[:16]
+            # a shard table carries it, written with it (shards/shardtable.py), checked with its sha256
+            self._digest = self.rows.digest if isinstance(self.rows, ShardTable) else rows_digest(self.rows)
         return self._digest
 
     @property
     def selection_text(self) -> str | None:
         return None if self.selection is None else self.selection.text
+
+
+class ShardURLs:
+    """The URLs of a shard table's shards, made when asked for (`urls[i]`), not one string per shard."""
+
+    def __init__(self, base: str, table: ShardTable):
+        self.base, self.table = base, table
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def __getitem__(self, shard):
+        if isinstance(shard, slice):
+            return [self[i] for i in range(*shard.indices(len(self.table)))]
+        if shard < 0:
+            shard += len(self.table)
+        if not 0 <= shard < len(self.table):
+            raise IndexError(shard)
+        return join_url(self.base, self.table.name(shard))
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self.table)))
 
 
 def catalog_of(manifest: Manifest, split: str, *, seed: int = 0, keys=None, select=None, fraction=None,

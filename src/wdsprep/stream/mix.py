@@ -66,6 +66,7 @@ from .catalog import Catalog, Selection
 from .dataset import PlannedDataset, shard_weights
 from .decode import ReaderStage
 from .manifests import load_manifest
+from ..shards.shardtable import ShardTable
 from .plan import Level, Sequence, concat, epoch_order, remainder, sequence_weights
 from ..readoptions import MIN_RANGE
 from .remote import reads_ahead, worker_connections
@@ -114,7 +115,9 @@ class _Planned:
     def bytes_per_sample(self) -> float:
         """The part's shard bytes per sample (what reading one of its samples costs, on average)."""
         sizes = self.catalog.sizes
-        return sum(row["bytes"] for row in self.catalog.rows) / max(1, int(sizes.sum()))
+        rows = self.catalog.rows
+        total = int(rows.bytes.sum(dtype=np.uint64)) if isinstance(rows, ShardTable) else sum(row["bytes"] for row in rows)
+        return total / max(1, int(sizes.sum()))
 
     def outputs(self, sequence: Sequence) -> np.ndarray:
         """Cumulative outputs (or samples) of a sequence's positions."""

@@ -193,17 +193,18 @@ class Level:
     positions: dict[tuple[int, int], tuple[int, int]]  # (rank, worker) -> (skip, discard)
 
 
-def epoch_order(n_shards: int, seed: int, epoch: int, shuffle: bool) -> list[int]:
+def epoch_order(n_shards: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
+    """The epoch's shard permutation (int64), a numpy column: no Python object per shard."""
     if not shuffle:
-        return list(range(n_shards))
+        return np.arange(n_shards, dtype=np.int64)
     rng = np.random.Generator(np.random.PCG64([seed & 0xFFFFFFFF, epoch & 0xFFFFFFFF, 0x5EED]))
-    return [int(i) for i in rng.permutation(n_shards)]
+    return rng.permutation(n_shards).astype(np.int64, copy=False)
 
 
 def epoch_sequence(counts, seed: int, epoch: int, shuffle: bool) -> Sequence:
     """G: every shard's samples in order, shards in the epoch's permutation."""
     counts = np.asarray(counts, dtype=np.int64)
-    order = np.asarray(epoch_order(len(counts), seed, epoch, shuffle), dtype=np.int64)
+    order = epoch_order(len(counts), seed, epoch, shuffle)
     order = order[counts[order] > 0]
     return Sequence(order, np.zeros(len(order), np.int64), counts[order])
 

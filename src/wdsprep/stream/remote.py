@@ -18,6 +18,12 @@ What is fetched: each piece's own bytes, and its shard's index, once.
   before its body's. Indexes are kept per process (stream/read.py's `INDEXES`, by URL and the row's
   index digest), so a shard's index is fetched once per worker.
 
+At the start, only the pieces the first shuffle block needs (`first_jobs`: a worker's first
+`shuffle_buffer + 1` samples, the one more being the sample the stream makes before it hands over
+the one before) are fetched; the reader `widen`s the window to every piece once that block is
+delivered. So a rank's first sample waits for no request of a shard it reads later, and each rank
+of a large job starts with a handful of requests, not a budget's worth.
+
 How: bodies are cut into requests of `range_bytes` (the first requests of a stream smaller,
 growing from `FIRST_RANGE`, so that the first sample comes early) and fetched by `max_connections`
 threads over the process's pooled keep-alive connections (storage/http.py, storage/s3.py; the
@@ -145,6 +151,7 @@ class _Job:
         self.tail: _Range | None = None  # the range holding the index: with the body's last bytes, or alone
         self.planned = False
         self.closed = False
+        self.number = 0  # its place among the read-ahead's jobs
 
     @property
     def whole(self) -> bool:
@@ -163,11 +170,15 @@ class _Engine:
     """The state the reader and the fetching threads share (the threads hold this, not the
     `ReadAhead`, so that a reader dropped without `close()` still stops them when collected)."""
 
-    def __init__(self, jobs: list[_Job], budget: int, connections: int):
+    def __init__(self, jobs: list[_Job], budget: int, connections: int, window: int | None = None):
         lock = threading.Lock()
         self.cond = threading.Condition(lock)  # the reader waits on it: a range fetched, a piece planned
         self.work = threading.Condition(lock)  # the fetching threads wait on it: a range to send
         self.pending = collections.deque(jobs)  # jobs whose ranges are not planned yet
+        for number, job in enumerate(jobs):
+            job.number = number
+        # at the start only the jobs the first shuffle block needs are planned (`widen` lifts it)
+        self.window = len(jobs) if window is None else window
         self.queue: collections.deque[_Range] = collections.deque()  # planned, not sent, in reading order
         self.blocked: _Job | None = None  # a job whose body waits for its index request
         self.budget, self.range_bytes = budget, range_bytes(budget, connections)
@@ -191,8 +202,14 @@ class _Engine:
             begin = stop
         return ranges
 
+    def widen(self) -> None:
+        """Every job may be fetched now (the first block was delivered)."""
+        with self.cond:
+            self.window = 1 << 62
+            self.work.notify()
+
     def _plan(self) -> None:
-        while not self.queue and self.blocked is None and self.pending:
+        while not self.queue and self.blocked is None and self.pending and self.pending[0].number < self.window:
             job = self.pending.popleft()
             if job.closed or job.error is not None:
                 continue
@@ -406,9 +423,10 @@ class ReadAhead:
     `options` (a dataset's `ReadOptions`): the budget (`prefetch_bytes`, > 0) and what every
     request retries, waits and floors by; `max_connections`: requests at once (`worker_connections`)."""
 
-    def __init__(self, jobs: Iterable[tuple[str, dict, int, int]], *, options: ReadOptions, max_connections: int):
+    def __init__(self, jobs: Iterable[tuple[str, dict, int, int]], *, options: ReadOptions, max_connections: int,
+                 first_jobs: int | None = None):
         self.jobs = collections.deque(_Job(*job, options) for job in jobs)
-        self.engine = _Engine(list(self.jobs), options.prefetch_bytes, max_connections)
+        self.engine = _Engine(list(self.jobs), options.prefetch_bytes, max_connections, first_jobs)
         for name in {scheme_of(job.url) for job in self.jobs}:  # the clients, before the first piece
             scheme_for(f"{name}://").configured(options).connect(max_connections)
         self.threads = [threading.Thread(target=self.engine.fetch, name=f"wdsprep-read-ahead-{i}", daemon=True)
@@ -428,6 +446,7 @@ class ReadAhead:
         else:
             raise RuntimeError(f"{url}: samples {start}-{stop} are not a piece this read-ahead was given")
         with engine.cond:
+            engine.window = max(engine.window, job.number + 1)  # the reader needs it now
             while not job.planned and job.error is None:
                 engine._plan()
                 if job.tail is not None and job.tail.state == QUEUED and not job.tail.urgent:
@@ -452,6 +471,10 @@ class ReadAhead:
                 engine.close_job(job)
                 raise
         return PieceStream(engine, job)
+
+    def widen(self) -> None:
+        """Lift the start's window: read ahead over every piece (within the budget)."""
+        self.engine.widen()
 
     def close(self) -> None:
         self.engine.close()

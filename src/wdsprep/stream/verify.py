@@ -5,7 +5,10 @@ Shards with a sample index (`shards/index.py`) are read through the index-checke
 computes the sha256. A split's sample table (`<split>.samples`, shards/samples.py) is checked too:
 its size and sha256 against the manifest's record, its columns against its count, and its keys
 against the keys of the split's shards, in order, as that same pass read them (when every shard of
-the split checked out). One problem line per bad shard or table."""
+the split checked out). A manifest with inline rows that records shard tables (`<split>.shards`,
+shards/shardtable.py) has each table checked against its record and its rows against the inline
+ones (a manifest without inline rows had its tables checked when it was loaded). One problem line
+per bad shard or table."""
 from __future__ import annotations
 
 import io
@@ -17,7 +20,9 @@ from ..shards.manifest import Manifest
 from ..shards.samples import SampleTable, table_entry
 from ..shards.index import has_index
 from ..shards.tarformat import iter_samples
-from .manifests import load_manifest
+from ..shards.shardtable import TABLE as SHARD_TABLES
+from ..shards.shardtable import LEFT_OUT, ShardTable
+from .manifests import load_manifest, shard_table
 from ..storage import open_url
 from .read import Sha256Reader, read_samples
 
@@ -78,12 +83,32 @@ def verify(location: str | Manifest, progress=None) -> VerifyReport:
                 shards_ok = False
             if progress:
                 progress.advance(1, row["bytes"])
+        record = (manifest.tables.get(SHARD_TABLES) or {}).get(split)
+        if record is not None and not isinstance(manifest.shards(split), ShardTable):
+            problem = verify_shard_table(manifest, split, record)
+            if problem:
+                report.bad.append((manifest.url_of(record["file"]), problem))
         entry = table_entry(manifest, split)
         if entry is not None:
             problem = verify_table(manifest, split, entry, keys if shards_ok else None)
             if problem:
                 report.bad.append((manifest.url_of(entry["file"]), problem))
     return report
+
+
+def verify_shard_table(manifest: Manifest, split: str, record: dict) -> str | None:
+    """None if the split's shard table matches its record and holds the manifest's inline rows."""
+    try:
+        table = shard_table(manifest.url, record)
+        table.check(split, record, {"samples": manifest.samples(split), "bytes": manifest.bytes(split)})
+    except WdsprepError as error:
+        return str(error)
+    rows = manifest.shards(split)
+    kept = [{name: value for name, value in row.items() if name not in LEFT_OUT} for row in rows]
+    at = next((i for i, (a, b) in enumerate(zip(table, kept)) if a != b), None)
+    if at is not None:
+        return f"{manifest.url_of(record['file'])}: shard {at} of split {split!r} differs from the manifest's row ({rows[at]['name']})"
+    return None
 
 
 def verify_table(manifest: Manifest, split: str, entry: dict, keys: list[str] | None) -> str | None:

@@ -16,6 +16,10 @@ Invariants.
   counting point.
 - With `equalize="pad"` a worker that meets its target short replays its first outputs (the
   rank's, or the pass's, when its own samples make none); with "drop" it stops at its target.
+- A worker's pieces stay numpy columns until it reads them: they become Piece objects, rows and
+  read-ahead jobs a chunk at a time (`FIRST_CHUNK`, then `CHUNK` pieces; a chunk's read-ahead ends
+  with it), so a share of 10^6 shards costs no Python before its first sample; the first chunk's
+  read-ahead starts with the first shuffle block's pieces only (stream/remote.py).
 """
 from __future__ import annotations
 
@@ -93,6 +97,18 @@ class _Counter:
     pulled: int = 0  # source samples this worker pulled in the pass
 
 
+FIRST_CHUNK, CHUNK = 64, 1024  # pieces materialised at a time: a small first chunk, then larger ones
+
+
+def _chunks(count: int):
+    """[begin, end) piece ranges: FIRST_CHUNK, then CHUNK at a time."""
+    begin = 0
+    while begin < count:
+        end = min(count, begin + (FIRST_CHUNK if begin == 0 else CHUNK))
+        yield begin, end
+        begin = end
+
+
 class ShardReader:
     """Reads the samples of pieces of a split's shards, for one worker of one pass: `catalog` is the
     split (its shards' urls and rows, and the samples a selection keeps: pieces are in selected
@@ -118,54 +134,68 @@ class ShardReader:
         Remote pieces are fetched ahead of the reader (`_read_ahead`)."""
         epoch = self.epoch
         slot = max(held, default=0) if held is not None else 0
-        runs = []  # (piece, first sample to read): runs of consecutive sample numbers
-        for piece in pieces:
-            if skip >= piece.samples:
-                skip -= piece.samples
-                continue
-            if self.catalog.selection is None:
-                runs.append((piece, piece.start + skip))
-            else:  # a piece of selected positions: the runs of consecutive samples it keeps
-                runs += [(Piece(piece.shard, a, b, piece.cycle), a)
-                         for a, b in self.catalog.runs(piece.shard, piece.start + skip, piece.stop)]
-            skip = 0
-        ahead = self._read_ahead(runs)
-        try:
-            for piece, first in runs:
-                url = self.urls[piece.shard]
-                try:
-                    row = self.rows[piece.shard]
-                    index = None
-                    if ahead is not None and reads_ahead(url, row):
-                        stream = ahead.open(url, first, piece.stop)
-                        index = stream.index
-                    elif self.cache:
-                        stream = self.cache.open(url, row.get("sha256"), row.get("bytes"))
-                    else:
-                        stream = open_url(url, self.options)
-                    with stream:
-                        # every sample is checked against the row before it is yielded (stream/read.py)
-                        at = first
-                        for sample in read_samples(url, row, first, piece.stop, stream, lazy=held is not None,
-                                                   in_order=not keep, index=index):
-                            if sample.__class__ is LocalShard:
-                                if not keep:
-                                    held.clear()
-                                slot += 1
-                                held[slot] = (sample, piece.start)
-                                yield from sample.checked(slot << 32)
-                                continue
-                            yield _stamp(sample, at, piece.start, epoch)
-                            at += 1
-                except ShardError as error:
-                    if self.handler(error):
-                        continue
-                    break
-        finally:
-            if ahead is not None:
-                ahead.close()
+        # the read-ahead's start window: the first block (and the sample made before it is handed over)
+        widen_after = max(self.shuffle_buffer, 1) + 1
+        # pieces are materialised (Piece objects, rows, read-ahead jobs) a chunk at a time: a rank's
+        # share of 10^6 shards would otherwise cost seconds of Python before its first sample
+        for begin, end in _chunks(pieces.piece_count):
+            runs = []  # (piece, first sample to read): runs of consecutive sample numbers
+            for piece in Sequence(pieces.shard[begin:end], pieces.start[begin:end], pieces.stop[begin:end],
+                                  pieces.cycle[begin:end]):
+                if skip >= piece.samples:
+                    skip -= piece.samples
+                    continue
+                if self.catalog.selection is None:
+                    runs.append((piece, piece.start + skip))
+                else:  # a piece of selected positions: the runs of consecutive samples it keeps
+                    runs += [(Piece(piece.shard, a, b, piece.cycle), a)
+                             for a, b in self.catalog.runs(piece.shard, piece.start + skip, piece.stop)]
+                skip = 0
+            ahead = self._read_ahead(runs, widen_after)
+            stopped = False
+            try:
+                for piece, first in runs:
+                    url = self.urls[piece.shard]
+                    try:
+                        row = self.rows[piece.shard]
+                        index = None
+                        if ahead is not None and reads_ahead(url, row):
+                            stream = ahead.open(url, first, piece.stop)
+                            index = stream.index
+                        elif self.cache:
+                            stream = self.cache.open(url, row.get("sha256"), row.get("bytes"))
+                        else:
+                            stream = open_url(url, self.options)
+                        with stream:
+                            # every sample is checked against the row before it is yielded (stream/read.py)
+                            at = first
+                            for sample in read_samples(url, row, first, piece.stop, stream, lazy=held is not None,
+                                                       in_order=not keep, index=index):
+                                if sample.__class__ is LocalShard:
+                                    if not keep:
+                                        held.clear()
+                                    slot += 1
+                                    held[slot] = (sample, piece.start)
+                                    yield from sample.checked(slot << 32)
+                                    continue
+                                yield _stamp(sample, at, piece.start, epoch)
+                                at += 1
+                                if widen_after:  # asked for more: the first block was delivered
+                                    widen_after -= 1
+                                    if not widen_after and ahead is not None:
+                                        ahead.widen()
+                    except ShardError as error:
+                        if self.handler(error):
+                            continue
+                        stopped = True
+                        break
+            finally:
+                if ahead is not None:
+                    ahead.close()
+            if stopped:
+                return
 
-    def _read_ahead(self, runs: list[tuple[Piece, int]]) -> ReadAhead | None:
+    def _read_ahead(self, runs: list[tuple[Piece, int]], first_block: int = 0) -> ReadAhead | None:
         """The read-ahead of this worker's remote pieces (stream/remote.py), or None: nothing remote
         with an index to read, `prefetch_bytes=0`, or a cache (which tees whole shards as they stream)."""
         if not self.options.prefetch_bytes or self.cache is not None:
@@ -174,7 +204,11 @@ class ShardReader:
                 if reads_ahead(self.urls[piece.shard], self.rows[piece.shard])]
         if not jobs:
             return None
-        return ReadAhead(jobs, options=self.options, max_connections=self.max_connections)
+        # at the start (`first_block` samples still to deliver), only the pieces those need
+        first_jobs = None
+        if first_block:
+            first_jobs = int(np.searchsorted(np.cumsum([stop - first for _, _, first, stop in jobs]), first_block)) + 1
+        return ReadAhead(jobs, options=self.options, max_connections=self.max_connections, first_jobs=first_jobs)
 
     def _block_shuffled(self, pieces: Sequence, skip: int, held: dict) -> Iterator:
         """Blocks of `shuffle_buffer` consecutive samples, each permuted. Samples of local shards are
