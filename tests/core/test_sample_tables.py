@@ -249,7 +249,7 @@ def test_upload_takes_the_tables_along_checked(labelled, tmp_path):
     _, values, output = labelled
     destination = tmp_path / "copy"
     report = wdsprep.upload.upload(str(output), f"file://{destination}", workers=2)
-    assert report.tables == ["train.samples", "valid.samples"] and report.manifest_written
+    assert report.tables == ["train.samples", "train.shards", "valid.samples", "valid.shards"] and report.manifest_written
     assert tables_of(destination) == tables_of(output)
     kept = [s["__key__"] for s in wdsprep.dataset(f"file://{destination}/manifest.json", "train",
                                                   select="meta.label == 2", shuffle_shards=False)]
