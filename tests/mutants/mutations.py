@@ -965,3 +965,18 @@ MUTATIONS += [
              (("table = msgpack.unpackb(_inflate(data, inflate_bound(count, fields)), raw=False)",
                "table = msgpack.unpackb(decompressor().decompress(data), raw=False)"),), TABLES),
 ]
+# -- issue 40 (h40-convert): many tiny inputs planned into units that every worker can build
+TINY = ("tests/core/test_many_tiny_inputs.py",)
+MUTATIONS += [
+    Mutation("planner-one-giant-unit", "units are bounded by bytes only: 200,000 tiny files below the target are ONE unit",
+             "src/wdsprep/sources/base.py",
+             (("(total + size > limit or i - bounds[-1] >= max_items)", "(total + size > limit)"),), TINY),
+    Mutation("planner-drops-an-item", "the planner drops the first item of every unit after the first",
+             "src/wdsprep/sources/base.py",
+             (("return [items[lo:hi] for lo, hi in zip(bounds, bounds[1:]) if hi > lo]",
+               "return [items[lo + (lo > 0):hi] for lo, hi in zip(bounds, bounds[1:]) if hi > lo]"),),
+             TINY + ("tests/core/test_plan_shards.py",)),
+    Mutation("generic-planned-by-input-bytes", "generic sizes units by input bytes (tiny files: every unit rolls over)",
+             "src/wdsprep/sources/generic/convert.py",
+             (("estimates.append(_written_bytes(key, file_sizes))", "estimates.append(sum(file_sizes))"),), TINY),
+]
