@@ -21,7 +21,8 @@ import os
 from typing import Iterator
 
 from ...errors import InputError
-from ...shards.index import entry_bound
+from ...shards.index import FRAMING_BOUND, entry_bound
+from ...shards.tarformat import END_OF_ARCHIVE
 from ..base import (MAX_JSON_BYTES, Plan, PlanContext, Source, Unit, UnitContext, group_by_size, input_size, read_json_file,
                     read_npy_file, tar_member_bytes)
 
@@ -91,7 +92,9 @@ class GenericSource(Source):
                 items.append([split, key, files, sum(file_sizes)])
                 estimates.append(_written_bytes(key, file_sizes))
                 total += sum(file_sizes)
-            for index, group in enumerate(group_by_size(items, estimates, ctx.core.shard_bytes)):
+            # a shard's own bytes besides its samples: its index member's framing and the end blocks
+            target = max(1, ctx.core.shard_bytes - FRAMING_BOUND - len(END_OF_ARCHIVE))
+            for index, group in enumerate(group_by_size(items, estimates, target)):
                 unit_bytes = sum(item[3] for item in group)
                 units.append(Unit(split, index, [[input, *item[:3]] for item in group], unit_bytes))
         return Plan(units, {"layout": f"<split>/{LAYOUT}"}, total,
