@@ -313,7 +313,7 @@ def _convert(source_id, source, input, store, core: ConvertOptions, source_optio
     plan = source.plan(input, plan_ctx)
     check_plan(plan, plan_ctx, input, core.splits)  # split names, empty splits, nothing to convert
     mode = core.fingerprint or source.fingerprint
-    inputs = unit_input_fingerprints(source, plan.units, mode)
+    inputs = unit_input_fingerprints(source, plan.units, mode, min(core.workers, os.cpu_count() or 1))
     conversion = Conversion(source_id, input, store, plan, core, source_options, inputs, input_mode=mode,
                             problems=plan_ctx.problems)
     todo = conversion.todo

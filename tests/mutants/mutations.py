@@ -998,3 +998,13 @@ MUTATIONS += [
              "src/wdsprep/conversion.py",
              (("        self.store.sync()  # the shards durable", "        pass  # the shards durable"),), JOURNAL),
 ]
+MUTATIONS += [
+    Mutation("fingerprint-chunks-overlap", "the driver's parallel fingerprint chunks overlap by one unit (digests shifted)",
+             "src/wdsprep/inputs.py",
+             (("chunks = [refs[start : start + size] for start", "chunks = [refs[start : start + size + 1] for start"),),
+             ("tests/core/test_inputs.py",)),
+    Mutation("fingerprint-chunks-reordered", "the driver's parallel fingerprint chunks are joined last first",
+             "src/wdsprep/inputs.py",
+             (("pool.map(fingerprint_units, chunks, [mode] * len(chunks))", "reversed(list(pool.map(fingerprint_units, chunks, [mode] * len(chunks))))"),),
+             ("tests/core/test_inputs.py",)),
+]
