@@ -389,13 +389,12 @@ def read_npy_file(path: str) -> np.ndarray:
             if handle.read(len(NPY_MAGIC)) != NPY_MAGIC:
                 raise InputError(f"{path}: not a .npy file (does not start with the \\x93NUMPY magic)")
             handle.seek(0)
-            shape, _, dtype = npy_header(handle, path)
-            check_npy_bytes(path, shape, dtype, size - handle.tell())
-            handle.seek(0)
-            try:
-                return np.lib.format.read_array(handle, allow_pickle=False)
-            except (ValueError, EOFError, MemoryError) as error:  # a file that changed under us
-                raise InputError(f"{path}: truncated or malformed .npy ({str(error) or type(error).__name__})") from None
+            shape, fortran, dtype = npy_header(handle, path)
+            # the header parsed once (numpy's read_array would parse it again: most of a tiny file's cost)
+            buffer = bytearray(check_npy_bytes(path, shape, dtype, size - handle.tell()))
+            if handle.readinto(buffer) != len(buffer):  # a file that changed under us
+                raise InputError(f"{path}: truncated or malformed .npy (shorter than its header declares)")
+            return np.frombuffer(buffer, dtype=dtype).reshape(shape, order="F" if fortran else "C")
     except OSError as error:
         raise InputError(f"{path}: cannot read ({error.strerror or error})") from None
 
