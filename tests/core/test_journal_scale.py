@@ -57,6 +57,15 @@ def _same_output(output, reference):
     assert read_manifest(output)["splits"] == read_manifest(reference)["splits"]
 
 
+def _interrupted_copy(reference, output):
+    """The reference conversion as a run interrupted after its last unit leaves it: no manifest."""
+    os.makedirs(output)
+    for name in os.listdir(reference):
+        (output / name).write_bytes((reference / name).read_bytes())
+    (output / "manifest.json").unlink()
+    return output
+
+
 def _keys(output):
     keys = []
     for row in read_manifest(output)["splits"]["train"]["shards"]:
@@ -99,11 +108,7 @@ def test_a_conversion_killed_at_any_moment_resumes_into_the_same_shards(tiny, tm
 
 def test_a_torn_line_costs_only_its_unit(tiny, tmp_path):
     native, reference = tiny
-    output = tmp_path / "out"
-    os.makedirs(output)
-    for name in os.listdir(reference):
-        (output / name).write_bytes((reference / name).read_bytes())
-    (output / "manifest.json").unlink()
+    output = _interrupted_copy(reference, tmp_path / "out")
     raw = (output / "_units.json").read_bytes()
     lines = raw.splitlines(keepends=True)
     torn = b"".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2]  # the last record cut mid-line
@@ -116,11 +121,7 @@ def test_a_torn_line_costs_only_its_unit(tiny, tmp_path):
 
 def test_a_journal_an_older_wdsprep_wrote_is_still_reused(tiny, tmp_path):
     native, reference = tiny
-    output = tmp_path / "out"
-    os.makedirs(output)
-    for name in os.listdir(reference):
-        (output / name).write_bytes((reference / name).read_bytes())
-    (output / "manifest.json").unlink()
+    output = _interrupted_copy(reference, tmp_path / "out")
     head, records = journal_records(output)
     write_older_journal(output, head, records)  # one object per line, no format in the head
     manifest = _convert(native, output)
@@ -130,11 +131,7 @@ def test_a_journal_an_older_wdsprep_wrote_is_still_reused(tiny, tmp_path):
 
 def test_a_journal_of_another_format_reuses_no_unit_and_is_no_error(tiny, tmp_path):
     native, reference = tiny
-    output = tmp_path / "out"
-    os.makedirs(output)
-    for name in os.listdir(reference):
-        (output / name).write_bytes((reference / name).read_bytes())
-    (output / "manifest.json").unlink()
+    output = _interrupted_copy(reference, tmp_path / "out")
     lines = (output / "_units.json").read_text().splitlines()
     head = json.loads(lines[0])
     head["format"] = "wdsprep-units/99"
