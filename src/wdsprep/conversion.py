@@ -88,7 +88,9 @@ def unit_digest(unit: Unit, config: dict, inputs: str) -> str:
 def build_unit(source_id: str, unit: Unit, core: ConvertOptions, options: dict, output: str, digest: str,
                durable: bool = False) -> UnitResult:
     """Runs in a worker: build one unit's samples into its shard(s) and publish them (fsynced each
-    when `durable`; else the driver makes them durable all at once before the manifest)."""
+    when `durable` or built on another machine's executor; else, on this machine, the driver makes
+    them durable all at once before the manifest)."""
+    durable = durable or core.executor != "local"  # the driver's Store.sync flushes its own machine only
     source = load_source(source_id)
     store = open_store(output)
     encoder = Encoder(core.codec, core.zstd_level)
