@@ -294,17 +294,19 @@ def tar_member_bytes(size: int) -> int:
 
 
 def group_by_size(items: Iterable[Any], sizes: Iterable[int], target_bytes: int,
-                  max_items: int = MAX_UNIT_ITEMS) -> list[list]:
-    """Group consecutive items so each group's size stays near `PLAN_FILL * target_bytes` (at least
+                  max_items: int = MAX_UNIT_ITEMS, fill: float = PLAN_FILL) -> list[list]:
+    """Group consecutive items so each group's size stays near `fill * target_bytes` (at least
     one item per group) and no group holds more than `max_items` items. With items of at most
-    (PLAN_FILL - 1/2) x target, only the last group may be under half the target; when it is, it and
-    the group before share their items evenly by size if that leaves both at least half."""
+    (fill - 1/2) x target, only the last group may be under half the target; when it is, it and
+    the group before share their items evenly by size if that leaves both at least half. (`fill`
+    below 1 leaves room for estimates below what is written; a source whose estimate is already
+    what it writes passes 1.)"""
     items, sizes = list(items), list(sizes)
     if len(items) != len(sizes):
         raise ValueError(f"group_by_size: {len(items)} items but {len(sizes)} sizes")
     if max_items < 1:
         raise ValueError(f"group_by_size: max_items must be at least 1 (got {max_items})")
-    limit = max(1, int(target_bytes * PLAN_FILL))
+    limit = max(1, int(target_bytes * fill))
     bounds: list[int] = [0]  # group i is items[bounds[i]:bounds[i+1]]
     total = 0
     for i, size in enumerate(sizes):

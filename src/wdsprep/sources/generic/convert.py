@@ -92,9 +92,10 @@ class GenericSource(Source):
                 items.append([split, key, files, sum(file_sizes)])
                 estimates.append(_written_bytes(key, file_sizes))
                 total += sum(file_sizes)
-            # a shard's own bytes besides its samples: its index member's framing and the end blocks
+            # the estimates count what a sample writes (headers, padding, index entry): filled to the
+            # target less a shard's own bytes (its index member's framing, the end blocks)
             target = max(1, ctx.core.shard_bytes - FRAMING_BOUND - len(END_OF_ARCHIVE))
-            for index, group in enumerate(group_by_size(items, estimates, target)):
+            for index, group in enumerate(group_by_size(items, estimates, target, fill=1.0)):
                 unit_bytes = sum(item[3] for item in group)
                 units.append(Unit(split, index, [[input, *item[:3]] for item in group], unit_bytes))
         return Plan(units, {"layout": f"<split>/{LAYOUT}"}, total,
