@@ -16,7 +16,11 @@ hands the driver those). A re-run reuses every unit whose record matches and who
 check out (size, sha256, and an index in each), and rebuilds the rest, so a changed input rebuilds
 exactly the units it feeds (and a unit an older wdsprep wrote without shard indexes is built again).
 A unit is recorded only after its shards are checked in the store; `build` records durably before
-it returns (a caller may then delete the unit's native input, as fetch does with its raws).
+it returns (a caller may then delete the unit's native input, as fetch does with its raws). Units
+built on an executor write their shards without an fsync each and are journaled in batches
+(`shards.journal`); `finish` makes every shard durable at once (`Store.sync`) before the sample
+tables and the manifest name them, and a resumed run checks each recorded shard's sha256, so a crash
+costs the units it caught, never a manifest that lies (issue 40: 10^5 tiny units waited on the disk).
 The manifest is removed when a `Conversion` opens with work to do and written only by `finish`,
 when every unit is done, so a manifest never lists a shard that was not written and verified.
 
@@ -81,8 +85,12 @@ def unit_digest(unit: Unit, config: dict, inputs: str) -> str:
     return _digest({"split": unit.split, "index": unit.index, "items": unit.items, "config": config, "inputs": inputs})
 
 
-def build_unit(source_id: str, unit: Unit, core: ConvertOptions, options: dict, output: str, digest: str) -> UnitResult:
-    """Runs in a worker: build one unit's samples into its shard(s) and publish them."""
+def build_unit(source_id: str, unit: Unit, core: ConvertOptions, options: dict, output: str, digest: str,
+               durable: bool = False) -> UnitResult:
+    """Runs in a worker: build one unit's samples into its shard(s) and publish them (fsynced each
+    when `durable` or built on another machine's executor; else, on this machine, the driver makes
+    them durable all at once before the manifest)."""
+    durable = durable or core.executor != "local"  # the driver's Store.sync flushes its own machine only
     source = load_source(source_id)
     store = open_store(output)
     encoder = Encoder(core.codec, core.zstd_level)
@@ -95,6 +103,7 @@ def build_unit(source_id: str, unit: Unit, core: ConvertOptions, options: dict, 
         shard_bytes=(1 << 62) if source.whole_units else core.shard_bytes,
         encoder=encoder,
         on_complete=lambda path, row: written.append(path),  # published once the unit is complete
+        durable=durable,
     )
     names = core.index_fields or ()
     keys: list[str] = []
@@ -180,7 +189,7 @@ class Conversion:
 
     def build(self, unit: Unit) -> UnitResult:
         """Build `unit` here, check its shards in the store and record it durably."""
-        return self.accept(unit, build_unit(*self.task(unit)), full=True, durable=True)
+        return self.accept(unit, build_unit(*self.task(unit), durable=True), full=True, durable=True)
 
     def accept(self, unit: Unit, result: UnitResult, *, full: bool = True, durable: bool = False) -> UnitResult:
         """Take `unit`'s result once its shards check out in the store (`full`: by sha256 too, for
@@ -222,6 +231,7 @@ class Conversion:
         tables.update(self.source.finalize(self.plan, [r.tables for r in results]))
         problems = self.problems + [p for r in results for p in r.problems]
         splits = check_converted(splits, self.plan, problems, self.input)  # a split whose every item was skipped
+        self.store.sync()  # the shards durable before anything names them (written without an fsync each)
         tables[SAMPLE_TABLES] = self._write_sample_tables(splits, results)  # before the manifest: it is last
         manifest = Manifest(
             source=self.source_id,
@@ -305,7 +315,7 @@ def _convert(source_id, source, input, store, core: ConvertOptions, source_optio
     plan = source.plan(input, plan_ctx)
     check_plan(plan, plan_ctx, input, core.splits)  # split names, empty splits, nothing to convert
     mode = core.fingerprint or source.fingerprint
-    inputs = unit_input_fingerprints(source, plan.units, mode)
+    inputs = unit_input_fingerprints(source, plan.units, mode, min(core.workers, os.cpu_count() or 1))
     conversion = Conversion(source_id, input, store, plan, core, source_options, inputs, input_mode=mode,
                             problems=plan_ctx.problems)
     todo = conversion.todo
@@ -330,6 +340,10 @@ def _convert(source_id, source, input, store, core: ConvertOptions, source_optio
         conversion.flush()
     except (OutputError, KeyboardInterrupt):
         results_stream.close()  # stops the pool before cleaning up
+        try:
+            conversion.flush()  # the units accepted so far stay journaled (records are batched)
+        except OutputError:
+            pass  # a full disk: they are built again by the next run
         store.clean_temporaries()
         raise
     finally:

@@ -111,9 +111,41 @@ def make_older(output: pathlib.Path) -> None:
         entry["bytes"] = sum(row["bytes"] for row in entry["shards"])
     manifest["totals"]["bytes"] = sum(entry["bytes"] for entry in manifest["splits"].values())
     (output / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    lines = (output / "_units.json").read_text().splitlines()
-    records = [json.loads(line) for line in lines[1:]]
+    head, records = journal_records(output)
     for record in records:
         record["rows"] = [{key: value for key, value in older[row["name"]].items() if key != "unit_digest"} for row in record["rows"]]
         record.pop("samples", None)
-    (output / "_units.json").write_text("\n".join([lines[0], *(json.dumps(r, sort_keys=True) for r in records)]) + "\n")
+    write_older_journal(output, head, records)
+
+
+ROW_COLUMNS = ("name", "samples", "bytes", "sha256", "index_offset", "index_bytes", "index_digest")
+
+
+def journal_records(output: pathlib.Path) -> tuple[dict, list[dict]]:
+    """`_units.json`'s head and its unit records as a wdsprep before issue 40 wrote them (one object per
+    line: split, index, digest, rows, problems, tables, input_bytes, samples), read by hand from the
+    compact lines its docstring describes (shards/journal.py)."""
+    lines = (output / "_units.json").read_text().splitlines()
+    head, records = json.loads(lines[0]), []
+    if "format" not in head:  # written so already (make_older)
+        return head, [json.loads(line) for line in lines[1:]]
+    for line in lines[1:]:
+        record = json.loads(line)
+        split, index, input_bytes = record["u"]
+        rows = []
+        for part, row in enumerate(record["r"]):
+            if isinstance(row, list):
+                row = dict(zip(ROW_COLUMNS, row), unit=index)
+                row["name"] = row["name"] or f"{split}-{index:05d}-{part:02d}.tar"
+            rows.append(row)
+        samples = {"keys": record["s"][0], "fields": record["s"][1]} if "s" in record else None
+        records.append({"split": split, "index": index, "digest": record["d"], "rows": rows, "problems": record.get("p", []),
+                        "tables": record.get("t", {}), "input_bytes": input_bytes, "samples": samples})
+    return head, records
+
+
+def write_older_journal(output: pathlib.Path, head: dict, records: list[dict]) -> None:
+    """`_units.json` as a wdsprep before issue 40 wrote it: the config alone on the first line, then one
+    record object per line."""
+    lines = [json.dumps({"config": head["config"]}, sort_keys=True), *(json.dumps(r, sort_keys=True) for r in records)]
+    (output / "_units.json").write_text("\n".join(lines) + "\n")

@@ -18,13 +18,14 @@ class TestGenericConformance(SourceTests):
     rebalance_shard_bytes = 100_000
 
     def make_rebalance_input(self, directory):
-        """600 samples of a 64-float32 array and a small dict: tar headers and padding outweigh the
-        input bytes the units are planned by, so every unit overruns (the issue's reproduction, scaled)."""
+        """600 samples of a 64-float32 array and a dict of 200 short floats: msgpack writes each `0.5`
+        (5 bytes of JSON with its separator) as a 9-byte float64, so every unit overruns the estimate
+        it was planned by (tar headers and padding, which issue 40 counts, no longer do)."""
         rng = np.random.default_rng(2)
         (directory / "train").mkdir(parents=True)
         for i in range(600):
             np.save(directory / "train" / f"s{i:05d}.array.npy", rng.standard_normal(64).astype(np.float32))
-            (directory / "train" / f"s{i:05d}.meta.json").write_text(json.dumps({"i": i, "label": i % 10}))
+            (directory / "train" / f"s{i:05d}.meta.json").write_text(json.dumps({"i": i, "label": i % 10, "weights": [0.5] * 200}))
         return directory
 
     def make_input(self, directory):

@@ -173,3 +173,35 @@ def test_changed_inputs_change_exactly_the_digests_of_the_units_they_feed(tmp_pa
     assert len(before) == len(after) == len(units)
     expected = {unit.index for unit in units if {str(f) for f in changed} & set(unit.items[0])}
     assert {unit.index for unit, b, a in zip(units, before, after) if b != a} == expected
+
+
+def test_many_inputs_are_fingerprinted_in_worker_processes_as_a_reference_rule_says(tmp_path, monkeypatch):
+    """Issue 40: above `PARALLEL_INPUTS` inputs the driver fingerprints chunks of units in `--workers`
+    processes. The digests follow the rule written out here (sha256 of the mode, then per input the repr
+    of [size, sha256 of its bytes] and a newline), in unit order, and the first unreadable input (in
+    unit order) is the one named."""
+    import hashlib
+
+    import wdsprep.inputs as inputs_module
+    from wdsprep.errors import InputError
+    from wdsprep.sources.base import Unit
+
+    monkeypatch.setattr(inputs_module, "PARALLEL_INPUTS", 10)
+    files = []
+    for i in range(60):
+        files.append(tmp_path / f"f{i:02d}")
+        files[-1].write_bytes(bytes([i]) * (i + 1))
+    units = [Unit("train", index, [[str(f) for f in files[index * 3 : index * 3 + 5]]]) for index in range(20)]
+
+    def reference(unit):
+        digest = hashlib.sha256(b"content")
+        for path in unit.items[0]:
+            data = pathlib.Path(path).read_bytes()
+            digest.update(repr([len(data), hashlib.sha256(data).hexdigest()]).encode() + b"\n")
+        return digest.hexdigest()
+
+    assert unit_input_fingerprints(_FileSource, units, "content", workers=2) == [reference(unit) for unit in units]
+    files[40].unlink()
+    files[57].unlink()
+    with pytest.raises(InputError, match=f"{files[40]}: no such file"):
+        unit_input_fingerprints(_FileSource, units, "content", workers=2)

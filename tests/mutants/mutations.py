@@ -274,8 +274,8 @@ MUTATIONS = [
     # -- issue 24 (h24a): every shard carries its index; no corrupted sample from any read path
     Mutation("balanced-shard-without-index-fields", "a balanced shard's manifest row loses its index fields",
              "src/wdsprep/shards/writer.py",
-             (("        self._held.finish()\n        self._shard = ShardFile(self.directory, last.name)",
-               "        self._held.finish()\n        self._held.row.index_offset = None\n        self._shard = ShardFile(self.directory, last.name)"),),
+             (("        self._held.finish()\n        self._shard = ShardFile(self.directory, last.name, self.durable)",
+               "        self._held.finish()\n        self._held.row.index_offset = None\n        self._shard = ShardFile(self.directory, last.name, self.durable)"),),
              ("tests/core/test_rebalanced_shards.py", "tests/core/test_generic_conformance.py")),
     Mutation("balance-never", "a unit that overruns ends in a near-empty shard (the last two are never balanced)",
              "src/wdsprep/shards/writer.py",
@@ -550,7 +550,8 @@ MUTATIONS = [
              ("tests/core/test_convert_options.py", "tests/rawnind/test_rawnind_fingerprint.py")),
     Mutation("driver-record-not-durable", "a unit built by the driver is recorded late on a store that cannot append",
              "src/wdsprep/shards/journal.py",
-             (("(durable or time.monotonic() - self.last_flush > 1.0)", "(time.monotonic() - self.last_flush > 1.0)"),),
+             (("if durable or not self.written or time.monotonic() - self.last_flush > interval:",
+               "if not self.written or time.monotonic() - self.last_flush > interval:"),),
              ("tests/core/test_convert_options.py",)),
     Mutation("source-sees-core-options", "a source's own options carry the core's too (one mixed dict again)",
              "src/wdsprep/sources/base.py",
@@ -562,8 +563,7 @@ MUTATIONS = [
              ("tests/core/test_convert_options.py",)),
     Mutation("unchecked-shards-reused", "the driver reuses a recorded unit without checking its shards in the store",
              "src/wdsprep/conversion.py",
-             (("                    and not unverified_shards(store, record.rows, full=True):",
-               "                    :"),),
+             ((" \\\n                    and not unverified_shards(store, record.rows, full=True):", ":"),),
              ("tests/core/test_conversion.py", "tests/core")),
     # -- issue 27: rawnind acquisition in its own subpackage (sources/rawnind/acquire/), one progress, one fault plan
     Mutation("rawnind-loads-acquisition-eagerly", "the rawnind package imports the fetcher (httpx, trio) when it is imported",
@@ -996,4 +996,47 @@ MUTATIONS += [
     Mutation("read-ahead-start-unlimited", "the read-ahead fetches later shards before the first block is delivered",
              WORKER, (("first_jobs = int(np.searchsorted(np.cumsum([stop - first for _, _, first, stop in jobs]), first_block)) + 1",
                        "first_jobs = None"),), SHARD_TABLES),
+]
+# -- issue 40 (h40-convert): many tiny inputs planned into units that every worker can build
+TINY = ("tests/core/test_many_tiny_inputs.py",)
+MUTATIONS += [
+    Mutation("planner-one-giant-unit", "units are bounded by bytes only: 200,000 tiny files below the target are ONE unit",
+             "src/wdsprep/sources/base.py",
+             (("(total + size > limit or i - bounds[-1] >= max_items)", "(total + size > limit)"),), TINY),
+    Mutation("planner-drops-an-item", "the planner drops the first item of every unit after the first",
+             "src/wdsprep/sources/base.py",
+             (("return [items[lo:hi] for lo, hi in zip(bounds, bounds[1:]) if hi > lo]",
+               "return [items[lo + (lo > 0):hi] for lo, hi in zip(bounds, bounds[1:]) if hi > lo]"),),
+             TINY + ("tests/core/test_plan_shards.py",)),
+    Mutation("generic-planned-by-input-bytes", "generic sizes units by input bytes (tiny files: every unit rolls over)",
+             "src/wdsprep/sources/generic/convert.py",
+             (("estimates.append(_written_bytes(key, file_sizes))", "estimates.append(sum(file_sizes))"),), TINY),
+]
+JOURNAL = ("tests/core/test_journal_scale.py",)
+MUTATIONS += [
+    Mutation("journal-part-name-fixed", "a journaled row's derived name is always part 00 of its unit",
+             "src/wdsprep/shards/journal.py",
+             (('decoded["name"] = part_name(split, index, part)', 'decoded["name"] = part_name(split, index, 0)'),), JOURNAL),
+    Mutation("journal-close-drops-pending", "the journal's last batch of records is never written",
+             "src/wdsprep/shards/journal.py",
+             (("        if self.pending:\n            self._flush()", "        if False:\n            self._flush()"),), JOURNAL),
+    Mutation("journal-format-unchecked", "a journal of another format is decoded as this one",
+             "src/wdsprep/shards/journal.py",
+             ((' or head.get("format", FORMAT) != FORMAT:\n            return {}', ':\n            return {}'),), JOURNAL),
+    Mutation("journal-flush-per-unit", "every journaled unit is appended (and fsynced) at once, as before issue 40",
+             "src/wdsprep/shards/journal.py",
+             (("if durable or not self.written or time.monotonic() - self.last_flush > interval:", "if True:"),), JOURNAL),
+    Mutation("shards-never-synced", "the shards, written without an fsync each, are never made durable before the manifest",
+             "src/wdsprep/conversion.py",
+             (("        self.store.sync()  # the shards durable", "        pass  # the shards durable"),), JOURNAL),
+]
+MUTATIONS += [
+    Mutation("fingerprint-chunks-overlap", "the driver's parallel fingerprint chunks overlap by one unit (digests shifted)",
+             "src/wdsprep/inputs.py",
+             (("chunks = [refs[start : start + size] for start", "chunks = [refs[start : start + size + 1] for start"),),
+             ("tests/core/test_inputs.py",)),
+    Mutation("fingerprint-chunks-reordered", "the driver's parallel fingerprint chunks are joined last first",
+             "src/wdsprep/inputs.py",
+             (("pool.map(fingerprint_units, chunks, [mode] * len(chunks))", "reversed(list(pool.map(fingerprint_units, chunks, [mode] * len(chunks))))"),),
+             ("tests/core/test_inputs.py",)),
 ]

@@ -65,11 +65,14 @@ def check_key(key: str) -> None:
 
 class ShardFile:
     """One shard being written at `<directory>/<name>.tmp`: encoded samples appended in order, then
-    `finish()` appends the index member and the end-of-archive blocks, fsyncs and returns the row
-    (index fields included); `publish()` renames it to `name`; `abort()` removes it."""
+    `finish()` appends the index member and the end-of-archive blocks, fsyncs (when `durable`) and
+    returns the row (index fields included); `publish()` renames it to `name`; `abort()` removes it.
+    A conversion writes its shards not `durable` and makes them durable all at once before its
+    manifest (`Store.sync`): one fsync per tiny shard kept its workers waiting on the disk."""
 
-    def __init__(self, directory: str, name: str):
+    def __init__(self, directory: str, name: str, durable: bool = True):
         self.name = name
+        self.durable = durable
         self.path = os.path.join(directory, name)
         self.temporary = self.path + ".tmp"
         # a temporary name that is a symlink or a FIFO (not ours) is refused, never followed or waited on
@@ -111,7 +114,8 @@ class ShardFile:
         self._write(tarformat.END_OF_ARCHIVE)
         try:
             self._file.flush()
-            os.fsync(self._file.fileno())
+            if self.durable:
+                os.fsync(self._file.fileno())
             self._file.close()
         except OSError as error:
             raise output_error(self.temporary, error) from None
@@ -213,8 +217,10 @@ class ShardWriter:
         shard_bytes: int,
         encoder: Encoder,
         on_complete: Callable[[str, ShardRow], None] | None = None,
+        durable: bool = True,
     ):
         self.directory = directory
+        self.durable = durable  # each shard fsynced when finished (see ShardFile)
         self.stem = stem
         self.shard_bytes = shard_bytes
         self.encoder = encoder
@@ -250,11 +256,11 @@ class ShardWriter:
         if keep == first.samples:
             return
         samples = itertools.chain(first.detach(), last.detach())
-        self._held = ShardFile(self.directory, first.name)
+        self._held = ShardFile(self.directory, first.name, self.durable)
         for sample in itertools.islice(samples, keep):
             self._held.append(*sample)
         self._held.finish()
-        self._shard = ShardFile(self.directory, last.name)
+        self._shard = ShardFile(self.directory, last.name, self.durable)
         for sample in samples:
             self._shard.append(*sample)
         self._shard.finish()
@@ -282,7 +288,7 @@ class ShardWriter:
             if shard.size + len(blob) + tail > self.shard_bytes:
                 self._roll_over()
         if self._shard is None:
-            self._shard = ShardFile(self.directory, self._name(self._part))
+            self._shard = ShardFile(self.directory, self._name(self._part), self.durable)
         self._shard.append(key, blob, spans)
 
     def close(self) -> list[ShardRow]:

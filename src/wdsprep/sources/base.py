@@ -8,6 +8,8 @@ plugin module) and nothing else changes.
 
 Conversion is planned as independent *units*: a unit is a list of source items that become one shard
 (rarely more: a unit whose samples outgrow the target shard size rolls over into a second part).
+`group_by_size` cuts a source's items into units by their estimated bytes and by count (at most
+`MAX_UNIT_ITEMS` items), so an input of many tiny files makes many units that `--workers` build at once.
 Units are built in worker processes (or Ray tasks), so `Unit.items` must be picklable and small
 (paths and numbers, not arrays), and `build` must depend only on the unit and the options: that is
 what makes the bytes independent of `--workers` and of the executor.
@@ -277,20 +279,38 @@ def _first_problems(problems: list[dict], count: int = 3) -> str:
 # into a one-sample tail shard (1 MiB samples, 64 MB shards: 32 of 65 shards held one sample).
 PLAN_FILL = 0.9
 
+# At most this many items in one unit, whatever their bytes: 200,000 tiny files below the target size
+# were one unit, built by one worker while the rest sat idle. A constant (never --workers: the shards'
+# bytes must not depend on it), so a split of n items makes at least ceil(n / MAX_UNIT_ITEMS) units.
+MAX_UNIT_ITEMS = 4096
 
-def group_by_size(items: Iterable[Any], sizes: Iterable[int], target_bytes: int) -> list[list]:
-    """Group consecutive items so each group's size stays near `PLAN_FILL * target_bytes` (at least
-    one item per group). With items of at most (PLAN_FILL - 1/2) x target, only the last group may
-    be under half the target; when it is, it and the group before share their items evenly by size
-    if that leaves both at least half."""
+TAR_BLOCK = 512
+
+
+def tar_member_bytes(size: int) -> int:
+    """What a member of `size` data bytes takes in a shard: its header block and its data padded to
+    whole blocks (the planning estimate of a small file, whose size alone says little)."""
+    return TAR_BLOCK + -(-size // TAR_BLOCK) * TAR_BLOCK
+
+
+def group_by_size(items: Iterable[Any], sizes: Iterable[int], target_bytes: int,
+                  max_items: int = MAX_UNIT_ITEMS, fill: float = PLAN_FILL) -> list[list]:
+    """Group consecutive items so each group's size stays near `fill * target_bytes` (at least
+    one item per group) and no group holds more than `max_items` items. With items of at most
+    (fill - 1/2) x target, only the last group may be under half the target; when it is, it and
+    the group before share their items evenly by size if that leaves both at least half. (`fill`
+    below 1 leaves room for estimates below what is written; a source whose estimate is already
+    what it writes passes 1.)"""
     items, sizes = list(items), list(sizes)
     if len(items) != len(sizes):
         raise ValueError(f"group_by_size: {len(items)} items but {len(sizes)} sizes")
-    limit = max(1, int(target_bytes * PLAN_FILL))
+    if max_items < 1:
+        raise ValueError(f"group_by_size: max_items must be at least 1 (got {max_items})")
+    limit = max(1, int(target_bytes * fill))
     bounds: list[int] = [0]  # group i is items[bounds[i]:bounds[i+1]]
     total = 0
     for i, size in enumerate(sizes):
-        if i > bounds[-1] and total + size > limit:
+        if i > bounds[-1] and (total + size > limit or i - bounds[-1] >= max_items):
             bounds.append(i)
             total = 0
         total += size
@@ -298,8 +318,9 @@ def group_by_size(items: Iterable[Any], sizes: Iterable[int], target_bytes: int)
     if len(bounds) > 2 and total < target_bytes / 2:
         cut = _even_cut(sizes, bounds[-3], len(items), limit)
         parts = sum(sizes[bounds[-3] : cut]), sum(sizes[cut:])
-        if min(parts) >= target_bytes / 2 and max(parts) <= limit:  # else two small shards instead of one
-            bounds[-2] = cut
+        counts = cut - bounds[-3], len(items) - cut
+        if min(parts) >= target_bytes / 2 and max(parts) <= limit and max(counts) <= max_items:
+            bounds[-2] = cut  # else two small shards instead of one
     return [items[lo:hi] for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
 
 
@@ -370,13 +391,12 @@ def read_npy_file(path: str) -> np.ndarray:
             if handle.read(len(NPY_MAGIC)) != NPY_MAGIC:
                 raise InputError(f"{path}: not a .npy file (does not start with the \\x93NUMPY magic)")
             handle.seek(0)
-            shape, _, dtype = npy_header(handle, path)
-            check_npy_bytes(path, shape, dtype, size - handle.tell())
-            handle.seek(0)
-            try:
-                return np.lib.format.read_array(handle, allow_pickle=False)
-            except (ValueError, EOFError, MemoryError) as error:  # a file that changed under us
-                raise InputError(f"{path}: truncated or malformed .npy ({str(error) or type(error).__name__})") from None
+            shape, fortran, dtype = npy_header(handle, path)
+            # the header parsed once (numpy's read_array would parse it again: most of a tiny file's cost)
+            buffer = bytearray(check_npy_bytes(path, shape, dtype, size - handle.tell()))
+            if handle.readinto(buffer) != len(buffer):  # a file that changed under us
+                raise InputError(f"{path}: truncated or malformed .npy (shorter than its header declares)")
+            return np.frombuffer(buffer, dtype=dtype).reshape(shape, order="F" if fortran else "C")
     except OSError as error:
         raise InputError(f"{path}: cannot read ({error.strerror or error})") from None
 

@@ -140,6 +140,11 @@ class Store:
         the command, for the refusal another run gets. Default: `NoLock`."""
         return NoLock()
 
+    def sync(self) -> None:
+        """Make every object written so far durable, at once (a conversion, whose shards are written
+        without one fsync each, calls it before its manifest). Default: nothing (an object store's
+        writes are durable once answered)."""
+
     def append_bytes(self, name: str, data: bytes) -> None:
         """Append to the object `name` (only where `supports_append`)."""
         raise NotImplementedError(f"{self.url}: this store cannot append (supports_append is False)")

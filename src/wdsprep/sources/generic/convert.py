@@ -21,8 +21,10 @@ import os
 from typing import Iterator
 
 from ...errors import InputError
+from ...shards.index import FRAMING_BOUND, entry_bound
+from ...shards.tarformat import END_OF_ARCHIVE
 from ..base import (MAX_JSON_BYTES, Plan, PlanContext, Source, Unit, UnitContext, group_by_size, input_size, read_json_file,
-                    read_npy_file)
+                    read_npy_file, tar_member_bytes)
 
 EXTENSIONS = (".npy", ".json")
 LAYOUT = "<key>.<field>.npy|json"
@@ -80,18 +82,20 @@ class GenericSource(Source):
         total = 0
         for split in splits:
             split_dir = os.path.join(input, split)
-            items, sizes = [], []
+            items, estimates = [], []
             for key, files in self._samples(split_dir, report, ctx).items():
                 try:
-                    size = sum(_file_size(os.path.join(split_dir, f)) for f in files)
+                    file_sizes = [_file_size(os.path.join(split_dir, f)) for f in files]
                 except InputError as error:
                     report(str(error))
                     continue
-                items.append([split, key, files, size])
-                sizes.append(size)
-                total += size
-            # random arrays hardly compress: size units by input bytes
-            for index, group in enumerate(group_by_size(items, sizes, ctx.core.shard_bytes)):
+                items.append([split, key, files, sum(file_sizes)])
+                estimates.append(_written_bytes(key, file_sizes))
+                total += sum(file_sizes)
+            # the estimates count what a sample writes (headers, padding, index entry): filled to the
+            # target less a shard's own bytes (its index member's framing, the end blocks)
+            target = max(1, ctx.core.shard_bytes - FRAMING_BOUND - len(END_OF_ARCHIVE))
+            for index, group in enumerate(group_by_size(items, estimates, target, fill=1.0)):
                 unit_bytes = sum(item[3] for item in group)
                 units.append(Unit(split, index, [[input, *item[:3]] for item in group], unit_bytes))
         return Plan(units, {"layout": f"<split>/{LAYOUT}"}, total,
@@ -122,6 +126,12 @@ class GenericSource(Source):
         from .synth import synth
 
         synth(directory, seed, size, samples=samples, splits=splits)
+
+def _written_bytes(key: str, file_sizes: list[int]) -> int:
+    """A sample's bytes in a shard, estimated: random arrays hardly compress, so each file as one
+    tar member of its size (tiny files are mostly tar headers and padding), and its index entry."""
+    return sum(tar_member_bytes(size) for size in file_sizes) + entry_bound(key, len(file_sizes))
+
 
 def _file_size(path: str) -> int:
     """An input file's size; a JSON file above MAX_JSON_BYTES is refused here, before the driver
