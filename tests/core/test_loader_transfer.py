@@ -42,7 +42,7 @@ def manifest(tmp_path_factory):
 
 def _batches(manifest, workers, **options):
     dataset = wdsprep.dataset(manifest, "train", seed=3, shuffle_buffer=4, equalize=None)
-    dataset = dataset.compose(wdsprep.decode(strip=True))
+    dataset = dataset.compose(wdsprep.decode(strip=True, bookkeeping=True))
     return list(wdsprep.Loader(dataset, batch_size=BATCH, num_workers=workers,
                                timeout=120 if workers else 0, **options))
 
