@@ -1,0 +1,244 @@
+"""A ring of reused shared-memory slabs that carries `wdsprep.Loader`'s batches from DataLoader workers.
+
+torch's own transfer puts each tensor a worker sends into a new shared-memory segment, hands its file
+descriptor to the main process over a socket (one connection per tensor), and maps and frees it
+there. Here each worker owns a few slabs (`slabs` per worker), each one anonymous memory
+(`memfd_create`: no name in /dev/shm, so nothing is left behind when a worker dies, however it dies).
+A worker writes a batch's numeric arrays (numpy or CPU tensors, at any depth of dicts, lists and
+tuples) into a free slab and sends the batch with each array replaced by a `_InSlab` marker; the
+main process builds tensors that view the slab, no copy. A slab's descriptor crosses once, when the
+slab is made (or grown); after that a batch names its slab only.
+
+Release rule. A slab is free again only when no tensor of its batch is alive: the tensors share one
+storage made by `torch.frombuffer` over a per-batch holder object, the storage keeps the holder
+alive, and a finalizer on the holder marks the slab free in `flags` (a byte per slab, in memory the
+workers inherit when they are forked). A worker that finds none of its slabs free (the user keeps
+batches past the ring) sends that batch the ordinary way, so nothing waits and no held batch is
+ever overwritten. Objects that are not numeric arrays (keys, strings, dicts of metadata) go pickled
+in the message, as before.
+
+The ring is made per pass (`SlabRing`, in `Loader.__iter__`), needs workers started by `fork` (they
+inherit `flags`); otherwise, and with `pin_memory=True` (the DataLoader pins what the workers send),
+the Loader uses torch's transfer.
+"""
+from __future__ import annotations
+
+import collections.abc
+import mmap
+import os
+import weakref
+from multiprocessing import reduction
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data._utils.collate import default_convert
+
+ALIGN = 64  # every array starts at a multiple of this in its slab (any dtype's alignment)
+NUMERIC_KINDS = frozenset("biufc")  # numpy kinds a slab carries: bool, ints, unsigned, floats, complex
+
+
+class _InSlab:
+    """Where a batch's array was: the `index`-th array of the batch's slab."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int):
+        self.index = index
+
+    def __reduce__(self):
+        return _InSlab, (self.index,)
+
+
+def _carried(value: Any) -> np.ndarray | None:
+    """`value` as a numpy array if a slab carries it (numeric, native byte order, CPU), else None."""
+    cls = value.__class__
+    if cls is not np.ndarray:
+        if isinstance(value, torch.Tensor):
+            if value.device.type != "cpu" or value.layout != torch.strided or value.dtype == torch.bfloat16:
+                return None
+            value = value.detach().resolve_conj().resolve_neg().numpy()
+        elif isinstance(value, np.generic):
+            value = np.asarray(value)  # a numpy scalar: a 0-d tensor, as torch's default_convert makes it
+        else:
+            return None
+    dtype = value.dtype
+    return value if dtype.kind in NUMERIC_KINDS and dtype.isnative else None
+
+
+class _Walk:
+    """The walk of a batch in a worker: every leaf of its dicts, lists, tuples and namedtuples given
+    to `each`; `paths` the keys down to each leaf that `each` marked `_InSlab` (plain tuples become
+    lists, as torch's default_convert makes them), `rebuild` true when one lies under a namedtuple
+    (which cannot be assigned into: the main process then walks the whole batch)."""
+
+    def __init__(self, each):
+        self.each, self.paths, self.rebuild, self.path = each, [], False, []
+
+    def __call__(self, batch: Any) -> Any:
+        if isinstance(batch, collections.abc.Mapping):
+            out = {}
+            for key, value in batch.items():
+                self.path.append(key)
+                out[key] = self(value)
+                self.path.pop()
+            return out
+        named = isinstance(batch, tuple) and hasattr(batch, "_fields")
+        if named or isinstance(batch, (list, tuple)):
+            out = []
+            for i, value in enumerate(batch):
+                self.path.append(i)
+                out.append(self(value))
+                self.path.pop()
+            if named:
+                before = len(self.paths)
+                result = type(batch)(*out)
+                self.rebuild = self.rebuild or len(self.paths) > before
+                return result
+            return out
+        leaf = self.each(batch)
+        if leaf.__class__ is _InSlab:
+            self.paths.append(tuple(self.path))
+        return leaf
+
+
+def _replaced(batch: Any, each) -> Any:
+    """`batch` with `each(leaf)` for every leaf of its dicts, lists, tuples and namedtuples."""
+    if isinstance(batch, collections.abc.Mapping):
+        return {key: _replaced(value, each) for key, value in batch.items()}
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
+        return type(batch)(*(_replaced(value, each) for value in batch))
+    if isinstance(batch, (list, tuple)):
+        return [_replaced(value, each) for value in batch]
+    return each(batch)
+
+
+def _aligned(size: int) -> int:
+    return size + (-size % ALIGN)
+
+
+class SlabRing:
+    """The ring of one pass: `flags` (one byte per slab, 1 = the main process holds it) shared with
+    the workers forked after it is made; `writer(worker)` in a worker, `read(...)` in the main
+    process."""
+
+    def __init__(self, num_workers: int, slabs: int):
+        self.num_workers, self.slabs = num_workers, slabs
+        self.flags = mmap.mmap(-1, max(1, num_workers * slabs))  # anonymous and shared: inherited by fork
+        self._maps: dict[tuple[int, int], tuple[int, mmap.mmap]] = {}  # (worker, slab) -> (generation, map)
+
+    # -- in a worker
+    def writer(self, worker: int) -> SlabWriter:
+        return SlabWriter(self.flags, worker * self.slabs, self.slabs)
+
+    # -- in the main process
+    def read(self, payload: Any, slab: tuple) -> Any:
+        """The batch a worker sent: its arrays as tensors viewing the slab (which goes back to the
+        worker when the last of them is gone)."""
+        worker, number, generation, shared, size, fields, paths = slab
+        key = (worker, number)
+        if shared is not None:  # a new or grown slab: its descriptor, once
+            fd = shared.detach()
+            try:
+                self._maps[key] = (generation, mmap.mmap(fd, size))
+            finally:
+                os.close(fd)
+        mapped_generation, mapped = self._maps[key]
+        assert mapped_generation == generation, "a slab's descriptor arrives before its first batch"
+        used = fields[-1][0] + fields[-1][1]
+        holder = np.frombuffer(mapped, np.uint8, count=max(used, 1))
+        weakref.finalize(holder, self.flags.__setitem__, worker * self.slabs + number, 0)
+        storage = torch.frombuffer(holder, dtype=torch.uint8)  # keeps `holder` until its last view goes
+        del holder
+        tensors = [_view(storage, offset, nbytes, dtype, shape) for offset, nbytes, dtype, shape in fields]
+        if paths is None:  # an array under a namedtuple: rebuilt by a whole walk
+            return _replaced(payload, lambda leaf: tensors[leaf.index] if leaf.__class__ is _InSlab else leaf)
+        if paths == [()]:
+            return tensors[0]
+        for path, tensor in zip(paths, tensors):
+            parent = payload
+            for step in path[:-1]:
+                parent = parent[step]
+            parent[path[-1]] = tensor
+        return payload
+
+
+_TORCH_DTYPES: dict[str, torch.dtype] = {}
+
+
+def _torch_dtype(dtype: str) -> torch.dtype:
+    found = _TORCH_DTYPES.get(dtype)
+    if found is None:
+        found = _TORCH_DTYPES[dtype] = torch.from_numpy(np.empty(0, np.dtype(dtype))).dtype
+    return found
+
+
+def _view(storage: torch.Tensor, offset: int, nbytes: int, dtype: str, shape: tuple) -> torch.Tensor:
+    return storage[offset : offset + nbytes].view(_torch_dtype(dtype)).view(shape)
+
+
+class SlabWriter:
+    """A worker's slabs: `write(batch)` puts its arrays in a free slab -> (payload, slab description),
+    or (batch, None) when none is free or there is nothing to carry."""
+
+    def __init__(self, flags: mmap.mmap, first: int, slabs: int):
+        self.flags, self.first, self.slabs = flags, first, slabs
+        self.worker = first // slabs if slabs else 0
+        self.maps: list[mmap.mmap | None] = [None] * slabs
+        self.generations = [0] * slabs
+
+    def _free(self) -> int | None:
+        flags, first = self.flags, self.first
+        for number in range(self.slabs):
+            if flags[first + number] == 0:
+                return number
+        return None
+
+    def write(self, batch: Any) -> tuple[Any, tuple | None]:
+        arrays: list[np.ndarray] = []
+        fields: list[tuple] = []
+        at = 0
+
+        def collect(leaf):
+            nonlocal at
+            array = _carried(leaf)
+            if array is None:  # what torch's default_convert does to it (a string array stays)
+                return default_convert(leaf) if leaf.__class__ is np.ndarray else leaf
+            fields.append((at, array.nbytes, array.dtype.str, array.shape))
+            arrays.append(array)
+            at += _aligned(array.nbytes)
+            return _InSlab(len(arrays) - 1)
+
+        walk = _Walk(collect)
+        payload = walk(batch)
+        if not arrays:
+            return batch, None
+        number = self._free()
+        if number is None:
+            return batch, None
+        shared = self._fit(number, at)
+        mapped = self.maps[number]
+        self.flags[self.first + number] = 1  # the main process's until the batch's tensors are gone
+        for (offset, nbytes, _, shape), array in zip(fields, arrays):
+            np.frombuffer(mapped, array.dtype, count=array.size, offset=offset).reshape(shape)[...] = array
+        return payload, (self.worker, number, self.generations[number], shared, len(mapped), fields,
+                         None if walk.rebuild else walk.paths)
+
+    def _fit(self, number: int, size: int):
+        """Slab `number` at least `size` bytes: a new anonymous one when it is smaller (its descriptor
+        to send, else None)."""
+        mapped = self.maps[number]
+        if mapped is not None and len(mapped) >= size:
+            return None
+        size = max(1 << 20, size + size // 4)
+        size += -size % mmap.PAGESIZE
+        fd = os.memfd_create("wdsprep-slab", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, size)
+            if mapped is not None:
+                mapped.close()
+            self.maps[number] = mmap.mmap(fd, size)
+            self.generations[number] += 1
+            return reduction.DupFd(fd)  # a duplicate, handed over when the main process asks
+        finally:
+            os.close(fd)
