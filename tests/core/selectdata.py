@@ -15,7 +15,7 @@ import tarfile
 
 import numpy as np
 
-from wdsprep.testing.conformance import read_manifest, run_cli, tar_samples
+from wdsprep.conformance import read_manifest, run_cli, tar_samples
 
 SPLITS = {"train": 53, "valid": 11}
 FIELDS = ("meta.label", "meta.score", "meta.tag", "meta.flag", "meta.rare")

@@ -22,7 +22,7 @@ import zstandard
 
 import wdsprep
 from wdsprep.errors import ManifestError, UploadError
-from wdsprep.testing.conformance import read_manifest, read_sample_table, run_cli, shard_bytes
+from wdsprep.conformance import read_manifest, read_sample_table, run_cli, shard_bytes
 
 from .selectdata import FIELDS, convert_with_fields, field_of, shard_keys
 from .shardsets import make_older

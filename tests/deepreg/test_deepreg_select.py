@@ -6,7 +6,7 @@ import msgpack
 
 import wdsprep
 from wdsprep.sources.registry import load_source
-from wdsprep.testing.conformance import read_manifest, read_sample_table, run_cli, tar_samples
+from wdsprep.conformance import read_manifest, read_sample_table, run_cli, tar_samples
 
 
 def test_each_pair_is_indexed_by_its_label_presence_and_count(tmp_path):

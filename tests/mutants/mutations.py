@@ -965,3 +965,25 @@ MUTATIONS += [
              (("table = msgpack.unpackb(_inflate(data, inflate_bound(count, fields)), raw=False)",
                "table = msgpack.unpackb(decompressor().decompress(data), raw=False)"),), TABLES),
 ]
+# -- issue 39: bookkeeping out of the user's samples, positions beside the batch, the slab ring
+SLABS = "src/wdsprep/stream/slabs.py"
+MUTATIONS += [
+    Mutation("slab-freed-too-early", "a slab goes back to its worker as soon as its batch is read (a kept batch overwritten)",
+             SLABS, (("        weakref.finalize(holder, self.flags.__setitem__, worker * self.slabs + number, 0)\n",
+                      "        self.flags[worker * self.slabs + number] = 0\n"),),
+             ("tests/core/test_loader_slabs.py",)),
+    Mutation("slab-flag-unset", "a worker writes into a slab without marking it taken (reused while the main process reads it)",
+             SLABS, (("        self.flags[self.first + number] = 1  # the main process's until the batch's tensors are gone\n", ""),),
+             ("tests/core/test_loader_slabs.py",)),
+    Mutation("position-lost-with-user-collate", "the position sent beside a batch is the one before it (a resumed run repeats a batch)",
+             LOADER_PY, (("                yield logical, position.as_dict(), *write(self.collate_fn(batch))\n                batch = []",
+                          "                before = position.as_dict()\n                yield logical, before if len(before) < 0 else {**before, \"skip\": max(0, before[\"skip\"] - len(batch))}, *write(self.collate_fn(batch))\n                batch = []"),),
+             ("tests/core/test_loader_collate.py",)),
+    Mutation("bookkeeping-leaks-fused", "a sample decoded in the reader keeps its __url__ and gets __index__/__epoch__ stamped",
+             WORKER, (("            yield _stamp_kept(sample, kept, index, piece_start, epoch) if kept else _unstamped(sample)",
+                       "            yield _stamp(sample, index, piece_start, epoch)"),),
+             ("tests/core/test_loader_collate.py",)),
+    Mutation("bookkeeping-leaks-staged", "the decode stage keeps __url__ and the stamps of a whole (remote) sample",
+             "src/wdsprep/stream/decode.py", (("        for name in self.dropped:\n            decoded.pop(name, None)\n", ""),),
+             ("tests/core/test_loader_collate.py", "tests/core/test_fused_decode.py")),
+]

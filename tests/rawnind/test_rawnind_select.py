@@ -8,7 +8,7 @@ import msgpack
 import pytest
 
 import wdsprep
-from wdsprep.testing.conformance import read_manifest, read_sample_table, run_cli, tar_samples
+from wdsprep.conformance import read_manifest, read_sample_table, run_cli, tar_samples
 
 from .rawnind_testdata import truth
 
