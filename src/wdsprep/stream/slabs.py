@@ -7,7 +7,8 @@ there. Here each worker owns a few slabs (`slabs` per worker), each one anonymou
 A worker writes a batch's numeric arrays (numpy or CPU tensors, at any depth of dicts, lists and
 tuples) into a free slab and sends the batch with each array replaced by a `_InSlab` marker; the
 main process builds tensors that view the slab, no copy. A slab's descriptor crosses once, when the
-slab is made (or grown); after that a batch names its slab only.
+slab is made (or grown), and is mapped as its message is unpickled (`_SharedSlab`); after that a
+batch names its slab only.
 
 Release rule. A slab is free again only when no tensor of its batch is alive: the tensors share one
 storage made by `torch.frombuffer` over a per-batch holder object, the storage keeps the holder
@@ -36,6 +37,28 @@ from torch.utils.data._utils.collate import default_convert
 
 ALIGN = 64  # every array starts at a multiple of this in its slab (any dtype's alignment)
 NUMERIC_KINDS = frozenset("biufc")  # numpy kinds a slab carries: bool, ints, unsigned, floats, complex
+
+
+class _SharedSlab:
+    """A new slab's descriptor on its way to the main process, which maps it as the message is
+    unpickled (as torch does with a tensor's): the batch may wait its turn in the DataLoader while
+    the worker that sent it has finished and exited, and its descriptor with it."""
+
+    __slots__ = ("fd", "size")
+
+    def __init__(self, fd, size: int):
+        self.fd, self.size = fd, size
+
+    def __reduce__(self):
+        return _mapped_slab, (self.fd, self.size)
+
+
+def _mapped_slab(shared_fd, size: int) -> mmap.mmap:
+    fd = shared_fd.detach()
+    try:
+        return mmap.mmap(fd, size)
+    finally:
+        os.close(fd)
 
 
 class _InSlab:
@@ -135,14 +158,10 @@ class SlabRing:
     def read(self, payload: Any, slab: tuple) -> Any:
         """The batch a worker sent: its arrays as tensors viewing the slab (which goes back to the
         worker when the last of them is gone)."""
-        worker, number, generation, shared, size, fields, paths = slab
+        worker, number, generation, shared, fields, paths = slab
         key = (worker, number)
-        if shared is not None:  # a new or grown slab: its descriptor, once
-            fd = shared.detach()
-            try:
-                self._maps[key] = (generation, mmap.mmap(fd, size))
-            finally:
-                os.close(fd)
+        if shared is not None:  # a new or grown slab, mapped when its message arrived
+            self._maps[key] = (generation, shared)
         mapped_generation, mapped = self._maps[key]
         assert mapped_generation == generation, "a slab's descriptor arrives before its first batch"
         used = fields[-1][0] + fields[-1][1]
@@ -221,7 +240,7 @@ class SlabWriter:
         self.flags[self.first + number] = 1  # the main process's until the batch's tensors are gone
         for (offset, nbytes, _, shape), array in zip(fields, arrays):
             np.frombuffer(mapped, array.dtype, count=array.size, offset=offset).reshape(shape)[...] = array
-        return payload, (self.worker, number, self.generations[number], shared, len(mapped), fields,
+        return payload, (self.worker, number, self.generations[number], shared, fields,
                          None if walk.rebuild else walk.paths)
 
     def _fit(self, number: int, size: int):
@@ -239,6 +258,6 @@ class SlabWriter:
                 mapped.close()
             self.maps[number] = mmap.mmap(fd, size)
             self.generations[number] += 1
-            return reduction.DupFd(fd)  # a duplicate, handed over when the main process asks
+            return _SharedSlab(reduction.DupFd(fd), size)  # a duplicate, handed over when the main process asks
         finally:
             os.close(fd)
