@@ -607,7 +607,7 @@ MUTATIONS = [
              ("tests/core/test_loader_transfer.py",)),
     Mutation("inline-fields-left-numpy", "the fields a worker sent inline reach the user as numpy arrays",
              "src/wdsprep/stream/loader.py",
-             (("            if inline:\n                batch = _received(batch)\n", ""),),
+             (("            elif inline:\n                batch = _received(batch)\n", ""),),
              ("tests/core/test_loader_transfer.py",)),
     Mutation("pinned-batches-inline", "with pin_memory, small fields still cross as numpy: the pinning thread never sees them",
              "src/wdsprep/stream/loader.py",
