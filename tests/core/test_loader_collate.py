@@ -8,19 +8,16 @@ samples, so a collate that keeps nothing but the keys still resumes exactly. Sha
 sample of the epoch once, in an order the resumed runs must continue).
 """
 import json
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
-import numpy as np
 import pytest
-import torch
 from torch.utils.data import default_collate
 
 import wdsprep
 
-from ..timeouts import SUBPROCESS
+from .valueshards import convert_value_shards
+
 
 SAMPLES = 26
 BATCH = 3
@@ -29,16 +26,7 @@ BOOKKEEPING = {"__url__", "__index__", "__piece_start__", "__epoch__"}
 
 @pytest.fixture(scope="module")
 def manifest(tmp_path_factory):
-    root = tmp_path_factory.mktemp("collate")
-    train = root / "in" / "train"
-    train.mkdir(parents=True)
-    for i in range(SAMPLES):
-        np.save(train / f"s{i:03d}.array.npy", np.full(16, i, dtype=np.float32))
-        (train / f"s{i:03d}.meta.json").write_text(json.dumps({"label": i % 5}))
-    out = root / "shards"
-    subprocess.run([sys.executable, "-m", "wdsprep", "convert", "generic", str(root / "in"), str(out),
-                    "--shard-bytes", "2KB", "--quiet"], check=True, timeout=SUBPROCESS)
-    return str(out / "manifest.json")
+    return convert_value_shards(tmp_path_factory.mktemp("collate"), SAMPLES, 16, "2KB")
 
 
 def tar_keys(manifest) -> list[str]:

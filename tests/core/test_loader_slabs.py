@@ -9,11 +9,8 @@ when a worker is killed; namedtuples and tuples from a user's collate, `persiste
 (ignored: each pass has fresh workers) and epochs give what the main process reads by itself.
 """
 import collections
-import json
 import os
 import signal
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -24,7 +21,8 @@ from torch.utils.data import default_collate
 import wdsprep
 from wdsprep.stream.slabs import SlabRing
 
-from ..timeouts import SUBPROCESS
+from .valueshards import convert_value_shards
+
 
 SAMPLES = 96
 BATCH = 4
@@ -33,16 +31,7 @@ ELEMENTS = 1024  # float32: 4 KiB a sample
 
 @pytest.fixture(scope="module")
 def manifest(tmp_path_factory):
-    root = tmp_path_factory.mktemp("slabs")
-    train = root / "in" / "train"
-    train.mkdir(parents=True)
-    for i in range(SAMPLES):
-        np.save(train / f"s{i:03d}.array.npy", np.full(ELEMENTS, i, dtype=np.float32))
-        (train / f"s{i:03d}.meta.json").write_text(json.dumps({"label": i % 5}))
-    out = root / "shards"
-    subprocess.run([sys.executable, "-m", "wdsprep", "convert", "generic", str(root / "in"), str(out),
-                    "--shard-bytes", "100KB", "--quiet"], check=True, timeout=SUBPROCESS)
-    return str(out / "manifest.json")
+    return convert_value_shards(tmp_path_factory.mktemp("slabs"), SAMPLES, ELEMENTS, "100KB")
 
 
 def _loader(manifest, workers, **options):

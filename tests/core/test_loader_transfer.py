@@ -13,15 +13,14 @@ the user gets is checked against the same loader without workers, where nothing 
 """
 import contextlib
 import json
-import subprocess
-import sys
 
-import numpy as np
 import pytest
 import torch
 from multiprocessing import resource_sharer
 
 import wdsprep
+
+from .valueshards import convert_value_shards
 
 SAMPLES = 48
 BATCH = 8
@@ -30,16 +29,7 @@ ELEMENTS = 4096  # float32: 16 KiB a sample, 128 KiB a batch (above the inline b
 
 @pytest.fixture(scope="module")
 def manifest(tmp_path_factory):
-    root = tmp_path_factory.mktemp("transfer")
-    train = root / "in" / "train"
-    train.mkdir(parents=True)
-    for i in range(SAMPLES):
-        np.save(train / f"s{i:03d}.array.npy", np.full(ELEMENTS, i, dtype=np.float32))
-        (train / f"s{i:03d}.meta.json").write_text(json.dumps({"label": i % 5}))
-    out = root / "shards"
-    subprocess.run([sys.executable, "-m", "wdsprep", "convert", "generic", str(root / "in"), str(out),
-                    "--shard-bytes", "200KB", "--quiet"], check=True)
-    return str(out / "manifest.json")
+    return convert_value_shards(tmp_path_factory.mktemp("transfer"), SAMPLES, ELEMENTS, "200KB")
 
 
 def _batches(manifest, workers, **options):
