@@ -62,7 +62,7 @@ class _WorkerBatches(IterableDataset):
                                      resume=self.dataset.position(saved))
         position = stream.position
         # what the main process gets: (logical worker, its position after this batch, the batch, its slab)
-        write = self.ring.writer(slot).write if self.ring is not None and info is not None else _unslabbed
+        write, collated = self._senders(info)
         if self.batch_size is None:
             for sample in stream:
                 yield logical, position.as_dict(), *write(sample)
@@ -71,10 +71,20 @@ class _WorkerBatches(IterableDataset):
         for sample in stream:
             batch.append(sample)
             if len(batch) == self.batch_size:
-                yield logical, position.as_dict(), *write(self.collate_fn(batch))
+                yield logical, position.as_dict(), *collated(batch)
                 batch = []
         if batch and self.partial:
-            yield logical, position.as_dict(), *write(self.collate_fn(batch))
+            yield logical, position.as_dict(), *collated(batch)
+
+    def _senders(self, info) -> tuple[Callable, Callable]:
+        """(a sample or batch -> (payload, slab); samples -> their batch's (payload, slab)): into this
+        worker's slabs when there is a ring, the Loader's default collate stacking straight into them."""
+        if self.ring is None or info is None:
+            return _unslabbed, lambda samples: (self.collate_fn(samples), None)
+        writer = self.ring.writer(info.id)
+        if self.collate_fn is default_collation_fn:
+            return writer.write, writer.collated
+        return writer.write, lambda samples: writer.write(self.collate_fn(samples))
 
 
 def _unslabbed(batch: Any) -> tuple[Any, None]:

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch.utils.data._utils.collate import default_convert
+from webdataset.filters import combine_values, default_collation_fn
 
 ALIGN = 64  # every array starts at a multiple of this in its slab (any dtype's alignment)
 NUMERIC_KINDS = frozenset("biufc")  # numpy kinds a slab carries: bool, ints, unsigned, floats, complex
@@ -53,12 +54,32 @@ class _SharedSlab:
         return _mapped_slab, (self.fd, self.size)
 
 
-def _mapped_slab(shared_fd, size: int) -> mmap.mmap:
-    fd = shared_fd.detach()
+def _mapped_slab(shared_fd, size: int) -> mmap.mmap | bool:
+    """The slab mapped in the main process; False when its worker died before handing it over."""
+    try:
+        fd = shared_fd.detach()
+    except (OSError, EOFError):
+        return False
     try:
         return mmap.mmap(fd, size)
     finally:
         os.close(fd)
+
+
+class _Stack:
+    """A batch field still to be made: `values`, equal-shaped numeric arrays, stacked (into a slab)."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values: list):
+        self.values = values
+
+
+def _unstacked(batch: Any) -> Any:
+    """A batch from `SlabWriter.collated` with its fields stacked (when no slab is free)."""
+    if batch.__class__ is dict:
+        return {key: np.stack(value.values) if value.__class__ is _Stack else value for key, value in batch.items()}
+    return batch
 
 
 class _InSlab:
@@ -161,6 +182,8 @@ class SlabRing:
         worker, number, generation, shared, fields, paths = slab
         key = (worker, number)
         if shared is not None:  # a new or grown slab, mapped when its message arrived
+            if shared is False:
+                raise RuntimeError(f"DataLoader worker {worker} exited before its batch's slab was received")
             self._maps[key] = (generation, shared)
         mapped_generation, mapped = self._maps[key]
         assert mapped_generation == generation, "a slab's descriptor arrives before its first batch"
@@ -214,34 +237,62 @@ class SlabWriter:
         return None
 
     def write(self, batch: Any) -> tuple[Any, tuple | None]:
-        arrays: list[np.ndarray] = []
+        number = self._free()
+        if number is None:
+            return _unstacked(batch), None
+        sources: list = []  # per field: an array to copy, or the list of arrays to stack (`_Stack`)
         fields: list[tuple] = []
         at = 0
 
         def collect(leaf):
             nonlocal at
-            array = _carried(leaf)
-            if array is None:  # what torch's default_convert does to it (a string array stays)
-                return default_convert(leaf) if leaf.__class__ is np.ndarray else leaf
-            fields.append((at, array.nbytes, array.dtype.str, array.shape))
-            arrays.append(array)
-            at += _aligned(array.nbytes)
-            return _InSlab(len(arrays) - 1)
+            if leaf.__class__ is _Stack:
+                first, source = leaf.values[0], leaf.values
+                shape, dtype, nbytes = (len(source), *first.shape), first.dtype, first.nbytes * len(source)
+            else:
+                source = _carried(leaf)
+                if source is None:  # what torch's default_convert does to it (a string array stays)
+                    return default_convert(leaf) if leaf.__class__ is np.ndarray else leaf
+                shape, dtype, nbytes = source.shape, source.dtype, source.nbytes
+            fields.append((at, nbytes, dtype.str, shape))
+            sources.append(source)
+            at += _aligned(nbytes)
+            return _InSlab(len(sources) - 1)
 
         walk = _Walk(collect)
         payload = walk(batch)
-        if not arrays:
-            return batch, None
-        number = self._free()
-        if number is None:
+        if not sources:
             return batch, None
         shared = self._fit(number, at)
         mapped = self.maps[number]
         self.flags[self.first + number] = 1  # the main process's until the batch's tensors are gone
-        for (offset, nbytes, _, shape), array in zip(fields, arrays):
-            np.frombuffer(mapped, array.dtype, count=array.size, offset=offset).reshape(shape)[...] = array
+        for (offset, nbytes, dtype, shape), source in zip(fields, sources):
+            dtype = np.dtype(dtype)
+            view = np.frombuffer(mapped, dtype, count=nbytes // dtype.itemsize, offset=offset).reshape(shape)
+            if source.__class__ is list:
+                np.stack(source, out=view)
+            else:
+                view[...] = source
         return payload, (self.worker, number, self.generations[number], shared, fields,
                          None if walk.rebuild else walk.paths)
+
+    def collated(self, samples: list) -> tuple[Any, tuple | None]:
+        """webdataset's `default_collation_fn(samples)` (the Loader's default collate) written as
+        `write` would write it, each field of equal-shaped numeric arrays stacked straight into the
+        slab (no batch array made first)."""
+        first = samples[0] if samples else None
+        if first.__class__ is not dict or any(row.keys() != first.keys() for row in samples):
+            return self.write(default_collation_fn(samples))  # tuples, or rows that differ (it raises)
+        batch = {}
+        for key, value in first.items():
+            values = [row[key] for row in samples]
+            if (value.__class__ is np.ndarray and value.dtype.kind in NUMERIC_KINDS and value.dtype.isnative
+                    and all(v.__class__ is np.ndarray and v.shape == value.shape and v.dtype == value.dtype
+                            for v in values)):
+                batch[key] = _Stack(values)
+            else:
+                batch[key] = combine_values(values)
+        return self.write(batch)
 
     def _fit(self, number: int, size: int):
         """Slab `number` at least `size` bytes: a new anonymous one when it is smaller (its descriptor
