@@ -83,12 +83,15 @@ def _floor(elements: int, samples: int, workers: int, ring: bool):
                 batch = {"__key__": keys, "array": array, "meta": metas}
                 yield write(batch) if write is not None else (batch, None)
 
-    slab_ring = SlabRing(workers, 4) if ring else None
-    convert = torch.utils.data.default_convert
-    loader = torch.utils.data.DataLoader(Premade(slab_ring), batch_size=None, num_workers=workers,
-                                         collate_fn=lambda item: item if item[1] is not None else (convert(item[0]), None))
-    for payload, slab in loader:
-        yield slab_ring.read(payload, slab) if slab is not None else payload
+    def batches():  # a pass, as the Loader's: a new ring and new workers when iterated
+        slab_ring = SlabRing(workers, 4) if ring else None
+        convert = torch.utils.data.default_convert
+        loader = torch.utils.data.DataLoader(Premade(slab_ring), batch_size=None, num_workers=workers,
+                                             collate_fn=lambda item: item if item[1] is not None else (convert(item[0]), None))
+        for payload, slab in loader:
+            yield slab_ring.read(payload, slab) if slab is not None else payload
+
+    return batches()  # what is imported and defined above is ready before the clock starts
 
 
 def child(job: dict) -> dict:
