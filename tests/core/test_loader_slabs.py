@@ -19,7 +19,7 @@ from multiprocessing import resource_sharer
 from torch.utils.data import default_collate
 
 import wdsprep
-from wdsprep.stream.slabs import SlabRing
+from wdsprep.stream.slabs import SHARED_BYTES, SlabRing
 
 from .valueshards import convert_value_shards
 
@@ -148,3 +148,18 @@ def test_nothing_is_left_in_dev_shm_when_a_worker_is_killed(manifest):
 def test_slabs_must_be_a_whole_number(manifest):
     with pytest.raises(wdsprep.errors.ConfigError, match="slabs=-1"):
         _loader(manifest, 1, slabs=-1)
+
+
+def with_a_large_shared_tensor(samples):
+    """A collate that makes one tensor in shared memory itself, as default_collate does in a worker."""
+    big = torch.full((SHARED_BYTES // 4,), float(samples[0]["__key__"][1:]), dtype=torch.float32).share_memory_()
+    return {**default_collate(samples), "big": big}
+
+
+def test_a_large_tensor_already_in_shared_memory_crosses_by_its_descriptor(manifest, received):
+    batches = 0
+    for batch in _loader(manifest, 1, collate_fn=with_a_large_shared_tensor):
+        assert _intact(batch) and torch.equal(batch["big"], torch.full_like(batch["big"], float(batch["__key__"][0][1:])))
+        batches += 1
+    assert received["slabs"] == batches  # the arrays through a slab ...
+    assert received["fds"] >= batches  # ... the large shared tensor by its own descriptor, not copied

@@ -16,7 +16,8 @@ alive, and a finalizer on the holder marks the slab free in `flags` (a byte per 
 workers inherit when they are forked). A worker that finds none of its slabs free (the user keeps
 batches past the ring) sends that batch the ordinary way, so nothing waits and no held batch is
 ever overwritten. Objects that are not numeric arrays (keys, strings, dicts of metadata) go pickled
-in the message, as before.
+in the message, as before, and so do tensors of `SHARED_BYTES` or more that a user's collate made in
+shared memory already (torch's `default_collate` does in a worker): one descriptor beats a copy.
 
 The ring is made per pass (`SlabRing`, in `Loader.__iter__`), needs workers started by `fork` (they
 inherit `flags`); otherwise, and with `pin_memory=True` (the DataLoader pins what the workers send),
@@ -38,6 +39,9 @@ from webdataset.filters import combine_values, default_collation_fn
 
 ALIGN = 64  # every array starts at a multiple of this in its slab (any dtype's alignment)
 NUMERIC_KINDS = frozenset("biufc")  # numpy kinds a slab carries: bool, ints, unsigned, floats, complex
+# a tensor already in shared memory at least this large crosses by torch's transfer (one descriptor)
+# instead of being copied into a slab: for a 64 MiB batch the copy costs more than the descriptor
+SHARED_BYTES = 8 << 20
 
 
 class _SharedSlab:
@@ -101,6 +105,8 @@ def _carried(value: Any) -> np.ndarray | None:
         if isinstance(value, torch.Tensor):
             if value.device.type != "cpu" or value.layout != torch.strided or value.dtype == torch.bfloat16:
                 return None
+            if value.nbytes >= SHARED_BYTES and value.is_shared():
+                return None  # made in shared memory already (torch's default_collate in a worker): its descriptor is cheaper than a copy
             value = value.detach().resolve_conj().resolve_neg().numpy()
         elif isinstance(value, np.generic):
             value = np.asarray(value)  # a numpy scalar: a 0-d tensor, as torch's default_convert makes it
