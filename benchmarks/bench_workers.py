@@ -68,6 +68,11 @@ def _floor(elements: int, samples: int, workers: int, ring: bool):
 
     from wdsprep.stream.slabs import SlabRing
 
+    # made once, before the clock starts; forked workers inherit them
+    array = np.random.default_rng(0).standard_normal((BATCH, elements)).astype(np.float32)
+    metas = [{"index": i, "label": i % 10, "name": f"s{i}"} for i in range(BATCH)]
+    keys = [f"s{i:07d}" for i in range(BATCH)]
+
     class Premade(torch.utils.data.IterableDataset):
         def __init__(self, ring):
             self.ring = ring
@@ -76,9 +81,6 @@ def _floor(elements: int, samples: int, workers: int, ring: bool):
             info = torch.utils.data.get_worker_info()
             batches = -(-samples // BATCH)
             write = self.ring.writer(info.id).write if self.ring is not None else None
-            array = np.random.default_rng(info.id).standard_normal((BATCH, elements)).astype(np.float32)
-            metas = [{"index": i, "label": i % 10, "name": f"s{i}"} for i in range(BATCH)]
-            keys = [f"s{i:07d}" for i in range(BATCH)]
             for _ in range(info.id, batches, info.num_workers):
                 batch = {"__key__": keys, "array": array, "meta": metas}
                 yield write(batch) if write is not None else (batch, None)
