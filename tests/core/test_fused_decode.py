@@ -281,13 +281,20 @@ def test_streamed_shards_give_the_samples_mapped_shards_give(counted_shards, shu
     manifest = counted_shards([4, 6, 3], codec="zstd")
     root = os.path.dirname(manifest)
     args = {"shuffle_buffer": shuffle_buffer, "equalize": "pad", "rank": 1, "world_size": 2, "seed": 2, "epoch": 3}
-    local = list(wdsprep.dataset(manifest, "train", **args).compose(wdsprep.decode(strip=True)))
+    local = list(wdsprep.dataset(manifest, "train", **args).compose(wdsprep.decode(strip=True, bookkeeping=True)))
     assert len(local) == 7 and {s["__epoch__"] for s in local} == {3}
+    plain = list(wdsprep.dataset(manifest, "train", **args).compose(wdsprep.decode(strip=True)))
     with RangeHTTPServer(root) as server:
         url = server.url_of("manifest.json")
-        fused, staged = _pair(url, {"strip": True}, **args)
+        fused, staged = _pair(url, {"strip": True, "bookkeeping": True}, **args)
         for remote in (list(fused), list(staged)):
             assert len(remote) == len(local)
             for a, b in zip(remote, local):
                 assert a["__url__"].startswith("http://") and not b["__url__"].startswith("http://")
                 _same_sample({**a, "__url__": ""}, {**b, "__url__": ""})
+        # without bookkeeping asked for, a decoded sample is its key and fields, read either way
+        fused, staged = _pair(url, {"strip": True}, **args)
+        for remote in (list(fused), list(staged)):
+            for a, b in zip(remote, plain):
+                assert not {name for name in a if name.startswith("__")} - {"__key__"}
+                _same_sample(a, b)

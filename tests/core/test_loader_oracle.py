@@ -46,7 +46,7 @@ def _keys_and_epochs(batch):
 
 def _loader(manifest, workers, buffer, **plan):
     dataset = wdsprep.dataset(manifest, "train", seed=SEED, shuffle_buffer=buffer, equalize=plan.pop("equalize", None), **plan)
-    dataset = dataset.compose(wdsprep.decode(strip=True))
+    dataset = dataset.compose(wdsprep.decode(strip=True, bookkeeping=("__epoch__",)))
     return wdsprep.Loader(dataset, batch_size=BATCH, num_workers=workers, collate_fn=_keys_and_epochs)
 
 
@@ -140,7 +140,7 @@ def test_torch_dataloader_over_the_dataset_delivers_the_model_each_epoch(counted
     import torch
 
     manifest = counted_shards(COUNTS)
-    dataset = wdsprep.dataset(manifest, "train", seed=SEED, shuffle_buffer=3, equalize=None).compose(wdsprep.decode(strip=True))
+    dataset = wdsprep.dataset(manifest, "train", seed=SEED, shuffle_buffer=3, equalize=None).compose(wdsprep.decode(strip=True, bookkeeping=("__epoch__",)))
     loader = torch.utils.data.DataLoader(dataset, batch_size=BATCH, num_workers=workers, collate_fn=_keys_and_epochs)
     for epoch in range(2):
         dataset.set_epoch(epoch)
@@ -155,7 +155,7 @@ def test_torchdata_stateful_dataloader_resumes_from_every_batch_against_the_mode
 
     def make():
         dataset = wdsprep.dataset(manifest, "train", seed=SEED, epoch=1, shuffle_buffer=3, equalize=None)
-        return StatefulDataLoader(dataset.compose(wdsprep.decode(strip=True)), batch_size=BATCH, num_workers=workers,
+        return StatefulDataLoader(dataset.compose(wdsprep.decode(strip=True, bookkeeping=("__epoch__",))), batch_size=BATCH, num_workers=workers,
                                   collate_fn=_keys_and_epochs)
 
     expected = model_epoch(1, workers=workers, buffer=3)

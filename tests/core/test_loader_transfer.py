@@ -1,4 +1,6 @@
-"""How `wdsprep.Loader`'s batches cross from DataLoader workers to the main process.
+"""How `wdsprep.Loader`'s batches cross from DataLoader workers to the main process, by torch's
+transfer (`slabs=0`, or `pin_memory=True`; the Loader's ring of slabs: test_loader_slabs.py), and
+by either way the same batches as without workers.
 
 A tensor a worker sends goes through shared memory, and the main process rebuilds it from a file
 descriptor handed over a socket (`multiprocessing.resource_sharer.DupFd.detach`, called by torch's
@@ -11,15 +13,14 @@ the user gets is checked against the same loader without workers, where nothing 
 """
 import contextlib
 import json
-import subprocess
-import sys
 
-import numpy as np
 import pytest
 import torch
 from multiprocessing import resource_sharer
 
 import wdsprep
+
+from .valueshards import convert_value_shards
 
 SAMPLES = 48
 BATCH = 8
@@ -28,21 +29,12 @@ ELEMENTS = 4096  # float32: 16 KiB a sample, 128 KiB a batch (above the inline b
 
 @pytest.fixture(scope="module")
 def manifest(tmp_path_factory):
-    root = tmp_path_factory.mktemp("transfer")
-    train = root / "in" / "train"
-    train.mkdir(parents=True)
-    for i in range(SAMPLES):
-        np.save(train / f"s{i:03d}.array.npy", np.full(ELEMENTS, i, dtype=np.float32))
-        (train / f"s{i:03d}.meta.json").write_text(json.dumps({"label": i % 5}))
-    out = root / "shards"
-    subprocess.run([sys.executable, "-m", "wdsprep", "convert", "generic", str(root / "in"), str(out),
-                    "--shard-bytes", "200KB", "--quiet"], check=True)
-    return str(out / "manifest.json")
+    return convert_value_shards(tmp_path_factory.mktemp("transfer"), SAMPLES, ELEMENTS, "200KB")
 
 
 def _batches(manifest, workers, **options):
     dataset = wdsprep.dataset(manifest, "train", seed=3, shuffle_buffer=4, equalize=None)
-    dataset = dataset.compose(wdsprep.decode(strip=True))
+    dataset = dataset.compose(wdsprep.decode(strip=True, bookkeeping=True))
     return list(wdsprep.Loader(dataset, batch_size=BATCH, num_workers=workers,
                                timeout=120 if workers else 0, **options))
 
@@ -83,18 +75,19 @@ def rebuilt(monkeypatch):
     return calls
 
 
+@pytest.mark.parametrize("slabs", [None, 0], ids=["ring", "torch"])
 @pytest.mark.parametrize("workers", [1, 2, 4])
-def test_workers_deliver_what_the_main_process_reads_itself(manifest, workers):
-    alone, with_workers = _by_key(_batches(manifest, 0)), _by_key(_batches(manifest, workers))
+def test_workers_deliver_what_the_main_process_reads_itself(manifest, workers, slabs):
+    alone, with_workers = _by_key(_batches(manifest, 0)), _by_key(_batches(manifest, workers, slabs=slabs))
     assert len(alone) == SAMPLES
     assert with_workers == alone
-    first = _batches(manifest, workers)[0]
+    first = _batches(manifest, workers, slabs=slabs)[0]
     assert {name for name, value in first.items() if isinstance(value, torch.Tensor)} == {
         "array", "__index__", "__epoch__", "__piece_start__"}
 
 
 def test_small_fields_cross_inside_the_batch_message(manifest, rebuilt):
-    batches = _batches(manifest, 2)
+    batches = _batches(manifest, 2, slabs=0)  # torch's transfer (the ring's own: test_loader_slabs.py)
     assert len(batches) == SAMPLES // BATCH
     assert all(isinstance(batch["__index__"], torch.Tensor) for batch in batches)
     assert len(rebuilt) == len(batches)  # the arrays only: 4 tensor fields a batch, 1 through shared memory

@@ -70,8 +70,11 @@ def test_items_decode_like_numpy_and_msgpack_read_the_members(generic):
         array = np.load(io.BytesIO(zstandard.ZstdDecompressor().decompress(expected["array.npy.zst"])))
         meta = msgpack.unpackb(expected["meta.mp"], raw=False)
         item = decoded[i]
-        assert set(item) == {"__key__", "__url__", "array.npy.zst", "meta.mp"}
+        assert set(item) == {"__key__", "array.npy.zst", "meta.mp"}  # no bookkeeping unless asked for
         assert np.array_equal(item["array.npy.zst"], array) and item["meta.mp"] == meta
+        asked = wdsprep.MapDataset(out, split, decode=wdsprep.decode(bookkeeping=("__url__",)))[i]
+        assert set(asked) == {"__key__", "__url__", "array.npy.zst", "meta.mp"}
+        assert asked["__url__"].endswith("/" + expected["__shard__"])
         item = stripped[i]
         assert isinstance(item["array"], torch.Tensor) and torch.equal(item["array"], torch.from_numpy(array))
         assert item["meta"] == meta

@@ -315,7 +315,7 @@ def test_a_one_to_one_stage_composed_on_the_mix_runs_on_the_mixed_stream_and_res
     def make():
         parts = [wdsprep.Part(m, weight=w) for m, w in zip(manifests, LOADER_WEIGHTS)]
         mix = wdsprep.mix(parts, seed=11, epoch=1, stop="all", shuffle_buffer=3, equalize=None)
-        mix = mix.compose(wdsprep.decode(strip=True)).compose(suffixed)
+        mix = mix.compose(wdsprep.decode(strip=True, bookkeeping=("__epoch__",))).compose(suffixed)
         return wdsprep.Loader(mix, batch_size=BATCH, num_workers=workers,
                               collate_fn=lambda batch: [(s["__part__"], s["__key__"], int(s["__epoch__"]))
                                                         for s in batch if isinstance(s["value"], np.ndarray)])

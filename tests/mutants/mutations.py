@@ -607,7 +607,7 @@ MUTATIONS = [
              ("tests/core/test_loader_transfer.py",)),
     Mutation("inline-fields-left-numpy", "the fields a worker sent inline reach the user as numpy arrays",
              "src/wdsprep/stream/loader.py",
-             (("            if inline:\n                batch = _received(batch)\n", ""),),
+             (("            elif inline:\n                batch = _received(batch)\n", ""),),
              ("tests/core/test_loader_transfer.py",)),
     Mutation("pinned-batches-inline", "with pin_memory, small fields still cross as numpy: the pinning thread never sees them",
              "src/wdsprep/stream/loader.py",
@@ -1039,4 +1039,26 @@ MUTATIONS += [
              "src/wdsprep/inputs.py",
              (("pool.map(fingerprint_units, chunks, [mode] * len(chunks))", "reversed(list(pool.map(fingerprint_units, chunks, [mode] * len(chunks))))"),),
              ("tests/core/test_inputs.py",)),
+]
+# -- issue 39: bookkeeping out of the user's samples, positions beside the batch, the slab ring
+SLABS = "src/wdsprep/stream/slabs.py"
+MUTATIONS += [
+    Mutation("slab-freed-too-early", "a slab goes back to its worker as soon as its batch is read (a kept batch overwritten)",
+             SLABS, (("        weakref.finalize(holder, self.flags.__setitem__, worker * self.slabs + number, 0)\n",
+                      "        self.flags[worker * self.slabs + number] = 0\n"),),
+             ("tests/core/test_loader_slabs.py",)),
+    Mutation("slab-flag-unset", "a worker writes into a slab without marking it taken (reused while the main process reads it)",
+             SLABS, (("        self.flags[self.first + number] = 1  # the main process's until the batch's tensors are gone\n", ""),),
+             ("tests/core/test_loader_slabs.py",)),
+    Mutation("position-lost-with-user-collate", "the position sent beside a batch is the one before it (a resumed run repeats a batch)",
+             LOADER_PY, (("                yield logical, position.as_dict(), *collated(batch)\n                batch = []",
+                          "                before = position.as_dict()\n                yield logical, {**before, \"skip\": max(0, before[\"skip\"] - 1)} if \"skip\" in before else before, *collated(batch)\n                batch = []"),),
+             ("tests/core/test_loader_collate.py",)),
+    Mutation("bookkeeping-leaks-fused", "a sample decoded in the reader keeps its __url__ and gets __index__/__epoch__ stamped",
+             WORKER, (("            yield _stamp_kept(sample, kept, index, piece_start, epoch) if kept else _unstamped(sample)",
+                       "            yield _stamp(sample, index, piece_start, epoch)"),),
+             ("tests/core/test_loader_collate.py",)),
+    Mutation("bookkeeping-leaks-staged", "the decode stage keeps __url__ and the stamps of a whole (remote) sample",
+             "src/wdsprep/stream/decode.py", (("        for name in self.dropped:\n            decoded.pop(name, None)\n", ""),),
+             ("tests/core/test_loader_collate.py", "tests/core/test_fused_decode.py")),
 ]

@@ -1,7 +1,11 @@
 """`wdsprep.Loader`: a DataLoader over a `ShardDataset` whose `state_dict()` resumes exactly.
 
-Each worker batches its own stream and sends, with every batch, its position after that batch. The
-main process keeps the latest position per worker and which worker delivered last. PyTorch's
+Each worker batches its own stream and sends, with every batch, its position after that batch: in
+the Loader's own message `(logical worker, position, batch, slab)`, beside the batch, never inside
+it, so whatever `collate_fn` made the batch (one that keeps only the keys, torch's default_collate)
+the position is exact. The batch's arrays come through the pass's ring of shared-memory slabs
+(stream/slabs.py) when workers are forked and `slabs > 0`, else by torch's transfer. The main
+process keeps the latest position per worker and which worker delivered last. PyTorch's
 DataLoader hands out batches round-robin over workers (skipping exhausted ones), so on resume the
 workers are rotated to start with the worker that would have delivered next, and each one skips to
 its saved position: the resumed run yields exactly the batches the uninterrupted run had left.
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import collections.abc
 import functools
+import multiprocessing
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -28,6 +33,7 @@ from webdataset.filters import default_collation_fn
 
 from ..errors import ConfigError
 from .dataset import PlannedDataset
+from .slabs import SlabRing
 from .state import EpochProgress, encode_state
 
 
@@ -36,7 +42,8 @@ class _WorkerBatches(IterableDataset):
     each batch sent with the worker's position after it."""
 
     def __init__(self, dataset: PlannedDataset, num_workers: int, rotation: int, progress: EpochProgress,
-                 positions: dict[int, dict], batch_size, collate_fn, partial):
+                 positions: dict[int, dict], batch_size, collate_fn, partial, ring: SlabRing | None = None):
+        self.ring = ring  # the pass's slabs (stream/slabs.py), or None: torch's transfer
         self.dataset = dataset
         self.num_workers = num_workers
         self.rotation = rotation
@@ -54,18 +61,34 @@ class _WorkerBatches(IterableDataset):
         stream = self.dataset.stream(logical, self.num_workers, progress=self.progress,
                                      resume=self.dataset.position(saved))
         position = stream.position
+        # what the main process gets: (logical worker, its position after this batch, the batch, its slab)
+        write, collated = self._senders(info)
         if self.batch_size is None:
             for sample in stream:
-                yield logical, position.as_dict(), sample
+                yield logical, position.as_dict(), *write(sample)
             return
         batch: list = []
         for sample in stream:
             batch.append(sample)
             if len(batch) == self.batch_size:
-                yield logical, position.as_dict(), self.collate_fn(batch)
+                yield logical, position.as_dict(), *collated(batch)
                 batch = []
         if batch and self.partial:
-            yield logical, position.as_dict(), self.collate_fn(batch)
+            yield logical, position.as_dict(), *collated(batch)
+
+    def _senders(self, info) -> tuple[Callable, Callable]:
+        """(a sample or batch -> (payload, slab); samples -> their batch's (payload, slab)): into this
+        worker's slabs when there is a ring, the Loader's default collate stacking straight into them."""
+        if self.ring is None or info is None:
+            return _unslabbed, lambda samples: (self.collate_fn(samples), None)
+        writer = self.ring.writer(info.id)
+        if self.collate_fn is default_collation_fn:
+            return writer.write, writer.collated
+        return writer.write, lambda samples: writer.write(self.collate_fn(samples))
+
+
+def _unslabbed(batch: Any) -> tuple[Any, None]:
+    return batch, None
 
 
 _BYTES_LIKE = (str, bytes, bytearray, memoryview)
@@ -114,11 +137,22 @@ def _top_level(batch: Any, inline: Callable[[Any], Any], rest: Callable[[Any], A
 
 def _convert_payload(item: tuple, inline: bool = False) -> tuple:
     """Runs where the DataLoader collates: in each worker (`inline`: small top-level fields stay numpy,
-    see INLINE_BYTES), or in the main process without workers (everything converted)."""
-    logical, position, payload = item
+    see INLINE_BYTES), or in the main process without workers (everything converted). A batch whose
+    arrays are in a slab is left as it is: the main process converts what is not in the slab."""
+    logical, position, payload, slab = item
+    if slab is not None:
+        return item
     if inline:
-        return logical, position, _top_level(payload, lambda value: value, convert)
-    return logical, position, convert(payload)
+        return logical, position, _top_level(payload, lambda value: value, convert), None
+    return logical, position, convert(payload), None
+
+
+def _forks(context: Any) -> bool:
+    """Whether DataLoader workers started with `multiprocessing_context=context` are forked (they
+    then inherit a `SlabRing`'s flags)."""
+    if context is None:
+        return multiprocessing.get_start_method() == "fork"
+    return (context if isinstance(context, str) else context.get_start_method()) == "fork"
 
 
 def _received(batch: Any) -> Any:
@@ -138,6 +172,7 @@ class Loader:
         collate_fn: Callable[[list], Any] = default_collation_fn,
         partial: bool = True,
         epoch: int | None = None,
+        slabs: int | None = None,
         **dataloader_options: Any,
     ):
         if not isinstance(dataset, PlannedDataset):
@@ -151,6 +186,13 @@ class Loader:
         self.collate_fn = collate_fn
         self.partial = partial
         self.options = dataloader_options
+        # shared-memory slabs per worker (stream/slabs.py): the batches in flight (prefetch_factor), the
+        # one the loop holds and the one before it; 0: torch's transfer
+        if slabs is None:
+            slabs = (dataloader_options.get("prefetch_factor") or 2) + 2
+        if not isinstance(slabs, int) or isinstance(slabs, bool) or slabs < 0:
+            raise ConfigError(f"slabs={slabs!r}: must be a whole number >= 0 (shared-memory slabs per worker; 0: none)")
+        self.slabs = slabs
         # the epoch and the interrupted passes an elastic resume continues (stream/state.py)
         self.progress = EpochProgress(dataset.epoch if epoch is None else int(epoch), epoch is None)
         self._positions: dict[int, dict] = {}  # logical worker -> its position after its latest batch
@@ -173,15 +215,24 @@ class Loader:
         self._positions = {}
         self._next_worker = 0
 
+    def uses_slabs(self) -> bool:
+        """Whether batches from workers come through a `SlabRing` (stream/slabs.py): workers that are
+        forked, slabs asked for, and no `pin_memory` (the DataLoader pins what the workers send)."""
+        return (self.num_workers > 0 and self.slabs > 0 and not self.options.get("pin_memory")
+                and _forks(self.options.get("multiprocessing_context")))
+
     def __iter__(self) -> Iterator[Any]:
+        ring = SlabRing(self.num_workers, self.slabs) if self.uses_slabs() else None
         stream = _WorkerBatches(self.dataset, self.logical_workers, self._next_worker, self.progress,
-                               dict(self._positions), self.batch_size, self.collate_fn, self.partial)
+                               dict(self._positions), self.batch_size, self.collate_fn, self.partial, ring)
         # pinned memory is filled by the DataLoader from what the workers sent: then every field is a tensor there
         inline = self.num_workers > 0 and not self.options.get("pin_memory")
         loader = DataLoader(stream, batch_size=None, num_workers=self.num_workers,
                             collate_fn=functools.partial(_convert_payload, inline=inline), **self.options)
-        for logical, position, batch in loader:
-            if inline:
+        for logical, position, batch, slab in loader:
+            if slab is not None:
+                batch = ring.read(batch, slab)
+            elif inline:
                 batch = _received(batch)
             self._positions[logical] = position
             self._next_worker = (logical + 1) % self.logical_workers

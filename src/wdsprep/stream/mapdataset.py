@@ -28,9 +28,9 @@ key in position order (a `KeyError` names a key the split lacks, or the selectio
 come from the split's sample table when the conversion wrote one, else from every shard's index
 (loaded together on the first call).
 
-Items. `decode=True` decodes like `wdsprep.decode()` (fields keep their extensions);
-`decode=wdsprep.decode(strip=True, torch=True)` takes that stage's options; `decode=False` gives the
-raw bytes. Then `stage`, a reader stage as `.compose()` takes it (a function of an iterable of
+Items. `decode=True` decodes like `wdsprep.decode()` (fields keep their extensions, `__key__` the
+only bookkeeping); `decode=wdsprep.decode(strip=True, torch=True, bookkeeping=...)` takes that
+stage's options; `decode=False` gives the raw bytes (with `__url__`). Then `stage`, a reader stage as `.compose()` takes it (a function of an iterable of
 samples: a source's, e.g. `wdsprep.noisebase.frames(...)`), runs on the one sample and must make
 exactly one output (a stage that expands a sample into several, like ray chunks or crops, belongs to
 its source's map-style class or to the stream); then `transform`, a function of one sample.
@@ -48,13 +48,12 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from ..errors import ConfigError
-from ..shards.codec import decode_sample
 from ..shards.manifest import Manifest
 from ..shards.samples import SampleTable as StoredTable
 from ..shards.samples import table_entry
 from .access import GAP_BYTES, ShardAccess
 from .catalog import catalog_of
-from .decode import ReaderStage
+from .decode import Decode, ReaderStage
 from .manifests import load_manifest, shard_row
 
 try:  # a torch Dataset when torch is there (it always is with wdsprep's readers)
@@ -81,7 +80,7 @@ class MapDataset(_Base):
                  cache_bytes: int | float | None = None, max_connections: int | None = None,
                  gap_bytes: int = GAP_BYTES):
         self.split = split
-        self.strip, self.torch, self.decode = _decoding(decode)
+        self.decoder = _decoder(decode)
         for name, value in (("stage", stage), ("transform", transform)):
             if value is not None and not callable(value):
                 raise ConfigError(f"{name} must be callable, got {value!r}")
@@ -171,7 +170,7 @@ class MapDataset(_Base):
                 yield positions, self.read(positions, members)
 
     def _item(self, raw: dict):
-        sample = decode_sample(raw, strip=self.strip, torch=self.torch) if self.decode else raw
+        sample = self.decoder.sample(raw) if self.decoder is not None else raw
         if self.stage is not None:
             outputs = list(self.stage(iter([sample])))
             if len(outputs) != 1:
@@ -228,17 +227,17 @@ class MapDataset(_Base):
         return state
 
 
-def _decoding(decode) -> tuple[bool, bool, bool]:
-    """(strip, torch, decode) from `decode=`: True (`wdsprep.decode()`), False (raw), or a decode stage."""
+def _decoder(decode) -> Decode | None:
+    """The decode stage `decode=` asks for: True (`wdsprep.decode()`), False (None: raw), or a decode stage."""
     if decode is True:
-        return False, False, True
+        return Decode()
     if decode is False or decode is None:
-        return False, False, False
+        return None
     if isinstance(decode, ReaderStage):
         if getattr(decode, "handler", None) is not None:
             raise ConfigError("decode=wdsprep.decode(handler=...): a MapDataset item cannot be skipped; a sample "
                               "that does not decode raises ShardError (give the stage without a handler)")
-        return bool(decode.strip), bool(decode.torch), True
+        return decode
     raise ConfigError(f"decode must be True, False or a wdsprep.decode(...) stage, got {decode!r}")
 
 

@@ -10,8 +10,9 @@ samples fully passed), `discard` (outputs of the next one already delivered) and
 cheaply and discards the outputs already delivered.
 
 A live position is an object (`Position`; a mix's `MixPosition`, one per part); whatever is saved
-or sent between processes is its `as_dict()` (a state, a Loader worker's message), made back into
-an object by the dataset's `position(saved)` where a pass starts. A state is a dict: the layout it was read with (`dataset` = digest of the split's shard rows,
+or sent between processes is its `as_dict()` (a state, a Loader worker's message, beside the batch
+and never a field of a sample, so a user's collate cannot lose it), made back into an object by the
+dataset's `position(saved)` where a pass starts. A state is a dict: the layout it was read with (`dataset` = digest of the split's shard rows,
 `split`, `seed`, `shuffle_shards`, `shuffle_buffer`, `equalize`, `rank`, `world_size`), `epoch`,
 `num_workers`, `workers` (worker -> position) and `resumed_from` (the interrupted passes this one
 continues), plus what the saver adds (the Loader's `next_worker`). A state from another dataset,

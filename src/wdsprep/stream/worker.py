@@ -57,6 +57,22 @@ def _stamp(sample: dict, index: int, piece_start: int, epoch: int) -> dict:
     return sample
 
 
+def _unstamped(sample: dict) -> dict:
+    """A sample decoded in the reader, without bookkeeping (stream/decode.py): `__key__` and fields."""
+    del sample["__url__"]
+    return sample
+
+
+def _stamp_kept(sample: dict, kept: frozenset[str], index: int, piece_start: int, epoch: int) -> dict:
+    """A sample decoded in the reader with the bookkeeping its decode stage keeps (`kept`)."""
+    for name, value in (("__index__", index), ("__piece_start__", piece_start), ("__epoch__", epoch)):
+        if name in kept:
+            sample[name] = value
+    if "__url__" not in kept:
+        del sample["__url__"]
+    return sample
+
+
 @dataclass
 class WorkerPlan:
     """What one worker of this rank reads in this pass (see stream/plan.py)."""
@@ -249,6 +265,7 @@ class ShardReader:
         counter.pulled = skip
         handler, epoch = self.handler, self.epoch
         strip, torch = (decode.strip, decode.torch) if decode is not None else (False, False)
+        kept = decode.kept if decode is not None else frozenset()
         for item in samples:
             counter.pulled += 1
             if item.__class__ is dict:  # a whole sample (remote or cached shard)
@@ -266,14 +283,16 @@ class ShardReader:
                 if handler(error):
                     continue
                 return
-            if decode is not None:
-                try:
-                    sample = shard.decode_members(index, sample, strip, torch)
-                except ShardError as error:  # as the stage would: its handler skips the sample or ends the stream
-                    if decode.skips(error):
-                        continue
-                    return
-            yield _stamp(sample, index, piece_start, epoch)
+            if decode is None:
+                yield _stamp(sample, index, piece_start, epoch)
+                continue
+            try:
+                sample = shard.decode_members(index, sample, strip, torch)
+            except ShardError as error:  # as the stage would: its handler skips the sample or ends the stream
+                if decode.skips(error):
+                    continue
+                return
+            yield _stamp_kept(sample, kept, index, piece_start, epoch) if kept else _unstamped(sample)
 
     def carried_discards(self, plan: WorkerPlan) -> dict[int, int]:
         """Stream positions of this worker's samples whose outputs were partly delivered before an

@@ -1,0 +1,165 @@
+"""`wdsprep.Loader`'s ring of shared-memory slabs (stream/slabs.py), from the user's side.
+
+Each worker writes its batches' arrays into a few reused slabs; the main process views them as
+tensors. What is checked, on shards made by `wdsprep convert` whose sample i holds the value i
+(an independent reference: the key says what every element must be): the descriptors cross once
+per slab, not once per batch (counted where the main process receives them); a batch the user
+keeps is never overwritten, however far the loop goes past the ring; nothing is left in /dev/shm
+when a worker is killed; namedtuples and tuples from a user's collate, `persistent_workers`
+(ignored: each pass has fresh workers) and epochs give what the main process reads by itself.
+"""
+import collections
+import os
+import signal
+
+import numpy as np
+import pytest
+import torch
+from multiprocessing import resource_sharer
+from torch.utils.data import default_collate
+
+import wdsprep
+from wdsprep.stream.slabs import SHARED_BYTES, SlabRing
+
+from .valueshards import convert_value_shards
+
+
+SAMPLES = 96
+BATCH = 4
+ELEMENTS = 1024  # float32: 4 KiB a sample
+
+
+@pytest.fixture(scope="module")
+def manifest(tmp_path_factory):
+    return convert_value_shards(tmp_path_factory.mktemp("slabs"), SAMPLES, ELEMENTS, "100KB")
+
+
+def _loader(manifest, workers, **options):
+    dataset = wdsprep.dataset(manifest, "train", seed=3, shuffle_buffer=5, equalize=None)
+    return wdsprep.Loader(dataset.compose(wdsprep.decode(strip=True)), batch_size=BATCH, num_workers=workers,
+                          timeout=120 if workers else 0, **options)
+
+
+def _intact(batch) -> bool:
+    """Every element of every sample's array is the number in its key."""
+    expected = torch.tensor([float(key[1:]) for key in batch["__key__"]])[:, None].expand(-1, ELEMENTS)
+    return torch.equal(batch["array"], expected)
+
+
+@pytest.fixture
+def received(monkeypatch):
+    """Counts, in the main process: slab descriptors detached (`fds`) and batches read from a slab (`slabs`)."""
+    counts = collections.Counter()
+    detach, read = resource_sharer.DupFd.detach, SlabRing.read
+
+    def counting_detach(self):
+        counts["fds"] += 1
+        return detach(self)
+
+    def counting_read(self, payload, slab):
+        counts["slabs"] += 1
+        return read(self, payload, slab)
+
+    monkeypatch.setattr(resource_sharer.DupFd, "detach", counting_detach)
+    monkeypatch.setattr(SlabRing, "read", counting_read)
+    return counts
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_each_slab_crosses_once_and_every_batch_comes_through_one(manifest, workers, received):
+    batches = 0
+    for batch in _loader(manifest, workers):  # 4 slabs a worker: 2 batches in flight, the loop's, the one before
+        assert _intact(batch)
+        batches += 1
+    assert batches == SAMPLES // BATCH
+    assert received["slabs"] == batches  # the loop drops each batch: a slab is always free again
+    assert received["fds"] <= 4 * workers  # a descriptor per slab made, none per batch
+
+
+def test_a_kept_batch_is_never_overwritten(manifest, received):
+    loader = _loader(manifest, 1, slabs=2)
+    kept, seen = [], 0
+    for batch in loader:
+        seen += 1
+        if seen in (1, 2, 7):  # two of them fill the ring: the worker must send others the ordinary way
+            kept.append(batch)
+        assert _intact(batch)
+    assert seen == SAMPLES // BATCH
+    assert all(_intact(batch) for batch in kept)
+    assert 0 < received["slabs"] < seen  # some through slabs, the ones while the ring was full without
+
+
+def test_a_view_kept_past_its_batch_keeps_the_slab(manifest):
+    views = []
+    for batch in _loader(manifest, 1, slabs=2):
+        views.append((list(batch["__key__"]), batch["array"][:, :2].numpy()))  # a numpy view of a slice
+    for keys, view in views:
+        assert (view == np.array([float(key[1:]) for key in keys])[:, None]).all()
+
+
+Pair = collections.namedtuple("Pair", "keys arrays")
+
+
+def as_pair(samples):
+    return Pair([s["__key__"] for s in samples], (default_collate([s["array"] for s in samples]), 7))
+
+
+def test_namedtuples_and_tuples_from_a_user_collate(manifest):
+    alone = list(_loader(manifest, 0, collate_fn=as_pair))
+    with_workers = list(_loader(manifest, 2, collate_fn=as_pair))
+    assert sorted(k for pair in alone for k in pair.keys) == sorted(k for pair in with_workers for k in pair.keys)
+    for pair in with_workers:
+        assert isinstance(pair, Pair) and pair.arrays[1] == 7
+        assert _intact({"__key__": pair.keys, "array": pair.arrays[0]})
+
+
+def test_persistent_workers_and_epochs(manifest):
+    loader = _loader(manifest, 2, persistent_workers=True)
+    for epoch in range(2):
+        keys = []
+        for batch in loader:
+            assert _intact(batch)
+            keys += batch["__key__"]
+        assert sorted(keys) == [f"s{i:03d}" for i in range(SAMPLES)], epoch
+
+
+def _shm() -> set[str]:
+    return set(os.listdir("/dev/shm"))
+
+
+def with_pid(samples):
+    return {**default_collate(samples), "pid": os.getpid()}
+
+
+def test_nothing_is_left_in_dev_shm_when_a_worker_is_killed(manifest):
+    before = _shm()
+    loader = _loader(manifest, 2, collate_fn=with_pid, slabs=3)
+    iterator = iter(loader)
+    first = next(iterator)
+    assert _intact(first)
+    os.kill(first["pid"], signal.SIGKILL)
+    with pytest.raises(RuntimeError, match="DataLoader worker"):
+        for batch in iterator:
+            assert _intact(batch)
+    del iterator, first
+    assert not (_shm() - before)  # the slabs are anonymous memory: no name to leave behind
+
+
+def test_slabs_must_be_a_whole_number(manifest):
+    with pytest.raises(wdsprep.errors.ConfigError, match="slabs=-1"):
+        _loader(manifest, 1, slabs=-1)
+
+
+def with_a_large_shared_tensor(samples):
+    """A collate that makes one tensor in shared memory itself, as default_collate does in a worker."""
+    big = torch.full((SHARED_BYTES // 4,), float(samples[0]["__key__"][1:]), dtype=torch.float32).share_memory_()
+    return {**default_collate(samples), "big": big}
+
+
+def test_a_large_tensor_already_in_shared_memory_crosses_by_its_descriptor(manifest, received):
+    batches = 0
+    for batch in _loader(manifest, 1, collate_fn=with_a_large_shared_tensor):
+        assert _intact(batch) and torch.equal(batch["big"], torch.full_like(batch["big"], float(batch["__key__"][0][1:])))
+        batches += 1
+    assert received["slabs"] == batches  # the arrays through a slab ...
+    assert received["fds"] >= batches  # ... the large shared tensor by its own descriptor, not copied
