@@ -5,7 +5,8 @@
     --mix: MANIFEST_URL is a mix file, read by wdsprep.mix)
 
 The process refuses to write anything to local disk: an audit hook raises on every file opened for
-writing (and on mkdir/rename/temp files) except this rank's result file, so "no local copy" is
+writing (and on mkdir/rename/truncate/temp files) except this rank's result file, shared memory
+(/dev/shm, and the Loader's slabs: memfd_create's anonymous files), so "no local copy" is
 checked, not assumed. It writes OUT_DIR/rank<R>.json: the keys of every batch of the epoch, the
 batch counts of a second split, and (with --stop-after) the loader state after K steps; with
 --resume it loads that state and records the batches it yields for the rest of the epoch.
@@ -26,6 +27,13 @@ violations: list[str] = []
 
 
 def _allowed(path) -> bool:
+    if isinstance(path, int):  # a file descriptor: what it names (memfd_create's anonymous memory is no disk)
+        try:
+            path = os.readlink(f"/proc/self/fd/{path}")
+        except OSError:
+            return False
+        if path.startswith("/memfd:"):
+            return True
     path = os.fsdecode(path) if isinstance(path, (bytes, str, os.PathLike)) else str(path)
     return any(path.startswith(prefix) for prefix in ALLOWED_PREFIXES)
 
