@@ -779,8 +779,9 @@ MUTATIONS = [
              ("tests/core/test_cli_usability.py",)),
     Mutation("tiny-shards-one-at-a-time", "the read-ahead fetches the next shard only when nothing is in flight",
              "src/wdsprep/stream/remote.py",
-             (("        while not self.queue and self.blocked is None and self.pending:\n",
-               "        while not self.queue and self.blocked is None and self.pending and not self.in_flight:\n"),),
+             (("        while not self.queue and self.blocked is None and self.pending and self.pending[0].number < self.window:\n",
+               "        while not self.queue and self.blocked is None and self.pending and self.pending[0].number < self.window"
+               " and not self.in_flight:\n"),),
              ("tests/objectstore/test_tiny_shards.py",)),
     # -- issue 35 (format checks): index fields within the shard, member names never paths, the
     # content encoding named; reindex: every shard verify accepts, an atomic replace, what holds the lock
