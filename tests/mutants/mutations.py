@@ -718,8 +718,8 @@ MUTATIONS = [
              (("    if stop + 1 != len(data):\n", "    if False:\n"),), ("tests/minecraft/test_minecraft_hostile.py",)),
     Mutation("frame-nesting-unbounded", "a frame's shared structures are not counted as copies, nor its depth bounded "
              "(a list nested 26 deep through memo references is expanded)", "src/wdsprep/sources/minecraft/_unpickle.py",
-             (("            if objects[key] > limits.objects:\n", "            if False:\n"),
-              ("            if depth[key] > limits.depth:\n", "            if False:\n")),
+             (("        if objects[key] > limits.objects:\n", "        if False:\n"),
+              ("        if depth[key] > limits.depth:\n", "        if False:\n")),
              ("tests/minecraft/test_minecraft_hostile.py",)),
     Mutation("json-duplicate-keys-kept", "a JSON input naming a key twice keeps the last value silently", "src/wdsprep/sources/base.py",
              (("        return json.loads(data, object_pairs_hook=unique_keys)\n", "        return json.loads(data)\n"),),

@@ -43,7 +43,7 @@ import json
 import os
 import zipfile
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -457,35 +457,55 @@ def read_npz_file(path: str, member_limit: int, what: str = "an array of this fi
     return arrays
 
 
+def postorder_shared(root: Any, children_of: Callable[[Any], Sequence]) -> Iterator[tuple[Any, Sequence]]:
+    """(node, its children) for every distinct object under `root` (by identity), each once and after
+    all of its children, however many references reach it: what a count "as if every shared reference
+    were a copy" is memoized on. Iterative (no recursion limit, whatever the nesting); a structure
+    that contains itself raises ValueError("a structure that contains itself")."""
+    done: set[int] = set()
+    on_path: set[int] = set()
+    work: list[tuple[Any, Sequence | None]] = [(root, None)]
+    while work:
+        node, children = work.pop()
+        key = id(node)
+        if children is not None:  # its children are done
+            on_path.discard(key)
+            done.add(key)
+            yield node, children
+            continue
+        if key in done:
+            continue
+        if key in on_path:
+            raise ValueError("a structure that contains itself")
+        on_path.add(key)
+        children = children_of(node)
+        work.append((node, children))
+        for child in children:
+            if id(child) in on_path:
+                raise ValueError("a structure that contains itself")
+            if id(child) not in done:
+                work.append((child, None))
+
+
 def check_expanded_size(value: Any, where: str, limit: int) -> None:
     """Refuse a parsed document (YAML: its aliases share one object) that holds more than `limit`
     values once every shared part is counted as the copy a reader walking it meets (a "billion laughs"
     of nested aliases: kilobytes of text, 10**9 values), or that contains itself. Counted on the
-    object graph, memoized: linear in the distinct objects, so the check itself is bounded."""
+    object graph, memoized (`postorder_shared`): linear in the distinct objects, so the check itself
+    is bounded."""
+    def children_of(node: Any) -> Sequence:
+        if isinstance(node, dict):
+            return list(node.keys()) + list(node.values())
+        return list(node) if isinstance(node, (list, tuple, set, frozenset)) else ()
+
     counts: dict[int, int] = {}
-    on_path: set[int] = set()
-    work = [(value, False)]
-    while work:
-        node, children_done = work.pop()
-        key = id(node)
-        children = (list(node.keys()) + list(node.values())) if isinstance(node, dict) else \
-            list(node) if isinstance(node, (list, tuple, set, frozenset)) else ()
-        if children_done:
-            on_path.discard(key)
-            counts[key] = min(1 + sum(counts.get(id(child), 1) for child in children), limit + 1)
-            if counts[key] > limit:
+    try:
+        for node, children in postorder_shared(value, children_of):
+            count = counts[id(node)] = min(1 + sum(counts[id(child)] for child in children), limit + 1)
+            if count > limit:
                 raise InputError(f"{where}: holds more than {limit} values once its aliases are expanded")
-            continue
-        if key in counts or not children:
-            continue
-        if key in on_path:
-            raise InputError(f"{where}: a structure that contains itself (an alias of its own ancestor)")
-        on_path.add(key)
-        work.append((node, True))
-        for child in children:
-            if id(child) in on_path:
-                raise InputError(f"{where}: a structure that contains itself (an alias of its own ancestor)")
-            work.append((child, False))
+    except ValueError:
+        raise InputError(f"{where}: a structure that contains itself (an alias of its own ancestor)") from None
 
 
 def parse_yaml(data: bytes | str, where: str, error: type[Exception] = InputError) -> Any:

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..base import postorder_shared
+
 
 @dataclass(frozen=True)
 class PickleLimits:
@@ -211,34 +213,17 @@ def _check_expanded(root: _Node, limits: PickleLimits) -> None:
     objects: dict[int, int] = {}
     payload: dict[int, int] = {}
     depth: dict[int, int] = {}
-    on_path: set[int] = set()
-    work = [(root, False)]
-    while work:
-        node, children_done = work.pop()
+    for node, kids in postorder_shared(root, lambda node: node.children):
         key = id(node)
-        if children_done:
-            on_path.discard(key)
-            kids = node.children
-            objects[key] = min(1 + sum(objects[id(c)] for c in kids), limits.objects + 1)
-            payload[key] = min(node.payload + sum(payload[id(c)] for c in kids), limits.payload_bytes + 1)
-            depth[key] = 1 + max((depth[id(c)] for c in kids), default=0)
-            if objects[key] > limits.objects:
-                raise ValueError(f"holds more than {limits.objects} objects once its shared references are expanded")
-            if payload[key] > limits.payload_bytes:
-                raise ValueError(f"holds more than {limits.payload_bytes} bytes of data once its shared references are expanded")
-            if depth[key] > limits.depth:
-                raise ValueError(f"nested deeper than {limits.depth} levels")
-            continue
-        if key in objects:
-            continue
-        if key in on_path:
-            raise ValueError("a structure that contains itself")
-        on_path.add(key)
-        work.append((node, True))
-        work.extend((child, False) for child in node.children if id(child) not in objects)
-        for child in node.children:
-            if id(child) in on_path:
-                raise ValueError("a structure that contains itself")
+        objects[key] = min(1 + sum(objects[id(c)] for c in kids), limits.objects + 1)
+        payload[key] = min(node.payload + sum(payload[id(c)] for c in kids), limits.payload_bytes + 1)
+        depth[key] = 1 + max((depth[id(c)] for c in kids), default=0)
+        if objects[key] > limits.objects:
+            raise ValueError(f"holds more than {limits.objects} objects once its shared references are expanded")
+        if payload[key] > limits.payload_bytes:
+            raise ValueError(f"holds more than {limits.payload_bytes} bytes of data once its shared references are expanded")
+        if depth[key] > limits.depth:
+            raise ValueError(f"nested deeper than {limits.depth} levels")
 
 
 # ------------------------------------------------------------------------------- building
