@@ -189,10 +189,10 @@ class Catalog:
 
     def positions(self) -> np.ndarray:
         """The kept samples' numbers over the split (manifest order: shard by shard), sorted."""
-        starts = np.concatenate([[0], np.cumsum(self.sizes)[:-1]]).astype(np.int64)
         if self._members is None:
             return np.arange(int(self.sizes.sum()), dtype=np.int64)
         offsets, numbers = self._members
+        starts = np.concatenate([[0], np.cumsum(self.sizes)[:-1]]).astype(np.int64)
         return numbers + np.repeat(starts, np.diff(offsets))
 
     def runs(self, shard: int, first: int, stop: int) -> list[tuple[int, int]]:
