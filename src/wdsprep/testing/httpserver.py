@@ -133,8 +133,17 @@ class _Handler(BaseHTTPRequestHandler):
             delay = start - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
-            self.wfile.write(block)
-            record["sent"] += len(block)
+            self._send_counted(record, block)
+
+    def _send_counted(self, record: dict, data: bytes) -> None:
+        """Write body bytes, counted in `sent` before the write returns: a client that has read the
+        last byte may ask for `stats` before this thread runs again (counted after, it raced)."""
+        record["sent"] += len(data)
+        try:
+            self.wfile.write(data)
+        except OSError:
+            record["sent"] -= len(data)  # not sent: the client went away
+            raise
 
     def _first_byte_wait(self) -> None:
         latency = self.server.owner.shaping.latency
@@ -211,9 +220,8 @@ class _Handler(BaseHTTPRequestHandler):
             with open(path, "rb") as handle:
                 handle.seek(start)
                 for piece in trickled(handle.read(stop - start), rate):
-                    self.wfile.write(piece)
+                    self._send_counted(record, piece)
                     self.wfile.flush()
-                    record["sent"] += len(piece)
             return
         cut = owner.faults.take_drop(name, stop - start)
         limit = stop - start if cut is None else min(cut, stop - start)
