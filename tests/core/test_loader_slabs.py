@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 from multiprocessing import resource_sharer
-from torch.utils.data import default_collate
+from torch.utils.data import default_collate, default_convert
 
 import wdsprep
 from wdsprep.stream.slabs import SHARED_BYTES, SlabRing
@@ -163,3 +163,97 @@ def test_a_large_tensor_already_in_shared_memory_crosses_by_its_descriptor(manif
         batches += 1
     assert received["slabs"] == batches  # the arrays through a slab ...
     assert received["fds"] >= batches  # ... the large shared tensor by its own descriptor, not copied
+
+
+def rich(sample):
+    """A sample of every kind torch's default_collate treats its own way, all derived from the key."""
+    i = int(sample["__key__"][1:])
+    return {"__key__": sample["__key__"], "array": sample["array"], "meta": sample["meta"],
+            "nested": {"flags": np.arange(3) < i % 3, "small": torch.full((2, 2), i, dtype=torch.int16),
+                       "ratio": i / 7, "count": i, "scalar": np.float64(i) / 3},
+            "pair": (np.array([i, -i], dtype=np.int32), f"n{i}"), "name": sample["__key__"] * 2}
+
+
+def _tree_equal(a, b) -> bool:
+    """Equal in structure, types, dtypes and values (an independent walk: no code under test)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, torch.Tensor):
+        return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_tree_equal(a[key], b[key]) for key in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_tree_equal(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def _rich_loader(manifest, workers, **options):
+    dataset = wdsprep.dataset(manifest, "train", seed=3, shuffle_buffer=5, equalize=None)
+    return wdsprep.Loader(dataset.compose(wdsprep.decode(strip=True)).map(rich), batch_size=BATCH,
+                          num_workers=workers, timeout=120 if workers else 0, **{"collate_fn": default_collate, **options})
+
+
+def as_list(samples):
+    return samples
+
+
+def _torchs(samples):
+    """torch's own default_collate in this process over a batch's samples, then its default_convert (plain
+    tuples become lists: what every batch of the Loader is, with or without workers)."""
+    return default_convert(default_collate(samples))
+
+
+def _by_first_key(batches) -> dict:
+    return {batch["__key__"][0]: batch for batch in batches}
+
+
+@pytest.fixture
+def no_shared_segments_in_workers(monkeypatch):
+    """Forked workers inherit this: a worker that makes a shared-memory segment (what torch's
+    default_collate does for each stacked field in a worker) fails its batch."""
+    pid = os.getpid()
+    made = torch.TypedStorage._new_shared
+
+    def refused(self, *args, **kwargs):
+        if os.getpid() != pid:
+            raise AssertionError("a worker made a shared-memory segment for its batch")
+        return made(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.TypedStorage, "_new_shared", refused)
+
+
+def test_default_collate_stacks_straight_into_the_slab(manifest, received, no_shared_segments_in_workers):
+    reference = [_torchs(batch) for batch in _rich_loader(manifest, 2, collate_fn=as_list)]
+    expected, seen = _by_first_key(reference), []
+    received.clear()
+    for batch in _rich_loader(manifest, 2):  # each dropped before the next: a slab is always free
+        seen.append(batch["__key__"][0])
+        assert _tree_equal(batch, expected[seen[-1]]), seen[-1]
+    assert sorted(seen) == sorted(expected) and len(seen) == SAMPLES // BATCH
+    assert received["slabs"] == len(seen)
+
+
+def test_default_collate_with_no_slab_free_is_torchs_own(manifest, received):
+    reference = _by_first_key(_torchs(batch) for batch in _rich_loader(manifest, 1, collate_fn=as_list))
+    received.clear()
+    kept = list(_rich_loader(manifest, 1, slabs=2))  # every batch kept: the ring is full after two
+    assert 0 < received["slabs"] < len(kept)
+    assert _by_first_key(kept).keys() == reference.keys()
+    for batch in kept:
+        assert _tree_equal(batch, reference[batch["__key__"][0]])
+
+
+def uneven(sample):
+    i = int(sample["__key__"][1:])
+    return {"__key__": sample["__key__"], "array": np.zeros(1 + i % 2, np.float32)}
+
+
+def test_default_collate_refuses_uneven_fields_as_torch_does(manifest):
+    dataset = wdsprep.dataset(manifest, "train", shuffle_shards=False, equalize=None)
+    loader = wdsprep.Loader(dataset.compose(wdsprep.decode(strip=True)).map(uneven), batch_size=BATCH,
+                            num_workers=1, timeout=120, collate_fn=default_collate)
+    with pytest.raises(RuntimeError) as raised:
+        next(iter(loader))
+    with pytest.raises(RuntimeError) as torchs:
+        default_collate([{"array": torch.zeros(1)}, {"array": torch.zeros(2)}])
+    assert str(torchs.value) in str(raised.value)

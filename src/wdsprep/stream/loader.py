@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from torch.utils.data import DataLoader, IterableDataset, default_collate, get_worker_info
 from torch.utils.data._utils.collate import default_convert
 from webdataset.filters import default_collation_fn
 
@@ -84,6 +84,8 @@ class _WorkerBatches(IterableDataset):
         writer = self.ring.writer(info.id)
         if self.collate_fn is default_collation_fn:
             return writer.write, writer.collated
+        if self.collate_fn is default_collate:
+            return writer.write, writer.default_collated
         return writer.write, lambda samples: writer.write(self.collate_fn(samples))
 
 

@@ -30,11 +30,12 @@ import mmap
 import os
 import weakref
 from multiprocessing import reduction
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
-from torch.utils.data._utils.collate import default_convert
+from torch.utils.data import default_collate
+from torch.utils.data._utils.collate import collate, default_collate_fn_map, default_convert
 from webdataset.filters import combine_values, default_collation_fn
 
 ALIGN = 64  # every array starts at a multiple of this in its slab (any dtype's alignment)
@@ -84,6 +85,36 @@ def _unstacked(batch: Any) -> Any:
     if batch.__class__ is dict:
         return {key: np.stack(value.values) if value.__class__ is _Stack else value for key, value in batch.items()}
     return batch
+
+
+def _stackable(values: list) -> list[np.ndarray] | None:
+    """`values` (a field of a batch) as numpy arrays a slab carries, all of one shape and dtype; else None."""
+    arrays = []
+    for value in values:
+        array = _carried(value)
+        if array is None:
+            return None
+        arrays.append(array)
+    first = arrays[0]
+    if any(a.shape != first.shape or a.dtype != first.dtype for a in arrays):
+        return None
+    return arrays
+
+
+def _deferred(original):
+    """torch's `default_collate` step for tensors or numpy arrays (`original`), its stack left to the
+    slab (`_Stack`) when the field is numeric and of one shape; anything else as torch does it (the
+    same result, or the same error for fields of different shapes or of strings)."""
+    def step(batch, *, collate_fn_map):
+        arrays = _stackable(batch)
+        return original(batch, collate_fn_map=collate_fn_map) if arrays is None else _Stack(arrays)
+
+    return step
+
+
+# torch's default_collate with the tensor and numpy-array steps deferred to the slab (`SlabWriter.default_collated`)
+_SLAB_COLLATE_MAP = {key: _deferred(step) if key in (torch.Tensor, np.ndarray) else step
+                     for key, step in default_collate_fn_map.items()}
 
 
 class _InSlab:
@@ -242,10 +273,11 @@ class SlabWriter:
                 return number
         return None
 
-    def write(self, batch: Any) -> tuple[Any, tuple | None]:
+    def write(self, batch: Any, unslabbed: Callable[[Any], Any] = _unstacked) -> tuple[Any, tuple | None]:
+        """`unslabbed(batch)` is what goes the ordinary way when no slab is free."""
         number = self._free()
         if number is None:
-            return _unstacked(batch), None
+            return unslabbed(batch), None
         sources: list = []  # per field: an array to copy, or the list of arrays to stack (`_Stack`)
         fields: list[tuple] = []
         at = 0
@@ -299,6 +331,14 @@ class SlabWriter:
             else:
                 batch[key] = combine_values(values)
         return self.write(batch)
+
+    def default_collated(self, samples: list) -> tuple[Any, tuple | None]:
+        """torch's `default_collate(samples)` written as `write` would write it, each stack of equal-shaped
+        numeric tensors or arrays made straight in the slab: in a worker `default_collate` itself would
+        stack into a new shared-memory segment, which `write` would then copy. With no slab free,
+        `default_collate` itself."""
+        return self.write(collate(samples, collate_fn_map=_SLAB_COLLATE_MAP),
+                          lambda _: default_collate(samples))
 
     def _fit(self, number: int, size: int):
         """Slab `number` at least `size` bytes: a new anonymous one when it is smaller (its descriptor
