@@ -1063,3 +1063,15 @@ MUTATIONS += [
              "src/wdsprep/stream/decode.py", (("        for name in self.dropped:\n            decoded.pop(name, None)\n", ""),),
              ("tests/core/test_loader_collate.py", "tests/core/test_fused_decode.py")),
 ]
+# -- issue 39: torch's default_collate stacked straight into the slab
+MUTATIONS += [
+    Mutation("default-collate-not-in-slab", "the Loader runs torch's default_collate in the worker as any collate (a new shared-memory segment per field, then copied)",
+             LOADER_PY, (("        if self.collate_fn is default_collate:\n            return writer.write, writer.default_collated\n", ""),),
+             ("tests/core/test_loader_slabs.py",)),
+    Mutation("default-collate-stacks-uneven", "default_collate's deferred stack takes fields of different shapes (numpy's error, not torch's)",
+             SLABS, (("    if any(a.shape != first.shape or a.dtype != first.dtype for a in arrays):\n        return None\n", ""),),
+             ("tests/core/test_loader_slabs.py",)),
+    Mutation("default-collate-unslabbed-shallow", "with no slab free, default_collate's batch is unstacked at its top level only (nested stacks lost)",
+             SLABS, (("                          lambda _: default_collate(samples))", "                          _unstacked)"),),
+             ("tests/core/test_loader_slabs.py",)),
+]
