@@ -5,8 +5,10 @@ tensors. What is checked, on shards made by `wdsprep convert` whose sample i hol
 (an independent reference: the key says what every element must be): the descriptors cross once
 per slab, not once per batch (counted where the main process receives them); a batch the user
 keeps is never overwritten, however far the loop goes past the ring; nothing is left in /dev/shm
-when a worker is killed; namedtuples and tuples from a user's collate, `persistent_workers`
-(ignored: each pass has fresh workers) and epochs give what the main process reads by itself.
+when a worker is killed; namedtuples and tuples from a user's collate and epochs give what the
+main process reads by itself; `persistent_workers` keeps the same workers (and their slabs) for
+every pass, with the batches and the resume of fresh ones; torch's `default_collate` stacks straight
+into the slab and gives torch's own batch.
 """
 import collections
 import os
@@ -123,6 +125,50 @@ def test_persistent_workers_and_epochs(manifest):
         assert sorted(keys) == [f"s{i:03d}" for i in range(SAMPLES)], epoch
 
 
+def _epochs(loader, epochs: int) -> tuple[list[list[list[str]]], list[set[int]]]:
+    """Per epoch: the keys of each batch in order, and the worker pids that made them."""
+    keys, pids = [], []
+    for _ in range(epochs):
+        keys.append([]), pids.append(set())
+        for batch in loader:
+            assert _intact(batch)
+            keys[-1].append(list(batch["__key__"]))
+            pids[-1].add(int(batch["pid"]))
+    return keys, pids
+
+
+def test_persistent_workers_serve_every_epoch_as_fresh_ones_would(manifest, received):
+    fresh_keys, fresh_pids = _epochs(_loader(manifest, 2, collate_fn=with_pid), 3)
+    received.clear()
+    kept_keys, kept_pids = _epochs(_loader(manifest, 2, collate_fn=with_pid, persistent_workers=True), 3)
+    assert kept_keys == fresh_keys  # the same batches, epoch after epoch (the shuffle differs by epoch)
+    assert fresh_keys[0] != fresh_keys[1]
+    assert len(set().union(*fresh_pids)) == 6  # two new workers a pass ...
+    assert kept_pids[0] == kept_pids[1] == kept_pids[2] and len(kept_pids[0]) == 2  # ... or the same two
+    assert received["slabs"] == 3 * SAMPLES // BATCH
+    assert received["fds"] <= 4 * 2  # the slabs outlive the pass with their workers: each crosses once
+
+
+def test_persistent_workers_resume_exactly(manifest):
+    whole, _ = _epochs(_loader(manifest, 2, collate_fn=with_pid), 2)
+    whole = [keys for epoch in whole for keys in epoch]
+    for stop in (1, SAMPLES // BATCH + 3):  # inside epoch 0, inside epoch 1
+        loader = _loader(manifest, 2, collate_fn=with_pid, persistent_workers=True)
+        taken = []
+        while len(taken) < stop:
+            for batch in loader:
+                taken.append(list(batch["__key__"]))
+                if len(taken) == stop:
+                    state = loader.state_dict()
+                    break
+        resumed = _loader(manifest, 2, collate_fn=with_pid, persistent_workers=True)
+        resumed.load_state_dict(state)
+        rest = []
+        while len(taken) + len(rest) < len(whole):
+            rest += [list(batch["__key__"]) for batch in resumed]
+        assert taken + rest == whole, stop
+
+
 def _shm() -> set[str]:
     return set(os.listdir("/dev/shm"))
 
@@ -131,18 +177,25 @@ def with_pid(samples):
     return {**default_collate(samples), "pid": os.getpid()}
 
 
-def test_nothing_is_left_in_dev_shm_when_a_worker_is_killed(manifest):
+@pytest.mark.parametrize("persistent", [False, True], ids=["fresh", "persistent"])
+def test_nothing_is_left_in_dev_shm_when_a_worker_is_killed(manifest, persistent):
     before = _shm()
-    loader = _loader(manifest, 2, collate_fn=with_pid, slabs=3)
+    loader = _loader(manifest, 2, collate_fn=with_pid, slabs=3, persistent_workers=persistent)
     iterator = iter(loader)
     first = next(iterator)
     assert _intact(first)
+    keys = list(first["__key__"])
     os.kill(first["pid"], signal.SIGKILL)
     with pytest.raises(RuntimeError, match="DataLoader worker"):
         for batch in iterator:
             assert _intact(batch)
+            keys += batch["__key__"]
     del iterator, first
     assert not (_shm() - before)  # the slabs are anonymous memory: no name to leave behind
+    for batch in loader:  # the next pass has live workers and goes on from the last batch delivered
+        assert _intact(batch)
+        keys += batch["__key__"]
+    assert sorted(keys) == [f"s{i:03d}" for i in range(SAMPLES)]
 
 
 def test_slabs_must_be_a_whole_number(manifest):

@@ -1075,3 +1075,16 @@ MUTATIONS += [
              SLABS, (("                          lambda _: default_collate(samples))", "                          _unstacked)"),),
              ("tests/core/test_loader_slabs.py",)),
 ]
+# -- issue 39: persistent workers told each pass through a shared channel
+MUTATIONS += [
+    Mutation("persistent-pass-stale", "persistent workers are not told the new pass (every epoch repeats the first one's order)",
+             LOADER_PY, (("            if channel.write(this_pass):\n", "            if True:\n"),),
+             ("tests/core/test_loader_slabs.py",)),
+    Mutation("persistent-dead-workers-kept", "after a worker died, the Loader keeps its broken DataLoader for the next pass",
+             LOADER_PY, (("            self._kept = None  # a worker failed: the next pass starts new ones\n", ""),),
+             ("tests/core/test_loader_slabs.py",)),
+    Mutation("persistent-writer-per-pass", "a persistent worker makes new slabs every pass (each descriptor crosses again)",
+             LOADER_PY, (("        if self._writer is None:\n            self._writer = self.ring.writer(info.id)\n",
+                          "        self._writer = self.ring.writer(info.id)\n"),),
+             ("tests/core/test_loader_slabs.py",)),
+]
