@@ -3,8 +3,10 @@
 Each worker batches its own stream and sends, with every batch, its position after that batch: in
 the Loader's own message `(logical worker, position, batch, slab)`, beside the batch, never inside
 it, so whatever `collate_fn` made the batch (one that keeps only the keys, torch's default_collate)
-the position is exact. The batch's arrays come through the pass's ring of shared-memory slabs
-(stream/slabs.py) when workers are forked and `slabs > 0`, else by torch's transfer. The main
+the position is exact. The batch's arrays come through a ring of shared-memory slabs
+(stream/slabs.py) when workers are forked and `slabs > 0`, else by torch's transfer. Each pass has
+new workers, or with `persistent_workers=True` the same ones, which read each pass's start (a
+`_Pass`) from shared memory the main process writes before it (`_PassChannel`). The main
 process keeps the latest position per worker and which worker delivered last. PyTorch's
 DataLoader hands out batches round-robin over workers (skipping exhausted ones), so on resume the
 workers are rotated to start with the worker that would have delivered next, and each one skips to
