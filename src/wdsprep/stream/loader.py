@@ -124,6 +124,8 @@ class _WorkerBatches(IterableDataset):
             return _unslabbed, lambda samples: (self.collate_fn(samples), None)
         if self._writer is None:
             self._writer = self.ring.writer(info.id)
+        else:
+            self._writer.reclaim()  # a persistent worker's next pass: what the last one left in flight
         writer = self._writer
         if self.collate_fn is default_collation_fn:
             return writer.write, writer.collated
@@ -268,6 +270,12 @@ class Loader:
         return (self.num_workers > 0 and self.slabs > 0 and not self.options.get("pin_memory")
                 and _forks(self.options.get("multiprocessing_context")))
 
+    def _inline(self) -> bool:
+        """Whether workers leave a batch's small top-level numpy fields to the main process (INLINE_BYTES).
+        Not with `pin_memory`: pinned memory is filled by the DataLoader from what the workers sent, so
+        every field must be a tensor there."""
+        return self.num_workers > 0 and not self.options.get("pin_memory")
+
     def _dataloader(self, this_pass: _Pass) -> tuple[DataLoader, SlabRing | None]:
         """The pass's DataLoader and ring: new ones, or with persistent workers the kept ones, told
         the pass through their channel (new ones when it does not fit)."""
@@ -283,17 +291,15 @@ class Loader:
         source = _PassChannel(context, this_pass) if self.persistent else this_pass
         stream = _WorkerBatches(self.dataset, self.logical_workers, source, self.batch_size, self.collate_fn,
                                 self.partial, ring)
-        # pinned memory is filled by the DataLoader from what the workers sent: then every field is a tensor there
-        inline = self.num_workers > 0 and not self.options.get("pin_memory")
         loader = DataLoader(stream, batch_size=None, num_workers=self.num_workers, persistent_workers=self.persistent,
-                            collate_fn=functools.partial(_convert_payload, inline=inline), **self.options)
+                            collate_fn=functools.partial(_convert_payload, inline=self._inline()), **self.options)
         if self.persistent:
             self._kept = (loader, ring, source)
         return loader, ring
 
     def __iter__(self) -> Iterator[Any]:
         loader, ring = self._dataloader(_Pass(self._next_worker, self.progress, dict(self._positions)))
-        inline = self.num_workers > 0 and not self.options.get("pin_memory")
+        inline = self._inline()
         try:
             for logical, position, batch, slab in loader:
                 if slab is not None:

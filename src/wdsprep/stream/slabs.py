@@ -19,9 +19,16 @@ ever overwritten. Objects that are not numeric arrays (keys, strings, dicts of m
 in the message, as before, and so do tensors of `SHARED_BYTES` or more that a user's collate made in
 shared memory already (torch's `default_collate` does in a worker): one descriptor beats a copy.
 
-The ring is made per pass (`SlabRing`, in `Loader.__iter__`), needs workers started by `fork` (they
-inherit `flags`); otherwise, and with `pin_memory=True` (the DataLoader pins what the workers send),
-the Loader uses torch's transfer.
+A batch whose message the main process never reads (a pass left early: with persistent workers
+torch discards what was in flight when the next pass starts) would keep its slab taken for good. So
+`held` (a byte per slab) says which slabs a read batch holds, and a persistent worker starting a new
+pass frees its slabs that no read batch holds (`SlabWriter.reclaim`): by then torch has read or
+discarded every message the worker sent in the pass before.
+
+The ring is made with the DataLoader (`SlabRing`, in `Loader.__iter__`: per pass, or once with
+persistent workers), needs workers started by `fork` (they inherit `flags` and `held`); otherwise,
+and with `pin_memory=True` (the DataLoader pins what the workers send), the Loader uses torch's
+transfer.
 """
 from __future__ import annotations
 
@@ -199,18 +206,24 @@ def _aligned(size: int) -> int:
 
 
 class SlabRing:
-    """The ring of one pass: `flags` (one byte per slab, 1 = the main process holds it) shared with
-    the workers forked after it is made; `writer(worker)` in a worker, `read(...)` in the main
-    process."""
+    """The ring of a DataLoader's workers: `flags` (one byte per slab, 1 = taken: written, not yet
+    free again) and `held` (1 = a batch the main process read views it) shared with the workers
+    forked after it is made; `writer(worker)` in a worker, `read(...)` in the main process."""
 
     def __init__(self, num_workers: int, slabs: int):
         self.num_workers, self.slabs = num_workers, slabs
         self.flags = mmap.mmap(-1, max(1, num_workers * slabs))  # anonymous and shared: inherited by fork
+        self.held = mmap.mmap(-1, max(1, num_workers * slabs))
         self._maps: dict[tuple[int, int], tuple[int, mmap.mmap]] = {}  # (worker, slab) -> (generation, map)
 
     # -- in a worker
     def writer(self, worker: int) -> SlabWriter:
-        return SlabWriter(self.flags, worker * self.slabs, self.slabs)
+        return SlabWriter(self.flags, worker * self.slabs, self.slabs, self.held)
+
+    def _free(self, slab: int) -> None:
+        """The finalizer of a read batch's holder: its slab free again."""
+        self.flags[slab] = 0
+        self.held[slab] = 0
 
     # -- in the main process
     def read(self, payload: Any, slab: tuple) -> Any:
@@ -226,7 +239,8 @@ class SlabRing:
         assert mapped_generation == generation, "a slab's descriptor arrives before its first batch"
         used = fields[-1][0] + fields[-1][1]
         holder = np.frombuffer(mapped, np.uint8, count=max(used, 1))
-        weakref.finalize(holder, self.flags.__setitem__, worker * self.slabs + number, 0)
+        self.held[worker * self.slabs + number] = 1
+        weakref.finalize(holder, self._free, worker * self.slabs + number)
         storage = torch.frombuffer(holder, dtype=torch.uint8)  # keeps `holder` until its last view goes
         del holder
         tensors = [_view(storage, offset, nbytes, dtype, shape) for offset, nbytes, dtype, shape in fields]
@@ -260,8 +274,8 @@ class SlabWriter:
     """A worker's slabs: `write(batch)` puts its arrays in a free slab -> (payload, slab description),
     or (batch, None) when none is free or there is nothing to carry."""
 
-    def __init__(self, flags: mmap.mmap, first: int, slabs: int):
-        self.flags, self.first, self.slabs = flags, first, slabs
+    def __init__(self, flags: mmap.mmap, first: int, slabs: int, held: mmap.mmap):
+        self.flags, self.first, self.slabs, self.held = flags, first, slabs, held
         self.worker = first // slabs if slabs else 0
         self.maps: list[mmap.mmap | None] = [None] * slabs
         self.generations = [0] * slabs
@@ -272,6 +286,16 @@ class SlabWriter:
             if flags[first + number] == 0:
                 return number
         return None
+
+    def reclaim(self) -> None:
+        """At the start of a pass after another (persistent workers): the slabs of batches the main
+        process never read (discarded when the pass before was left early) are free again, each a
+        new slab (the discarded message may have been the one carrying its descriptor)."""
+        for number in range(self.slabs):
+            slab = self.first + number
+            if self.flags[slab] == 1 and self.held[slab] == 0:
+                self.maps[number] = None  # unmapped when nothing views it any more
+                self.flags[slab] = 0
 
     def write(self, batch: Any, unslabbed: Callable[[Any], Any] = _unstacked) -> tuple[Any, tuple | None]:
         """`unslabbed(batch)` is what goes the ordinary way when no slab is free."""
