@@ -1091,3 +1091,15 @@ MUTATIONS += [
              SLABS, (("                self.flags[slab] = 0\n", "                pass\n"),),
              ("tests/core/test_loader_slabs.py",)),
 ]
+# -- issue 39: source stages hand a user's collate no bookkeeping
+MUTATIONS += [
+    Mutation("rawnind-pair-carries-url", "a RawNIND crop pair carries its shard's __url__ into the user's collate",
+             "src/wdsprep/sources/rawnind/read.py",
+             (("            out[\"__key__\"] = f\"{key}-{n}\"  # and no bookkeeping: a user's collate batches only the pair\n",
+               "            out[\"__key__\"] = f\"{key}-{n}\"\n            out[\"__url__\"] = sample.get(\"__url__\")\n"),),
+             ("tests/rawnind/test_rawnind_convert_read.py",)),
+    Mutation("minecraft-pair-carries-url", "a Minecraft pair carries its shard's __url__ into the user's collate",
+             "src/wdsprep/sources/minecraft/read.py",
+             (("\"voxel\": frames[idx]}  # no bookkeeping\n", "\"voxel\": frames[idx], \"__url__\": sample.get(\"__url__\")}\n"),),
+             ("tests/minecraft/test_minecraft_reader.py",)),
+]
