@@ -223,6 +223,7 @@ def test_stage_through_wdsprep_dataset_and_windows_equal_whole_episodes(tmp_path
             assert len(got) == len(expected)
             vocab = vocabulary(manifest)
             for pair, item in zip(got, expected):
+                assert not {"__url__", "__index__", "__piece_start__", "__epoch__"} & pair.keys()  # no bookkeeping
                 assert pair["episode"] == item["episode"]
                 assert np.array_equal(vocab.decode(pair["voxel"]), item["x_raw"])
                 assert np.array_equal(vocab.decode(pair["target"]), item["z_raw"])
@@ -302,4 +303,4 @@ def test_map_style_pairs_over_http(tmp_path):
         assert remote[i].keys() == local[i].keys()
         for name, value in local[i].items():
             same = torch.equal(remote[i][name], value) if isinstance(value, torch.Tensor) else remote[i][name] == value
-            assert same or name == "__url__", (i, name)
+            assert same, (i, name)  # no `__url__` (local path or URL) rides in a pair

@@ -382,7 +382,7 @@ MUTATIONS = [
     # bugs the tests once walked through (loader resume order, epochs, .npy members, shard tails, uploads)
     Mutation("loader-rotation-reversed", "wdsprep.Loader restores its workers in the wrong order on resume (visible with 3+ workers)",
              "src/wdsprep/stream/loader.py",
-             (("logical = (slot + self.rotation) % self.num_workers", "logical = (slot - self.rotation) % self.num_workers"),),
+             (("logical = (slot + this_pass.rotation) % self.num_workers", "logical = (slot - this_pass.rotation) % self.num_workers"),),
              LOADER),
     Mutation("loader-positions-kept-past-epoch", "wdsprep.Loader's state after an epoch's loop keeps that epoch's positions (the next epoch resumes at its end)",
              LOADER_PY,
@@ -602,17 +602,17 @@ MUTATIONS = [
     # -- a batch crossing from a worker: small fields inside the message, every field a tensor on arrival
     Mutation("small-fields-through-shared-memory", "a batch's small numeric fields go through shared memory, one file descriptor each",
              "src/wdsprep/stream/loader.py",
-             (("        inline = self.num_workers > 0 and not self.options.get(\"pin_memory\")\n",
-               "        inline = False\n"),),
+             (("        return self.num_workers > 0 and not self.options.get(\"pin_memory\")\n",
+               "        return False\n"),),
              ("tests/core/test_loader_transfer.py",)),
     Mutation("inline-fields-left-numpy", "the fields a worker sent inline reach the user as numpy arrays",
              "src/wdsprep/stream/loader.py",
-             (("            elif inline:\n                batch = _received(batch)\n", ""),),
+             (("                elif inline:\n                    batch = _received(batch)\n", ""),),
              ("tests/core/test_loader_transfer.py",)),
     Mutation("pinned-batches-inline", "with pin_memory, small fields still cross as numpy: the pinning thread never sees them",
              "src/wdsprep/stream/loader.py",
-             (("        inline = self.num_workers > 0 and not self.options.get(\"pin_memory\")\n",
-               "        inline = self.num_workers > 0\n"),),
+             (("        return self.num_workers > 0 and not self.options.get(\"pin_memory\")\n",
+               "        return self.num_workers > 0\n"),),
              ("tests/core/test_loader_transfer.py",)),
     # -- the default number of requests at once: the rank's, shared by its workers
     Mutation("rank-connections-per-worker", "every worker takes the rank's whole default of connections",
@@ -1045,8 +1045,8 @@ MUTATIONS += [
 SLABS = "src/wdsprep/stream/slabs.py"
 MUTATIONS += [
     Mutation("slab-freed-too-early", "a slab goes back to its worker as soon as its batch is read (a kept batch overwritten)",
-             SLABS, (("        weakref.finalize(holder, self.flags.__setitem__, worker * self.slabs + number, 0)\n",
-                      "        self.flags[worker * self.slabs + number] = 0\n"),),
+             SLABS, (("        weakref.finalize(holder, self._free, worker * self.slabs + number)\n",
+                      "        self._free(worker * self.slabs + number)\n"),),
              ("tests/core/test_loader_slabs.py",)),
     Mutation("slab-flag-unset", "a worker writes into a slab without marking it taken (reused while the main process reads it)",
              SLABS, (("        self.flags[self.first + number] = 1  # the main process's until the batch's tensors are gone\n", ""),),
@@ -1062,4 +1062,44 @@ MUTATIONS += [
     Mutation("bookkeeping-leaks-staged", "the decode stage keeps __url__ and the stamps of a whole (remote) sample",
              "src/wdsprep/stream/decode.py", (("        for name in self.dropped:\n            decoded.pop(name, None)\n", ""),),
              ("tests/core/test_loader_collate.py", "tests/core/test_fused_decode.py")),
+]
+# -- issue 39: torch's default_collate stacked straight into the slab
+MUTATIONS += [
+    Mutation("default-collate-not-in-slab", "the Loader runs torch's default_collate in the worker as any collate (a new shared-memory segment per field, then copied)",
+             LOADER_PY, (("        if self.collate_fn is default_collate:\n            return writer.write, writer.default_collated\n", ""),),
+             ("tests/core/test_loader_slabs.py",)),
+    Mutation("default-collate-stacks-uneven", "default_collate's deferred stack takes fields of different shapes (numpy's error, not torch's)",
+             SLABS, (("    if any(a.shape != first.shape or a.dtype != first.dtype for a in arrays):\n        return None\n", ""),),
+             ("tests/core/test_loader_slabs.py",)),
+    Mutation("default-collate-unslabbed-shallow", "with no slab free, default_collate's batch is unstacked at its top level only (nested stacks lost)",
+             SLABS, (("                          lambda _: default_collate(samples))", "                          _unstacked)"),),
+             ("tests/core/test_loader_slabs.py",)),
+]
+# -- issue 39: persistent workers told each pass through a shared channel
+MUTATIONS += [
+    Mutation("persistent-pass-stale", "persistent workers are not told the new pass (every epoch repeats the first one's order)",
+             LOADER_PY, (("            if channel.write(this_pass):\n", "            if True:\n"),),
+             ("tests/core/test_loader_slabs.py",)),
+    Mutation("persistent-dead-workers-kept", "after a worker died, the Loader keeps its broken DataLoader for the next pass",
+             LOADER_PY, (("            self._kept = None  # a worker failed: the next pass starts new ones\n", ""),),
+             ("tests/core/test_loader_slabs.py",)),
+    Mutation("persistent-writer-per-pass", "a persistent worker makes new slabs every pass (each descriptor crosses again)",
+             LOADER_PY, (("        if self._writer is None:\n            self._writer = self.ring.writer(info.id)\n        else:\n            self._writer.reclaim()",
+                          "        if True:\n            self._writer = self.ring.writer(info.id)\n        if False:\n            self._writer.reclaim()"),),
+             ("tests/core/test_loader_slabs.py",)),
+    Mutation("persistent-slabs-never-reclaimed", "a persistent worker does not free the slabs of batches discarded when a pass was left early",
+             SLABS, (("                self.flags[slab] = 0\n", "                pass\n"),),
+             ("tests/core/test_loader_slabs.py",)),
+]
+# -- issue 39: source stages hand a user's collate no bookkeeping
+MUTATIONS += [
+    Mutation("rawnind-pair-carries-url", "a RawNIND crop pair carries its shard's __url__ into the user's collate",
+             "src/wdsprep/sources/rawnind/read.py",
+             (("            out[\"__key__\"] = f\"{key}-{n}\"  # and no bookkeeping: a user's collate batches only the pair\n",
+               "            out[\"__key__\"] = f\"{key}-{n}\"\n            out[\"__url__\"] = sample.get(\"__url__\")\n"),),
+             ("tests/rawnind/test_rawnind_convert_read.py",)),
+    Mutation("minecraft-pair-carries-url", "a Minecraft pair carries its shard's __url__ into the user's collate",
+             "src/wdsprep/sources/minecraft/read.py",
+             (("\"voxel\": frames[idx]}  # no bookkeeping\n", "\"voxel\": frames[idx], \"__url__\": sample.get(\"__url__\")}\n"),),
+             ("tests/minecraft/test_minecraft_reader.py",)),
 ]

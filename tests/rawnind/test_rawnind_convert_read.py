@@ -112,6 +112,7 @@ def test_pairs_legacy_shapes_and_rules(shards):
     samples = list(wds.WebDataset(urls, shardshuffle=False).compose(stage))
     assert len(samples) == 2 * (2 + 3 + 2)  # tiles x noisy captures of the 3 train scenes
     for sample in samples:
+        assert not {"__url__", "__index__", "__piece_start__", "__epoch__"} & sample.keys()  # no bookkeeping for a collate
         assert tuple(sample["x_crops"].shape) == (4, 3, 256, 256) and str(sample["x_crops"].dtype) == "torch.float32"
         assert tuple(sample["y_crops"].shape) == (4, 4, 128, 128) and str(sample["y_crops"].dtype) == "torch.float32"
         assert tuple(sample["mask_crops"].shape) == (4, 3, 256, 256) and str(sample["mask_crops"].dtype) == "torch.bool"

@@ -3,8 +3,10 @@
 Each worker batches its own stream and sends, with every batch, its position after that batch: in
 the Loader's own message `(logical worker, position, batch, slab)`, beside the batch, never inside
 it, so whatever `collate_fn` made the batch (one that keeps only the keys, torch's default_collate)
-the position is exact. The batch's arrays come through the pass's ring of shared-memory slabs
-(stream/slabs.py) when workers are forked and `slabs > 0`, else by torch's transfer. The main
+the position is exact. The batch's arrays come through a ring of shared-memory slabs
+(stream/slabs.py) when workers are forked and `slabs > 0`, else by torch's transfer. Each pass has
+new workers, or with `persistent_workers=True` the same ones, which read each pass's start (a
+`_Pass`) from shared memory the main process writes before it (`_PassChannel`). The main
 process keeps the latest position per worker and which worker delivered last. PyTorch's
 DataLoader hands out batches round-robin over workers (skipping exhausted ones), so on resume the
 workers are rotated to start with the worker that would have delivered next, and each one skips to
@@ -23,11 +25,13 @@ from __future__ import annotations
 import collections.abc
 import functools
 import multiprocessing
+import pickle
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from torch.utils.data import DataLoader, IterableDataset, default_collate, get_worker_info
 from torch.utils.data._utils.collate import default_convert
 from webdataset.filters import default_collation_fn
 
@@ -37,28 +41,65 @@ from .slabs import SlabRing
 from .state import EpochProgress, encode_state
 
 
+@dataclass(frozen=True)
+class _Pass:
+    """What a pass's workers need besides the pipeline: which worker delivers first (`rotation`),
+    the epoch and interrupted passes (`progress`), and each logical worker's saved position."""
+
+    rotation: int
+    progress: EpochProgress
+    positions: dict[int, dict]
+
+
+class _PassChannel:
+    """How persistent workers learn each pass's `_Pass`: the main process writes it (pickled) into
+    shared memory before the pass starts, each worker reads it when its pass's iterator starts. A
+    pass that does not fit says so (`write` -> False): the Loader then starts new workers."""
+
+    def __init__(self, context, first: _Pass):
+        data = pickle.dumps(first, protocol=pickle.HIGHEST_PROTOCOL)
+        self.capacity = max(1 << 20, 2 * len(data))
+        self.memory = context.RawArray("B", 8 + self.capacity)  # inherited by forked workers, pickled to spawned ones
+        self.write(first, data)
+
+    def write(self, state: _Pass, data: bytes | None = None) -> bool:
+        data = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL) if data is None else data
+        if len(data) > self.capacity:
+            return False
+        view = memoryview(self.memory).cast("B")
+        view[8 : 8 + len(data)] = data
+        view[:8] = len(data).to_bytes(8, "little")
+        return True
+
+    def read(self) -> _Pass:
+        view = memoryview(self.memory).cast("B")
+        size = int.from_bytes(view[:8], "little")
+        return pickle.loads(view[8 : 8 + size])
+
+
 class _WorkerBatches(IterableDataset):
     """What each DataLoader worker iterates: its logical worker's `ShardDataset.stream`, batched,
-    each batch sent with the worker's position after it."""
+    each batch sent with the worker's position after it. The pass comes as a `_Pass` (fresh
+    workers) or through a `_PassChannel` (persistent workers, which iterate this once per pass)."""
 
-    def __init__(self, dataset: PlannedDataset, num_workers: int, rotation: int, progress: EpochProgress,
-                 positions: dict[int, dict], batch_size, collate_fn, partial, ring: SlabRing | None = None):
-        self.ring = ring  # the pass's slabs (stream/slabs.py), or None: torch's transfer
+    def __init__(self, dataset: PlannedDataset, num_workers: int, this_pass: _Pass | _PassChannel,
+                 batch_size, collate_fn, partial, ring: SlabRing | None = None):
+        self.ring = ring  # the slabs (stream/slabs.py), or None: torch's transfer
         self.dataset = dataset
         self.num_workers = num_workers
-        self.rotation = rotation
-        self.progress = progress
-        self.positions = positions
+        self.this_pass = this_pass
         self.batch_size = batch_size
         self.collate_fn = collate_fn
         self.partial = partial
+        self._writer = None  # this worker's SlabWriter: its slabs live as long as the worker
 
     def __iter__(self):
         info = get_worker_info()
+        this_pass = self.this_pass.read() if isinstance(self.this_pass, _PassChannel) else self.this_pass
         slot = info.id if info is not None else 0
-        logical = (slot + self.rotation) % self.num_workers
-        saved = self.positions.get(logical)
-        stream = self.dataset.stream(logical, self.num_workers, progress=self.progress,
+        logical = (slot + this_pass.rotation) % self.num_workers
+        saved = this_pass.positions.get(logical)
+        stream = self.dataset.stream(logical, self.num_workers, progress=this_pass.progress,
                                      resume=self.dataset.position(saved))
         position = stream.position
         # what the main process gets: (logical worker, its position after this batch, the batch, its slab)
@@ -81,9 +122,15 @@ class _WorkerBatches(IterableDataset):
         worker's slabs when there is a ring, the Loader's default collate stacking straight into them."""
         if self.ring is None or info is None:
             return _unslabbed, lambda samples: (self.collate_fn(samples), None)
-        writer = self.ring.writer(info.id)
+        if self._writer is None:
+            self._writer = self.ring.writer(info.id)
+        else:
+            self._writer.reclaim()  # a persistent worker's next pass: what the last one left in flight
+        writer = self._writer
         if self.collate_fn is default_collation_fn:
             return writer.write, writer.collated
+        if self.collate_fn is default_collate:
+            return writer.write, writer.default_collated
         return writer.write, lambda samples: writer.write(self.collate_fn(samples))
 
 
@@ -179,7 +226,8 @@ class Loader:
             raise ConfigError("wdsprep.Loader needs a pipeline made by wdsprep.dataset(...) or wdsprep.mix(...)")
         if dataset.is_batched:
             raise ConfigError("batch with Loader(batch_size=...), not .batched(), so positions stay exact")
-        dataloader_options.pop("persistent_workers", None)  # each epoch needs fresh worker state
+        # workers kept from pass to pass (each pass told its state through a `_PassChannel`)
+        self.persistent = bool(dataloader_options.pop("persistent_workers", False)) and num_workers > 0
         self.dataset = dataset
         self.batch_size = batch_size
         self.num_workers = num_workers
@@ -197,6 +245,7 @@ class Loader:
         self.progress = EpochProgress(dataset.epoch if epoch is None else int(epoch), epoch is None)
         self._positions: dict[int, dict] = {}  # logical worker -> its position after its latest batch
         self._next_worker = 0
+        self._kept = None  # persistent workers: (DataLoader, its SlabRing or None, its _PassChannel)
 
     @property
     def epoch(self) -> int:
@@ -221,22 +270,48 @@ class Loader:
         return (self.num_workers > 0 and self.slabs > 0 and not self.options.get("pin_memory")
                 and _forks(self.options.get("multiprocessing_context")))
 
-    def __iter__(self) -> Iterator[Any]:
+    def _inline(self) -> bool:
+        """Whether workers leave a batch's small top-level numpy fields to the main process (INLINE_BYTES).
+        Not with `pin_memory`: pinned memory is filled by the DataLoader from what the workers sent, so
+        every field must be a tensor there."""
+        return self.num_workers > 0 and not self.options.get("pin_memory")
+
+    def _dataloader(self, this_pass: _Pass) -> tuple[DataLoader, SlabRing | None]:
+        """The pass's DataLoader and ring: new ones, or with persistent workers the kept ones, told
+        the pass through their channel (new ones when it does not fit)."""
+        if self.persistent and self._kept is not None:
+            loader, ring, channel = self._kept
+            if channel.write(this_pass):
+                return loader, ring
+            self._kept = None  # its workers go with the old DataLoader
         ring = SlabRing(self.num_workers, self.slabs) if self.uses_slabs() else None
-        stream = _WorkerBatches(self.dataset, self.logical_workers, self._next_worker, self.progress,
-                               dict(self._positions), self.batch_size, self.collate_fn, self.partial, ring)
-        # pinned memory is filled by the DataLoader from what the workers sent: then every field is a tensor there
-        inline = self.num_workers > 0 and not self.options.get("pin_memory")
-        loader = DataLoader(stream, batch_size=None, num_workers=self.num_workers,
-                            collate_fn=functools.partial(_convert_payload, inline=inline), **self.options)
-        for logical, position, batch, slab in loader:
-            if slab is not None:
-                batch = ring.read(batch, slab)
-            elif inline:
-                batch = _received(batch)
-            self._positions[logical] = position
-            self._next_worker = (logical + 1) % self.logical_workers
-            yield batch
+        context = self.options.get("multiprocessing_context")
+        if context is None or isinstance(context, str):
+            context = multiprocessing.get_context(context)
+        source = _PassChannel(context, this_pass) if self.persistent else this_pass
+        stream = _WorkerBatches(self.dataset, self.logical_workers, source, self.batch_size, self.collate_fn,
+                                self.partial, ring)
+        loader = DataLoader(stream, batch_size=None, num_workers=self.num_workers, persistent_workers=self.persistent,
+                            collate_fn=functools.partial(_convert_payload, inline=self._inline()), **self.options)
+        if self.persistent:
+            self._kept = (loader, ring, source)
+        return loader, ring
+
+    def __iter__(self) -> Iterator[Any]:
+        loader, ring = self._dataloader(_Pass(self._next_worker, self.progress, dict(self._positions)))
+        inline = self._inline()
+        try:
+            for logical, position, batch, slab in loader:
+                if slab is not None:
+                    batch = ring.read(batch, slab)
+                elif inline:
+                    batch = _received(batch)
+                self._positions[logical] = position
+                self._next_worker = (logical + 1) % self.logical_workers
+                yield batch
+        except Exception:
+            self._kept = None  # a worker failed: the next pass starts new ones
+            raise
         self.progress = self.progress.pass_done()
         self._positions = {}
         self._next_worker = 0

@@ -19,9 +19,16 @@ ever overwritten. Objects that are not numeric arrays (keys, strings, dicts of m
 in the message, as before, and so do tensors of `SHARED_BYTES` or more that a user's collate made in
 shared memory already (torch's `default_collate` does in a worker): one descriptor beats a copy.
 
-The ring is made per pass (`SlabRing`, in `Loader.__iter__`), needs workers started by `fork` (they
-inherit `flags`); otherwise, and with `pin_memory=True` (the DataLoader pins what the workers send),
-the Loader uses torch's transfer.
+A batch whose message the main process never reads (a pass left early: with persistent workers
+torch discards what was in flight when the next pass starts) would keep its slab taken for good. So
+`held` (a byte per slab) says which slabs a read batch holds, and a persistent worker starting a new
+pass frees its slabs that no read batch holds (`SlabWriter.reclaim`): by then torch has read or
+discarded every message the worker sent in the pass before.
+
+The ring is made with the DataLoader (`SlabRing`, in `Loader.__iter__`: per pass, or once with
+persistent workers), needs workers started by `fork` (they inherit `flags` and `held`); otherwise,
+and with `pin_memory=True` (the DataLoader pins what the workers send), the Loader uses torch's
+transfer.
 """
 from __future__ import annotations
 
@@ -30,11 +37,12 @@ import mmap
 import os
 import weakref
 from multiprocessing import reduction
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
-from torch.utils.data._utils.collate import default_convert
+from torch.utils.data import default_collate
+from torch.utils.data._utils.collate import collate, default_collate_fn_map, default_convert
 from webdataset.filters import combine_values, default_collation_fn
 
 ALIGN = 64  # every array starts at a multiple of this in its slab (any dtype's alignment)
@@ -84,6 +92,36 @@ def _unstacked(batch: Any) -> Any:
     if batch.__class__ is dict:
         return {key: np.stack(value.values) if value.__class__ is _Stack else value for key, value in batch.items()}
     return batch
+
+
+def _stackable(values: list) -> list[np.ndarray] | None:
+    """`values` (a field of a batch) as numpy arrays a slab carries, all of one shape and dtype; else None."""
+    arrays = []
+    for value in values:
+        array = _carried(value)
+        if array is None:
+            return None
+        arrays.append(array)
+    first = arrays[0]
+    if any(a.shape != first.shape or a.dtype != first.dtype for a in arrays):
+        return None
+    return arrays
+
+
+def _deferred(original):
+    """torch's `default_collate` step for tensors or numpy arrays (`original`), its stack left to the
+    slab (`_Stack`) when the field is numeric and of one shape; anything else as torch does it (the
+    same result, or the same error for fields of different shapes or of strings)."""
+    def step(batch, *, collate_fn_map):
+        arrays = _stackable(batch)
+        return original(batch, collate_fn_map=collate_fn_map) if arrays is None else _Stack(arrays)
+
+    return step
+
+
+# torch's default_collate with the tensor and numpy-array steps deferred to the slab (`SlabWriter.default_collated`)
+_SLAB_COLLATE_MAP = {key: _deferred(step) if key in (torch.Tensor, np.ndarray) else step
+                     for key, step in default_collate_fn_map.items()}
 
 
 class _InSlab:
@@ -168,18 +206,24 @@ def _aligned(size: int) -> int:
 
 
 class SlabRing:
-    """The ring of one pass: `flags` (one byte per slab, 1 = the main process holds it) shared with
-    the workers forked after it is made; `writer(worker)` in a worker, `read(...)` in the main
-    process."""
+    """The ring of a DataLoader's workers: `flags` (one byte per slab, 1 = taken: written, not yet
+    free again) and `held` (1 = a batch the main process read views it) shared with the workers
+    forked after it is made; `writer(worker)` in a worker, `read(...)` in the main process."""
 
     def __init__(self, num_workers: int, slabs: int):
         self.num_workers, self.slabs = num_workers, slabs
         self.flags = mmap.mmap(-1, max(1, num_workers * slabs))  # anonymous and shared: inherited by fork
+        self.held = mmap.mmap(-1, max(1, num_workers * slabs))
         self._maps: dict[tuple[int, int], tuple[int, mmap.mmap]] = {}  # (worker, slab) -> (generation, map)
 
     # -- in a worker
     def writer(self, worker: int) -> SlabWriter:
-        return SlabWriter(self.flags, worker * self.slabs, self.slabs)
+        return SlabWriter(self.flags, worker * self.slabs, self.slabs, self.held)
+
+    def _free(self, slab: int) -> None:
+        """The finalizer of a read batch's holder: its slab free again."""
+        self.flags[slab] = 0
+        self.held[slab] = 0
 
     # -- in the main process
     def read(self, payload: Any, slab: tuple) -> Any:
@@ -195,7 +239,8 @@ class SlabRing:
         assert mapped_generation == generation, "a slab's descriptor arrives before its first batch"
         used = fields[-1][0] + fields[-1][1]
         holder = np.frombuffer(mapped, np.uint8, count=max(used, 1))
-        weakref.finalize(holder, self.flags.__setitem__, worker * self.slabs + number, 0)
+        self.held[worker * self.slabs + number] = 1
+        weakref.finalize(holder, self._free, worker * self.slabs + number)
         storage = torch.frombuffer(holder, dtype=torch.uint8)  # keeps `holder` until its last view goes
         del holder
         tensors = [_view(storage, offset, nbytes, dtype, shape) for offset, nbytes, dtype, shape in fields]
@@ -229,8 +274,8 @@ class SlabWriter:
     """A worker's slabs: `write(batch)` puts its arrays in a free slab -> (payload, slab description),
     or (batch, None) when none is free or there is nothing to carry."""
 
-    def __init__(self, flags: mmap.mmap, first: int, slabs: int):
-        self.flags, self.first, self.slabs = flags, first, slabs
+    def __init__(self, flags: mmap.mmap, first: int, slabs: int, held: mmap.mmap):
+        self.flags, self.first, self.slabs, self.held = flags, first, slabs, held
         self.worker = first // slabs if slabs else 0
         self.maps: list[mmap.mmap | None] = [None] * slabs
         self.generations = [0] * slabs
@@ -242,10 +287,21 @@ class SlabWriter:
                 return number
         return None
 
-    def write(self, batch: Any) -> tuple[Any, tuple | None]:
+    def reclaim(self) -> None:
+        """At the start of a pass after another (persistent workers): the slabs of batches the main
+        process never read (discarded when the pass before was left early) are free again, each a
+        new slab (the discarded message may have been the one carrying its descriptor)."""
+        for number in range(self.slabs):
+            slab = self.first + number
+            if self.flags[slab] == 1 and self.held[slab] == 0:
+                self.maps[number] = None  # unmapped when nothing views it any more
+                self.flags[slab] = 0
+
+    def write(self, batch: Any, unslabbed: Callable[[Any], Any] = _unstacked) -> tuple[Any, tuple | None]:
+        """`unslabbed(batch)` is what goes the ordinary way when no slab is free."""
         number = self._free()
         if number is None:
-            return _unstacked(batch), None
+            return unslabbed(batch), None
         sources: list = []  # per field: an array to copy, or the list of arrays to stack (`_Stack`)
         fields: list[tuple] = []
         at = 0
@@ -299,6 +355,14 @@ class SlabWriter:
             else:
                 batch[key] = combine_values(values)
         return self.write(batch)
+
+    def default_collated(self, samples: list) -> tuple[Any, tuple | None]:
+        """torch's `default_collate(samples)` written as `write` would write it, each stack of equal-shaped
+        numeric tensors or arrays made straight in the slab: in a worker `default_collate` itself would
+        stack into a new shared-memory segment, which `write` would then copy. With no slab free,
+        `default_collate` itself."""
+        return self.write(collate(samples, collate_fn_map=_SLAB_COLLATE_MAP),
+                          lambda _: default_collate(samples))
 
     def _fit(self, number: int, size: int):
         """Slab `number` at least `size` bytes: a new anonymous one when it is smaller (its descriptor

@@ -153,7 +153,6 @@ def _pairs(source: Iterable[dict], task: str, history_length: int, crop: int | N
         actions = torch.from_numpy(sample["actions"].astype(np.int64))
         frames, moves = voxels.unbind(0), actions.unbind(0)  # per-frame views, made once
         stem, episode, first_frame = sample["__key__"].rpartition("-")[0], meta["episode"], meta["first_frame"]
-        url = sample.get("__url__")
         first = max(history_length, new_from, 1)  # index of the first target frame in this window
         if history_length > 1 and len(frames) > first:
             # history h of input idx is frames idx-H+1 .. idx-1 = row idx-H+1 of these sliding views
@@ -163,9 +162,7 @@ def _pairs(source: Iterable[dict], task: str, history_length: int, crop: int | N
         for target in range(first, len(frames)):
             idx = target - 1
             t = first_frame + idx
-            pair = {"__key__": f"{stem}-{t:06d}", "episode": episode, "t": t, "voxel": frames[idx]}
-            if url is not None:
-                pair["__url__"] = url
+            pair = {"__key__": f"{stem}-{t:06d}", "episode": episode, "t": t, "voxel": frames[idx]}  # no bookkeeping
             if task == "frame_prediction":
                 pair["action"] = moves[idx]
                 pair["target"] = frames[target]

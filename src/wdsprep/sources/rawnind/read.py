@@ -308,9 +308,7 @@ def _pairs(source: Iterable[dict], options: dict, filters: dict, seed: int, epoc
             out = crop_pair(sample, n, _rng(seed, sample_epoch, key, n), **options)
             if out is None:
                 continue  # the legacy loader drops such a crop and retries another item
-            out["__key__"] = f"{key}-{n}"
-            if "__url__" in sample:
-                out["__url__"] = sample["__url__"]
+            out["__key__"] = f"{key}-{n}"  # and no bookkeeping: a user's collate batches only the pair
             yield out
 
 
