@@ -396,8 +396,8 @@ class MixDataset(PlannedDataset):
         progress = self.progress if progress is None else progress
         if self.equalize != "drop" or world == 1 or progress.levels:
             return
-        for part, count in zip(self.parts, self.epoch_counts(progress.epoch)):
-            samples = len(part_sequence(part, count, self.seed, progress.epoch, self.shuffle_shards))
+        for part, sequence in zip(self.parts, self.sequences(progress)):
+            samples = len(sequence)
             if samples < world:
                 raise ConfigError(f"{part.where}: {samples} sample(s) in the epoch for {world} ranks: "
                                   "equalize='drop' would leave it out on every rank (equalize='pad' repeats one "
@@ -417,8 +417,16 @@ class MixDataset(PlannedDataset):
 
     def sequences(self, progress: EpochProgress | None = None) -> list[Sequence]:
         """Each part's samples in the pass: its epoch sequence (M3), less what interrupted passes
-        delivered."""
+        delivered. Planned once per (epoch, interrupted passes, epoch counts) and kept (`planned`)."""
         progress = self.progress if progress is None else progress
+        key = (progress.epoch, progress.levels, tuple(self.epoch_counts(progress.epoch)))
+        return self.planned(key, lambda: self._planned_sequences(progress))
+
+    def plan_pass(self, progress: EpochProgress | None = None) -> None:
+        self._check_world(progress)
+        self.sequences(progress)
+
+    def _planned_sequences(self, progress: EpochProgress) -> list[Sequence]:
         out = []
         buffers = self.part_buffers(progress.epoch)
         for part, count in zip(self.parts, self.epoch_counts(progress.epoch)):
