@@ -33,6 +33,10 @@ M5. A worker's stream interleaves its parts' outputs by the earliest-deadline sc
 M6. Each output that is a dict names its part in `__part__`. Stages composed on the mix run on the
     mixed stream, past the counting point (as batching does): they must map one sample to one.
 
+A pass's part sequences (M3, less what interrupted passes delivered) are planned once per (epoch,
+interrupted passes, epoch counts) and kept, the latest pass only (`PlannedDataset.planned`):
+`wdsprep.Loader` plans them before it forks its workers, which inherit them.
+
 Remote parts share the worker's read-ahead: its byte budget and connections are divided among them
 by their share of the bytes it reads (`_read_ahead_shares`), so a mix holds and sends no more than
 one dataset would.
