@@ -307,17 +307,23 @@ def test_a_remote_table_is_fetched_once_and_cached_by_its_sha256(generic, tmp_pa
             wdsprep.dataset(url, "train", table_cache_dir=str(cache))
 
 
+def passthrough(samples):
+    """A reader stage of the user's (not fused into the reader): each sample as it is."""
+    yield from samples
+
+
 def test_a_remote_rank_needs_two_requests_besides_its_first_shards(generic, tmp_path):
-    """Before a rank's first sample: manifest.json and the table, then only the shards holding its
-    first two samples (the stream makes one sample before it hands over the one before), at most
-    two requests each (index, body): the read-ahead starts with the first block's pieces only."""
+    """With a stage of the user's composed: before a rank's first sample, manifest.json and the
+    table, then only the shards holding its first two samples (with stages, the stream makes one
+    sample before it hands over the one before), at most two requests each (index, body): the
+    read-ahead starts with the first block's pieces only."""
     tabled = without_inline_rows(generic, tmp_path / "v2")
     rows = read_manifest(generic)["splits"]["train"]["shards"]
     with RangeHTTPServer(tabled) as server:
         url = server.url_of("manifest.json")
         for rank in (0, 5, 7):
             server.clear_log()
-            dataset = wdsprep.dataset(url, "train", seed=4, rank=rank, world_size=8)
+            dataset = wdsprep.dataset(url, "train", seed=4, rank=rank, world_size=8).compose(passthrough)
             pieces = dataset.plan(0, 1).pieces
             first_two = []
             for piece in pieces:
@@ -328,6 +334,44 @@ def test_a_remote_rank_needs_two_requests_besides_its_first_shards(generic, tmp_
             shards = [name for name in asked if name.endswith(".tar")]
             assert set(shards) <= set(first_two[:2]), (shards, first_two[:2])
             assert all(shards.count(name) <= 2 for name in shards)
+
+
+def model_first_sample(counts: list[int], seed: int, epoch: int, world: int, rank: int) -> tuple[int, int]:
+    """(shard, sample number) of a rank's first sample, from the reference model of the dealing
+    (test_plan_oracle.py: the shard order of (seed, epoch), then contiguous runs by the divmod rule)."""
+    from .test_plan_oracle import model_contiguous_run, model_shard_order
+
+    items = [(shard, i) for shard in model_shard_order(len(counts), seed, epoch, True) for i in range(counts[shard])]
+    return model_contiguous_run(items, world, rank)[0]
+
+
+@pytest.mark.parametrize("decoded", [False, True])
+def test_a_remote_rank_needs_its_first_shard_only_even_when_it_holds_one_of_its_samples(generic, tmp_path, decoded):
+    """Every rank of several worlds, the ranks whose first piece is the last sample of a shard among
+    them: before its first sample (raw, or decoded in the reader) the server answers manifest.json,
+    the table, and its first shard (index and body: at most two requests), four requests at most.
+    The stream hands a sample over before it reads the next, so the next piece is not requested yet."""
+    tabled = without_inline_rows(generic, tmp_path / "v2")
+    rows = read_manifest(generic)["splits"]["train"]["shards"]
+    counts = [row["samples"] for row in rows]
+    one_sample_pieces = 0
+    with RangeHTTPServer(tabled) as server:
+        url = server.url_of("manifest.json")
+        for world in (3, 7, 8, 13):
+            for rank in range(world):
+                shard, index = model_first_sample(counts, 4, 0, world, rank)
+                one_sample_pieces += index == counts[shard] - 1
+                server.clear_log()
+                dataset = wdsprep.dataset(url, "train", seed=4, rank=rank, world_size=world)
+                if decoded:
+                    dataset = dataset.compose(wdsprep.decode(bookkeeping=True))
+                sample = next(iter(dataset))
+                asked = [r["name"] for r in server.requests]
+                assert sample["__url__"].endswith(rows[shard]["name"]) and sample["__index__"] == index
+                assert len(asked) <= 4, (world, rank, asked)
+                assert sorted(name for name in asked if not name.endswith(".tar")) == ["manifest.json", "train.shards"]
+                assert [name for name in asked if name.endswith(".tar")] in ([rows[shard]["name"]] * 2, [rows[shard]["name"]])
+    assert one_sample_pieces >= 5  # the case of the issue was met, several times
 
 
 def test_loader_workers_read_neither_manifest_nor_table_again(generic, tmp_path):

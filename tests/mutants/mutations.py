@@ -289,7 +289,7 @@ MUTATIONS = [
     Mutation("unindexed-yields-before-hash", "a local shard without an index yields its samples before its sha256 is checked",
              "src/wdsprep/stream/read.py",
              (("    check_whole(url, row, fd)\n    stream.seek(0)\n", "    stream.seek(0)\n"),
-              ("        if sample is not None:\n            yield sample\n", "        if sample is not None:\n            yield sample\n    check_whole(url, row, fd)\n")),
+              ("    if count != row[\"samples\"]:\n", "    check_whole(url, row, fd)\n    if count != row[\"samples\"]:\n")),
              ("tests/core/test_integrity.py",)),
     Mutation("zstd-without-checksum", "zstd frames are written without their content checksum", "src/wdsprep/shards/codec.py",
              (("zstandard.ZstdCompressor(level=self.zstd_level, write_checksum=True)", "zstandard.ZstdCompressor(level=self.zstd_level)"),),
@@ -391,7 +391,7 @@ MUTATIONS = [
              LOADER),
     Mutation("state-at-epoch-end-not-next-epoch", "a dataset's state saved at the very end of an epoch resumes at the end of the next one",
              DATASET,
-             (("            self._stream = None  # the state now points at the start of the next epoch", "            pass"),),
+             (("            self._position = None  # the state now points at the start of the next epoch", "            pass"),),
              LOADER),
     Mutation("single-rank-epoch-not-restored", "a single rank's saved state does not restore its epoch",
              STATE,
@@ -1102,4 +1102,28 @@ MUTATIONS += [
              "src/wdsprep/sources/minecraft/read.py",
              (("\"voxel\": frames[idx]}  # no bookkeeping\n", "\"voxel\": frames[idx], \"__url__\": sample.get(\"__url__\")}\n"),),
              ("tests/minecraft/test_minecraft_reader.py",)),
+]
+# -- issue 40 (h40-startup): workers inherit the parent's planned pass; a first sample waits for no later piece
+PLANNING = "tests/core/test_loader_planning.py"
+MUTATIONS += [
+    Mutation("loader-workers-plan-again", "the Loader starts its workers before planning the pass: each worker plans it again",
+             LOADER_PY, (("            self.dataset.plan_pass(self.progress)  # before the workers fork: they inherit the plan\n",
+                          "            pass\n"),),
+             (f"{PLANNING}::test_workers_plan_nothing_and_each_epoch_is_planned_anew",)),
+    Mutation("plan-kept-across-epochs", "the kept plan is keyed by the interrupted passes only: epoch 1 reads epoch 0's plan",
+             DATASET, (("return self.planned((epoch, progress.levels), lambda:", "return self.planned((progress.levels,), lambda:"),),
+             (f"{PLANNING}::test_workers_plan_nothing_and_each_epoch_is_planned_anew",)),
+    Mutation("plan-pickled", "pickling a planned pipeline ships its plan (spawned workers get an epoch's columns each)",
+             DATASET, (("        state[\"_planned\"] = None\n", ""),),
+             (f"{PLANNING}::test_pickling_a_planned_pipeline_leaves_the_plan_out",)),
+    Mutation("first-sample-waits-for-next-piece", "raw samples are held until the next one is read (a rank whose first piece holds one sample requests the next shard first)",
+             WORKER, (("        holds = self.holds_outputs\n", "        holds = True\n"),),
+             ("tests/core/test_shard_tables.py::test_a_remote_rank_needs_its_first_shard_only_even_when_it_holds_one_of_its_samples",)),
+]
+MUTATIONS += [
+    Mutation("unindexed-last-before-count", "a shard without an index yields its last sample before its sample count is checked",
+             "src/wdsprep/stream/read.py",
+             (("""    if count != row["samples"]:\n        raise ShardError(url, f"shard holds {count} samples, manifest says {row['samples']}")\n    if last is not None:\n        yield last\n""",
+               """    if last is not None:\n        yield last\n    if count != row["samples"]:\n        raise ShardError(url, f"shard holds {count} samples, manifest says {row['samples']}")\n"""),),
+             ("tests/core/test_integrity.py::test_a_row_with_the_wrong_sample_count_is_a_shard_error",)),
 ]

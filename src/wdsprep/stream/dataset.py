@@ -19,6 +19,14 @@ each worker's position in the main process.
 
 Fusion. A `ReaderStage` (`wdsprep.decode()`, stream/decode.py) placed first runs inside the
 worker's reader; any other stage is applied to the reader's samples as webdataset would.
+
+Planning. A pass's samples (the epoch's sequence, less what interrupted passes delivered; a mix's
+per part) are planned once and kept on the pipeline, the latest pass only (`planned`): `len()`, each
+worker's plan and the iteration share them, and `wdsprep.Loader` plans the pass in the main process
+before it forks its workers (`plan_pass`), which inherit it. Pickling leaves the plan out (spawned
+workers plan their own). A `ShardDataset` handed to a plain torch DataLoader is planned in each
+worker, unless the main process planned that pass before the workers were forked (`len()` or
+`plan_pass()` of the same epoch).
 """
 from __future__ import annotations
 
@@ -84,8 +92,9 @@ class PlannedDataset(wds.DataPipeline, FluidInterface):
     are planned per (seed, epoch) before the rank/worker split, with the epoch, the state and the
     iteration they share. A subclass says what a pass reads: `stream(worker, num_workers, progress=,
     resume=)` (an iterable with a live `position`), `layout()` (what a state must match),
-    `position(saved)` (a worker's position from its saved dict), `samples_per_rank()`, and
-    `level_value` (what an elastic resume keeps of a worker's saved position)."""
+    `position(saved)` (a worker's position from its saved dict), `samples_per_rank()`,
+    `level_value` (what an elastic resume keeps of a worker's saved position), and `plan_pass(progress)`
+    (the pass planned now and kept, through `planned`)."""
 
     def _init_reading(self, *, seed: int, epoch: int | None, shuffle_shards: bool, shuffle_buffer: int,
                       equalize: str | None, rank: int | None, world_size: int | None, handler: Callable,
@@ -113,7 +122,8 @@ class PlannedDataset(wds.DataPipeline, FluidInterface):
         self.rank_arg, self.world_arg = rank, world_size
         self.handler = handler
         self._resume: dict[int, dict] = {}  # worker -> where its next pass starts (load_state_dict)
-        self._stream = None  # this process's current pass (for state_dict)
+        self._position = None  # the live position of this process's current pass (for state_dict)
+        self._planned: tuple | None = None  # (key, plan) of the latest pass planned (`planned`)
         self._count_at: int | None = None  # pipeline index where outputs are counted (before batching)
         self.cache = None  # optional local LRU shard cache (stream/cache.py); off by default
         if self.read_options.cache_dir is not None:
@@ -146,8 +156,8 @@ class PlannedDataset(wds.DataPipeline, FluidInterface):
         """This process's position: inside a DataLoader worker (torchdata's StatefulDataLoader) that
         worker's, otherwise a single-process iteration's (see `wdsprep.Loader` for workers)."""
         worker, num_workers = worker_info()
-        if self._stream is not None:
-            position = self._stream.position.as_dict()
+        if self._position is not None:
+            position = self._position.as_dict()
         else:  # not iterated since a load_state_dict: the loaded position, not the epoch's start
             position = self.position(self._resume.get(worker)).as_dict()
         return encode_state(self.layout(), self.progress, num_workers, {worker: position})
@@ -160,7 +170,7 @@ class PlannedDataset(wds.DataPipeline, FluidInterface):
         resume = self.parse_state(state, num_workers, **options)
         self.progress = self.progress.resumed(resume)
         self._resume = dict(resume.positions)
-        self._stream = None  # the position is now the loaded one until the next iteration
+        self._position = None  # the position is now the loaded one until the next iteration
 
     def parse_state(self, state: dict | list, num_workers: int, what: str = "dataset") -> Resume:
         """A state checked against this pipeline's layout and `num_workers` (stream/state.py)."""
@@ -168,15 +178,40 @@ class PlannedDataset(wds.DataPipeline, FluidInterface):
 
     level_value = staticmethod(worker_level)  # what an elastic resume keeps of a worker's position
 
+    # -- the pass's plan, kept (the latest pass only)
+    def planned(self, key: tuple, plan: Callable[[], Any]) -> Any:
+        """`plan()`, the samples a pass deals, kept under `key` (what they depend on: the epoch, the
+        interrupted passes' levels, ...): asked again for the same key, the kept plan. Only the latest
+        is kept, so memory does not grow across epochs; another key plans anew."""
+        if self._planned is not None and self._planned[0] == key:
+            return self._planned[1]
+        value = plan()
+        self._planned = (key, value)
+        return value
+
+    def plan_pass(self, progress: EpochProgress | None = None) -> None:
+        """Plans the pass `progress` describes (default this pipeline's) now, and keeps it.
+        `wdsprep.Loader` calls it in the main process before it starts forked workers, which then
+        inherit the plan (its pages shared, copy-on-write) instead of each planning it again."""
+        raise NotImplementedError
+
+    def __getstate__(self) -> dict:
+        """What pickling sends (spawned DataLoader workers): everything but the kept plan, which is
+        an epoch's columns (tens of MB at 10^6 shards) that the receiver plans itself if it reads."""
+        state = dict(self.__dict__)
+        state["_planned"] = None
+        return state
+
     # -- iteration
     def iterator(self):
         worker, num_workers = worker_info()
         resume = self._resume.pop(worker, None)
-        self._stream = stream = self.stream(worker, num_workers, resume=self.position(resume))
+        stream = self.stream(worker, num_workers, resume=self.position(resume))
+        self._position = stream.position
         yield from stream
         self.progress = self.progress.pass_done()  # a resumed pass is over: the next pass deals a whole epoch
         if self.auto_epoch:
-            self._stream = None  # the state now points at the start of the next epoch
+            self._position = None  # the state now points at the start of the next epoch
 
     def batched(self, batchsize, collation_fn=wds.filters.default_collation_fn, partial=True):
         result = copy.copy(self)
@@ -203,7 +238,8 @@ class PlannedDataset(wds.DataPipeline, FluidInterface):
 class ShardDataset(PlannedDataset):
     """The pipeline `wdsprep.dataset(...)` returns (see the module docstring). It is iterated in
     one way only, `stream(worker, num_workers, ...)`, which both its own `__iter__` and
-    `wdsprep.Loader` call."""
+    `wdsprep.Loader` call. Used directly as a torch DataLoader's dataset, its workers plan the pass
+    themselves, unless `plan_pass()` (or `len()`) planned the same pass before they were forked."""
 
     def __init__(
         self,
@@ -257,14 +293,22 @@ class ShardDataset(PlannedDataset):
     # -- what this worker reads
     def sequence(self, epoch: int | None = None, progress: EpochProgress | None = None) -> Sequence:
         """The samples a pass deals: the epoch's G, or what the interrupted passes left of it
-        (`progress`: the epoch and passes, default this pipeline's; `epoch` overrides its epoch)."""
+        (`progress`: the epoch and passes, default this pipeline's; `epoch` overrides its epoch).
+        Planned once per (epoch, interrupted passes) and kept (`planned`): len(), the plan of each
+        worker and the iteration share it."""
         progress = self.progress if progress is None else progress
         epoch = progress.epoch if epoch is None else epoch
+        return self.planned((epoch, progress.levels), lambda: self._planned_sequence(epoch, progress.levels))
+
+    def _planned_sequence(self, epoch: int, levels: tuple) -> Sequence:
         sequence = epoch_sequence(self.counts, self.seed, epoch, self.shuffle_shards)
-        for level in progress.levels:
+        for level in levels:
             sequence = remainder(sequence, level, seed=self.seed, epoch=epoch, shuffle_buffer=self.shuffle_buffer,
                                  equalize=self.equalize, shard_weights=self.shard_weights)
         return sequence
+
+    def plan_pass(self, progress: EpochProgress | None = None) -> None:
+        self.sequence(progress=progress)
 
     def plan(self, worker: int = 0, num_workers: int = 1, epoch: int | None = None,
              progress: EpochProgress | None = None) -> WorkerPlan:

@@ -61,6 +61,12 @@ class ReaderStage:
     def skips(self, error: ShardError) -> bool:
         raise NotImplementedError
 
+    @property
+    def drops(self) -> bool:
+        """Whether a sample may give no output (a handler that skips it or ends the stream): the
+        stream then makes the next sample before it hands one over, as for any stage (stream/worker.py)."""
+        return True
+
     def decoded(self, sample: dict) -> dict | None:
         """`sample` decoded; None when it does not decode and is skipped, `END` when that ends the stream."""
         try:
@@ -93,6 +99,10 @@ class Decode(ReaderStage):
         if self.handler is None:
             raise error
         return bool(self.handler(error))
+
+    @property
+    def drops(self) -> bool:
+        return self.handler is not None  # without one, a sample decodes or its error is raised
 
     def __call__(self, source):
         for sample in source:

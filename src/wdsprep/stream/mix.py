@@ -33,6 +33,10 @@ M5. A worker's stream interleaves its parts' outputs by the earliest-deadline sc
 M6. Each output that is a dict names its part in `__part__`. Stages composed on the mix run on the
     mixed stream, past the counting point (as batching does): they must map one sample to one.
 
+A pass's part sequences (M3, less what interrupted passes delivered) are planned once per (epoch,
+interrupted passes, epoch counts) and kept, the latest pass only (`PlannedDataset.planned`):
+`wdsprep.Loader` plans them before it forks its workers, which inherit them.
+
 Remote parts share the worker's read-ahead: its byte budget and connections are divided among them
 by their share of the bytes it reads (`_read_ahead_shares`), so a mix holds and sends no more than
 one dataset would.
@@ -396,8 +400,8 @@ class MixDataset(PlannedDataset):
         progress = self.progress if progress is None else progress
         if self.equalize != "drop" or world == 1 or progress.levels:
             return
-        for part, count in zip(self.parts, self.epoch_counts(progress.epoch)):
-            samples = len(part_sequence(part, count, self.seed, progress.epoch, self.shuffle_shards))
+        for part, sequence in zip(self.parts, self.sequences(progress)):
+            samples = len(sequence)
             if samples < world:
                 raise ConfigError(f"{part.where}: {samples} sample(s) in the epoch for {world} ranks: "
                                   "equalize='drop' would leave it out on every rank (equalize='pad' repeats one "
@@ -417,8 +421,16 @@ class MixDataset(PlannedDataset):
 
     def sequences(self, progress: EpochProgress | None = None) -> list[Sequence]:
         """Each part's samples in the pass: its epoch sequence (M3), less what interrupted passes
-        delivered."""
+        delivered. Planned once per (epoch, interrupted passes, epoch counts) and kept (`planned`)."""
         progress = self.progress if progress is None else progress
+        key = (progress.epoch, progress.levels, tuple(self.epoch_counts(progress.epoch)))
+        return self.planned(key, lambda: self._planned_sequences(progress))
+
+    def plan_pass(self, progress: EpochProgress | None = None) -> None:
+        self._check_world(progress)
+        self.sequences(progress)
+
+    def _planned_sequences(self, progress: EpochProgress) -> list[Sequence]:
         out = []
         buffers = self.part_buffers(progress.epoch)
         for part, count in zip(self.parts, self.epoch_counts(progress.epoch)):

@@ -506,13 +506,17 @@ def _hashed(url: str, row: dict, start: int, stop: int, stream: BinaryIO) -> Ite
     check_whole(url, row, fd)
     stream.seek(0)
     cursor = TarCursor(stream, url)
-    count = 0
+    count, last = 0, None
     for index, sample in group_samples(cursor, url, start, stop):
         count = index + 1
         if sample is not None:
-            yield sample
+            if last is not None:
+                yield last
+            last = sample  # the piece's last sample goes once the shard's sample count was checked
     if count != row["samples"]:
         raise ShardError(url, f"shard holds {count} samples, manifest says {row['samples']}")
+    if last is not None:
+        yield last
 
 
 def check_whole(url: str, row: dict, fd: int) -> None:

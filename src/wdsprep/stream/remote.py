@@ -19,10 +19,12 @@ What is fetched: each piece's own bytes, and its shard's index, once.
   index digest), so a shard's index is fetched once per worker.
 
 At the start, only the pieces the first shuffle block needs (`first_jobs`: a worker's first
-`shuffle_buffer + 1` samples, the one more being the sample the stream makes before it hands over
-the one before) are fetched; the reader `widen`s the window to every piece once that block is
-delivered. So a rank's first sample waits for no request of a shard it reads later, and each rank
-of a large job starts with a handful of requests, not a budget's worth.
+`shuffle_buffer` samples, at least one; one more when reader stages sit before the counting point,
+the sample the stream makes before it hands over the one before, stream/worker.py) are fetched; the
+reader `widen`s the window to every piece once that block is delivered. So a rank's first sample
+waits for no request of a shard it reads later (manifest.json, the table, its first shard's index
+and body: four requests at most), and each rank of a large job starts with a handful of requests,
+not a budget's worth.
 
 How: bodies are cut into requests of `range_bytes` (the first requests of a stream smaller,
 growing from `FIRST_RANGE`, so that the first sample comes early) and fetched by `max_connections`

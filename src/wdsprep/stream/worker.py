@@ -10,16 +10,19 @@ Invariants.
 - A resumed worker skips whole shards unopened and seeks over samples inside a shard; it pulls
   exactly the samples the uninterrupted pass had left, in the same order (`shuffle_buffer` blocks
   are permuted by (seed, epoch, rank, worker, block), so a block is rebuilt the same).
-- Each output is held until the stages make the next one, so a saved position never points into a
-  sample whose outputs were all delivered. This is exact for stages that map, filter or expand
-  samples one at a time (every reader stage of wdsprep), and for batching placed after the
-  counting point.
+- With stages before the counting point, each output is held until the stages make the next one,
+  so a saved position never points into a sample whose outputs were all delivered. This is exact
+  for stages that map, filter or expand samples one at a time (every reader stage of wdsprep), and
+  for batching placed after the counting point. Without such stages (raw samples, or a fused
+  decode without a handler that drops samples) an output is its sample's only one and is handed
+  over as soon as it is read: nothing is read, or requested, past the output the consumer holds.
 - With `equalize="pad"` a worker that meets its target short replays its first outputs (the
   rank's, or the pass's, when its own samples make none); with "drop" it stops at its target.
 - A worker's pieces stay numpy columns until it reads them: they become Piece objects, rows and
   read-ahead jobs a chunk at a time (`FIRST_CHUNK`, then `CHUNK` pieces; a chunk's read-ahead ends
   with it), so a share of 10^6 shards costs no Python before its first sample; the first chunk's
-  read-ahead starts with the first shuffle block's pieces only (stream/remote.py).
+  read-ahead starts with the pieces of the first shuffle block only (with stages, and of the sample
+  after it, made before the block's last output is handed over; stream/remote.py).
 """
 from __future__ import annotations
 
@@ -142,16 +145,18 @@ class ShardReader:
         self.key = key  # (seed, epoch, rank, worker[, part]): what keys this worker's shuffle blocks
         self.epoch = key[1]
 
-    def _iter_pieces(self, pieces: Sequence, skip: int, held: dict | None = None, keep: bool = True) -> Iterator:
+    def _iter_pieces(self, pieces: Sequence, skip: int, held: dict | None = None, keep: bool = True,
+                     made_ahead: int = 1) -> Iterator:
         """This worker's raw samples, checked against their rows. With `held` (a dict), samples of
         local shards come as ints, `slot << 32 | sample number`, with `held[slot]` = (LocalShard,
         piece start): copied out when delivered (`samples`). Without `keep`, a shard's slot goes when
         the next shard is read (for a consumer that takes every int before asking for the next).
-        Remote pieces are fetched ahead of the reader (`_read_ahead`)."""
+        Remote pieces are fetched ahead of the reader (`_read_ahead`); `made_ahead`: samples the
+        consumer reads before it hands over the one before (see `samples`)."""
         epoch = self.epoch
         slot = max(held, default=0) if held is not None else 0
-        # the read-ahead's start window: the first block (and the sample made before it is handed over)
-        widen_after = max(self.shuffle_buffer, 1) + 1
+        # the read-ahead's start window: the first block (and the samples made before it is handed over)
+        widen_after = max(self.shuffle_buffer, 1) + made_ahead
         # pieces are materialised (Piece objects, rows, read-ahead jobs) a chunk at a time: a rank's
         # share of 10^6 shards would otherwise cost seconds of Python before its first sample
         for begin, end in _chunks(pieces.piece_count):
@@ -226,7 +231,7 @@ class ShardReader:
             first_jobs = int(np.searchsorted(np.cumsum([stop - first for _, _, first, stop in jobs]), first_block)) + 1
         return ReadAhead(jobs, options=self.options, max_connections=self.max_connections, first_jobs=first_jobs)
 
-    def _block_shuffled(self, pieces: Sequence, skip: int, held: dict) -> Iterator:
+    def _block_shuffled(self, pieces: Sequence, skip: int, held: dict, made_ahead: int = 1) -> Iterator:
         """Blocks of `shuffle_buffer` consecutive samples, each permuted. Samples of local shards are
         held as ints (checked already; see `_iter_pieces`) and copied out by the consumer only when
         delivered (before it asks for the next), so the buffer holds no sample bytes, gives the
@@ -234,7 +239,7 @@ class ShardReader:
         size = self.shuffle_buffer
         block = skip // size
         offset = skip - block * size
-        stream = self._iter_pieces(pieces, block * size, held)
+        stream = self._iter_pieces(pieces, block * size, held, made_ahead=made_ahead)
         while True:
             buffer = [s for _, s in zip(range(size), stream)]
             if not buffer:
@@ -252,16 +257,19 @@ class ShardReader:
             offset = 0
             block += 1
 
-    def samples(self, pieces: Sequence, skip: int, counter: _Counter, decode: ReaderStage | None = None) -> Iterator[dict]:
+    def samples(self, pieces: Sequence, skip: int, counter: _Counter, decode: ReaderStage | None = None,
+                made_ahead: int = 1) -> Iterator[dict]:
         """This worker's samples from `skip` on, counted as pulled; with `decode` (a `ReaderStage`
         placed first), decoded as they are copied out of local shards (fused: no raw sample in between).
         A shard that cannot be read when a sample is taken goes to the handler (as when it is
-        checked), a member that does not decode to the decode stage's."""
+        checked), a member that does not decode to the decode stage's. `made_ahead`: how many samples
+        the consumer pulls before it hands over the one before (1 when stages sit before the counting
+        point, `WorkerStream._count`; 0 when outputs are the samples): the read-ahead's start window."""
         held: dict = {}
         if self.shuffle_buffer > 1:
-            samples = self._block_shuffled(pieces, skip, held)
+            samples = self._block_shuffled(pieces, skip, held, made_ahead)
         else:
-            samples = self._iter_pieces(pieces, skip, held, keep=False)
+            samples = self._iter_pieces(pieces, skip, held, keep=False, made_ahead=made_ahead)
         counter.pulled = skip
         handler, epoch = self.handler, self.epoch
         strip, torch = (decode.strip, decode.torch) if decode is not None else (False, False)
@@ -332,16 +340,25 @@ class WorkerStream:
 
     def __iter__(self) -> Iterator:
         plan, resume, counter = self.plan, self.resume, _Counter()
-        source = self.reader.samples(plan.pieces, resume.skip, counter, self.decode)
+        holds = self.holds_outputs
+        source = self.reader.samples(plan.pieces, resume.skip, counter, self.decode, made_ahead=int(holds))
         for step in self.stages:
             source = self.invoke(step, source)
         limit = plan.target if self.equalize == "drop" else None
-        source = self._count(source, counter, self.reader.carried_discards(plan), limit)
+        count = self._count if holds else self._count_each
+        source = count(source, counter, self.reader.carried_discards(plan), limit)
         if plan.target is not None and self.equalize == "pad":
             source = self._pad_outputs(source)
         for step in self.after:
             source = self.invoke(step, source)
         return source
+
+    @property
+    def holds_outputs(self) -> bool:
+        """Whether an output is handed over only once the next is made (`_count`): with stages before
+        the counting point, or a fused decode whose handler may drop a sample. Otherwise each output
+        is its sample's only one and goes at once (`_count_each`)."""
+        return bool(self.stages) or (self.decode is not None and self.decode.drops)
 
     def _count(self, outputs: Iterator, counter: _Counter, discards: dict[int, int], limit: int | None = None) -> Iterator:
         """Counts outputs per source sample; `discards`: stream position -> outputs already delivered;
@@ -380,6 +397,26 @@ class WorkerStream:
             return
         position.skip, position.discard = counter.pulled, 0  # a finished pass: everything was delivered
 
+    def _count_each(self, outputs: Iterator, counter: _Counter, discards: dict[int, int], limit: int | None = None) -> Iterator:
+        """`_count` for a stream whose outputs are its samples (no stage before the counting point:
+        at most one output per sample, a fused decode's). An output's sample is finished when it is
+        made, so it is handed over at once: nothing is read past the output the consumer holds (a
+        remote rank's first sample waits for no request of the piece after it)."""
+        resume, position = self.resume, self.position
+        if resume.discard:
+            discards = {**discards, resume.skip: resume.discard}
+        if limit is not None and position.delivered >= limit:
+            return
+        for output in outputs:
+            position.skip, position.discard = counter.pulled, 0
+            if discards.get(counter.pulled - 1, 0):
+                continue  # its one output was delivered before the resume
+            position.delivered += 1
+            yield output
+            if limit is not None and position.delivered >= limit:
+                return  # the position stays at the last output delivered
+        position.skip, position.discard = counter.pulled, 0  # a finished pass: everything was delivered
+
     def _pad_outputs(self, outputs: Iterator) -> Iterator:
         """Extend a worker's outputs to its target by replaying its first outputs (the rank's, or
         the pass's, when its samples make none)."""
@@ -392,7 +429,7 @@ class WorkerStream:
                 break
         index = 0  # position in the endless replay of `pieces`
         while position.delivered < plan.target:
-            replay = self.reader.samples(pieces, 0, _Counter(), self.decode)
+            replay = self.reader.samples(pieces, 0, _Counter(), self.decode, made_ahead=int(self.holds_outputs))
             for step in self.stages:
                 replay = self.invoke(step, replay)
             before = index
