@@ -13,6 +13,8 @@ into the slab and gives torch's own batch.
 import collections
 import os
 import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -23,6 +25,7 @@ from torch.utils.data import default_collate, default_convert
 import wdsprep
 from wdsprep.stream.slabs import SHARED_BYTES, SlabRing
 
+from ..timeouts import SUBPROCESS
 from .valueshards import convert_value_shards
 
 
@@ -330,3 +333,29 @@ def test_persistent_workers_free_the_slabs_of_a_pass_left_early(manifest, receiv
         batches += 1
     assert sorted(keys) == [f"s{i:03d}" for i in range(SAMPLES)]  # each left pass went on where it stopped
     assert received["slabs"] == batches == SAMPLES // BATCH - 4
+
+
+
+WORKER_IMPORTS = """
+import sys
+import torch, wdsprep
+from torch.utils.data import default_collate
+
+def with_modules(samples):
+    return {**default_collate(samples), "modules": sorted(sys.modules)}
+
+ds = wdsprep.dataset(sys.argv[1], "train", shuffle_shards=False, equalize=None).compose(wdsprep.decode(strip=True))
+imported = set()
+for batch in wdsprep.Loader(ds, batch_size=4, num_workers=2, collate_fn=with_modules, timeout=120):
+    imported |= set(batch["modules"])
+print(sorted(imported - set(sys.modules)))
+"""
+
+
+def test_forked_workers_import_nothing_the_main_process_lacks(manifest):
+    """In a fresh process (as a user's: wdsprep and torch imported, nothing else), what a worker has
+    imported by its batches that the main process has not: torch's worker loop seeds numpy's global
+    generator, which imported numpy.random in each worker (~5 ms of CPU a worker)."""
+    result = subprocess.run([sys.executable, "-c", WORKER_IMPORTS, manifest], capture_output=True, text=True,
+                            timeout=SUBPROCESS, check=True)
+    assert result.stdout.strip().splitlines()[-1] == "[]"

@@ -1127,3 +1127,9 @@ MUTATIONS += [
                """    if last is not None:\n        yield last\n    if count != row["samples"]:\n        raise ShardError(url, f"shard holds {count} samples, manifest says {row['samples']}")\n"""),),
              ("tests/core/test_integrity.py::test_a_row_with_the_wrong_sample_count_is_a_shard_error",)),
 ]
+# -- issue 39: forked workers inherit numpy.random
+MUTATIONS += [
+    Mutation("workers-import-numpy-random", "the main process leaves numpy.random to each worker (torch's worker loop imports it there, ~5 ms a worker)",
+             LOADER_PY, (("import numpy.random  # noqa: F401\n", ""),),
+             ("tests/core/test_loader_slabs.py::test_forked_workers_import_nothing_the_main_process_lacks",)),
+]
