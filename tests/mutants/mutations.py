@@ -1133,3 +1133,10 @@ MUTATIONS += [
              LOADER_PY, (("import numpy.random  # noqa: F401\n", ""),),
              ("tests/core/test_loader_slabs.py::test_forked_workers_import_nothing_the_main_process_lacks",)),
 ]
+# -- issue 40: a local stream holds each sample until the next (the freed batch's memory stays in use)
+MUTATIONS += [
+    Mutation("local-stream-hands-over-at-once", "a stream of local shards hands each sample over before the next is made (a freed batch of large samples goes back to the system and faults in again)",
+             WORKER, (("        return bool(self.stages) or (self.decode is not None and self.decode.drops) or self.reader.local\n",
+                       "        return bool(self.stages) or (self.decode is not None and self.decode.drops)\n"),),
+             ("tests/core/test_local_memory.py",)),
+]
