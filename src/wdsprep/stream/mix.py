@@ -423,17 +423,17 @@ class MixDataset(PlannedDataset):
         """Each part's samples in the pass: its epoch sequence (M3), less what interrupted passes
         delivered. Planned once per (epoch, interrupted passes, epoch counts) and kept (`planned`)."""
         progress = self.progress if progress is None else progress
-        key = (progress.epoch, progress.levels, tuple(self.epoch_counts(progress.epoch)))
-        return self.planned(key, lambda: self._planned_sequences(progress))
+        counts = tuple(self.epoch_counts(progress.epoch))
+        return self.planned((progress.epoch, progress.levels, counts), lambda: self._planned_sequences(progress, counts))
 
     def plan_pass(self, progress: EpochProgress | None = None) -> None:
         self._check_world(progress)
         self.sequences(progress)
 
-    def _planned_sequences(self, progress: EpochProgress) -> list[Sequence]:
+    def _planned_sequences(self, progress: EpochProgress, counts: tuple[int, ...]) -> list[Sequence]:
         out = []
         buffers = self.part_buffers(progress.epoch)
-        for part, count in zip(self.parts, self.epoch_counts(progress.epoch)):
+        for part, count in zip(self.parts, counts):
             sequence = part_sequence(part, count, self.seed, progress.epoch, self.shuffle_shards)
             for level in progress.levels:
                 sequence = remainder(sequence, _part_level(level, part.index), seed=self.seed, epoch=progress.epoch,

@@ -346,14 +346,10 @@ class SlabWriter:
         if first.__class__ is not dict or any(row.keys() != first.keys() for row in samples):
             return self.write(default_collation_fn(samples))  # tuples, or rows that differ (it raises)
         batch = {}
-        for key, value in first.items():
+        for key in first:
             values = [row[key] for row in samples]
-            if (value.__class__ is np.ndarray and value.dtype.kind in NUMERIC_KINDS and value.dtype.isnative
-                    and all(v.__class__ is np.ndarray and v.shape == value.shape and v.dtype == value.dtype
-                            for v in values)):
-                batch[key] = _Stack(values)
-            else:
-                batch[key] = combine_values(values)
+            arrays = _stackable(values) if all(v.__class__ is np.ndarray for v in values) else None
+            batch[key] = combine_values(values) if arrays is None else _Stack(arrays)
         return self.write(batch)
 
     def default_collated(self, samples: list) -> tuple[Any, tuple | None]:

@@ -405,10 +405,11 @@ class WorkerStream:
         position.skip, position.discard = counter.pulled, 0  # a finished pass: everything was delivered
 
     def _count_each(self, outputs: Iterator, counter: _Counter, discards: dict[int, int], limit: int | None = None) -> Iterator:
-        """`_count` for a stream whose outputs are its samples (no stage before the counting point:
-        at most one output per sample, a fused decode's). An output's sample is finished when it is
-        made, so it is handed over at once: nothing is read past the output the consumer holds (a
-        remote rank's first sample waits for no request of the piece after it)."""
+        """`_count` for a stream of remote shards whose outputs are its samples (no stage before the
+        counting point: at most one output per sample, a fused decode's; see `holds_outputs`). An
+        output's sample is finished when it is made, so it is handed over at once: nothing is read
+        past the output the consumer holds (a remote rank's first sample waits for no request of the
+        piece after it)."""
         resume, position = self.resume, self.position
         if resume.discard:
             discards = {**discards, resume.skip: resume.discard}
