@@ -1140,3 +1140,10 @@ MUTATIONS += [
                        "        return bool(self.stages) or (self.decode is not None and self.decode.drops)\n"),),
              ("tests/core/test_local_memory.py",)),
 ]
+# -- issue 50: blind spots of the tests (depth alone, members=), the table cache, the shard cache, verify
+MUTATIONS += [
+    Mutation("frame-depth-unbounded", "a frame's pickle is not bounded in depth (a list nested 40 deep under a key the frame's checks ignore loads)",
+             "src/wdsprep/sources/minecraft/_unpickle.py",
+             (("        if depth[key] > limits.depth:\n", "        if False:\n"),),
+             ("tests/minecraft/test_minecraft_hostile.py",)),
+]
