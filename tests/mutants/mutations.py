@@ -1147,3 +1147,9 @@ MUTATIONS += [
              (("        if depth[key] > limits.depth:\n", "        if False:\n"),),
              ("tests/minecraft/test_minecraft_hostile.py",)),
 ]
+MUTATIONS += [
+    Mutation("member-read-ends-early", "a read of some members of a sample (members=) ends one member early (the last asked-for member left out)",
+             "src/wdsprep/stream/access.py",
+             (("members[members.index(wanted[0]) : members.index(wanted[-1]) + 1]", "members[members.index(wanted[0]) : members.index(wanted[-1])]"),),
+             ("tests/core/test_mapdataset.py",)),
+]
