@@ -47,6 +47,7 @@ import json
 import mmap
 import os
 import re
+import stat
 from typing import Any, Iterable, Iterator
 
 import msgpack
@@ -54,6 +55,7 @@ import numpy as np
 import zstandard
 
 from ..errors import ManifestError
+from ..storage.files import kind_of
 from .codec import decompressor
 
 FORMAT = "wdsprep-shards/1"
@@ -396,24 +398,44 @@ def _expand(runs, count: int) -> list:
     return values
 
 
-def _map(path: str):
-    with open(path, "rb") as file:
-        size = os.fstat(file.fileno()).st_size
-        return mmap.mmap(file.fileno(), size, access=mmap.ACCESS_READ) if size else b""
+def map_descriptor(fd: int):
+    """The open file `fd` mapped read-only (b"" when empty): its pages are shared with every process
+    that maps the same file."""
+    size = os.fstat(fd).st_size
+    return mmap.mmap(fd, size, access=mmap.ACCESS_READ) if size else b""
+
+
+def _map(path: str, where: str):
+    """The file at `path` mapped, refused unless it is a regular file: a FIFO or device named like a
+    table is opened without waiting (O_NONBLOCK) and refused after fstat, never read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise ManifestError(f"{where}: shard table is {kind_of(mode)}, not a regular file")
+        return map_descriptor(fd)
+    finally:
+        os.close(fd)
 
 
 def _mapped(path: str, where: str) -> ShardTable:
-    return ShardTable(_map(path), where, path)
+    return ShardTable(_map(path, where), where, path)
+
+
+def table_problem(data, entry: dict) -> str | None:
+    """What differs between a table's bytes and its manifest record (size, then sha256), or None."""
+    if len(data) != entry["bytes"]:
+        return f"shard table is {len(data)} bytes, the manifest says {entry['bytes']}"
+    if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+        return "shard table sha256 does not match the manifest"
+    return None
 
 
 def checked_bytes(data, entry: dict, where: str) -> None:
     """Refuse a table whose size or sha256 differ from its manifest record (one line naming it)."""
-    if len(data) != entry["bytes"]:
-        raise ManifestError(f"{where}: shard table is {len(data)} bytes, the manifest says {entry['bytes']} "
-                            "(truncated or replaced); re-convert or fetch it again")
-    if hashlib.sha256(data).hexdigest() != entry["sha256"]:
-        raise ManifestError(f"{where}: shard table sha256 does not match the manifest (altered or replaced); "
-                            "re-convert or fetch it again")
+    problem = table_problem(data, entry)
+    if problem is not None:
+        raise ManifestError(f"{where}: {problem} (truncated, altered or replaced); re-convert or fetch it again")
 
 
 def map_file(path: str, entry: dict, where: str | None = None) -> ShardTable:
@@ -421,7 +443,7 @@ def map_file(path: str, entry: dict, where: str | None = None) -> ShardTable:
     checked against its record before any of it is trusted."""
     where = where or path
     try:
-        buffer = _map(path)
+        buffer = _map(path, where)
     except FileNotFoundError:
         raise ManifestError(f"{where}: shard table listed in the manifest is missing") from None
     except OSError as error:

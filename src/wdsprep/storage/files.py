@@ -3,10 +3,11 @@ hashing, removing, filling a buffer from a stream, turning a failed write into o
 line, the one rule for what a write may replace, and the one atomic write of a whole small file.
 
 Writes replace only what is ours: a local output path (a shard, a manifest, the units record, the
-lock file, a temporary name, `wdsprep show --out`) that exists and is not a regular file (a symlink,
-even to a regular file; a FIFO, a device node, a socket, a directory) is refused with one line
-naming it, never followed, written into or renamed over (`refuse_unless_regular`,
-`refuse_special_entries` before any work, `open_regular` for a file opened in place).
+lock file, a temporary name, `wdsprep show --out`, an entry of the node-local table cache and its
+lock) that exists and is not a regular file (a symlink, even to a regular file; a FIFO, a device
+node, a socket, a directory) is refused with one line naming it, never followed, written into,
+waited on or renamed over (`refuse_unless_regular`, `refuse_special_entries` before any work,
+`open_regular` for a file opened in place, or read where wdsprep also writes it: a cache entry).
 
 A whole file written at once (a manifest, the units record, the `wdsprep show` page) is written
 atomically (`write_atomically`): to a temporary name beside it, `.NAME.XXXX.tmp` (what
@@ -65,8 +66,13 @@ KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"), (stat.S_I
          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
 
 
+def kind_of(mode: int) -> str:
+    """What a file of `mode` (an `lstat` or `fstat` st_mode) is, in words: "a FIFO", "a symbolic link"."""
+    return next((name for test, name in KINDS if test(mode)), "not a regular file")
+
+
 def _not_regular(path: str, mode: int) -> OutputError:
-    kind = next((name for test, name in KINDS if test(mode)), "not a regular file")
+    kind = kind_of(mode)
     return OutputError(f"{path}: exists and is {kind}, not a regular file; wdsprep replaces only regular files "
                        "(remove it or choose another output)")
 
@@ -96,15 +102,22 @@ def refuse_special_entries(directory: str, owned: Callable[[str], bool]) -> None
 
 
 def open_regular(path: str, flags: int, mode: int = 0o666) -> int:
-    """A file descriptor of `path` opened with `flags` (`O_CREAT` and the like), refused unless it is
-    (or becomes) a regular file: a symlink is not followed (O_NOFOLLOW) and a FIFO or device is
-    never waited on (O_NONBLOCK, checked with fstat before anything is written)."""
+    """A file descriptor of `path` opened with `flags` (`O_CREAT` and the like, or `O_RDONLY` for a
+    file wdsprep also writes: a cache entry), refused unless it is (or becomes) a regular file: a
+    symlink is not followed (O_NOFOLLOW: nothing is created through it either) and a FIFO or device
+    is never waited on (O_NONBLOCK, checked with fstat before anything is read or written). Without
+    `O_CREAT`, a path that does not exist is `FileNotFoundError` (the caller's to handle)."""
     refuse_unless_regular(path)
     try:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK, mode)
     except OSError as error:
         if error.errno in (errno.ELOOP, errno.ENXIO):  # a symlink or a FIFO that appeared since the check
             refuse_unless_regular(path)
+        if not flags & os.O_CREAT:
+            if error.errno == errno.ENOENT:
+                raise
+            if not flags & (os.O_WRONLY | os.O_RDWR):
+                raise OutputError(f"{path}: cannot read ({error.strerror or error})") from None
         raise output_error(path, error) from None
     status = os.fstat(fd).st_mode
     if not stat.S_ISREG(status):
