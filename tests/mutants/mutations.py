@@ -1174,3 +1174,20 @@ MUTATIONS += [
                "        fd = os.open(path, os.O_RDONLY)\n"),),
              ("tests/core/test_table_cache.py",)),
 ]
+MUTATIONS += [
+    Mutation("shard-cache-entry-blamed-on-url", "a cached shard that fails its check is the shard's error, under the server's URL (the entry kept, never read again)",
+             WORKER, (("                            if entry is not None and not entry.dropped:  # the cache's copy, not the shard\n",
+                       "                            if False:\n"),),
+             ("tests/objectstore/test_objectstore_cache.py",)),
+    Mutation("shard-cache-taken-sample-not-read-again", "a large cached sample that fails its check as it is taken (a shuffle buffer) is the shard's error, the entry kept",
+             WORKER, (("        if entry is None:\n            raise error\n", "        if True:\n            raise error\n"),),
+             ("tests/objectstore/test_objectstore_cache.py",)),
+    Mutation("map-cache-entry-not-healed", "random access: a cached shard that fails its check is the shard's error, the entry kept",
+             "src/wdsprep/stream/access.py",
+             (("                if shard is None or shard in healed:\n", "                if True:\n"),),
+             ("tests/objectstore/test_mapdataset_remote.py",)),
+    Mutation("shard-cache-drops-a-new-entry", "dropping a cache entry removes whatever file is at its name (one admitted since included)",
+             "src/wdsprep/stream/cache.py",
+             (("            if (status.st_dev, status.st_ino) == (entry.device, entry.inode):\n", "            if True:\n"),),
+             ("tests/objectstore/test_objectstore_cache.py",)),
+]
