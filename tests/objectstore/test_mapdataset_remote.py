@@ -206,7 +206,7 @@ def test_a_damaged_cache_entry_is_named_dropped_and_downloaded_again(generic, tm
         url = f"{base}/{shard}"
         assert [str(w.message) for w in warned] == [
             f"{entry}: cached copy of {url} failed its check (member {reference[k]['__key__']}.array.npy.zst: corrupt "
-            f"(its header, data or padding differ from the shard's index)); removed it, reading the shard from {url} again"]
+            f"(its header, data or padding differ from the shard's index)); dropped it, reading the shard from {url} again"]
         assert [(name, first) for name, first, _ in _asked(server.requests)] == [(shard, 0)]  # downloaded whole, once
         assert entry.read_bytes() == (out / shard).read_bytes()
         for i in (k - 1, k, k + 1):

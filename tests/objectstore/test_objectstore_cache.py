@@ -224,7 +224,7 @@ def test_a_damaged_cache_entry_is_named_dropped_and_read_again(generic_shards, l
         assert len(messages) == 1 and messages[0].startswith(
             f"{entry}: cached copy of {url} failed its check (member {keys[len(keys) // 2]}."), messages
         assert messages[0].endswith(f"corrupt (its header, data or padding differ from the shard's index)); "
-                                    f"removed it, reading the shard from {url} again")
+                                    f"dropped it, reading the shard from {url} again")
         assert {r["name"] for r in server.requests} == {row["name"]}  # only the damaged one, from its URL
         assert not entry.exists() or entry.read_bytes() == (directory / row["name"]).read_bytes()
         assert _raw(dataset) == reference  # the next epoch: a miss, cached again whole
@@ -240,6 +240,34 @@ def _tar_keys(path):
             if not member.name.startswith("__"):
                 seen.setdefault(member.name.partition(".")[0], member)
     return list(seen.items())
+
+
+def test_dropping_an_entry_removes_only_the_file_that_was_read(tmp_path):
+    """Another process may have admitted a good copy under the entry's name since a reader opened
+    the bad one: `drop` removes only the file that was read (and says so once)."""
+    from wdsprep.errors import ShardError
+
+    blob = os.urandom(4096)
+    cache = ShardCache(tmp_path / "c", 1e6)
+    path = tmp_path / "c" / f"{'a' * 64}.tar"
+    path.write_bytes(blob)
+    stream, entry = cache.open_entry("http://host/x.tar", "a" * 64, len(blob))
+    stream.close()
+    assert entry is not None and entry.path == str(path)
+    error = ShardError("http://host/x.tar", "member k.x: corrupt")
+    (tmp_path / "c" / "new").write_bytes(blob)
+    os.replace(tmp_path / "c" / "new", path)  # admitted since by another reader
+    with pytest.warns(UserWarning, match=f"^{path}: cached copy of http://host/x.tar failed its check "
+                                         r"\(member k.x: corrupt\); dropped it"):
+        cache.drop(entry, "http://host/x.tar", error)
+    assert path.read_bytes() == blob  # not the file that was read: kept
+    stream, entry = cache.open_entry("http://host/x.tar", "a" * 64, len(blob))
+    stream.close()
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        cache.drop(entry, "http://host/x.tar", error)
+        cache.drop(entry, "http://host/x.tar", error)  # said and done once
+    assert not path.exists() and len(said) == 1
 
 
 def test_a_shard_whose_server_copy_is_bad_still_fails_naming_its_url(generic_shards, tmp_path):

@@ -111,7 +111,7 @@ class ShardCache:
         except FileNotFoundError:
             pass
         warnings.warn(f"{entry.path}: cached copy of {url} failed its check ({error.reason}); "
-                      f"removed it, reading the shard from {url} again", UserWarning)
+                      f"dropped it, reading the shard from {url} again", UserWarning)
 
     def fetch(self, url: str, sha256: str | None, size: int | None) -> tuple[str | None, bool]:
         """(the path of the shard's entry, whether it was downloaded now) for random access
