@@ -1191,3 +1191,14 @@ MUTATIONS += [
              (("            if (status.st_dev, status.st_ino) == (entry.device, entry.inode):\n", "            if True:\n"),),
              ("tests/objectstore/test_objectstore_cache.py",)),
 ]
+MUTATIONS += [
+    Mutation("verify-table-values-unchecked", "verify compares a sample table's keys with the shards, not its field values (a table edited consistently passes)",
+             "src/wdsprep/stream/verify.py",
+             (("    if not seen.names:\n        return None\n", "    if True:\n        return None\n"),),
+             ("tests/core/test_sample_tables.py",)),
+    Mutation("verify-values-without-the-source", "verify derives every index field from the sample alone (a source's computed fields, deepreg's has_label, read as absent)",
+             "src/wdsprep/commands/verify.py",
+             (("        return manifest_source(manifest.source, plugins).index_values\n",
+               "        return lambda key, sample: {}\n"),),
+             ("tests/deepreg/test_deepreg_conformance.py::TestDeepRegConformance::test_verify_accepts_the_output_and_names_a_damaged_shard",)),
+]
