@@ -138,3 +138,29 @@ def test_what_is_not_a_regular_file_is_refused_in_one_line_without_waiting(table
         "wdsprep replaces only regular files (remove it or choose another output)"]
     assert unchanged()
     assert not [p for p in os.listdir(cache) if p.endswith(".tmp")]
+
+
+def test_a_worker_the_table_is_pickled_to_checks_the_entry_it_maps_again(tabled, tmp_path):
+    """A spawned DataLoader worker gets the table by its path and maps the file again: one put under
+    the entry's name since the dataset checked it (the same size, other content) is refused there in
+    one line, not trusted; the good entry maps as before."""
+    import pickle
+
+    from wdsprep.errors import ManifestError
+    from wdsprep.readoptions import ReadOptions
+    from wdsprep.stream.manifests import shard_table
+
+    out, record, expected = tabled
+    cache = tmp_path / "cache"
+    with RangeHTTPServer(out) as server:
+        assert _keys(server.url_of("manifest.json"), cache) == expected  # fills the cache
+    # the cached table, as a dataset holds it (a hit: the URL is never asked)
+    table = shard_table("http://127.0.0.1:9/manifest.json", record, ReadOptions(table_cache_dir=str(cache)))
+    entry = cache / f"{record['sha256']}.shards"
+    names = [row["name"] for row in table]
+    assert table.path == str(entry) and [row["name"] for row in pickle.loads(pickle.dumps(table))] == names
+    (tmp_path / "forged").write_bytes(_forged(out))
+    os.replace(tmp_path / "forged", entry)  # replaced since (a new file: the dataset's mapping keeps the old one)
+    assert [row["name"] for row in table] == names  # the dataset's own mapping: the file it checked
+    with pytest.raises(ManifestError, match=rf"\(cached as {entry}\): shard table sha256 does not match the manifest"):
+        pickle.loads(pickle.dumps(table))

@@ -207,10 +207,13 @@ def entry_problem(split: Any, entry: Any) -> str | None:
 class ShardTable:
     """A split's shard rows as columns over the table's bytes (a read-only mmap or bytes). A
     sequence of row dicts too (`table[i]`, iteration, `len`), built on demand, so code that reads
-    rows works unchanged; planning uses the columns (`samples`, `bytes`, `name(i)`)."""
+    rows works unchanged; planning uses the columns (`samples`, `bytes`, `name(i)`). A table mapped
+    from `path` keeps the manifest's `record` of it, so a process it is pickled to (a spawned
+    DataLoader worker) checks the file it maps again before trusting it (the file may have been
+    replaced since: a cache entry)."""
 
-    def __init__(self, buffer, where: str, path: str | None = None):
-        self.where, self.path = where, path
+    def __init__(self, buffer, where: str, path: str | None = None, record: dict | None = None):
+        self.where, self.path, self.record = where, path, record
         self._buffer = buffer
         data = memoryview(buffer)
         if len(data) < len(MAGIC) + 4 or bytes(data[: len(MAGIC)]) != MAGIC:
@@ -275,7 +278,7 @@ class ShardTable:
     # -- pickling: a worker process maps the same file (no manifest read), or gets the bytes
     def __reduce__(self):
         if self.path is not None:
-            return (_mapped, (self.path, self.where))
+            return (_mapped, (self.path, self.where, self.record))
         return (ShardTable, (bytes(memoryview(self._buffer)), self.where))
 
     def buffer(self):
@@ -418,8 +421,11 @@ def _map(path: str, where: str):
         os.close(fd)
 
 
-def _mapped(path: str, where: str) -> ShardTable:
-    return ShardTable(_map(path, where), where, path)
+def _mapped(path: str, where: str, record: dict | None = None) -> ShardTable:
+    buffer = _map(path, where)
+    if record is not None:
+        checked_bytes(buffer, record, where)
+    return ShardTable(buffer, where, path, record)
 
 
 def table_problem(data, entry: dict) -> str | None:
@@ -449,7 +455,7 @@ def map_file(path: str, entry: dict, where: str | None = None) -> ShardTable:
     except OSError as error:
         raise ManifestError(f"{where}: cannot read shard table ({error.strerror or error})") from None
     checked_bytes(buffer, entry, where)
-    return ShardTable(buffer, where, path)
+    return ShardTable(buffer, where, path, entry)
 
 
 def from_bytes(data: bytes, entry: dict, where: str) -> ShardTable:

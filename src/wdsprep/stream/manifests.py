@@ -123,7 +123,7 @@ def _cached_table(cache_dir: str, path: str, record: dict, url: str, drop: bool 
         os.close(fd)
     problem = shardtable.table_problem(buffer, record)
     if problem is None:
-        return shardtable.ShardTable(buffer, where, path)
+        return shardtable.ShardTable(buffer, where, path, record)
     if drop:
         remove_quietly(path)
         warnings.warn(f"{path}: cache entry of {url} does not match the manifest ({problem}); "
