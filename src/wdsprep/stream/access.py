@@ -319,7 +319,9 @@ class ShardAccess:
 
     def _drop_entry(self, shard: int, error: ShardError) -> None:
         with self._lock:
-            path, file = self._paths.pop(shard), self._files.pop(shard, None)
+            path, file = self._paths.pop(shard, None), self._files.pop(shard, None)
+        if path is None:  # another thread dropped it meanwhile
+            return
         try:
             status = os.fstat(file.fd) if file is not None else os.lstat(path)
         except FileNotFoundError:
