@@ -3,7 +3,8 @@ an entry of the right size but other content, cut short or altered is dropped an
 (one warning line naming it; the dataset reads the manifest's table); a symlink planted at the
 temporary name an older wdsprep wrote through is never followed; a symlink, FIFO or directory at an
 entry's or a lock's name is refused in one line naming it, without waiting, following or creating
-anything. The readers that could block (a FIFO) run in a child process, bounded by a hang guard."""
+anything; a local table that is a FIFO is refused too. The readers that could block (a FIFO) run in a
+child process, bounded by a hang guard."""
 from __future__ import annotations
 
 import json
@@ -164,3 +165,18 @@ def test_a_worker_the_table_is_pickled_to_checks_the_entry_it_maps_again(tabled,
     assert [row["name"] for row in table] == names  # the dataset's own mapping: the file it checked
     with pytest.raises(ManifestError, match=rf"\(cached as {entry}\): shard table sha256 does not match the manifest"):
         pickle.loads(pickle.dumps(table))
+
+
+def test_a_local_table_that_is_a_fifo_is_refused_without_waiting(tabled, tmp_path):
+    """Not the cache but its neighbour: a dataset directory whose `train.shards` is a FIFO blocked
+    the reader that mapped it; refused in one line naming it (in a child process, hang-guarded)."""
+    import shutil
+
+    out, _, _ = tabled
+    work = tmp_path / "work"
+    shutil.copytree(out, work)
+    (work / "train.shards").unlink()
+    os.mkfifo(work / "train.shards")
+    child = _in_a_child(str(work), tmp_path / "unused")
+    assert child.returncode == 3, (child.returncode, child.stdout, child.stderr[-2000:])
+    assert child.stdout.splitlines() == [f"ManifestError: {work}/train.shards: shard table is a FIFO, not a regular file"]
