@@ -280,14 +280,23 @@ def _shards_asked(server: RangeHTTPServer) -> set[str]:
 LARGE_SHARDS = {f"train-{shard:05d}-00.tar" for shard in range(6)}
 
 
-def test_the_read_ahead_reaches_past_the_first_block_once_the_first_sample_is_taken(large):
+def _passthrough(samples):
+    """A reader stage of the user's (not fused into the reader): each sample as it is."""
+    yield from samples
+
+
+@pytest.mark.parametrize("stage", [None, _passthrough], ids=["raw", "with a stage"])
+def test_the_read_ahead_reaches_past_the_first_block_once_the_first_sample_is_taken(large, stage):
     """The start window (a first sample waits for the first shuffle block's shards only) ends when the
     consumer asks for its second sample: while it holds that one (a training step), the read-ahead
     asks for every later shard (the budget holds them all). It ended only when the consumer had gone
-    through the whole block, the link idle meanwhile (bench_remote: a quarter of its speed lost)."""
+    through the whole block, the link idle meanwhile (bench_remote: a quarter of its speed lost).
+    Raw samples go at once; with a stage of the user's, the stream makes one more before it hands one over."""
     with RangeHTTPServer(large) as server:
         dataset = wdsprep.dataset(server.url_of("manifest.json"), "train", shuffle_shards=False, shuffle_buffer=150,
                                   equalize=None)
+        if stage is not None:
+            dataset = dataset.compose(stage)
         server.clear_log()
         samples = iter(dataset)
         got = [next(samples)["__key__"]]

@@ -22,7 +22,8 @@ Invariants.
   read-ahead jobs a chunk at a time (`FIRST_CHUNK`, then `CHUNK` pieces; a chunk's read-ahead ends
   with it), so a share of 10^6 shards costs no Python before its first sample; the first chunk's
   read-ahead starts with the pieces of the first shuffle block only (with stages, and of the sample
-  after it, made before the block's last output is handed over; stream/remote.py).
+  after it, made before the block's last output is handed over; stream/remote.py), and reads ahead
+  over every piece once the consumer, holding its first output, asks for the next (`_Counter.start`).
 """
 from __future__ import annotations
 
