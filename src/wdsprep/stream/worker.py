@@ -250,7 +250,8 @@ class ShardReader:
             first_jobs = int(np.searchsorted(np.cumsum([stop - first for _, _, first, stop in jobs]), first_block)) + 1
         return ReadAhead(jobs, options=self.options, max_connections=self.max_connections, first_jobs=first_jobs)
 
-    def _block_shuffled(self, pieces: Sequence, skip: int, held: dict, counter: _Counter, made_ahead: int = 1) -> Iterator:
+    def _block_shuffled(self, pieces: Sequence, skip: int, held: dict, counter: _Counter,
+                        made_ahead: int = 1) -> Iterator:
         """Blocks of `shuffle_buffer` consecutive samples, each permuted. Samples of local shards are
         held as ints (checked already; see `_iter_pieces`) and copied out by the consumer only when
         delivered (before it asks for the next), so the buffer holds no sample bytes, gives the
