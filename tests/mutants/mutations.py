@@ -997,14 +997,6 @@ MUTATIONS += [
     Mutation("read-ahead-start-unlimited", "the read-ahead fetches later shards before the first block is delivered",
              WORKER, (("first_jobs = int(np.searchsorted(np.cumsum([stop - first for _, _, first, stop in jobs]), first_block)) + 1",
                        "first_jobs = None"),), SHARD_TABLES),
-    # -- issue 50: the start window ends when the consumer asks for its second output, not after the block
-    Mutation("read-ahead-start-ends-after-block", "the read-ahead's start window ends only once the consumer has gone "
-             "through the whole first shuffle block (the link idle meanwhile), not when it asks for its second sample",
-             WORKER, (("                yield pending\n                if not counter.started:  # the consumer holds an output and asks for more\n"
-                       "                    counter.start()\n", "                yield pending\n"),
-                      ("            yield output\n            if not counter.started:  # the consumer holds an output and asks for more\n"
-                       "                counter.start()\n", "            yield output\n")),
-             ("tests/objectstore/test_read_ahead.py",)),
 ]
 # -- issue 40 (h40-convert): many tiny inputs planned into units that every worker can build
 TINY = ("tests/core/test_many_tiny_inputs.py",)
@@ -1147,4 +1139,14 @@ MUTATIONS += [
              WORKER, (("        return bool(self.stages) or (self.decode is not None and self.decode.drops) or self.reader.local\n",
                        "        return bool(self.stages) or (self.decode is not None and self.decode.drops)\n"),),
              ("tests/core/test_local_memory.py",)),
+]
+# -- issue 50: the read-ahead's start window ends when the consumer asks for its second output, not after the block
+MUTATIONS += [
+    Mutation("read-ahead-start-ends-after-block", "the read-ahead's start window ends only once the consumer has gone "
+             "through the whole first shuffle block (the link idle meanwhile), not when it asks for its second sample",
+             WORKER, (("                yield pending\n                if not counter.started:  # the consumer holds an output and asks for more\n"
+                       "                    counter.start()\n", "                yield pending\n"),
+                      ("            yield output\n            if not counter.started:  # the consumer holds an output and asks for more\n"
+                       "                counter.start()\n", "            yield output\n")),
+             ("tests/objectstore/test_read_ahead.py",)),
 ]
