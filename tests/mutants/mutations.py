@@ -1140,6 +1140,16 @@ MUTATIONS += [
                        "        return bool(self.stages) or (self.decode is not None and self.decode.drops)\n"),),
              ("tests/core/test_local_memory.py",)),
 ]
+# -- issue 50: the read-ahead's start window ends when the consumer asks for its second output, not after the block
+MUTATIONS += [
+    Mutation("read-ahead-start-ends-after-block", "the read-ahead's start window ends only once the consumer has gone "
+             "through the whole first shuffle block (the link idle meanwhile), not when it asks for its second sample",
+             WORKER, (("                yield pending\n                if not counter.started:  # the consumer holds an output and asks for more\n"
+                       "                    counter.start()\n", "                yield pending\n"),
+                      ("            yield output\n            if not counter.started:  # the consumer holds an output and asks for more\n"
+                       "                counter.start()\n", "            yield output\n")),
+             ("tests/objectstore/test_read_ahead.py",)),
+]
 # -- issue 50: blind spots of the tests (depth alone, members=), the table cache, the shard cache, verify
 MUTATIONS += [
     Mutation("frame-depth-unbounded", "a frame's pickle is not bounded in depth (a list nested 40 deep under a key the frame's checks ignore loads)",
