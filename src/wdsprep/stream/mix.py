@@ -6,18 +6,25 @@ The rules (docs/mixing.md says them for users; tests/core/test_mix_oracle.py mod
 
 M1. Parts p = 0..P-1, each one split of one manifest narrowed by its selection (a `Catalog`), with
     its own reader stages and, when a stage turns a sample into several training samples, its
-    `outputs_per_sample`. A part's size is its samples, or its outputs when it declares them.
+    `outputs_per_sample`. A part's size is its samples, or its outputs when it declares them. Its
+    weight (repeat) is a real number > 0 that a float can hold (numpy scalars too), kept exactly as a
+    Fraction; its name a non-empty string. Two parts keeping the same samples of the same shards and
+    split (however their selections are written) are one part read twice: refused, naming both.
 M2. How many of each part an epoch holds (n_p, in the part's unit):
     - weighted: the shares q_p = w_p / sum(w). For a total S, n_p(S) is the largest-remainder
       apportionment of S by the shares (ties to the lower part index). S is `samples_per_epoch`
       when given; else with stop="first" the largest S with n_p(S) <= size_p for every part (the
       epoch ends when the first part runs out), with stop="all" the smallest S with n_p(S) >= size_p
-      for every part (smaller parts cycle until every part was seen whole).
-    - epochized: n_p = size_p * repeat_p, rounded half up.
+      for every part (smaller parts cycle until every part was seen whole). Those S are found in a
+      window computed in closed form (`_fitted`), at most MAX_TOTALS_TRIED totals, else refused.
+    - epochized: n_p = size_p * repeat_p, rounded half up (a part it rounds to 0 is warned about).
+    An epoch holds at most MAX_EPOCH_SAMPLES (2**32) samples of all parts: more is refused.
 M3. Part p's epoch sequence: passes j = 0, 1, ..., pass j being every sample of the part in the shard
     order of PCG64([seed, epoch, 0x5EED, p, j]) (pass 0 of part 0 uses (seed, epoch) like
     `wdsprep.dataset`, so a one-part mix is that dataset), cut after n_p samples (with outputs:
     after the first sample that brings the outputs to n_p). A sample's identity is (pass, shard, index).
+    It is held as the rule it is (stream/plan.py's `Passes`): a pass is made when a position in it
+    is dealt or read, so len(), the dealing and a worker's first sample cost no step per pass.
 M4. Each part's sequence is dealt to ranks and workers by stream/plan.py's rules 3-7 (equalize, the
     weighted cuts on outputs, elastic remainders), part by part: with equalize, worker k of every rank
     gets the same count c_p of each part. equalize="pad" gives a part with fewer samples in the epoch
@@ -29,7 +36,9 @@ M5. A worker's stream interleaves its parts' outputs by the earliest-deadline sc
     each block of B slots are permuted by PCG64([seed, epoch, rank, worker, block, 0x313C]) (the
     counts hold exactly at block ends), and each part's own stream is block-shuffled by rule 6 with
     its share of the buffer, B_p = max(1, round(B * n_p / sum(n))) (half up): the parts' blocks
-    together hold about B samples, as one dataset's buffer of B does.
+    together hold about B samples, as one dataset's buffer of B does. The schedule has no closed
+    form: it is made as the stream is read (kept when short), and a resumed worker makes its slots
+    before its position again (about half a microsecond each: why an epoch is bounded, M2).
 M6. Each output that is a dict names its part in `__part__`. Stages composed on the mix run on the
     mixed stream, past the counting point (as batching does): they must map one sample to one.
 
