@@ -288,6 +288,9 @@ def test_a_refused_state_says_the_weights_as_they_were_written(counted_shards):
         lambda: other.load_state_dict(state))
     thirds = a_state([{"location": a, "weight": Fraction(1, 3)}, {"location": b, "weight": 2}])
     assert "saved with weights ['1/3', '2'], this mix has ['0.4', '0.6']" in refusal(lambda: other.load_state_dict(thirds))
+    thirds["mix"]["shares"] = ["1/0", "x"]  # an edited state, loaded with reweight=True: its weights are read
+    assert "state's weights ['1/0', 'x'] are not 2 numbers > 0" in refusal(
+        lambda: other.load_state_dict(thirds, reweight=True))
 
 
 def test_a_single_dataset_state_and_a_mix_state_are_not_interchangeable(counted_shards):

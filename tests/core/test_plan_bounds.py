@@ -119,11 +119,11 @@ def test_a_search_over_too_many_totals_is_refused_in_one_line_naming_a_total_tha
 
 @FAST
 @given(sizes=st.lists(st.integers(1, 9), min_size=2, max_size=4),
-       weights=st.lists(st.sampled_from([1, 2, 3, 7, 0.3, 0.25, 40, 100, 0.01]), min_size=4, max_size=4),
+       weights=st.lists(st.sampled_from([1, 2, 3, 7, 0.3, 0.25, 40, 100, 0.1]), min_size=4, max_size=4),
        stop=st.sampled_from(["first", "all"]))
 def test_the_epoch_size_of_skewed_weights_is_the_models(counted_shards, sizes, weights, stop):
     """The closed-form window of the search against the model's total-by-total search, with weights
-    up to 10^4:1 (the model tries every total from 0)."""
+    up to 1000:1 (the model tries every total from 0)."""
     weights = weights[: len(sizes)]
     manifests = written(counted_shards, [[size] for size in sizes])
     mix = wdsprep.mix([wdsprep.Part(m, weight=w) for m, w in zip(manifests, weights)], stop=stop)

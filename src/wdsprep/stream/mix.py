@@ -714,7 +714,13 @@ class MixDataset(PlannedDataset):
         saved = states[0]["mix"]
         reweighted = saved.get("reweighted") or {}
         shares = reweighted["shares"] if reweighted.get("epoch") == resume.epoch else saved["shares"]
-        self._saved_shares = (resume.epoch, [Fraction(share) for share in shares])
+        try:
+            exact = [Fraction(share) for share in shares]
+            if len(exact) != len(self.parts) or min(exact) <= 0:
+                raise ValueError
+        except (TypeError, ValueError, ZeroDivisionError):
+            raise ConfigError(f"state's weights {shares!r:.120} are not {len(self.parts)} numbers > 0") from None
+        self._saved_shares = (resume.epoch, exact)
         return resume
 
     def position(self, saved: dict | None) -> MixPosition:

@@ -189,7 +189,38 @@ def _less_discards(sequence, weights: np.ndarray) -> np.ndarray:
     return weights
 
 
-class Passes:
+class _Blocks:
+    """What a sequence made block by block (`Passes`, `Joined`) answers from its `blocks()`,
+    `slice()`, `position_of()` and `base_weights()`."""
+
+    __slots__ = ()
+
+    def __iter__(self):
+        for block in self.blocks():
+            yield from block
+
+    @property
+    def pieces(self) -> list[Piece]:
+        return list(self)
+
+    def contains(self, sample: tuple[int, int, int]) -> bool:
+        return self.position_of(*sample) is not None
+
+    def weights(self, shard_weights: list[np.ndarray]) -> np.ndarray:
+        return _less_discards(self, self.base_weights(shard_weights))
+
+    def resumed_at(self, skip: int):
+        """Positions from `skip` on, none to skip: the passes before are never made."""
+        return self.slice(skip, len(self)), 0
+
+    def __add__(self, other):
+        return concat([self, other], merge=False)
+
+    def __eq__(self, other) -> bool:
+        return hasattr(other, "blocks") and self.pieces == list(other)
+
+
+class Passes(_Blocks):
     """Positions [lo, hi) of the endless run of passes over a split's shards (see the module
     docstring): pass j holds every shard with samples (`counts`, one per shard) in the order
     `order(j)` (an array of those shards: a picklable function of j), each as one piece of cycle j.
@@ -242,14 +273,6 @@ class Passes:
             begin = cycle * self.per_pass
             yield self.pass_pieces(cycle, max(self.lo, begin) - begin, min(self.hi, begin + self.per_pass) - begin)
 
-    def __iter__(self):
-        for block in self.blocks():
-            yield from block
-
-    @property
-    def pieces(self) -> list[Piece]:
-        return list(self)
-
     def explicit(self) -> Sequence:
         return concat(list(self.blocks()), merge=False)
 
@@ -270,12 +293,6 @@ class Passes:
         position = cycle * self.per_pass + int(ends[at]) - int(self.counts[shard]) + index
         return position - self.lo if self.lo <= position < self.hi else None
 
-    def contains(self, sample: tuple[int, int, int]) -> bool:
-        return self.position_of(*sample) is not None
-
-    def weights(self, shard_weights: list[np.ndarray]) -> np.ndarray:
-        return _less_discards(self, self.base_weights(shard_weights))
-
     def base_weights(self, shard_weights: list[np.ndarray]) -> np.ndarray:
         parts = [block.base_weights(shard_weights) for block in self.blocks()]
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
@@ -283,21 +300,11 @@ class Passes:
     def with_discards(self, discards: dict) -> "Passes":
         return Passes(self.counts, self.order, self.lo, self.hi, discards, self._made)
 
-    def resumed_at(self, skip: int) -> tuple["Passes | Sequence", int]:
-        """Positions from `skip` on, none to skip: the passes before are never made."""
-        return self.slice(skip, len(self)), 0
-
-    def __add__(self, other) -> "Joined | Sequence":
-        return concat([self, other], merge=False)
-
-    def __eq__(self, other) -> bool:
-        return hasattr(other, "blocks") and self.pieces == list(other)
-
     def __repr__(self) -> str:
         return f"Passes({self.per_pass} samples a pass, positions [{self.lo}, {self.hi}))"
 
 
-class Joined:
+class Joined(_Blocks):
     """Runs of either kind (`Sequence`, `Passes`) one after the other: a rank's share and its padding
     repeat, or what an elastic resume left of a run of passes (a few runs, whatever the epoch)."""
 
@@ -331,14 +338,6 @@ class Joined:
         for run in self.runs:
             yield from run.blocks()
 
-    def __iter__(self):
-        for block in self.blocks():
-            yield from block
-
-    @property
-    def pieces(self) -> list[Piece]:
-        return list(self)
-
     def sample(self, position: int) -> tuple[int, int, int]:
         i, offset = self._run_at(position)
         return self.runs[i].sample(offset)
@@ -352,26 +351,11 @@ class Joined:
             begin = end
         return None
 
-    def contains(self, sample: tuple[int, int, int]) -> bool:
-        return self.position_of(*sample) is not None
-
-    def weights(self, shard_weights: list[np.ndarray]) -> np.ndarray:
-        return _less_discards(self, self.base_weights(shard_weights))
-
     def base_weights(self, shard_weights: list[np.ndarray]) -> np.ndarray:
         return np.concatenate([run.base_weights(shard_weights) for run in self.runs])
 
     def with_discards(self, discards: dict) -> "Joined":
         return Joined(self.runs, discards)
-
-    def resumed_at(self, skip: int):
-        return self.slice(skip, len(self)), 0
-
-    def __add__(self, other):
-        return concat([self, other], merge=False)
-
-    def __eq__(self, other) -> bool:
-        return hasattr(other, "blocks") and self.pieces == list(other)
 
     def __repr__(self) -> str:
         return f"Joined({self.runs!r})"
