@@ -1171,8 +1171,9 @@ MUTATIONS += [
              PLAN, (("        return self.slice(skip, len(self)), 0\n", "        return self, skip\n"),),
              (f"{PLAN_BOUNDS}::test_a_worker_resumed_deep_into_a_large_epoch_skips_its_passes_unmade",)),
     Mutation("manifest-pattern-per-split", "a manifest's shard names are checked with a pattern compiled per split (10^6 splits never open)",
-             "src/wdsprep/shards/manifest.py", (("            if not is_shard_name(split, row[\"name\"]):",
-                                                  "            if not shard_name_pattern(split).fullmatch(row[\"name\"]):"),),
+             "src/wdsprep/shards/manifest.py", (("        _check_fields(where, f\"splits.{split}.\", entry, _TOTALS)\n",
+                                                  "        _check_fields(where, f\"splits.{split}.\", entry, _TOTALS)\n"
+                                                  "        rule = shard_name_pattern(split)  # noqa: F841\n"),),
              (f"{PLAN_BOUNDS}::test_a_manifest_of_many_empty_splits_costs_a_few_calls_a_split",)),
     Mutation("mix-same-samples-taken", "parts that keep the same samples through different selections are taken as a mix",
              MIX, (("            if twin is not None:\n", "            if False:\n"),),
