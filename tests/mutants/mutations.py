@@ -746,8 +746,8 @@ MUTATIONS = [
     # -- issue 35/36: the read side's settings (readoptions.ReadOptions), the command line, tiny shards
     Mutation("read-setting-unchecked", "WDSPREP_RATE_WINDOW=0 (and rate_window=0) is taken: every read judged on no waiting",
              READ_OPTIONS,
-             (('        value, name, 0, "seconds of waiting over which the rate floor is judged; default 30", above=True)),',
-               '        value, name, 0, "seconds of waiting over which the rate floor is judged; default 30")),'),),
+             (('        value, name, 0, "seconds of waiting over which the rate floor is judged; default 30", above=True,\n',
+               '        value, name, 0, "seconds of waiting over which the rate floor is judged; default 30",\n'),),
              ("tests/core/test_read_options.py",)),
     Mutation("read-settings-frozen-at-import", "the environment is read once, at import: a value set later is ignored",
              READ_OPTIONS,
@@ -1139,4 +1139,14 @@ MUTATIONS += [
              WORKER, (("        return bool(self.stages) or (self.decode is not None and self.decode.drops) or self.reader.local\n",
                        "        return bool(self.stages) or (self.decode is not None and self.decode.drops)\n"),),
              ("tests/core/test_local_memory.py",)),
+]
+# -- issue 50 (rough edges): bounds, key files, slices, early Ctrl-C, the one-sample warning
+MUTATIONS += [
+    Mutation("read-timeout-unbounded", "a number setting's maximum is never applied: WDSPREP_TIMEOUT=1e23 is taken",
+             READ_OPTIONS, (("            (maximum is not None and result > maximum):\n", "            False:\n"),),
+             ("tests/core/test_read_options.py::test_every_time_and_size_has_its_documented_maximum",)),
+    Mutation("one-sample-warning-over-target-only", "one-sample shards count for the warning only when larger than --shard-bytes (4KB over 1 KB samples: no warning)",
+             "src/wdsprep/conversion.py", (("(2 * row[\"bytes\"] > shard_bytes or", "(row[\"bytes\"] > shard_bytes or"),),
+             ("tests/core/test_cli_usability.py::test_shards_of_one_sample_under_the_target_are_warned_about_too",
+              "tests/core/test_cli_usability.py::test_shards_of_several_samples_give_no_warning")),
 ]
