@@ -1149,4 +1149,12 @@ MUTATIONS += [
              "src/wdsprep/conversion.py", (("(2 * row[\"bytes\"] > shard_bytes or", "(row[\"bytes\"] > shard_bytes or"),),
              ("tests/core/test_cli_usability.py::test_shards_of_one_sample_under_the_target_are_warned_about_too",
               "tests/core/test_cli_usability.py::test_shards_of_several_samples_give_no_warning")),
+    Mutation("map-slice-step-ignored", "MapDataset[a:b:c] ignores the step (ds[::2] reads every sample)",
+             "src/wdsprep/stream/mapdataset.py",
+             (("return self.__getitems__(range(*index.indices(len(self))))", "return self.__getitems__(range(*index.indices(len(self))[:2]))"),),
+             ("tests/core/test_mapdataset.py::test_a_slice_is_the_list_of_its_positions_samples",)),
+    Mutation("map-slice-read-one-by-one", "MapDataset[a:b] reads each position alone (a read per sample, not one batch)",
+             "src/wdsprep/stream/mapdataset.py",
+             (("return self.__getitems__(range(*index.indices(len(self))))", "return [self[i] for i in range(*index.indices(len(self)))]"),),
+             ("tests/core/test_mapdataset.py::test_a_slice_of_one_shard_is_one_read_and_a_key_is_get",)),
 ]
