@@ -1157,4 +1157,9 @@ MUTATIONS += [
              "src/wdsprep/stream/mapdataset.py",
              (("return self.__getitems__(range(*index.indices(len(self))))", "return [self[i] for i in range(*index.indices(len(self)))]"),),
              ("tests/core/test_mapdataset.py::test_a_slice_of_one_shard_is_one_read_and_a_key_is_get",)),
+    Mutation("inspect-any-file-is-a-dataset", "inspect reads a local file of another suffix as a dataset directory (the error names <file>/manifest.json)",
+             "src/wdsprep/commands/inspect.py",
+             (("    if path is not None and not location.endswith(\".json\") and os.path.exists(path) and not os.path.isdir(path):\n",
+               "    if False:\n"),),
+             ("tests/core/test_inspect_location.py",)),
 ]
