@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"problems: {len(manifest.problems)} input items were not converted (listed in the manifest)")
     for split, catalog in catalogs.items():
         if selection is not None:
-            print(f"{split:>8}: {selection.describe()} keeps {catalog.total} of {manifest.samples(split)} samples, "
+            print(f"{split:>8}: {catalog.selection.describe()} keeps {catalog.total} of {manifest.samples(split)} samples, "
                   f"in {int((catalog.counts > 0).sum())} of {len(catalog.rows)} shards")
         _show_samples(manifest, split, catalog.positions()[: max(args.samples, 0)].tolist())
     return 0

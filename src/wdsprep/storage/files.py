@@ -1,6 +1,8 @@
 """Small helpers for local files and streams that every store, scheme and the shard writer share:
 hashing, removing, filling a buffer from a stream, turning a failed write into one `OutputError`
-line, the one rule for what a write may replace, and the one atomic write of a whole small file.
+line, the one rule for what a write may replace, the one atomic write of a whole small file, and
+the one bounded read of a small file a user names (`read_regular`: a key file), which refuses a
+FIFO or device without waiting on it and reads no more than its caller takes.
 
 Writes replace only what is ours: a local output path (a shard, a manifest, the units record, the
 lock file, a temporary name, `wdsprep show --out`) that exists and is not a regular file (a symlink,
@@ -65,9 +67,12 @@ KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"), (stat.S_I
          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
 
 
+def _kind(mode: int) -> str:
+    return next((name for test, name in KINDS if test(mode)), "not a regular file")
+
+
 def _not_regular(path: str, mode: int) -> OutputError:
-    kind = next((name for test, name in KINDS if test(mode)), "not a regular file")
-    return OutputError(f"{path}: exists and is {kind}, not a regular file; wdsprep replaces only regular files "
+    return OutputError(f"{path}: exists and is {_kind(mode)}, not a regular file; wdsprep replaces only regular files "
                        "(remove it or choose another output)")
 
 
@@ -112,6 +117,27 @@ def open_regular(path: str, flags: int, mode: int = 0o666) -> int:
         raise _not_regular(path, status)
     os.set_blocking(fd, True)
     return fd
+
+
+def read_regular(path: str, limit: int) -> bytes:
+    """The bytes of the regular file `path` (a symlink to one is followed: a file the user names), at
+    most `limit + 1` of them, so the caller sees when it holds more than it takes. Anything else (a
+    FIFO, a device, a socket, a directory) is an `OSError` whose strerror names its kind, raised
+    before it is read or waited on (stat first; opened O_NONBLOCK and checked again with fstat)."""
+    mode = os.stat(path).st_mode
+    if stat.S_ISREG(mode):
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        try:
+            mode = os.fstat(fd).st_mode  # replaced since the stat: checked again before any read
+            if stat.S_ISREG(mode):
+                chunks, left = [], limit + 1
+                while left > 0 and (chunk := os.read(fd, min(left, BUFFER))):
+                    chunks.append(chunk)
+                    left -= len(chunk)
+                return b"".join(chunks)
+        finally:
+            os.close(fd)
+    raise OSError(errno.EINVAL, f"{_kind(mode)}, not a regular file", path)
 
 
 def write_atomically(path: str, data: bytes) -> None:
