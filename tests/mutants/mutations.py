@@ -1173,4 +1173,7 @@ MUTATIONS += [
              (("    mode = os.stat(path).st_mode\n    if stat.S_ISREG(mode):\n", "    mode = os.stat(path).st_mode\n    if True:\n"),
               ("            if stat.S_ISREG(mode):\n                chunks", "            if True:\n                chunks")),
              ("tests/core/test_key_files.py",)),
+    Mutation("open-pass-left-to-teardown", "a pass left open is not closed at exit: its cleanup runs in a torn-down interpreter ('Exception ignored' tracebacks)",
+             WORKER, (("atexit.register(_close_open_passes)\n", ""),),
+             ("tests/core/test_exit_cleanup.py",)),
 ]
