@@ -1,8 +1,6 @@
 """Small helpers for local files and streams that every store, scheme and the shard writer share:
 hashing, removing, filling a buffer from a stream, turning a failed write into one `OutputError`
-line, the one rule for what a write may replace, the one atomic write of a whole small file, and
-the one bounded read of a small file a user names (`read_regular`: a key file), which refuses a
-FIFO or device without waiting on it and reads no more than its caller takes.
+line, the one rule for what a write may replace, and the one atomic write of a whole small file.
 
 Writes replace only what is ours: a local output path (a shard, a manifest, the units record, the
 lock file, a temporary name, `wdsprep show --out`) that exists and is not a regular file (a symlink,
@@ -14,6 +12,9 @@ A whole file written at once (a manifest, the units record, the `wdsprep show` p
 atomically (`write_atomically`): to a temporary name beside it, `.NAME.XXXX.tmp` (what
 `LocalStore.clean_temporaries` removes), synced, then renamed over it; a reader sees the old file or
 the new one, never a part, and a failure leaves no temporary behind.
+
+A small file a user names to be read (a key file) is read by `read_regular`: a regular file only (a
+FIFO or device is refused without being waited on) and no more of it than its caller takes.
 """
 from __future__ import annotations
 
@@ -67,12 +68,14 @@ KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"), (stat.S_I
          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
 
 
-def _kind(mode: int) -> str:
+def kind_of(mode: int) -> str:
+    """What a file of `mode` (an `lstat` or `fstat` st_mode) is, in words: "a FIFO", "a symbolic link"."""
     return next((name for test, name in KINDS if test(mode)), "not a regular file")
 
 
 def _not_regular(path: str, mode: int) -> OutputError:
-    return OutputError(f"{path}: exists and is {_kind(mode)}, not a regular file; wdsprep replaces only regular files "
+    kind = kind_of(mode)
+    return OutputError(f"{path}: exists and is {kind}, not a regular file; wdsprep replaces only regular files "
                        "(remove it or choose another output)")
 
 
@@ -137,7 +140,7 @@ def read_regular(path: str, limit: int) -> bytes:
                 return b"".join(chunks)
         finally:
             os.close(fd)
-    raise OSError(errno.EINVAL, f"{_kind(mode)}, not a regular file", path)
+    raise OSError(errno.EINVAL, f"{kind_of(mode)}, not a regular file", path)
 
 
 def write_atomically(path: str, data: bytes) -> None:
