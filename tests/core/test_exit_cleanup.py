@@ -9,12 +9,12 @@ import subprocess
 import sys
 import textwrap
 
-import numpy as np
 import pytest
 
 from tests.timeouts import SUBPROCESS
-from wdsprep.conformance import run_cli
 from wdsprep.testing import RangeHTTPServer
+
+from .shardsets import converted_arrays
 
 OPENED = {
     "dataset": "it = iter(wdsprep.dataset(URL, 'train'))",
@@ -33,15 +33,10 @@ LEFT = {
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory) -> pathlib.Path:
     """Generic shards of several samples each (a pass holds one open while it reads it)."""
-    root = tmp_path_factory.mktemp("exit-cleanup")
-    rng = np.random.default_rng(13)
-    (root / "in" / "train").mkdir(parents=True)
-    for i in range(24):
-        np.save(root / "in" / "train" / f"s{i:02d}.array.npy", rng.standard_normal(256).astype(np.float32))
-    status, _, err = run_cli("convert", "generic", root / "in", root / "out", "--shard-bytes", "8KB", "--quiet")
-    assert status == 0, err
-    assert len(list((root / "out").glob("*.tar"))) > 2
-    return root / "out"
+    out = converted_arrays(tmp_path_factory.mktemp("exit-cleanup"), [f"s{i:02d}" for i in range(24)], 256,
+                           "--shard-bytes", "8KB", seed=13)
+    assert len(list(out.glob("*.tar"))) > 2
+    return out
 
 
 def _exit_with_it_open(url: str, opened: str, left: str) -> subprocess.CompletedProcess:

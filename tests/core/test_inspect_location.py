@@ -9,11 +9,12 @@ import subprocess
 import sys
 import tarfile
 
-import numpy as np
 import pytest
 
 from tests.timeouts import SUBPROCESS
 from wdsprep.conformance import run_cli
+
+from .shardsets import converted_arrays
 
 EXPECTED = "neither a dataset nor a mix file: inspect reads a dataset's directory or its manifest (.json), or a mix file (.toml)"
 
@@ -21,12 +22,7 @@ EXPECTED = "neither a dataset nor a mix file: inspect reads a dataset's director
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory) -> pathlib.Path:
     root = tmp_path_factory.mktemp("inspect-location")
-    rng = np.random.default_rng(7)
-    (root / "in" / "train").mkdir(parents=True)
-    for i in range(5):
-        np.save(root / "in" / "train" / f"s{i}.array.npy", rng.standard_normal(64).astype(np.float32))
-    status, _, err = run_cli("convert", "generic", root / "in", root / "out", "--quiet")
-    assert status == 0, err
+    converted_arrays(root, [f"s{i}" for i in range(5)], 64, seed=7)
     return root
 
 

@@ -12,13 +12,14 @@ import subprocess
 import sys
 import tarfile
 
-import numpy as np
 import pytest
 
 import wdsprep
 from tests.timeouts import SUBPROCESS
 from wdsprep.conformance import measured, run_cli
 from wdsprep.errors import ConfigError
+
+from .shardsets import converted_arrays
 
 LONG_KEY = "a-key-of-sixty-characters-" + "x" * 34  # longer than an error shows of a key
 SECRET = "root:$6$saltsalt$Zm9yIHlvdXIgZXllcyBvbmx5IC0gYSBoYXNoIG9mIGEgcGFzc3dvcmQ:19000:0:99999:7:::"
@@ -27,12 +28,7 @@ SECRET = "root:$6$saltsalt$Zm9yIHlvdXIgZXllcyBvbmx5IC0gYSBoYXNoIG9mIGEgcGFzc3dvc
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory) -> pathlib.Path:
     root = tmp_path_factory.mktemp("key-files")
-    rng = np.random.default_rng(11)
-    (root / "in" / "train").mkdir(parents=True)
-    for key in [f"k{i:02d}" for i in range(12)] + [LONG_KEY]:
-        np.save(root / "in" / "train" / f"{key}.array.npy", rng.standard_normal(32).astype(np.float32))
-    status, _, err = run_cli("convert", "generic", root / "in", root / "out", "--shard-bytes", "3KB", "--quiet")
-    assert status == 0, err
+    converted_arrays(root, [f"k{i:02d}" for i in range(12)] + [LONG_KEY], 32, "--shard-bytes", "3KB", seed=11)
     return root
 
 
