@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass, replace
 from typing import Sequence as Sequence_
 
@@ -46,6 +47,8 @@ from .select import Expression
 
 KEY_FILE_SLACK = 1 << 16  # blank lines and spaces a key file may hold beyond a line per key
 SHOWN_KEY = 40  # characters of a key that is not in the split shown in the error
+_NOT_IN_A_KEY = re.compile(r"[./\\\0]")  # what `tarformat.KEY` refuses anywhere in a key
+_RESERVED = re.compile(r"^[^\S\n]*__", re.M)  # a line whose key starts with "__" (KEY refuses it too)
 
 
 @dataclass(frozen=True)
@@ -131,35 +134,41 @@ def key_file_limit(samples: int, longest_key: int) -> int:
     return samples * (longest_key + 2) + KEY_FILE_SLACK
 
 
-def read_key_file(path: str, samples: int, longest_key: int, split: str) -> tuple[tuple[str, ...], list[int]]:
-    """(the keys of the file at `path`, the line each is on) for a split of `samples` samples whose
-    longest key is `longest_key` UTF-8 bytes; every problem one `ConfigError` line that names the
-    file and where, and never shows the file's text (module docstring)."""
+def read_key_file(path: str, samples: int, longest_key: int, split: str) -> tuple[tuple[str, ...], list[str]]:
+    """(the keys of the file at `path`, the file's lines: `_line_of` finds a key's) for a split of
+    `samples` samples whose longest key is `longest_key` UTF-8 bytes; every problem one `ConfigError`
+    line that names the file and where, and never shows the file's text (module docstring)."""
     limit = key_file_limit(samples, longest_key)
     data = _read_key_bytes(path, limit)
     if len(data) > limit:
         raise ConfigError(f"keys: the key file {path} holds more than the {samples} keys of split {split!r} fill "
                           f"(more than {limit} bytes: a key a line, the longest {longest_key} bytes)")
     try:
-        data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise ConfigError(f"keys: the key file {path} is not UTF-8 text (byte {error.start})") from None
-    keys, lines, offset = [], [], 0
-    for number, line in enumerate(data.split(b"\n"), 1):
-        key = line.decode("utf-8").strip()
-        if key:
-            size = len(key.encode("utf-8"))
-            problem = (f"longer than any key of split {split!r} ({size} bytes, the longest is {longest_key})"
-                       if size > longest_key else None if KEY.fullmatch(key)
+    lines = text.split("\n")
+    keys = tuple(key for key in map(str.strip, lines) if key)
+    size = len if text.isascii() else (lambda key: len(key.encode("utf-8")))
+    # the whole file checked at once (10^6 keys: no Python step per key but the strip); a line that
+    # fails is then looked for, to be named
+    if max(map(size, keys), default=0) > longest_key or _NOT_IN_A_KEY.search(text) or _RESERVED.search(text):
+        for number, line in enumerate(lines, 1):
+            key = line.strip()
+            problem = (f"longer than any key of split {split!r} ({size(key)} bytes, the longest is {longest_key})"
+                       if size(key) > longest_key else None if not key or KEY.fullmatch(key)
                        else "not a sample key (a key has no '.', '/', '\\' or NUL and does not start with '__')")
             if problem:
+                offset = len("\n".join(lines[: number - 1]).encode("utf-8")) + (number > 1)
                 raise ConfigError(f"keys: line {number} of {path} (byte {offset}) is {problem}")
-            keys.append(key)
-            lines.append(number)
-        offset += len(line) + 1
     if not keys:
         raise ConfigError(f"keys: the key file {path} lists no key (a selection keeping no sample)")
-    return tuple(keys), lines
+    return keys, lines
+
+
+def _line_of(lines: list[str], key: str) -> int:
+    """The number of the first line of a key file that holds `key`."""
+    return next(number for number, line in enumerate(lines, 1) if line.strip() == key)
 
 
 def _shown(key: str) -> str:
@@ -228,9 +237,10 @@ class Catalog:
                 position = table.positions()
                 missing = [at for at, key in enumerate(selection.keys) if key not in position]
                 if missing:
-                    line = f" (line {lines[missing[0]]} of {file})" if lines is not None else ""
+                    first = selection.keys[missing[0]]
+                    line = f" (line {_line_of(lines, first)} of {file})" if lines is not None else ""
                     more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-                    raise ConfigError(f"keys: {_shown(selection.keys[missing[0]])}{line}{more} not in split "
+                    raise ConfigError(f"keys: {_shown(first)}{line}{more} not in split "
                                       f"{self.split!r} of {self._where()}")
                 wanted = np.zeros(total, dtype=bool)
                 wanted[[position[key] for key in selection.keys]] = True
