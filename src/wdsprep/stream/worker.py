@@ -18,6 +18,10 @@ Invariants.
   over as soon as it is read: nothing is read, or requested, past the output the consumer holds.
 - With `equalize="pad"` a worker that meets its target short replays its first outputs (the
   rank's, or the pass's, when its own samples make none); with "drop" it stops at its target.
+- A pass left open (a consumer that stopped iterating and kept the iterator, then exited) is closed
+  at interpreter exit, before the modules are torn down (`_close_open_passes`, atexit): its `finally`
+  and `except` clauses and its shards' descriptors are released while the names they use still
+  exist, instead of printing "Exception ignored" tracebacks as the garbage of a dying interpreter.
 - A worker's pieces stay numpy columns until it reads them: they become Piece objects, rows and
   read-ahead jobs a chunk at a time (`FIRST_CHUNK`, then `CHUNK` pieces; a chunk's read-ahead ends
   with it), so a share of 10^6 shards costs no Python before its first sample; the first chunk's
@@ -27,6 +31,8 @@ Invariants.
 """
 from __future__ import annotations
 
+import atexit
+import weakref
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -50,6 +56,21 @@ from .catalog import Catalog
 from .read import LocalShard, read_samples
 from .remote import ReadAhead, reads_ahead
 from .state import Position
+
+
+_OPEN_PASSES: weakref.WeakSet = weakref.WeakSet()  # every pass's counted outputs (a generator), while it lives
+
+
+def _close_open_passes(passes: weakref.WeakSet = _OPEN_PASSES) -> None:
+    """At exit, before the modules are torn down: close each pass still open (not one running, if
+    the exit came from inside it), so its cleanup, and that of the stages and reads it holds, runs
+    in a whole interpreter."""
+    for generator in list(passes):
+        if not generator.gi_running:
+            generator.close()
+
+
+atexit.register(_close_open_passes)
 
 
 def _stamp(sample: dict, index: int, piece_start: int, epoch: int) -> dict:
@@ -367,6 +388,7 @@ class WorkerStream:
         source = count(source, counter, self.reader.carried_discards(plan), limit)
         if plan.target is not None and self.equalize == "pad":
             source = self._pad_outputs(source)
+        _OPEN_PASSES.add(source)  # a generator of ours (the stages after it, batching, may be anything)
         for step in self.after:
             source = self.invoke(step, source)
         return source
