@@ -4,6 +4,8 @@
     file    file.py    file://PATH                  read, write (the same `LocalStore`)
     http(s) http.py    http(s)://HOST/PATH          read (Range-resuming; byte ranges, pooled connections)
     s3      s3.py      s3://BUCKET/KEY              read (Range-resuming; byte ranges), write (`S3Store`)
+    gs      gcs.py     gs://BUCKET/KEY              read (ranged GETs over http.py's client), write (`GCSStore`)
+    az      azure.py   az://CONTAINER/BLOB          read (ranged GETs over http.py's client), write (`AzureStore`)
     pipe    pipe.py    pipe:COMMAND                 read (a shell command's standard output)
 
 Reading (`open_url`, `open_from`, `read_range`, `read_url`, `local_path`, `exists`: shards, manifests, the cache)
@@ -25,7 +27,7 @@ from __future__ import annotations
 from typing import BinaryIO, Callable
 
 from ..errors import ConfigError, ShardError
-from . import file, http, local, pipe, s3
+from . import azure, file, gcs, http, local, pipe, s3
 from .base import FunctionScheme, Scheme, Store
 from .files import BUFFER, file_sha256
 
@@ -35,6 +37,8 @@ SCHEMES: dict[str, Scheme] = {
     "http": http.SCHEME,
     "https": http.SCHEME,
     "s3": s3.SCHEME,
+    "gs": gcs.SCHEME,
+    "az": azure.SCHEME,
     "pipe": pipe.SCHEME,
 }
 

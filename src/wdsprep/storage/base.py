@@ -43,6 +43,30 @@ class NoLock:
         self.release()
 
 
+_clients: dict = {}  # (pid, what, ...) -> a client (credentials, SDK client) of this process
+_clients_lock = threading.Lock()
+
+
+def per_process(key: tuple, make: Callable[[], object]):
+    """`make()` once per process and `key` (what the client depends on: the environment's endpoint and
+    credentials): a forked DataLoader worker never uses its parent's sockets or tokens, it makes its own."""
+    key = (os.getpid(), *key)
+    held = _clients.get(key)
+    if held is None:
+        with _clients_lock:
+            held = _clients.get(key)
+            if held is None:
+                held = _clients[key] = make()
+    return held
+
+
+def _after_fork_in_child() -> None:
+    global _clients_lock
+    _clients_lock = threading.Lock()  # a parent thread may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
 _staging: dict[int, str] = {}
 _staging_lock = threading.Lock()
 

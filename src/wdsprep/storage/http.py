@@ -97,18 +97,25 @@ class HttpBody:
         response.close()
 
 
-def _send(url: str, start: int, stop: int | None, timeout: float):
-    """One GET of `url` from `start` (to `stop`, exclusive), `timeout` seconds per connect and read:
-    (status, HttpBody, headers)."""
+def _send(url: str, start: int, stop: int | None, timeout: float, locate=None, explain=None):
+    """One GET from `start` (to `stop`, exclusive), `timeout` seconds per connect and read:
+    (status, HttpBody, headers). `url` is what errors name; `locate(url) -> (request URL, headers)`
+    where the object is reached some other way (a cloud store's endpoint, signed or with a token);
+    `explain(status, headers, body) -> message` words a permanent error (default `HTTP 404 Not Found`)."""
+    target, extra = (url, None) if locate is None else locate(url)
     wanted = range_header(start, stop)
-    headers = {"Range": wanted} if wanted else {}
+    headers = dict(extra or ())
+    if wanted:
+        headers["Range"] = wanted
     client = http_client()
-    request = client.build_request("GET", url, headers=headers, timeout=timeout)
+    request = client.build_request("GET", target, headers=headers, timeout=timeout)
     response = client.send(request, stream=True)
     status = response.status_code
     if status in PERMANENT:
+        body = b"" if explain is None else _short_body(response)
         response.close()
-        raise ShardError(url, f"HTTP {status} {PERMANENT[status]}")
+        raise ShardError(url, f"HTTP {status} {PERMANENT[status]}" if explain is None
+                         else explain(status, response.headers, body))
     if status >= 400:
         response.close()
         raise ConnectionError(f"HTTP {status} {response.reason_phrase}")  # transient: retried
@@ -120,6 +127,19 @@ def _send(url: str, start: int, stop: int | None, timeout: float):
     return status, HttpBody(response), response.headers
 
 
+def _short_body(response, limit: int = 4096) -> bytes:
+    """The first bytes of an error's body (what a store says went wrong), never more."""
+    data = b""
+    try:
+        for chunk in response.iter_raw():
+            data += chunk
+            if len(data) >= limit:
+                break
+    except Exception:  # noqa: BLE001 -- a body that cannot be read explains nothing
+        pass
+    return data[:limit]
+
+
 def _total(headers, start: int) -> int | None:
     content_range = headers.get("Content-Range")
     if content_range and "/" in content_range and not content_range.endswith("/*"):
@@ -128,14 +148,15 @@ def _total(headers, start: int) -> int | None:
     return start + int(length) if length is not None else None
 
 
-def http_open_at(url: str, end: int | None = None, *, timeout: float | None = None):
+def http_open_at(url: str, end: int | None = None, *, timeout: float | None = None, locate=None, explain=None):
     """`open_at(offset)` for `ResumingStream`: one GET (with `Range` past 0, or up to `end`
     exclusive when it is given) -> (body, total, etag); `timeout` per connect and read (default:
-    the environment's now, `ReadOptions`)."""
+    the environment's now, `ReadOptions`); `locate`, `explain`: as `_send` takes them (the stores
+    whose bytes are plain HTTP GETs: gs://, az://, hf://)."""
     timeout = ReadOptions.from_environment().timeout if timeout is None else timeout
 
     def open_at(offset: int):
-        status, body, headers = _send(url, offset, end, timeout)
+        status, body, headers = _send(url, offset, end, timeout, locate, explain)
         etag = headers.get("ETag")
         if offset and status != 206:
             # the server ignored Range: read past what we already have (still no disk, bounded by offset)
@@ -156,15 +177,24 @@ def _discard(body, count: int, url: str) -> None:
         count -= n
 
 
-class HttpScheme(ResumingScheme):
-    webdataset = True
-    example = "https://HOST/PATH"
+class HttpGetScheme(ResumingScheme):
+    """A scheme whose bytes are plain ranged HTTP GETs over this process's pooled client (so it
+    shares the read-ahead, retries and rate floor of every remote read): a subclass gives
+    `locate(url) -> (request URL, headers)` and `explain(status, headers, body) -> message`."""
+
+    locate = None
+    explain = None
 
     def open_at(self, url: str, end: int | None = None):
-        return http_open_at(url, end, timeout=self.options.timeout)
+        return http_open_at(url, end, timeout=self.options.timeout, locate=self.locate, explain=self.explain)
 
     def connect(self, connections: int) -> None:
         http_client(connections)
+
+
+class HttpScheme(HttpGetScheme):
+    webdataset = True
+    example = "https://HOST/PATH"
 
 
 SCHEME = HttpScheme()
