@@ -52,3 +52,67 @@ def http_server(generic_shards):
 @pytest.fixture(autouse=True)
 def _fast_retries(monkeypatch):
     monkeypatch.setattr(resuming, "MAX_DELAY", 0.2)
+
+
+class Remote:
+    """A bucket (container) of one scheme's store reached through a proxy (`RangeHTTPServer(upstream=
+    the emulator)`): the same request log, faults and upload gate for every scheme. `url(prefix)` is
+    the store URL users write, `name_of(url)` the proxy's name for an object (its path) to plan faults
+    and read the log by, `markers()` what each object's write left (S3: completed writes; GCS: its
+    generation; Azure: its ETag; a re-upload changes it)."""
+
+    def __init__(self, scheme: str, server, proxy: RangeHTTPServer, container: str):
+        self.scheme, self.server, self.proxy, self.container = scheme, server, proxy, container
+
+    def url(self, prefix: str) -> str:
+        return f"{self.scheme}://{self.container}/{prefix}"
+
+    def name_of(self, url: str) -> str:
+        key = url.split("://", 1)[1].split("/", 1)[1]
+        return {"s3": f"{self.container}/{key}", "gs": f"download/storage/v1/b/{self.container}/o/{key}",
+                "az": f"devstoreaccount1/{self.container}/{key}"}[self.scheme]
+
+    def requests_for(self, url: str) -> list[dict]:
+        return self.proxy.requests_for(self.name_of(url))
+
+    def markers(self, prefix: str) -> dict[str, object]:
+        if self.scheme == "s3":
+            return {key.split("/", 1)[1]: count for key, count in self.server.completed_uploads(self.container).items()
+                    if key.startswith(f"{prefix}/")}
+        if self.scheme == "gs":
+            from google.cloud import storage
+            from google.auth.credentials import AnonymousCredentials
+
+            client = storage.Client(project="test", credentials=AnonymousCredentials(),
+                                    client_options={"api_endpoint": self.server.url})
+            return {b.name.split("/", 1)[1]: b.generation for b in client.list_blobs(self.container, prefix=f"{prefix}/")}
+        from azure.storage.blob import BlobServiceClient
+
+        client = BlobServiceClient.from_connection_string(self.server.env["AZURE_STORAGE_CONNECTION_STRING"])
+        return {b.name.split("/", 1)[1]: b.etag
+                for b in client.get_container_client(self.container).list_blobs(name_starts_with=f"{prefix}/")}
+
+
+SCHEMES = ["s3", "gs", "az"]
+
+
+@pytest.fixture(params=SCHEMES)
+def remote(request, monkeypatch):
+    """Each object store scheme in turn, a fresh bucket, through a proxy; this process's environment
+    points at the proxy for the test (children inherit it)."""
+    scheme = request.param
+    name = f"t{os.getpid()}-{next(_buckets)}"
+    server = request.getfixturevalue({"s3": "s3_server", "gs": "gcs_server", "az": "azurite_server"}[scheme])
+    with RangeHTTPServer(upstream=server.endpoint if scheme == "s3" else server.url) as proxy:
+        if scheme == "s3":
+            server.create_bucket(name)
+            env = {**server.env, "AWS_ENDPOINT_URL": proxy.url}
+        elif scheme == "gs":
+            server.create_bucket(name)
+            env = server.via(proxy.url)
+        else:
+            server.create_container(name)
+            env = server.via(proxy.url)
+        for variable, value in env.items():
+            monkeypatch.setenv(variable, value)
+        yield Remote(scheme, server, proxy, name)
