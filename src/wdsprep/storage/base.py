@@ -239,6 +239,17 @@ class Scheme:
         """The local file behind `url`, for random access (mmap, map-style datasets), or None."""
         return None
 
+    def pin(self, url: str) -> str:
+        """The URL naming what `url` names now, however the store moves on (a Hub revision resolved
+        to its commit): what a run reads and records. Default: `url` itself (a shard is held to its
+        manifest row's size and digest instead)."""
+        return url
+
+    def unpinned(self, url: str) -> str:
+        """`url` without what `pin` fixed (its revision): two URLs with one unpinned form name one
+        location at two moments. Default: `url` itself."""
+        return url
+
     def configured(self, options) -> "Scheme":
         """This scheme reading with `options` (a `wdsprep.readoptions.ReadOptions`: retries,
         timeouts, the rate floor; a dataset's), or None: as it is. Default: the scheme itself, a

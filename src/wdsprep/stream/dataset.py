@@ -43,6 +43,7 @@ from ..errors import ConfigError
 from ..readoptions import SETTINGS as READ_SETTINGS
 from ..readoptions import ReadOptions, whole_number
 from ..shards.manifest import Manifest
+from ..storage import unpinned
 from .decode import ReaderStage
 from .manifests import load_manifest
 from .catalog import Catalog, catalog_of
@@ -266,13 +267,18 @@ class ShardDataset(PlannedDataset):
         self._init_reading(seed=seed, epoch=epoch, shuffle_shards=shuffle_shards, shuffle_buffer=shuffle_buffer,
                            equalize=equalize, rank=rank, world_size=world_size, handler=handler,
                            read_options=read_options, read=read)
-        self.manifest = manifest
         self.split = split
-        # the split's shards and what the selection keeps of them (stream/catalog.py)
-        self.catalog = catalog_of(manifest, split, seed=self.seed, keys=keys, select=select, fraction=fraction,
-                                  limit=limit)
+        self._selection = {"keys": keys, "select": select, "fraction": fraction, "limit": limit}
+        self._outputs_per_sample = outputs_per_sample
+        self._open(manifest)
+
+    def _open(self, manifest: Manifest) -> None:
+        """Read `manifest`'s split: its shards and what the selection keeps of them (stream/catalog.py)."""
+        self.manifest = manifest
+        self.catalog = catalog_of(manifest, self.split, seed=self.seed, **self._selection)
         self.rows, self.urls, self.counts = self.catalog.rows, self.catalog.urls, self.catalog.counts
-        self.shard_weights = shard_weights(self.catalog, outputs_per_sample)
+        self.shard_weights = shard_weights(self.catalog, self._outputs_per_sample)
+        self._planned = None
 
     @property
     def digest(self) -> str:
@@ -284,7 +290,23 @@ class ShardDataset(PlannedDataset):
         rank, world = self.rank_and_world()
         return {"dataset": self.digest, "split": self.split, "seed": self.seed, "shuffle_shards": self.shuffle_shards,
                 "shuffle_buffer": self.shuffle_buffer, "equalize": self.equalize, "rank": rank, "world_size": world,
-                "selection": self.catalog.selection_text}
+                "selection": self.catalog.selection_text, "location": self.manifest.url}
+
+    def parse_state(self, state: dict | list, num_workers: int, what: str = "dataset") -> Resume:
+        """A state checked against this dataset (stream/state.py), after reading again the pinned
+        location it records where this dataset's own has moved on from it (`_read_recorded`)."""
+        self._read_recorded(state)
+        return super().parse_state(state, num_workers, what)
+
+    def _read_recorded(self, state: dict | list) -> None:
+        """A state saved from a pinned location (`storage.pin`: a Hub commit) of which this dataset's
+        is a later pin (its branch moved since): read the recorded one, so a resumed run reads the
+        bytes the interrupted one read, however the branch moved."""
+        first = state[0] if isinstance(state, list) and state else state
+        recorded = first.get("location") if isinstance(first, dict) else None
+        here = self.manifest.url
+        if isinstance(recorded, str) and here and recorded != here and unpinned(recorded) == unpinned(here):
+            self._open(load_manifest(recorded, self.read_options))
 
     @staticmethod
     def position(saved: dict | None) -> Position:

@@ -26,6 +26,8 @@ from __future__ import annotations
 from .dataverse import DataverseServer, Faults
 from .emulators import AzuriteServer, GCSServer, Unavailable
 from .httpserver import RangeHTTPServer
+from .hubserver import HubServer
 from .s3server import S3Server
 
-__all__ = ["S3Server", "RangeHTTPServer", "DataverseServer", "Faults", "GCSServer", "AzuriteServer", "Unavailable"]
+__all__ = ["S3Server", "RangeHTTPServer", "DataverseServer", "Faults", "GCSServer", "AzuriteServer", "Unavailable",
+           "HubServer"]
