@@ -1,9 +1,10 @@
 """The object store contract, the same tests for every remote scheme (`s3://` on moto, `gs://` on
-fake-gcs-server, `az://` on Azurite: the `remote` fixture, each behind the same proxy): ranged reads
-of exactly the bytes asked, listing, a killed upload that leaves no manifest and resumes without
-writing anything twice, conversion straight into the store, retries and the rate floor with the same
-error lines, `verify`, `MapDataset[i]` by Range, a mix with a local part, `show`, and bad input as
-one line. Expected values come from the local shards (tarfile-independent bytes) and from the
+fake-gcs-server, `az://` on Azurite, `hf://` on wdsprep.testing.HubServer: the `remote` fixture,
+each behind the same proxy; `writable_remote`: the schemes wdsprep writes): ranged reads of exactly
+the bytes asked, listing, a killed upload that leaves no manifest and resumes without writing
+anything twice, conversion straight into the store, retries and the rate floor with the same error
+lines, `verify`, `MapDataset[i]` by Range, a mix with a local part, `show`, and bad input as one
+line. Expected values come from the local shards (tarfile-independent bytes) and from the
 emulators' own records (generations, ETags, completed writes), never from the code under test."""
 import hashlib
 import json
@@ -45,26 +46,31 @@ def _wdsprep(*args, timeout=SUBPROCESS):
                           env=os.environ.copy())
 
 
-def test_ranged_reads_ask_for_exactly_the_bytes_and_listing_names_the_objects(remote, generic_shards):
-    url = remote.url("ranges")
-    upload(str(generic_shards), url, quiet=True)
+def test_ranged_reads_ask_for_exactly_the_bytes(remote, generic_shards):
+    url = remote.put(generic_shards, "ranges")
     name = _rows(generic_shards)[0]["name"]
     local = (generic_shards / name).read_bytes()
     remote.proxy.clear_log()
-    for offset, length in [(0, 512), (1000, 4096), (len(local) - 100, 100), (len(local) - 10, 50)]:
+    asked = [(0, 512), (1000, 4096), (len(local) - 100, 100), (len(local) - 10, 50)]
+    for offset, length in asked:
         assert read_range(f"{url}/{name}", offset, length) == local[offset : offset + length]
     ranges = [r["range"] for r in remote.requests_for(f"{url}/{name}")]
-    assert ranges == [f"bytes={o}-{o + n - 1}" for o, n in
-                      [(0, 512), (1000, 4096), (len(local) - 100, 100), (len(local) - 10, 50)]]
+    assert ranges == [f"bytes={o}-{o + n - 1}" for o, n in asked]
+
+
+def test_a_store_lists_stats_and_hashes_what_an_upload_put_there(writable_remote, generic_shards):
+    url = writable_remote.put(generic_shards, "listed")
     store = open_store(url)
     assert store.supports_listing
     assert store.list_names() == sorted(_all_names(generic_shards) + ["manifest.json"])
     row = _rows(generic_shards)[0]
+    name = row["name"]
     assert (store.stat(name), store.sha256(name), store.content_sha256(name)) == (row["bytes"], row["sha256"], row["sha256"])
     assert store.stat("absent.tar") is None and store.read_bytes("absent.tar") is None
 
 
-def test_an_upload_killed_halfway_leaves_no_manifest_and_a_rerun_writes_nothing_twice(remote, generic_shards):
+def test_an_upload_killed_halfway_leaves_no_manifest_and_a_rerun_writes_nothing_twice(writable_remote, generic_shards):
+    remote = writable_remote
     url = remote.url("killed")
     gate = remote.proxy.hold_writes_after(4, timeout=DEADLINE)
     process = subprocess.Popen([sys.executable, "-m", "wdsprep", "upload", str(generic_shards), url, "--quiet",
@@ -92,7 +98,8 @@ def test_an_upload_killed_halfway_leaves_no_manifest_and_a_rerun_writes_nothing_
     assert sorted(s["__key__"] for s in wdsprep.dataset(url, "train", equalize=None)) == KEYS
 
 
-def test_convert_writes_into_the_store_and_a_rerun_rebuilds_nothing(remote, generic_shards):
+def test_convert_writes_into_the_store_and_a_rerun_rebuilds_nothing(writable_remote, generic_shards):
+    remote = writable_remote
     url = remote.url("converted")
     manifest = convert("generic", str(generic_shards.parent / "input"), url, shard_bytes="400KB")
     local = {split: [row["sha256"] for row in _rows(generic_shards, split)] for split in ("train", "valid")}
@@ -115,8 +122,7 @@ def _samples(stream):
 
 
 def test_a_dropped_body_and_transient_errors_are_retried_from_the_missing_byte(remote, generic_shards):
-    url = remote.url("faults")
-    upload(str(generic_shards), url, quiet=True)
+    url = remote.put(generic_shards, "faults")
     row = _rows(generic_shards)[2]
     shard = f"{url}/{row['name']}"
     name = remote.name_of(shard)
@@ -133,8 +139,7 @@ def test_a_dropped_body_and_transient_errors_are_retried_from_the_missing_byte(r
 
 
 def test_a_trickling_body_ends_in_the_rate_floors_one_error(remote, generic_shards, monkeypatch):
-    url = remote.url("slow")
-    upload(str(generic_shards), url, quiet=True)
+    url = remote.put(generic_shards, "slow")
     monkeypatch.setenv("WDSPREP_MIN_RATE", "2000")
     monkeypatch.setenv("WDSPREP_RATE_WINDOW", "0.3")
     monkeypatch.setenv("WDSPREP_RETRIES", "2")
@@ -158,16 +163,21 @@ def test_missing_objects_and_a_403_are_one_line_naming_the_url(remote):
         read_url(denied)
     result = _wdsprep("inspect", remote.url("nothing"))
     assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert result.stderr.strip().splitlines() == [
-        f"wdsprep: error: {remote.url('nothing')}/manifest.json: cannot read manifest "
-        f"({remote.url('nothing')}/manifest.json: no such object)"]
+    (line,) = result.stderr.strip().splitlines()  # (hf://: the inner URL names the commit it was pinned to)
+    assert line.startswith(f"wdsprep: error: {remote.url('nothing')}/manifest.json: cannot read manifest (")
+    assert line.endswith("/nothing/manifest.json: no such object)"), line
 
 
-def test_verify_passes_and_then_names_a_corrupted_shard(remote, generic_shards, tmp_path):
-    url = remote.url("verified")
-    upload(str(generic_shards), url, quiet=True)
+def test_verify_reads_a_remote_dataset_whole(remote, generic_shards):
+    url = remote.put(generic_shards, "verified")
     result = _wdsprep("verify", url, "--quiet")
     assert result.returncode == 0, result.stderr
+    shard_bytes = sum(r["sent"] for r in remote.proxy.requests if r["name"].endswith(".tar") or "lfs-objects" in r["name"])
+    assert shard_bytes >= sum(row["bytes"] for split in ("train", "valid") for row in _rows(generic_shards, split))
+
+
+def test_verify_names_a_shard_the_store_holds_corrupted(writable_remote, generic_shards, tmp_path):
+    url = writable_remote.put(generic_shards, "corrupted")
     row = _rows(generic_shards)[3]
     data = bytearray((generic_shards / row["name"]).read_bytes())
     data[len(data) // 2] ^= 1
@@ -175,12 +185,11 @@ def test_verify_passes_and_then_names_a_corrupted_shard(remote, generic_shards, 
     open_store(url).upload_file(str(tmp_path / row["name"]), row["name"])  # the store now holds a flipped byte
     result = _wdsprep("verify", url, "--quiet")
     assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert row["name"] in result.stderr or row["name"] in result.stdout
+    assert row["name"] in result.stderr + result.stdout
 
 
 def test_mapdataset_reads_each_sample_by_range(remote, generic_shards):
-    url = remote.url("map")
-    upload(str(generic_shards), url, quiet=True)
+    url = remote.put(generic_shards, "map")
     local = wdsprep.MapDataset(str(generic_shards), "train")
     remote.proxy.clear_log()
     mapped = wdsprep.MapDataset(url, "train")
@@ -189,14 +198,14 @@ def test_mapdataset_reads_each_sample_by_range(remote, generic_shards):
         assert got["__key__"] == expected["__key__"] and sorted(got) == sorted(expected)
         for field, value in expected.items():
             assert np.array_equal(got[field], value) if isinstance(value, np.ndarray) else got[field] == value, field
-    shard_gets = [r for r in remote.proxy.requests if r["method"] == "GET" and r["name"].endswith(".tar")]
+    shard_gets = [r for r in remote.proxy.requests if r["method"] == "GET" and r["status"] in (200, 206)
+                  and (r["name"].endswith(".tar") or "lfs-objects" in r["name"])]
     assert shard_gets and all(r["range"] for r in shard_gets)  # never a whole shard
     assert sum(r["sent"] for r in shard_gets) < sum(row["bytes"] for row in _rows(generic_shards)) / 2
 
 
 def test_a_mix_of_a_remote_part_and_a_local_part(remote, generic_shards):
-    url = remote.url("mixed")
-    upload(str(generic_shards), url, quiet=True)
+    url = remote.put(generic_shards, "mixed")
     mixed = wdsprep.mix([wdsprep.Part(url, split="train", name="remote"),
                          wdsprep.Part(str(generic_shards), split="valid", name="local")],
                         mode="epochized", equalize=None)
@@ -205,15 +214,15 @@ def test_a_mix_of_a_remote_part_and_a_local_part(remote, generic_shards):
 
 
 def test_show_draws_remote_samples(remote, generic_shards, tmp_path):
-    url = remote.url("shown")
-    upload(str(generic_shards), url, quiet=True)
+    url = remote.put(generic_shards, "shown")
     result = _wdsprep("show", url, "--out", str(tmp_path / "page.html"), "--samples", "2", "--quiet")
     assert result.returncode == 0, result.stderr
     page = (tmp_path / "page.html").read_text()
     assert "sample0000" in page
 
 
-def test_a_missing_bucket_is_one_line(remote, generic_shards):
+def test_a_missing_bucket_is_one_line(writable_remote, generic_shards):
+    remote = writable_remote
     container = remote.url("x").split("/")[2]
     absent = remote.url("x").replace(container, f"{container}-absent")
     result = _wdsprep("upload", str(generic_shards), absent, "--quiet")

@@ -122,7 +122,7 @@ def _explain(status: int, headers, body: bytes) -> str:
     if code == "RepoNotFound" or status == 401:
         return f"no such repository ({LOGIN})"
     if status == 404:
-        return "no such file"
+        return "no such object"
     if status == 403:
         return f"access denied (HTTP 403; {LOGIN})"
     return f"HTTP {status}{' ' + code if code else ''}"
