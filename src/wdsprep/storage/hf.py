@@ -95,7 +95,7 @@ def resolve(url: str) -> str:
     """The commit `url`'s revision names now (one request to the Hub)."""
     where = parse(url)
     try:
-        from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+        from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
     except ImportError:
         raise ShardError(url, INSTALL) from None
     revision = where.revision or "main"
@@ -103,6 +103,9 @@ def resolve(url: str) -> str:
         info = _api().repo_info(where.repo, repo_type=where.repo_type, revision=revision)
     except RevisionNotFoundError:
         raise ShardError(url, f"no revision {revision!r} in {where.named}") from None
+    except GatedRepoError:
+        raise ShardError(url, f"access denied to {where.named}: a gated repo, accept its conditions on the Hub "
+                              f"with the account of your token ({LOGIN})") from None
     except RepositoryNotFoundError:
         raise ShardError(url, f"no repository {where.named} at {endpoint()} ({LOGIN})") from None
     except HfHubHTTPError as error:
