@@ -44,7 +44,7 @@ class NoLock:
 
 
 _clients: dict = {}  # (pid, what, ...) -> a client (credentials, SDK client) of this process
-_clients_lock = threading.Lock()
+_clients_lock = threading.RLock()  # reentrant: one make() may need another client (a client its credentials)
 
 
 def per_process(key: tuple, make: Callable[[], object]):
@@ -62,7 +62,7 @@ def per_process(key: tuple, make: Callable[[], object]):
 
 def _after_fork_in_child() -> None:
     global _clients_lock
-    _clients_lock = threading.Lock()  # a parent thread may have held it at the fork
+    _clients_lock = threading.RLock()  # a parent thread may have held it at the fork
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
