@@ -1140,3 +1140,30 @@ MUTATIONS += [
                        "        return bool(self.stages) or (self.decode is not None and self.decode.drops)\n"),),
              ("tests/core/test_local_memory.py",)),
 ]
+# -- issue 47: hf://, gs://, az:// stores (revision pinning, the publish order, a client per worker)
+HUB = "tests/objectstore/test_hub.py"
+CONFORMANCE = "tests/objectstore/test_store_conformance.py"
+MUTATIONS += [
+    Mutation("hf-revision-not-pinned", "an hf:// revision is never resolved to its commit (a run reads whatever the branch names when it reads)",
+             "src/wdsprep/storage/hf.py",
+             (("        return replace(where, revision=resolve(url)).url()\n", "        return url\n"),),
+             (f"{HUB}::test_a_resumed_run_reads_the_recorded_commit_after_its_branch_moved", HUB)),
+    Mutation("resume-ignores-recorded-commit", "a resumed dataset reads its own (moved) head, not the commit its state recorded",
+             DATASET,
+             (("        if isinstance(recorded, str) and here and recorded != here and unpinned(recorded) == unpinned(here):\n",
+               "        if False:\n"),),
+             (f"{HUB}::test_a_resumed_run_reads_the_recorded_commit_after_its_branch_moved",)),
+    Mutation("upload-manifest-first", "upload writes the manifest before the shards (a reader sees a dataset whose shards are not there)",
+             "src/wdsprep/upload.py",
+             (("    store.clean_temporaries({row[\"name\"] for row in rows})  # what an interrupted upload left\n",
+               "    store.clean_temporaries({row[\"name\"] for row in rows})  # what an interrupted upload left\n"
+               "    store.write_bytes(MANIFEST_NAME, manifest_bytes)\n"),),
+             (f"{CONFORMANCE}::test_an_upload_killed_halfway_leaves_no_manifest_and_a_rerun_writes_nothing_twice",)),
+    Mutation("worker-reuses-parent-http-client", "a forked DataLoader worker reads over its parent's pooled connections (the http client is not per process)",
+             "src/wdsprep/storage/http.py",
+             (("    if held is not None and held[0] == os.getpid() and held[1] >= wanted:\n        return held[2]\n    with _client_lock:",
+               "    if held is not None and held[1] >= wanted:\n        return held[2]\n    with _client_lock:"),
+              ("        if held is not None and held[0] == os.getpid() and held[1] >= wanted:\n            return held[2]\n        import httpx",
+               "        if held is not None and held[1] >= wanted:\n            return held[2]\n        import httpx")),
+             (f"{CONFORMANCE}::test_each_dataloader_worker_makes_its_own_connections",)),
+]

@@ -229,3 +229,19 @@ def test_a_missing_bucket_is_one_line(writable_remote, generic_shards):
     assert result.returncode in (1, 2) and "Traceback" not in result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith(f"wdsprep: error: {absent}") and "no such" in line, line
+
+
+def test_each_dataloader_worker_makes_its_own_connections(remote, generic_shards):
+    """A worker forked from a process that has a client (its pooled, kept-alive connections) makes
+    its own: no request of a worker comes over a connection the main process opened."""
+    url = remote.put(generic_shards, "workers")
+    remote.proxy.clear_log()
+    dataset = wdsprep.dataset(url, "train", equalize=None)  # the main process reads the manifest and tables
+    before = len(remote.proxy.requests)
+    parents = {r["conn"] for r in remote.proxy.requests}
+    assert parents
+    loader = wdsprep.Loader(dataset, batch_size=10, num_workers=2, collate_fn=lambda batch: [s["__key__"] for s in batch])
+    keys = [key for batch in loader for key in batch]
+    assert sorted(keys) == KEYS
+    from_workers = remote.proxy.requests[before:]
+    assert from_workers and not [r for r in from_workers if r["conn"] in parents]
