@@ -31,7 +31,7 @@ from urllib.parse import quote
 
 from ..errors import ConfigError, ShardError
 from ..readoptions import ReadOptions
-from .base import Store, per_process
+from .base import ObjectStore, per_process
 from .http import HttpGetScheme
 from .s3 import SHA256_METADATA
 
@@ -221,16 +221,15 @@ def _error_code(error: Exception) -> str:
     return getattr(error, "error_code", None) or ""
 
 
-class AzureStore(Store):
+class AzureStore(ObjectStore):
     """A "directory" `az://container/prefix` of shards and a manifest (see the module docstring)."""
 
-    supports_listing = True
+    reader = SCHEME
 
     def __init__(self, url: str, *, multipart_bytes: int | None = None, part_bytes: int | None = None, **options):
         container, prefix = split_az(url.rstrip("/"))
         self.container_name = container
-        self.prefix = prefix.strip("/")
-        super().__init__(f"az://{container}/{self.prefix}" if self.prefix else f"az://{container}")
+        super().__init__(f"az://{container}", prefix)
         environment = ReadOptions.from_environment()  # checked before any request
         single = int(environment.s3_multipart_bytes if multipart_bytes is None else multipart_bytes)
         block = max(int(environment.s3_part_bytes if part_bytes is None else part_bytes), 1)
@@ -249,25 +248,10 @@ class AzureStore(Store):
         if not found:
             raise ConfigError(f"{url}: no such container {container!r}")
 
-    def key(self, name: str) -> str:
-        return f"{self.prefix}/{name}" if self.prefix else name
-
-    def name_url(self, name: str) -> str:
-        return f"az://{self.container_name}/{self.key(name)}"
-
     def _blob(self, name: str):
         return self.container.get_blob_client(self.key(name))
 
     # -- Store
-    def publish(self, local_path: str, name: str) -> None:
-        try:
-            self.upload_file(local_path, name)
-        finally:
-            try:
-                os.unlink(local_path)
-            except FileNotFoundError:
-                pass
-
     def upload_file(self, local_path: str, name: str, sha256: str | None = None) -> None:
         from azure.storage.blob import ContentSettings
 
@@ -279,32 +263,14 @@ class AzureStore(Store):
                                          metadata={SHA256_METADATA: digest},
                                          content_settings=ContentSettings(content_type="application/x-tar"))
 
-    def _properties(self, name: str):
+    def recorded(self, name: str) -> tuple[int, str | None] | None:
         from azure.core.exceptions import ResourceNotFoundError
 
         try:
-            return self._blob(name).get_blob_properties()
+            properties = self._blob(name).get_blob_properties()
         except ResourceNotFoundError:
             return None
-
-    def stat(self, name: str) -> int | None:
-        properties = self._properties(name)
-        return None if properties is None else int(properties.size)
-
-    def sha256(self, name: str) -> str | None:
-        properties = self._properties(name)
-        if properties is None:
-            return None
-        return (properties.metadata or {}).get(SHA256_METADATA) or self.content_sha256(name)
-
-    def content_sha256(self, name: str) -> str | None:
-        if self.stat(name) is None:
-            return None
-        digest = hashlib.sha256()
-        with SCHEME.open(self.name_url(name)) as stream:
-            while block := stream.read(1 << 20):
-                digest.update(block)
-        return digest.hexdigest()
+        return int(properties.size), (properties.metadata or {}).get(SHA256_METADATA)
 
     def read_bytes(self, name: str) -> bytes | None:
         from azure.core.exceptions import ResourceNotFoundError

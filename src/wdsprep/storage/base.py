@@ -13,7 +13,8 @@ cannot do is declared by its capability flags, with a documented default that is
                        of an earlier conversion are then left in place)
 
 Required of every store: `publish`, `stat`, `read_bytes`, `write_bytes`, `delete`. Each write is
-atomic: an object is either absent or complete under its final name.
+atomic: an object is either absent or complete under its final name. `ObjectStore` is what the
+object stores (S3, GCS, Azure) share: keys under a prefix, publish-by-upload, sha256 metadata.
 """
 from __future__ import annotations
 
@@ -186,6 +187,59 @@ class Store:
         accepts and that a write must not replace: locally a symlink, FIFO, device, socket or
         directory (`files.refuse_special_entries`). Default: nothing to refuse (an object store
         holds only objects)."""
+
+
+class ObjectStore(Store):
+    """A "directory" `SCHEME://BUCKET/PREFIX` of an object store (S3, GCS, Azure): what they share.
+    A shard is uploaded from its staging file by `publish`, which then removes the file; every object
+    carries its sha256 as metadata, which `sha256` answers from (`recorded`); `content_sha256`
+    re-reads the object through `reader`, the scheme that reads the store's URLs. A subclass gives
+    `recorded(name)` and the writes (`upload_file`, `write_bytes`, `read_bytes`, `delete`, `list_names`)."""
+
+    supports_listing = True
+    reader: "Scheme"
+
+    def __init__(self, root: str, prefix: str):
+        self.root, self.prefix = root.rstrip("/"), prefix.strip("/")
+        super().__init__(f"{self.root}/{self.prefix}" if self.prefix else self.root)
+
+    def key(self, name: str) -> str:
+        return f"{self.prefix}/{name}" if self.prefix else name
+
+    def name_url(self, name: str) -> str:
+        return f"{self.root}/{self.key(name)}"
+
+    def recorded(self, name: str) -> tuple[int, str | None] | None:
+        """(size, the sha256 recorded at upload or None) of the object, or None if it is absent."""
+        raise NotImplementedError
+
+    def publish(self, local_path: str, name: str) -> None:
+        """Upload a finished local shard under `name`, then remove the local file."""
+        try:
+            self.upload_file(local_path, name)
+        finally:
+            remove_quietly(local_path)
+
+    def stat(self, name: str) -> int | None:
+        found = self.recorded(name)
+        return None if found is None else found[0]
+
+    def sha256(self, name: str) -> str | None:
+        """The sha256 recorded at upload; an object without one is hashed."""
+        found = self.recorded(name)
+        if found is None:
+            return None
+        return found[1] or self.content_sha256(name)
+
+    def content_sha256(self, name: str) -> str | None:
+        """Re-read the object and hash what is really there (None if it is absent)."""
+        if self.stat(name) is None:
+            return None
+        digest = hashlib.sha256()
+        with self.reader.open(self.name_url(name)) as stream:
+            while block := stream.read(BUFFER):
+                digest.update(block)
+        return digest.hexdigest()
 
 
 class Scheme:

@@ -26,7 +26,7 @@ from urllib.parse import quote
 
 from ..errors import ConfigError, ShardError
 from ..readoptions import ReadOptions
-from .base import Store, per_process
+from .base import ObjectStore, per_process
 from .http import HttpGetScheme
 from .s3 import SHA256_METADATA
 
@@ -152,16 +152,15 @@ def _code(error: Exception) -> int | None:
     return getattr(error, "code", None)
 
 
-class GCSStore(Store):
+class GCSStore(ObjectStore):
     """A "directory" `gs://bucket/prefix` of shards and a manifest (see the module docstring)."""
 
-    supports_listing = True
+    reader = SCHEME
 
     def __init__(self, url: str, *, multipart_bytes: int | None = None, part_bytes: int | None = None, **options):
         bucket, prefix = split_gs(url.rstrip("/"))
         self.bucket_name = bucket
-        self.prefix = prefix.strip("/")
-        super().__init__(f"gs://{bucket}/{self.prefix}" if self.prefix else f"gs://{bucket}")
+        super().__init__(f"gs://{bucket}", prefix)
         environment = ReadOptions.from_environment()  # checked before any request
         self.multipart_bytes = int(environment.s3_multipart_bytes if multipart_bytes is None else multipart_bytes)
         wanted = int(environment.s3_part_bytes if part_bytes is None else part_bytes)
@@ -178,26 +177,11 @@ class GCSStore(Store):
             raise ConfigError(f"{url}: no such bucket {bucket!r}")
         self.bucket = found
 
-    def key(self, name: str) -> str:
-        return f"{self.prefix}/{name}" if self.prefix else name
-
-    def name_url(self, name: str) -> str:
-        return f"gs://{self.bucket_name}/{self.key(name)}"
-
     def _blob(self, name: str, size: int = 0):
         chunk = self.part_bytes if size > self.multipart_bytes else None  # resumable, in chunks
         return storage_client().bucket(self.bucket_name).blob(self.key(name), chunk_size=chunk)
 
     # -- Store
-    def publish(self, local_path: str, name: str) -> None:
-        try:
-            self.upload_file(local_path, name)
-        finally:
-            try:
-                os.unlink(local_path)
-            except FileNotFoundError:
-                pass
-
     def upload_file(self, local_path: str, name: str, sha256: str | None = None) -> None:
         from .files import file_sha256
 
@@ -206,27 +190,9 @@ class GCSStore(Store):
         blob.metadata = {SHA256_METADATA: sha256 or file_sha256(local_path)}
         blob.upload_from_filename(local_path, content_type="application/x-tar")
 
-    def _stat_blob(self, name: str):
-        return storage_client().bucket(self.bucket_name).get_blob(self.key(name))
-
-    def stat(self, name: str) -> int | None:
-        blob = self._stat_blob(name)
-        return None if blob is None else int(blob.size)
-
-    def sha256(self, name: str) -> str | None:
-        blob = self._stat_blob(name)
-        if blob is None:
-            return None
-        return (blob.metadata or {}).get(SHA256_METADATA) or self.content_sha256(name)
-
-    def content_sha256(self, name: str) -> str | None:
-        if self.stat(name) is None:
-            return None
-        digest = hashlib.sha256()
-        with SCHEME.open(self.name_url(name)) as stream:
-            while block := stream.read(1 << 20):
-                digest.update(block)
-        return digest.hexdigest()
+    def recorded(self, name: str) -> tuple[int, str | None] | None:
+        blob = storage_client().bucket(self.bucket_name).get_blob(self.key(name))
+        return None if blob is None else (int(blob.size), (blob.metadata or {}).get(SHA256_METADATA))
 
     def read_bytes(self, name: str) -> bytes | None:
         from google.api_core.exceptions import NotFound

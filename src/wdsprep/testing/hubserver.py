@@ -19,7 +19,6 @@ Every request is logged (`requests`: method, path, range, status).
 """
 from __future__ import annotations
 
-import contextlib
 import datetime
 import hashlib
 import json
@@ -27,10 +26,10 @@ import os
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Iterator
 from urllib.parse import unquote, urlsplit
 
 from ._ranges import byte_range
+from ._environment import WithEnvironment
 from ._threaded import ServedInThread
 
 LFS_BYTES = 10_000  # files this large or larger are LFS files (served by a redirect), like .tar shards
@@ -214,7 +213,7 @@ class _Server(ThreadingHTTPServer):
         pass
 
 
-class HubServer(ServedInThread):
+class HubServer(ServedInThread, WithEnvironment):
     """`with HubServer() as hub:` — `hub.url`, `hub.env` (HF_ENDPOINT, HF_TOKEN), `hub.environment()`."""
 
     name = "hub"
@@ -245,19 +244,6 @@ class HubServer(ServedInThread):
     @property
     def env(self) -> dict[str, str]:
         return self.via(self.url)
-
-    @contextlib.contextmanager
-    def environment(self) -> Iterator[dict[str, str]]:
-        saved = {name: os.environ.get(name) for name in self.env}
-        os.environ.update(self.env)
-        try:
-            yield self.env
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
 
     # -- repos, written here
     def create_repo(self, repo_id: str, kind: str = "datasets", *, private: bool = False, gated: bool = False) -> str:
