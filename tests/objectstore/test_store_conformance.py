@@ -245,3 +245,14 @@ def test_each_dataloader_worker_makes_its_own_connections(remote, generic_shards
     assert sorted(keys) == KEYS
     from_workers = remote.proxy.requests[before:]
     assert from_workers and not [r for r in from_workers if r["conn"] in parents]
+
+
+def test_plain_webdataset_reads_the_store_after_import_wdsprep(remote, generic_shards):
+    import webdataset as wds
+
+    from wdsprep.storage.gopen import register_webdataset_schemes
+
+    register_webdataset_schemes()
+    url = remote.put(generic_shards, "plain")
+    samples = list(wds.WebDataset(wdsprep.urls(url, "valid"), shardshuffle=False))
+    assert sorted(s["__key__"] for s in samples) == KEYS[:20]

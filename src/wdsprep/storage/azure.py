@@ -168,6 +168,7 @@ def _explain(status: int, headers, body: bytes) -> str:
 
 class AzureScheme(HttpGetScheme):
     writable = True
+    webdataset = True  # plain `wds.WebDataset(urls)` reads through it (storage/gopen.py)
     example = "az://CONTAINER/PREFIX"
 
     def locate(self, url: str) -> tuple[str, dict]:

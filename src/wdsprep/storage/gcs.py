@@ -105,6 +105,7 @@ def _explain(status: int, headers, body: bytes) -> str:
 
 class GCSScheme(HttpGetScheme):
     writable = True
+    webdataset = True  # plain `wds.WebDataset(urls)` reads through it (storage/gopen.py)
     example = "gs://BUCKET/PREFIX"
 
     def locate(self, url: str) -> tuple[str, dict]:

@@ -132,6 +132,7 @@ def _explain(status: int, headers, body: bytes) -> str:
 
 
 class HubScheme(HttpGetScheme):
+    webdataset = True  # plain `wds.WebDataset(urls)` reads through it (storage/gopen.py)
     example = "hf://datasets/ORG/NAME[@REVISION]/PATH"
 
     def locate(self, url: str) -> tuple[str, dict]:
