@@ -256,3 +256,30 @@ def test_plain_webdataset_reads_the_store_after_import_wdsprep(remote, generic_s
     url = remote.put(generic_shards, "plain")
     samples = list(wds.WebDataset(wdsprep.urls(url, "valid"), shardshuffle=False))
     assert sorted(s["__key__"] for s in samples) == KEYS[:20]
+
+
+def test_a_conversion_killed_halfway_leaves_no_manifest_and_a_rerun_completes_it(writable_remote, generic_shards):
+    remote = writable_remote
+    url = remote.url("convert-killed")
+    command = [sys.executable, "-m", "wdsprep", "convert", "generic", str(generic_shards.parent / "input"), url,
+               "--shard-bytes", "400KB", "--quiet", "--workers", "1"]
+    gate = remote.proxy.hold_writes_after(5, timeout=DEADLINE)
+    process = subprocess.Popen(command, env=os.environ.copy(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + DEADLINE
+    while gate.waiting == 0 and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.02)
+    assert gate.waiting >= 1, process.communicate(timeout=DEADLINE)
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=DEADLINE)
+    gate.release(fail=True)
+    remote.proxy.faults.gate = None
+    before = {name: marker for name, marker in remote.markers("convert-killed").items() if name.endswith(".tar")}
+    assert "manifest.json" not in remote.markers("convert-killed") and before
+    result = subprocess.run(command, env=os.environ.copy(), capture_output=True, text=True, timeout=SUBPROCESS)
+    assert result.returncode == 0, result.stderr
+    # (units whose journal records had not reached the store are built again, into the same bytes:
+    # shards/journal.py)
+    local = {split: [row["sha256"] for row in _rows(generic_shards, split)] for split in ("train", "valid")}
+    manifest = load_manifest(url)
+    assert {split: [row["sha256"] for row in manifest.shards(split)] for split in local} == local
+    assert _wdsprep("verify", url, "--quiet").returncode == 0
