@@ -1166,4 +1166,8 @@ MUTATIONS += [
               ("        if held is not None and held[0] == os.getpid() and held[1] >= wanted:\n            return held[2]\n        import httpx",
                "        if held is not None and held[1] >= wanted:\n            return held[2]\n        import httpx")),
              (f"{CONFORMANCE}::test_each_dataloader_worker_makes_its_own_connections",)),
+    Mutation("hub-expired-location-kept", "a remembered Hub storage location that fails is not located again (an expired signed URL ends the read)",
+             "src/wdsprep/storage/hf.py",
+             (("        if remembered.get(url, (None,))[0] == target:\n", "        if False:\n"),),
+             (f"{HUB}::test_a_files_storage_location_is_remembered_and_located_again_when_it_expires",)),
 ]

@@ -82,7 +82,7 @@ def test_a_resumed_run_reads_the_recorded_commit_after_its_branch_moved(hub, gen
     other = _members(other_shards)
     assert any(other[key] != expected[key] for key in expected)  # (which the new head does not hold)
     shard_reads = [r["path"] for r in hub.requests if "/resolve/" in r["path"] and r["path"].endswith(".tar")]
-    assert shard_reads and all(f"/resolve/{first}/" in path for path in shard_reads)
+    assert not [path for path in shard_reads if f"/resolve/{first}/" not in path]  # no shard of the new head asked for
 
 
 def test_without_a_state_a_new_run_reads_the_new_head(hub, generic_shards, other_shards):
@@ -149,3 +149,26 @@ def test_bad_hub_input_is_one_line(hub, generic_shards, tmp_path, case):
     assert expected in line, line
     if case in ("no-repo", "no-token", "gated"):
         assert "HF_TOKEN" in line  # says how to give a token
+
+
+def test_a_files_storage_location_is_remembered_and_located_again_when_it_expires(hub, generic_shards):
+    """The ranges of a commit's file after its first go straight to the Hub's file storage (one
+    request each, not a `resolve` redirect and a GET); a remembered location that stopped answering
+    (an expired signed URL) is forgotten, the file resolved again, and the read goes on."""
+    from wdsprep.storage import read_range
+
+    hub.create_repo("org/ranges")
+    commit = hub.upload_folder("org/ranges", generic_shards, "data")
+    name = sorted(p.name for p in generic_shards.glob("train-*.tar"))[0]
+    local = (generic_shards / name).read_bytes()
+    url = f"hf://datasets/org/ranges@{commit}/data/{name}"
+    hub.clear_log()
+    for offset in (0, 1000, 5000, 9000):
+        assert read_range(url, offset, 512) == local[offset : offset + 512]
+    paths = [r["path"].split("/")[1] for r in hub.requests]
+    assert paths == ["datasets", "lfs-objects", "lfs-objects", "lfs-objects", "lfs-objects"]
+    hub.expire_storage_urls()
+    hub.clear_log()
+    assert read_range(url, 20000, 512) == local[20000:20512]
+    assert [(r["path"].split("/")[1], r["status"]) for r in hub.requests] == [
+        ("lfs-objects", 404), ("datasets", 302), (hub.storage, 206)]

@@ -155,17 +155,6 @@ def split_az(url: str) -> tuple[str, str]:
     return container, blob
 
 
-def _explain(status: int, headers, body: bytes) -> str:
-    code = headers.get("x-ms-error-code") or ""
-    if code == "ContainerNotFound":
-        return "no such container"
-    if status == 404:
-        return "no such object"
-    if status in (401, 403):
-        return f"access denied (HTTP {status}{' ' + code if code else ''})"
-    return f"HTTP {status}{' ' + code if code else ''}"
-
-
 class AzureScheme(HttpGetScheme):
     writable = True
     webdataset = True  # plain `wds.WebDataset(urls)` reads through it (storage/gopen.py)
@@ -189,7 +178,15 @@ class AzureScheme(HttpGetScheme):
             raise ShardError(url, str(error).split(": ", 1)[1]) from None
         return target, headers
 
-    explain = staticmethod(_explain)
+    def explain(self, status: int, headers, body: bytes) -> str:
+        code = headers.get("x-ms-error-code") or ""
+        if code == "ContainerNotFound":
+            return "no such container"
+        if status == 404:
+            return "no such object"
+        if status in (401, 403):
+            return f"access denied (HTTP {status}{' ' + code if code else ''})"
+        return f"HTTP {status}{' ' + code if code else ''}"
 
     def store(self, url: str, **options) -> "AzureStore":
         return AzureStore(url, **options)

@@ -89,20 +89,6 @@ def credentials(where: str = "gs://"):
     return found
 
 
-def _explain(status: int, headers, body: bytes) -> str:
-    """A permanent error of the JSON API in one line: the store's own message where it gives one."""
-    try:
-        message = json.loads(body)["error"]["message"]
-    except (ValueError, KeyError, TypeError):
-        message = body.decode(errors="replace").strip().splitlines()[0] if body.strip() else ""
-    if status == 404:
-        bucket_missing = "bucket" in message.lower() and "object" not in message.lower()
-        return "no such bucket" if bucket_missing else "no such object"
-    if status in (401, 403):
-        return f"access denied (HTTP {status}{': ' + message if message else ''})"
-    return f"HTTP {status}{': ' + message if message else ''}"
-
-
 class GCSScheme(HttpGetScheme):
     writable = True
     webdataset = True  # plain `wds.WebDataset(urls)` reads through it (storage/gopen.py)
@@ -117,7 +103,18 @@ class GCSScheme(HttpGetScheme):
         headers = {} if found is None else {"Authorization": f"Bearer {found.token}"}
         return f"{base}/download/storage/v1/b/{quote(bucket, safe='')}/o/{quote(key, safe='')}?alt=media", headers
 
-    explain = staticmethod(_explain)
+    def explain(self, status: int, headers, body: bytes) -> str:
+        """A permanent error of the JSON API in one line: the store's own message where it gives one."""
+        try:
+            message = json.loads(body)["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            message = body.decode(errors="replace").strip().splitlines()[0] if body.strip() else ""
+        if status == 404:
+            bucket_missing = "bucket" in message.lower() and "object" not in message.lower()
+            return "no such bucket" if bucket_missing else "no such object"
+        if status in (401, 403):
+            return f"access denied (HTTP {status}{': ' + message if message else ''})"
+        return f"HTTP {status}{': ' + message if message else ''}"
 
     def store(self, url: str, **options) -> "GCSStore":
         return GCSStore(url, **options)

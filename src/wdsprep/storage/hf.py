@@ -7,7 +7,9 @@ REVISION is a branch, a tag or a commit (default `main`; a revision with a slash
 written quoted, `refs%2Fpr%2F1`). Bytes are plain ranged GETs of the Hub's
 `{endpoint}/datasets/ORG/NAME/resolve/{revision}/{path}` over the process's pooled `httpx` client
 (storage/http.py: the read-ahead, retries, rate floor and same-object check of every remote read),
-following the Hub's redirects to its file storage. Read-only (see docs/objectstore.md for why).
+following the Hub's redirects to its file storage. Where a file of a commit was redirected to is
+remembered per process for a few minutes, so its next ranges are one request each; a remembered
+location that fails is forgotten and the file resolved again. Read-only (see docs/objectstore.md).
 
 Pinning. A branch moves; a run must not. `pin(url)` resolves the revision to its commit once, with
 huggingface_hub (`HfApi.repo_info`), and gives the URL naming that commit (`@<40 hex>`): a manifest
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import dataclass, replace
 from urllib.parse import quote, unquote
 
@@ -32,6 +35,8 @@ from .base import per_process
 from .http import HttpGetScheme
 
 ENDPOINT = "https://huggingface.co"
+REMEMBER = 300.0  # seconds a file's storage location (a signed URL, valid far longer) is used without `resolve`
+REMEMBERED_FILES = 4096  # storage locations kept per process at most
 KINDS = {"datasets": "dataset", "spaces": "space"}  # URL prefix -> huggingface_hub's repo_type (else a model)
 COMMIT = re.compile(r"[0-9a-f]{40}")
 INSTALL = "hf:// URLs need huggingface_hub: pip install 'wdsprep[hf]'"
@@ -67,6 +72,11 @@ def parse(url: str) -> HubPath:
         raise ShardError(url, "an hf:// URL names a repo: hf://datasets/ORG/NAME[@REVISION]/PATH")
     name, _, revision = parts[1].partition("@")
     return HubPath(kind, f"{parts[0]}/{name}", unquote(revision) or None, "/".join(parts[2:]))
+
+
+def _remembered() -> dict:
+    """This process's remembered storage locations: hf:// URL of a commit's file -> (URL, until)."""
+    return per_process(("hf-locations",), dict)
 
 
 def endpoint() -> str:
@@ -118,24 +128,14 @@ def resolve(url: str) -> str:
     return info.sha
 
 
-def _explain(status: int, headers, body: bytes) -> str:
-    code = headers.get("X-Error-Code") or ""
-    if code == "RevisionNotFound":
-        return "no such revision"
-    if code == "RepoNotFound" or status == 401:
-        return f"no such repository ({LOGIN})"
-    if status == 404:
-        return "no such object"
-    if status == 403:
-        return f"access denied (HTTP 403; {LOGIN})"
-    return f"HTTP {status}{' ' + code if code else ''}"
-
-
 class HubScheme(HttpGetScheme):
     webdataset = True  # plain `wds.WebDataset(urls)` reads through it (storage/gopen.py)
     example = "hf://datasets/ORG/NAME[@REVISION]/PATH"
 
     def locate(self, url: str) -> tuple[str, dict]:
+        remembered = _remembered().get(url)
+        if remembered is not None and remembered[1] > time.monotonic():
+            return remembered[0], {}  # the storage's signed URL: no token goes there
         where = parse(url)
         if not where.path:
             raise ShardError(url, "an hf:// URL to read names a file: hf://datasets/ORG/NAME[@REVISION]/PATH")
@@ -145,7 +145,34 @@ class HubScheme(HttpGetScheme):
         found = token()
         return target, ({"Authorization": f"Bearer {found}"} if found else {})
 
-    explain = staticmethod(_explain)
+    def explain(self, status: int, headers, body: bytes) -> str:
+        code = headers.get("X-Error-Code") or ""
+        if code == "RevisionNotFound":
+            return "no such revision"
+        if code == "RepoNotFound" or status == 401:
+            return f"no such repository ({LOGIN})"
+        if status == 404:
+            return "no such object"
+        if status == 403:
+            return f"access denied (HTTP 403; {LOGIN})"
+        return f"HTTP {status}{' ' + code if code else ''}"
+
+    def arrived(self, url: str, target: str, final: str) -> None:
+        """Remember where `resolve` sent a file of a commit (its storage), for `REMEMBER` seconds: the
+        next ranges of that file go there at once, one request each instead of two."""
+        revision = parse(url).revision
+        if revision is not None and COMMIT.fullmatch(revision):
+            remembered = _remembered()
+            if len(remembered) >= REMEMBERED_FILES:
+                remembered.clear()
+            remembered[url] = (final, time.monotonic() + REMEMBER)
+
+    def stale(self, url: str, target: str) -> bool:
+        remembered = _remembered()
+        if remembered.get(url, (None,))[0] == target:
+            remembered.pop(url, None)
+            return True
+        return False
 
     def pin(self, url: str) -> str:
         where = parse(url)

@@ -97,14 +97,15 @@ class HttpBody:
         response.close()
 
 
-def _send(url: str, start: int, stop: int | None, timeout: float, locate=None, explain=None):
-    """One GET from `start` (to `stop`, exclusive), `timeout` seconds per connect and read:
-    (status, HttpBody, headers). `url` is what errors name; `locate(url) -> (request URL, headers)`
-    where the object is reached some other way (a cloud store's endpoint, signed or with a token);
-    `explain(status, headers, body) -> message` words a permanent error (default `HTTP 404 Not Found`)."""
-    target, extra = (url, None) if locate is None else locate(url)
+def _send(url: str, start: int, stop: int | None, timeout: float, via: "HttpGetScheme"):
+    """One GET of the object `url` from `start` (to `stop`, exclusive), `timeout` seconds per connect
+    and read: (status, HttpBody, headers). `via` is the scheme that reaches it: `locate(url)` gives the
+    request's URL and headers, `explain` words a permanent error, `arrived` sees where redirects led,
+    `stale` says whether a permanent error of a remembered location is to be located again (then a
+    transient error: the retry asks `locate` anew)."""
+    target, extra = via.locate(url)
     wanted = range_header(start, stop)
-    headers = dict(extra or ())
+    headers = dict(extra)
     if wanted:
         headers["Range"] = wanted
     client = http_client()
@@ -112,10 +113,11 @@ def _send(url: str, start: int, stop: int | None, timeout: float, locate=None, e
     response = client.send(request, stream=True)
     status = response.status_code
     if status in PERMANENT:
-        body = b"" if explain is None else _short_body(response)
+        body = _short_body(response)
         response.close()
-        raise ShardError(url, f"HTTP {status} {PERMANENT[status]}" if explain is None
-                         else explain(status, response.headers, body))
+        if via.stale(url, target):
+            raise ConnectionError(f"HTTP {status} from a remembered location: located again")
+        raise ShardError(url, via.explain(status, response.headers, body))
     if status >= 400:
         response.close()
         raise ConnectionError(f"HTTP {status} {response.reason_phrase}")  # transient: retried
@@ -124,6 +126,8 @@ def _send(url: str, start: int, stop: int | None, timeout: float, locate=None, e
         response.close()
         raise ShardError(url, f"the server sent it with Content-Encoding: {encoding} although identity was asked "
                               "for; serve it as it is stored (uncompressed by the server)")
+    if response.history:
+        via.arrived(url, target, str(response.url))
     return status, HttpBody(response), response.headers
 
 
@@ -148,15 +152,16 @@ def _total(headers, start: int) -> int | None:
     return start + int(length) if length is not None else None
 
 
-def http_open_at(url: str, end: int | None = None, *, timeout: float | None = None, locate=None, explain=None):
+def http_open_at(url: str, end: int | None = None, *, timeout: float | None = None, via: "HttpGetScheme | None" = None):
     """`open_at(offset)` for `ResumingStream`: one GET (with `Range` past 0, or up to `end`
     exclusive when it is given) -> (body, total, etag); `timeout` per connect and read (default:
-    the environment's now, `ReadOptions`); `locate`, `explain`: as `_send` takes them (the stores
-    whose bytes are plain HTTP GETs: gs://, az://, hf://)."""
+    the environment's now, `ReadOptions`); `via`: the scheme that reaches the object (default
+    `http(s)://`: the URL itself; gs://, az://, hf:// give their own, `HttpGetScheme`)."""
     timeout = ReadOptions.from_environment().timeout if timeout is None else timeout
+    via = SCHEME if via is None else via
 
     def open_at(offset: int):
-        status, body, headers = _send(url, offset, end, timeout, locate, explain)
+        status, body, headers = _send(url, offset, end, timeout, via)
         etag = headers.get("ETag")
         if offset and status != 206:
             # the server ignored Range: read past what we already have (still no disk, bounded by offset)
@@ -179,17 +184,30 @@ def _discard(body, count: int, url: str) -> None:
 
 class HttpGetScheme(ResumingScheme):
     """A scheme whose bytes are plain ranged HTTP GETs over this process's pooled client (so it
-    shares the read-ahead, retries and rate floor of every remote read): a subclass gives
-    `locate(url) -> (request URL, headers)` and `explain(status, headers, body) -> message`."""
-
-    locate = None
-    explain = None
+    shares the read-ahead, retries and rate floor of every remote read). Its defaults are plain
+    http(s)'s; a store reached another way (gs://, az://, hf://) gives `locate(url) -> (request URL,
+    headers)` and `explain(status, headers, body) -> message`, and may remember where redirects led
+    (`arrived`) as long as it forgets a remembered location that fails (`stale`)."""
 
     def open_at(self, url: str, end: int | None = None):
-        return http_open_at(url, end, timeout=self.options.timeout, locate=self.locate, explain=self.explain)
+        return http_open_at(url, end, timeout=self.options.timeout, via=self)
 
     def connect(self, connections: int) -> None:
         http_client(connections)
+
+    def locate(self, url: str) -> tuple[str, dict]:
+        return url, {}
+
+    def explain(self, status: int, headers, body: bytes) -> str:
+        return f"HTTP {status} {PERMANENT[status]}"
+
+    def arrived(self, url: str, target: str, final: str) -> None:
+        """The request for `url` sent to `target` was redirected to `final`. Default: nothing kept."""
+
+    def stale(self, url: str, target: str) -> bool:
+        """Whether a permanent error of `target` means only that a remembered location expired (it is
+        then forgotten, and the request located again). Default: no (nothing is remembered)."""
+        return False
 
 
 class HttpScheme(HttpGetScheme):

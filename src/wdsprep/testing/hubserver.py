@@ -6,6 +6,7 @@
     GET|HEAD /[datasets/|spaces/]ORG/NAME/resolve/REV/PATH     a file: small ones served here (Range, ETag),
                                                                large ones (LFS) by a 302 to /lfs-objects/SHA256
     GET|HEAD /lfs-objects/SHA256                               the file storage (Range, ETag), no token
+                                                               (`expire_storage_urls` moves it: old URLs 404)
 
 Errors carry the Hub's `X-Error-Code` (RepoNotFound, RevisionNotFound, EntryNotFound, GatedRepo),
 which huggingface_hub turns into its own exceptions. A private repo answers only a request with
@@ -70,7 +71,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _route(self, path: str, head: bool, record: dict) -> None:
         parts = [unquote(p) for p in path.strip("/").split("/")]
-        if parts[:1] == ["lfs-objects"] and len(parts) == 2:
+        if parts[:1] == [self.server.owner.storage] and len(parts) == 2:
             data = self.server.owner.lfs.get(parts[1])
             if data is None:
                 return self._error(404, record, "EntryNotFound")
@@ -191,7 +192,7 @@ class _Handler(BaseHTTPRequestHandler):
         digest = hashlib.sha256(data).hexdigest()
         record["status"] = 302
         self.send_response(302)
-        self.send_header("Location", f"/lfs-objects/{digest}")
+        self.send_header("Location", f"/{self.server.owner.storage}/{digest}")
         self.send_header("X-Linked-Etag", f'"{digest}"')
         self.send_header("X-Linked-Size", str(len(data)))
         for name, value in headers.items():
@@ -224,6 +225,7 @@ class HubServer(ServedInThread, WithEnvironment):
         self.granted: set[str] = set()
         self.repos: dict[tuple[str, str], _Repo] = {}
         self.lfs: dict[str, bytes] = {}
+        self.storage = "lfs-objects"  # the path of the file storage (`expire_storage_urls` changes it)
         self.requests: list[dict] = []
         self.lock = threading.Lock()
 
@@ -289,6 +291,12 @@ class HubServer(ServedInThread, WithEnvironment):
     def move_branch(self, repo_id: str, branch: str, commit: str, kind: str = "datasets") -> None:
         with self.lock:
             self.repos[(kind, repo_id)].refs[branch] = commit
+
+    def expire_storage_urls(self) -> None:
+        """Every storage URL `resolve` gave so far stops answering (404), as the Hub's signed URLs do
+        when they expire; `resolve` gives new ones."""
+        with self.lock:
+            self.storage = f"lfs-objects-{len(self.storage)}"
 
     def clear_log(self) -> None:
         with self.lock:
