@@ -89,7 +89,7 @@ class Remote:
     def name_of(self, url: str) -> str:
         if self.scheme == "hf":
             path = url.split("/", 5)[5]
-            return f"lfs-objects/{self.lfs[path]}" if path in self.lfs else f"datasets/{self.container}/resolve/main/{path}"
+            return f"{self.server.storage}/{self.lfs[path]}" if path in self.lfs else f"datasets/{self.container}/resolve/main/{path}"
         key = url.split("://", 1)[1].split("/", 1)[1]
         return {"s3": f"{self.container}/{key}", "gs": f"download/storage/v1/b/{self.container}/o/{key}",
                 "az": f"devstoreaccount1/{self.container}/{key}"}[self.scheme]
