@@ -15,7 +15,9 @@ Resume. `state_dict()` saves this process's position (inside a DataLoader worker
 discards the outputs already delivered. Exact for stages that map, filter or expand samples one
 at a time (every reader stage of wdsprep), and for `.batched()` called on this object (batching is
 placed after the counting point). With DataLoader workers, use `wdsprep.Loader`, which records
-each worker's position in the main process.
+each worker's position in the main process. A state records the manifest's pinned location
+(`location`: a Hub revision's commit, storage/hf.py); a dataset of the same location whose branch
+moved since reads the recorded commit again when given the state (`_read_recorded`).
 
 Fusion. A `ReaderStage` (`wdsprep.decode()`, stream/decode.py) placed first runs inside the
 worker's reader; any other stage is applied to the reader's samples as webdataset would.
