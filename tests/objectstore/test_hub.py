@@ -172,3 +172,28 @@ def test_a_files_storage_location_is_remembered_and_located_again_when_it_expire
     assert read_range(url, 20000, 512) == local[20000:20512]
     assert [(r["path"].split("/")[1], r["status"]) for r in hub.requests] == [
         ("lfs-objects", 404), ("datasets", 302), (hub.storage, 206)]
+
+
+def test_a_loader_resumed_after_the_branch_moved_reads_the_recorded_commit(hub, generic_shards, other_shards):
+    """The same through `wdsprep.Loader` and its DataLoader workers (the state is the Loader's)."""
+    hub.create_repo("org/moving-loader")
+    hub.upload_folder("org/moving-loader", generic_shards, "data")
+    url = "hf://datasets/org/moving-loader/data"
+
+    def loader():
+        dataset = wdsprep.dataset(url, "train", seed=SEED, equalize=None)
+        return wdsprep.Loader(dataset, batch_size=5, num_workers=2, collate_fn=lambda batch: batch)
+
+    first = loader()
+    batches = iter(first)
+    before = [sample for _ in range(6) for sample in next(batches)]
+    state = first.state_dict()
+    del batches
+    hub.upload_folder("org/moving-loader", other_shards, "data")
+    resumed = loader()
+    resumed.load_state_dict(state)
+    after = [sample for batch in resumed for sample in batch]
+    expected = _members(generic_shards)
+    got = before + after
+    assert sorted(s["__key__"] for s in got) == sorted(expected)
+    assert all(_fields(s) == expected[s["__key__"]] for s in got)

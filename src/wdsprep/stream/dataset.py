@@ -163,7 +163,7 @@ class PlannedDataset(wds.DataPipeline, FluidInterface):
             position = self._position.as_dict()
         else:  # not iterated since a load_state_dict: the loaded position, not the epoch's start
             position = self.position(self._resume.get(worker)).as_dict()
-        return encode_state(self.layout(), self.progress, num_workers, {worker: position})
+        return encode_state(self.layout(), self.progress, num_workers, {worker: position}, **self.provenance())
 
     def load_state_dict(self, state: dict | list, **options) -> None:
         """Resume from this rank's own state (same world and workers), or from the list of every
@@ -180,6 +180,11 @@ class PlannedDataset(wds.DataPipeline, FluidInterface):
         return parse_state(state, self.layout(), num_workers, what, level_value=self.level_value)
 
     level_value = staticmethod(worker_level)  # what an elastic resume keeps of a worker's position
+
+    def provenance(self) -> dict:
+        """What a state records beside the layout and never matches (a dataset: its pinned location).
+        Default: nothing."""
+        return {}
 
     # -- the pass's plan, kept (the latest pass only)
     def planned(self, key: tuple, plan: Callable[[], Any]) -> Any:
@@ -292,7 +297,12 @@ class ShardDataset(PlannedDataset):
         rank, world = self.rank_and_world()
         return {"dataset": self.digest, "split": self.split, "seed": self.seed, "shuffle_shards": self.shuffle_shards,
                 "shuffle_buffer": self.shuffle_buffer, "equalize": self.equalize, "rank": rank, "world_size": world,
-                "selection": self.catalog.selection_text, "location": self.manifest.url}
+                "selection": self.catalog.selection_text}
+
+    def provenance(self) -> dict:
+        """Where the data was read from, recorded in a state beside the layout and not matched on
+        resume: the manifest's pinned `location` (`_read_recorded`)."""
+        return {"location": self.manifest.url}
 
     def parse_state(self, state: dict | list, num_workers: int, what: str = "dataset") -> Resume:
         """A state checked against this dataset (stream/state.py), after reading again the pinned
