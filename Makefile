@@ -8,7 +8,7 @@ PIPELINES ?= $(wildcard pipelines/*.toml)
 
 AZURITE := $(VENV)/node/node_modules/.bin/azurite-blob
 
-.PHONY: venv shards test bench bench-smoke verify-shards clean azurite
+.PHONY: venv shards test bench bench-remote bench-smoke verify-shards clean azurite
 
 venv: $(STAMP)
 
@@ -52,6 +52,11 @@ $(BENCH_STAMP): $(STAMP)
 
 bench: $(BENCH_STAMP) $(AZURITE)
 	$(PY) benchmarks/run.py
+
+# the remote read path's bench, wdsprep alone over HTTP (unshaped and 40 ms, 0 and 2 workers, 3 runs):
+# re-run it whenever stream/remote.py, stream/worker.py, stream/read.py or storage/ change; prints its table
+bench-remote: $(STAMP)
+	BENCH_REMOTE_QUICK=1 $(PY) benchmarks/run.py --one bench_remote
 
 # every benchmark at tiny sizes: proves `make bench` still runs (no speed is asserted)
 bench-smoke: $(STAMP) $(AZURITE)

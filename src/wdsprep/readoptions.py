@@ -26,7 +26,8 @@ executor's `WDSPREP_RAY_RETRIES`.
 
 Invariants of a `ReadOptions` (its `__post_init__` checks them, so no unchecked one exists):
 `prefetch_bytes` is 0 (no read-ahead) or at least two requests of `MIN_RANGE`; `max_connections`
-None (the worker's share of a rank's, stream/remote.py) or >= 1; `retries` >= 0; `timeout` and
+None (the worker's share of a rank's, stream/remote.py) or 1..`MAX_CONNECTIONS` (each request at once
+is a thread of the read-ahead: 10^6 of them would start 10^6 threads); `retries` >= 0; `timeout` and
 `rate_window` finite and > 0; `min_rate` finite and >= 0 (0: no floor); `skip_by_reading` >= 0;
 `s3_multipart_bytes` >= 1; `s3_part_bytes` >= `MIN_S3_PART_BYTES` (S3's smallest part);
 `cache_bytes` > 0.
@@ -43,6 +44,7 @@ from .errors import ConfigError
 from .sizes import parse_size
 
 MIB = 1 << 20
+MAX_CONNECTIONS = 256  # Range requests at once per worker: each is a thread of the read-ahead (stream/remote.py)
 MIN_RANGE = 64 << 10  # the read-ahead's smallest Range request (stream/remote.py)
 MIN_S3_PART_BYTES = 5 * MIB  # S3's minimum for every part of a multipart upload but the last
 DEFAULT_CACHE_BYTES = 10 * 10**9
@@ -52,9 +54,10 @@ def _label(name: str, value: Any) -> str:
     return f"{name}={value!r}"
 
 
-def whole_number(value: Any, name: str, minimum: int, meaning: str = "") -> int:
-    """`value` (an int, or its decimal text) as an int >= `minimum`; else one ConfigError line
-    naming `name` (a variable or a keyword), the value and the rule."""
+def whole_number(value: Any, name: str, minimum: int, meaning: str = "", maximum: int | None = None) -> int:
+    """`value` (an int, or its decimal text) as an int >= `minimum` (and <= `maximum`); else one
+    ConfigError line naming `name` (a variable or a keyword), the value and the rule."""
+    meaning = meaning if maximum is None else f"{meaning}; at most {maximum}" if meaning else f"at most {maximum}"
     rule = f"must be a whole number >= {minimum}{f' ({meaning})' if meaning else ''}"
     if isinstance(value, bool):
         raise ConfigError(f"{_label(name, value)}: {rule}")
@@ -66,7 +69,7 @@ def whole_number(value: Any, name: str, minimum: int, meaning: str = "") -> int:
             pass
     elif isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
         number = int(value)
-    if number is None or number < minimum:
+    if number is None or number < minimum or (maximum is not None and number > maximum):
         raise ConfigError(f"{_label(name, value)}: {rule}")
     return number
 
@@ -124,7 +127,8 @@ SETTINGS: dict[str, Setting] = {
     "prefetch_bytes": Setting("WDSPREP_PREFETCH_BYTES", lambda value, name: size(
         value, name, 2 * MIN_RANGE, "bytes each worker fetches ahead of its reader; default 64MiB", zero="no read-ahead")),
     "max_connections": Setting("WDSPREP_MAX_CONNECTIONS", lambda value, name: whole_number(
-        value, name, 1, "Range requests at once per worker; default: 32 per rank shared by its workers, at least 8 each")),
+        value, name, 1, "Range requests at once per worker, each a thread; default: 32 per rank shared by its "
+        "workers, at least 8 each", maximum=MAX_CONNECTIONS)),
     "retries": Setting("WDSPREP_RETRIES", lambda value, name: whole_number(
         value, name, 0, "retries of a failed remote read; default 5")),
     "timeout": Setting("WDSPREP_TIMEOUT", lambda value, name: number(

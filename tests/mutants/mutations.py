@@ -630,7 +630,9 @@ MUTATIONS = [
              (("    if MAX_CONNECTIONS is not None and MAX_CONNECTIONS < 1:\n", "    if False:\n"),),
              ("tests/objectstore/test_read_ahead.py",),
              also=(Variant("h35", READ_OPTIONS, (('        value, name, 1, "Range requests at once per worker;',
-                                                  '        value, name, 0, "Range requests at once per worker;'),)),)),
+                                                  '        value, name, 0, "Range requests at once per worker;'),)),
+                   Variant("h50", READ_OPTIONS, (('        value, name, 1, "Range requests at once per worker, each a thread;',
+                                                  '        value, name, 0, "Range requests at once per worker, each a thread;'),)))),
     # -- issue 38, item 1: random access (stream/mapdataset.py, stream/access.py)
     Mutation("map-position-wrong-shard", "index lookup off by one: a position at a shard's end is looked up in the shard before",
              "src/wdsprep/stream/mapdataset.py",
@@ -678,7 +680,9 @@ MUTATIONS = [
     Mutation("mix-pass-order-of-part-0", "every part's passes take part 0's shard orders", MIX,
              (("0x5EED, part, cycle]", "0x5EED, 0, cycle]"),), MIX_ORACLE),
     Mutation("mix-totals-from-size-over-share", "stop='first' searches totals down from min(size / share) only (a larger total that fits is missed)", MIX,
-             (("math.ceil((size + 1) * whole / share) - 1", "math.floor(size * whole / share)"),), MIX_ORACLE),
+             (("math.ceil((size + 1) * whole / share) - 1", "math.floor(size * whole / share)"),), MIX_ORACLE,
+             also=(Variant("h50", MIX, (("high = min(most, *((ps + parts - 1) * denominator // pa for ps, pa in bounds))",
+                                         "high = min(most, *(ps * denominator // pa for ps, pa in bounds))"),)),)),
     Mutation("mix-elastic-levels-of-part-0", "an elastic resume takes part 0's saved positions for every part", MIX,
              (("{k: value[part] for k, value in level.positions.items()}", "{k: value[0] for k, value in level.positions.items()}"),),
              ("tests/core/test_mix_resume.py",)),
@@ -1174,4 +1178,69 @@ MUTATIONS += [
              "src/wdsprep/storage/hf.py",
              (("        if remembered.get(url, (None,))[0] == target:\n", "        if False:\n"),),
              (f"{HUB}::test_a_files_storage_location_is_remembered_and_located_again_when_it_expires",)),
+]
+# -- issue 50: the read-ahead's start window ends when the consumer asks for its second output, not after the block
+MUTATIONS += [
+    Mutation("read-ahead-start-ends-after-block", "the read-ahead's start window ends only once the consumer has gone "
+             "through the whole first shuffle block (the link idle meanwhile), not when it asks for its second sample",
+             WORKER, (("                yield pending\n                if not counter.started:  # the consumer holds an output and asks for more\n"
+                       "                    counter.start()\n", "                yield pending\n"),
+                      ("            yield output\n            if not counter.started:  # the consumer holds an output and asks for more\n"
+                       "                counter.start()\n", "            yield output\n")),
+             ("tests/objectstore/test_read_ahead.py",)),
+]
+# -- issue 50, item 5 and 6: planning bounded (stream/plan.py's Passes, stream/mix.py's M2 window, the
+# epoch's bound, the thread cap, one shard-name pattern), a mix's parts checked, the default collate's line
+PLAN_BOUNDS = "tests/core/test_plan_bounds.py"
+MUTATIONS += [
+    Mutation("mix-stop-all-window-one-late", "stop='all' tries the totals from one past the window's first (the smallest total that covers every part missed when it is the first)",
+             MIX, (("        low = max(-(-(ps - parts + 1) * denominator // pa) for ps, pa in bounds)\n",
+                    "        low = max(-(-(ps - parts + 1) * denominator // pa) for ps, pa in bounds) + 1\n"),),
+             (PLAN_BOUNDS, "tests/core/test_mix_oracle.py")),
+    Mutation("mix-epoch-bound-removed", "an epoch of any size is planned: samples_per_epoch=10**12 or repeat=10**12 are taken (no bound on what a resume makes again)",
+             MIX, (("samples_per_epoch, (int, np.integer)) or not 1 <= samples_per_epoch <= MAX_EPOCH_SAMPLES):",
+                    "samples_per_epoch, (int, np.integer)) or not 1 <= samples_per_epoch):"),
+                   ("    if sum(counts) > MAX_EPOCH_SAMPLES:\n", "    if False:\n"),
+                   ("    if min(totals) > MAX_EPOCH_SAMPLES:\n", "    if False:\n")),
+             (f"{PLAN_BOUNDS}::test_an_epoch_past_two_to_the_32_is_refused_in_one_line",)),
+    Mutation("connections-thread-cap-removed", "max_connections / WDSPREP_MAX_CONNECTIONS has no upper bound (10**6 starts a million read-ahead threads)",
+             READ_OPTIONS, (("        \"workers, at least 8 each\", maximum=MAX_CONNECTIONS)),", "        \"workers, at least 8 each\")),"),),
+             (f"{PLAN_BOUNDS}::test_connections_past_the_thread_cap_are_refused_in_one_line",)),
+    Mutation("mix-passes-made-eagerly", "a part's passes are all made when the epoch is planned (10^7 samples over a part of 8: 1.25 million permutations before len())",
+             MIX, (("        return Passes(counts, order, 0, count)\n", "        return Passes(counts, order, 0, count).explicit()\n"),),
+             (PLAN_BOUNDS,)),
+    Mutation("mix-schedule-made-whole", "a worker's whole schedule is made before its first sample, however long",
+             MIX, (("if total <= KEPT_SLOTS else _made_slots(counts, total)", "if True else _made_slots(counts, total)"),),
+             (PLAN_BOUNDS,)),
+    Mutation("passes-resumed-one-by-one", "a resumed worker walks its skipped passes (each made) instead of starting at its position",
+             PLAN, (("        return self.slice(skip, len(self)), 0\n", "        return self, skip\n"),),
+             (f"{PLAN_BOUNDS}::test_a_worker_resumed_deep_into_a_large_epoch_skips_its_passes_unmade",)),
+    Mutation("manifest-pattern-per-split", "a manifest's shard names are checked with a pattern compiled per split (10^6 splits never open)",
+             "src/wdsprep/shards/manifest.py", (("        _check_fields(where, f\"splits.{split}.\", entry, _TOTALS)\n",
+                                                  "        _check_fields(where, f\"splits.{split}.\", entry, _TOTALS)\n"
+                                                  "        rule = shard_name_pattern(split)  # noqa: F841\n"),),
+             (f"{PLAN_BOUNDS}::test_a_manifest_of_many_empty_splits_costs_a_few_calls_a_split",)),
+    Mutation("mix-same-samples-taken", "parts that keep the same samples through different selections are taken as a mix",
+             MIX, (("            if twin is not None:\n", "            if False:\n"),),
+             ("tests/core/test_mix_config.py::test_parts_that_keep_the_same_samples_are_refused_naming_both",)),
+    Mutation("mix-numpy-weight-unread", "a numpy float weight goes to Fraction as it is (np.float32(2): a TypeError traceback)",
+             MIX, (("value, Fraction) else float(value))", "value, Fraction) else value)"),),
+             ("tests/core/test_mix_config.py::test_numpy_weights_and_repeats_read_as_the_numbers_they_are",)),
+    Mutation("mix-part-name-unchecked", "a part's name may be anything (5, '', a list)",
+             MIX, (("        if part.name is not None and (not isinstance(part.name, str) or not part.name):\n",
+                    "        if False:\n"),),
+             ("tests/core/test_mix_config.py::test_a_bad_part_is_one_config_error_line_before_any_shard_is_read",)),
+    Mutation("mix-state-weights-as-fractions", "a refused state's weights are printed as the exact fractions it keeps ('5404319552844595/18014398509481984' for 0.3)",
+             MIX, (("        spelled = [_spelled(str(share)) for share in shares] if isinstance(shares, list) else shares\n",
+                    "        spelled = shares\n"),),
+             ("tests/core/test_mix_resume.py::test_a_refused_state_says_the_weights_as_they_were_written",)),
+    Mutation("collate-uneven-unnamed", "the Loader's default collate stacks an uneven field as webdataset does (a bare AssertionError)",
+             "src/wdsprep/stream/slabs.py", (("            if arrays is None:\n                uneven_field(values, key, samples)\n", ""),
+                                              ("        for key in first:\n            uneven_field([row.get(key) for row in samples], key, samples)\n",
+                                               "        pass\n")),
+             ("tests/core/test_loader_collate.py::test_the_default_collate_names_the_field_the_shapes_and_the_parts",)),
+    Mutation("collate-error-left-wrapped", "a worker's ConfigError reaches the user in torch's wrapper (its traceback, many lines)",
+             LOADER_PY, (("        except ConfigError as error:  # raised in a worker: torch's wrapper holds its traceback; its one line\n"
+                          "            self._kept = None\n            raise ConfigError(_worker_line(error)) from None\n", ""),),
+             ("tests/core/test_loader_collate.py::test_the_default_collate_names_the_field_the_shapes_and_the_parts",)),
 ]

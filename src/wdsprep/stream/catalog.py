@@ -217,6 +217,15 @@ class Catalog:
             self._digest = self.rows.digest if isinstance(self.rows, ShardTable) else rows_digest(self.rows)
         return self._digest
 
+    def same_samples(self, other: "Catalog") -> bool:
+        """Whether `other` keeps exactly the samples this one keeps, of the same shards and split,
+        whatever the two selections say (`limit=10**9` and none, two `select=` that agree, ...)."""
+        if self.digest != other.digest or self.split != other.split or not np.array_equal(self.counts, other.counts):
+            return False
+        if self._members is None or other._members is None:
+            return True  # equal counts, one keeping every sample of each shard: so does the other
+        return np.array_equal(self._members[1], other._members[1])
+
     @property
     def selection_text(self) -> str | None:
         return None if self.selection is None else self.selection.text
