@@ -1144,6 +1144,41 @@ MUTATIONS += [
                        "        return bool(self.stages) or (self.decode is not None and self.decode.drops)\n"),),
              ("tests/core/test_local_memory.py",)),
 ]
+# -- issue 47: hf://, gs://, az:// stores (revision pinning, the publish order, a client per worker)
+HUB = "tests/objectstore/test_hub.py"
+CONFORMANCE = "tests/objectstore/test_store_conformance.py"
+MUTATIONS += [
+    Mutation("hf-revision-not-pinned", "an hf:// revision is never resolved to its commit (a run reads whatever the branch names when it reads)",
+             "src/wdsprep/storage/hf.py",
+             (("        return replace(where, revision=resolve(url)).url()\n", "        return url\n"),),
+             (f"{HUB}::test_a_resumed_run_reads_the_recorded_commit_after_its_branch_moved", HUB)),
+    Mutation("resume-ignores-recorded-commit", "a resumed dataset reads its own (moved) head, not the commit its state recorded",
+             DATASET,
+             (("        if isinstance(recorded, str) and here and recorded != here and unpinned(recorded) == unpinned(here):\n",
+               "        if False:\n"),),
+             (f"{HUB}::test_a_resumed_run_reads_the_recorded_commit_after_its_branch_moved",
+              f"{HUB}::test_a_loader_resumed_after_the_branch_moved_reads_the_recorded_commit")),
+    Mutation("loader-state-without-location", "the Loader's state does not record the pinned location (a resumed Loader reads the moved branch)",
+             LOADER_PY, (("next_worker=self._next_worker, **self.dataset.provenance())", "next_worker=self._next_worker)"),),
+             (f"{HUB}::test_a_loader_resumed_after_the_branch_moved_reads_the_recorded_commit",)),
+    Mutation("upload-manifest-first", "upload writes the manifest before the shards (a reader sees a dataset whose shards are not there)",
+             "src/wdsprep/upload.py",
+             (("    store.clean_temporaries({row[\"name\"] for row in rows})  # what an interrupted upload left\n",
+               "    store.clean_temporaries({row[\"name\"] for row in rows})  # what an interrupted upload left\n"
+               "    store.write_bytes(MANIFEST_NAME, manifest_bytes)\n"),),
+             (f"{CONFORMANCE}::test_an_upload_killed_halfway_leaves_no_manifest_and_a_rerun_writes_nothing_twice",)),
+    Mutation("worker-reuses-parent-http-client", "a forked DataLoader worker reads over its parent's pooled connections (the http client is not per process)",
+             "src/wdsprep/storage/http.py",
+             (("    if held is not None and held[0] == os.getpid() and held[1] >= wanted:\n        return held[2]\n    with _client_lock:",
+               "    if held is not None and held[1] >= wanted:\n        return held[2]\n    with _client_lock:"),
+              ("        if held is not None and held[0] == os.getpid() and held[1] >= wanted:\n            return held[2]\n        import httpx",
+               "        if held is not None and held[1] >= wanted:\n            return held[2]\n        import httpx")),
+             (f"{CONFORMANCE}::test_each_dataloader_worker_makes_its_own_connections",)),
+    Mutation("hub-expired-location-kept", "a remembered Hub storage location that fails is not located again (an expired signed URL ends the read)",
+             "src/wdsprep/storage/hf.py",
+             (("        if remembered.get(url, (None,))[0] == target:\n", "        if False:\n"),),
+             (f"{HUB}::test_a_files_storage_location_is_remembered_and_located_again_when_it_expires",)),
+]
 # -- issue 50: the read-ahead's start window ends when the consumer asks for its second output, not after the block
 MUTATIONS += [
     Mutation("read-ahead-start-ends-after-block", "the read-ahead's start window ends only once the consumer has gone "
