@@ -179,4 +179,4 @@ def test_a_local_table_that_is_a_fifo_is_refused_without_waiting(tabled, tmp_pat
     os.mkfifo(work / "train.shards")
     child = _in_a_child(str(work), tmp_path / "unused")
     assert child.returncode == 3, (child.returncode, child.stdout, child.stderr[-2000:])
-    assert child.stdout.splitlines() == [f"ManifestError: {work}/train.shards: shard table is a FIFO, not a regular file"]
+    assert child.stdout.splitlines() == [f"ManifestError: {work}/train.shards: cannot read shard table (a FIFO, not a regular file)"]

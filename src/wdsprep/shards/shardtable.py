@@ -47,7 +47,6 @@ import json
 import mmap
 import os
 import re
-import stat
 from typing import Any, Iterable, Iterator
 
 import msgpack
@@ -55,7 +54,7 @@ import numpy as np
 import zstandard
 
 from ..errors import ManifestError
-from ..storage.files import kind_of
+from ..storage.files import open_to_read
 from .codec import decompressor
 
 FORMAT = "wdsprep-shards/1"
@@ -409,14 +408,18 @@ def map_descriptor(fd: int):
 
 
 def _map(path: str, where: str):
-    """The file at `path` mapped, refused unless it is a regular file: a FIFO or device named like a
-    table is opened without waiting (O_NONBLOCK) and refused after fstat, never read."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    """The file at `path` mapped, refused in one line unless it is a regular file (a FIFO or device
+    named like a table is never read or waited on: `files.open_to_read`)."""
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise ManifestError(f"{where}: shard table is {kind_of(mode)}, not a regular file")
+        fd = open_to_read(path)
+    except FileNotFoundError:
+        raise ManifestError(f"{where}: shard table listed in the manifest is missing") from None
+    except OSError as error:
+        raise ManifestError(f"{where}: cannot read shard table ({error.strerror or error})") from None
+    try:
         return map_descriptor(fd)
+    except OSError as error:
+        raise ManifestError(f"{where}: cannot read shard table ({error.strerror or error})") from None
     finally:
         os.close(fd)
 
@@ -448,12 +451,7 @@ def map_file(path: str, entry: dict, where: str | None = None) -> ShardTable:
     """The table at a local `path`, mapped read-only (shared with every process that maps it) and
     checked against its record before any of it is trusted."""
     where = where or path
-    try:
-        buffer = _map(path, where)
-    except FileNotFoundError:
-        raise ManifestError(f"{where}: shard table listed in the manifest is missing") from None
-    except OSError as error:
-        raise ManifestError(f"{where}: cannot read shard table ({error.strerror or error})") from None
+    buffer = _map(path, where)
     checked_bytes(buffer, entry, where)
     return ShardTable(buffer, where, path, entry)
 

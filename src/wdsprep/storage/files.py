@@ -13,6 +13,10 @@ A whole file written at once (a manifest, the units record, the `wdsprep show` p
 atomically (`write_atomically`): to a temporary name beside it, `.NAME.XXXX.tmp` (what
 `LocalStore.clean_temporaries` removes), synced, then renamed over it; a reader sees the old file or
 the new one, never a part, and a failure leaves no temporary behind.
+
+A small file a user names to be read (a key file) is read by `read_regular`: a regular file only (a
+FIFO or device is refused without being waited on: `open_to_read`, which a local shard table is
+mapped through too) and no more of it than its caller takes.
 """
 from __future__ import annotations
 
@@ -125,6 +129,35 @@ def open_regular(path: str, flags: int, mode: int = 0o666) -> int:
         raise _not_regular(path, status)
     os.set_blocking(fd, True)
     return fd
+
+
+def open_to_read(path: str) -> int:
+    """A read-only descriptor of the regular file `path` (a symlink to one is followed: a file the
+    user names, a dataset's own table). Anything else (a FIFO, a device, a socket, a directory) is an
+    `OSError` whose strerror names its kind, raised before it is read or waited on (stat first;
+    opened O_NONBLOCK and checked again with fstat)."""
+    mode = os.stat(path).st_mode
+    if stat.S_ISREG(mode):
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        mode = os.fstat(fd).st_mode  # replaced since the stat: checked again before any read
+        if stat.S_ISREG(mode):
+            return fd
+        os.close(fd)
+    raise OSError(errno.EINVAL, f"{kind_of(mode)}, not a regular file", path)
+
+
+def read_regular(path: str, limit: int) -> bytes:
+    """The bytes of the regular file `path` (`open_to_read`), at most `limit + 1` of them, so the
+    caller sees when it holds more than it takes."""
+    fd = open_to_read(path)
+    try:
+        chunks, left = [], limit + 1
+        while left > 0 and (chunk := os.read(fd, min(left, BUFFER))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def write_atomically(path: str, data: bytes) -> None:
