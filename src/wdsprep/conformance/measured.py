@@ -1,4 +1,5 @@
-"""`wdsprep ARGS` in a child process that counts what it did: `run_measured(argv)`.
+"""`wdsprep ARGS` in a child process that counts what it did: `run_measured(argv)`; and every reader
+of shards on a list of datasets, in one child process that measures each read: `run_readers(plan)`.
 
 The conformance suite's hostile-input tests judge a refusal by what the conversion did, never by
 the clock: the bytes it read (`rchar` of /proc/self/io: every read(2), from files, archives or
@@ -13,18 +14,32 @@ does expand a bomb fails inside its child instead of taking the machine's memory
 
 writes `{"status", "read_bytes", "inflated_bytes", "rss_growth"}` to RESULT.json (status: main's
 return value); the command's stderr is the child's.
+
+The readers (`READERS`: `wdsprep.dataset` with `wdsprep.decode()`, `wdsprep.MapDataset`, `wdsprep
+inspect`, `wdsprep verify`, `wdsprep show`) are run on each dataset of a plan in turn by one child
+(`python -m wdsprep.conformance.measured --readers RESULT.json PLAN.json`): each reader first reads a
+clean dataset (its imports and caches are its baseline), then the child's address space is capped at
+what it uses plus `READ_HEADROOM` (a reader that allocates what a bomb declares fails there, not in
+the machine's memory), and each read of a plan's dataset is measured alone: its peak RSS (`VmHWM`,
+reset before it) over its RSS before it, what it raised (a wdsprep error as its one line; anything
+else, or an error of more than one line, as the traceback) and what a command wrote to stderr.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import resource
 import subprocess
 import sys
 import tempfile
+import traceback
 import zlib
+from typing import Callable
 
 ADDRESS_SPACE_LIMIT = 8 << 30  # far above a conversion of the suite's inputs, below the machine
+READ_HEADROOM = 1 << 30  # address space a reader may map beyond its baseline (far above a refusal's needs)
 HANG_GUARD = 600 * float(os.environ.get("WDSPREP_TEST_TIMEOUT_SCALE", "1"))  # seconds; never a speed check
 
 
@@ -121,5 +136,101 @@ def run_measured(argv: list[str]) -> tuple[dict, int, str]:
     return counts, child.returncode, child.stderr
 
 
+# -- every reader of shards, measured
+def _read_dataset(location: str, split: str, scratch: str) -> None:
+    import wdsprep
+
+    for _ in wdsprep.dataset(location, split, shuffle_buffer=0).compose(wdsprep.decode()):
+        pass
+
+
+def _read_mapdataset(location: str, split: str, scratch: str) -> None:
+    import wdsprep
+
+    samples = wdsprep.MapDataset(location, split, decode=True)
+    for position in range(len(samples)):
+        samples[position]
+
+
+def _command(*argv: str) -> Callable:
+    def run(location: str, split: str, scratch: str) -> tuple[int, str]:
+        from ..cli import main
+
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = main([arg.format(location=location, split=split, scratch=scratch) for arg in argv])
+        return status, err.getvalue()
+
+    return run
+
+
+READERS: dict[str, Callable] = {  # name -> run(location, split, scratch): None, or a command's (status, stderr)
+    "dataset": _read_dataset,
+    "MapDataset": _read_mapdataset,
+    "inspect": _command("inspect", "{location}", "--split", "{split}", "--samples", "1"),
+    "verify": _command("verify", "{location}", "--quiet"),
+    "show": _command("show", "{location}", "--split", "{split}", "--samples", "1", "--out", "{scratch}/show.html", "--quiet"),
+}
+
+
+def _read(reader: Callable, location: str, split: str, scratch: str) -> dict:
+    """One reader on one dataset: {"status": 0 | 1 | "traceback", "error": its line(s), "rss_growth"}."""
+    from ..errors import WdsprepError
+
+    _reset_peak()
+    before = _status_bytes("VmRSS")
+    try:
+        done = reader(location, split, scratch)
+        status, error = done if done is not None else (0, "")
+        error = "\n".join(line for line in error.splitlines() if not line.startswith("wdsprep: warning: "))
+        if status not in (0, 1) or len(error.strip().splitlines()) > 1:
+            status = "traceback"
+    except WdsprepError as caught:
+        status, error = 1, f"{type(caught).__name__}: {caught}"
+    except BaseException:  # noqa: BLE001 - MemoryError, RecursionError, ...: what the user would see
+        status, error = "traceback", traceback.format_exc()
+    growth = max(0, _status_bytes("VmHWM") - before)
+    return {"status": status, "error": error.strip(), "rss_growth": growth}
+
+
+def _readers_child(result_path: str, plan_path: str) -> int:
+    with open(plan_path) as handle:
+        plan = json.load(handle)
+    scratch = plan["scratch"]
+    baseline = {name: _read(reader, *plan["clean"], scratch) for name, reader in READERS.items()}
+    size = _status_bytes("VmSize") + READ_HEADROOM
+    resource.setrlimit(resource.RLIMIT_AS, (size, resource.getrlimit(resource.RLIMIT_AS)[1]))
+    results = {kind: {name: _read(reader, location, split, scratch) for name, reader in READERS.items()}
+               for kind, (location, split) in plan["datasets"].items()}
+    with open(result_path, "w") as handle:
+        json.dump({"baseline": baseline, "results": results}, handle)
+    return 0
+
+
+def run_readers(clean: tuple[str, str], datasets: dict[str, tuple[str, str]]) -> tuple[dict, int, str]:
+    """Every reader of `READERS` on each of `datasets` ({name: (location, split)}), in one child
+    process, after reading `clean` (location, split) as its baseline: ({"baseline": {reader: read},
+    "results": {name: {reader: read}}}, or {} if the child died; its exit status; its stderr), each
+    read being {"status": 0, 1 or "traceback", "error", "rss_growth"} (see the module docstring)."""
+    if not os.path.exists("/proc/self/status"):
+        import pytest
+
+        pytest.skip("measuring a child's peak memory needs Linux's /proc/self/status")
+    with tempfile.TemporaryDirectory() as scratch:
+        result, plan = os.path.join(scratch, "result.json"), os.path.join(scratch, "plan.json")
+        with open(plan, "w") as handle:
+            json.dump({"clean": list(clean), "datasets": {name: list(where) for name, where in datasets.items()},
+                       "scratch": scratch}, handle)
+        child = subprocess.run([sys.executable, "-m", "wdsprep.conformance.measured", "--readers", result, plan],
+                               capture_output=True, text=True, timeout=HANG_GUARD, preexec_fn=_limit_address_space)
+        found = {}
+        if os.path.exists(result):
+            with open(result) as handle:
+                found = json.load(handle)
+    return found, child.returncode, child.stderr
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "--readers":
+        sys.exit(_readers_child(sys.argv[2], sys.argv[3]))
     sys.exit(_child(sys.argv[1], sys.argv[2:]))
