@@ -67,6 +67,13 @@ def beyond(amount: str, what: str, limit: int) -> str:
     """The one sentence of a size above its cap: "<amount>, more than <what> may hold (<limit> bytes)"
     (members here; sample tables, shard table extras and native inputs alike)."""
     return f"{amount}, more than {what} may hold ({limit} bytes)"
+
+
+def too_many_arrays(count: int) -> str:
+    """The one sentence of an .npz of more than `MAX_NPZ_ENTRIES` arrays (written or read)."""
+    return f"{count} arrays, more than an .npz member may hold ({MAX_NPZ_ENTRIES})"
+
+
 _header_cache: dict[bytes, tuple] = {}
 _header_lock = threading.Lock()
 
@@ -151,7 +158,7 @@ def encode_npz(columns: dict) -> bytes:
     """A standard `.npz` (`np.load` reads it): one stored (uncompressed) `<name>.npy` entry per
     column in the dict's order, dated 1980-01-01, made on "Unix": equal columns, equal bytes."""
     if len(columns) > MAX_NPZ_ENTRIES:
-        raise ValueError(f"{len(columns)} columns, more than an .npz member may hold ({MAX_NPZ_ENTRIES})")
+        raise ValueError(too_many_arrays(len(columns)))
     total = sum(np.asarray(array).nbytes for array in columns.values())
     if total > MAX_MEMBER_BYTES:
         raise ValueError(beyond(f"its columns hold {total} bytes", MEMBER, MAX_MEMBER_BYTES))
@@ -436,7 +443,7 @@ def _npz_entries(data: bytes | bytearray | memoryview) -> None:
     if at >= 0 and at + 22 <= len(tail):
         count = int.from_bytes(tail[at + 10 : at + 12], "little")
         if count > MAX_NPZ_ENTRIES:
-            raise FormatError(f".npz of {count} entries, more than an .npz member may hold ({MAX_NPZ_ENTRIES})")
+            raise FormatError(too_many_arrays(count))
 
 
 def decode_npz(data: bytes | bytearray | memoryview) -> dict[str, np.ndarray]:
