@@ -14,8 +14,8 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass, field
 
-from ..errors import ShardError, WdsprepError
-from ..shards.codec import decode_value
+from ..errors import WdsprepError
+from ..shards.codec import decode_member
 from ..shards.manifest import Manifest
 from ..shards.samples import SampleTable, table_entry
 from ..shards.index import has_index
@@ -46,12 +46,7 @@ def verify_shard(url: str, row: dict, keys: list[str] | None = None) -> str | No
             for sample in samples:
                 for name, value in sample.items():
                     if not name.startswith("__"):
-                        try:
-                            decode_value(name, value)
-                        except ShardError:
-                            raise
-                        except WdsprepError as error:  # name the shard and member, not just the codec's complaint
-                            raise ShardError(url, f"member {sample['__key__']}.{name}: {error}") from None
+                        decode_member(url, sample["__key__"], name, value)  # a ShardError naming the shard and member
                 count += 1
                 if keys is not None:
                     keys.append(sample["__key__"])
