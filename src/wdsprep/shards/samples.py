@@ -16,8 +16,8 @@ The manifest records each split's table in `tables["sample_tables"][split]` = {`
 `sha256`, `fields`: [names]}; a table whose bytes do not match is refused (`ManifestError`). Compressed
 because most of it is regular (key ends, small integers, keys with a common stem: 24 MB of a 10^6-sample
 table become 0.9 MB), and it is one request on every rank of a remote dataset with a selection. Read
-back, it is inflated at most to a bound from its sample count and fields (`inflate_bound`), so a frame
-that expands further is refused unread; its keys are decoded into strings only when asked for (a
+back, it is inflated at most to a bound from its sample count and fields (`inflate_bound`, by the
+format's one bounded inflate, `codec.inflate`), so a frame that expands further is refused unread; its keys are decoded into strings only when asked for (a
 `select=` alone reads its columns, not its keys).
 
 An indexed field is a small scalar of each sample (a label, an ISO value, a sensor name): the
@@ -42,8 +42,8 @@ import msgpack
 import numpy as np
 import zstandard
 
-from ..errors import ConfigError, ManifestError
-from .codec import decompressor
+from ..errors import ConfigError, FormatError, ManifestError
+from .codec import inflate
 
 FORMAT = "wdsprep-samples/1"
 TABLE = "sample_tables"  # manifest.tables key (not "samples": a source may name its own table so)
@@ -178,21 +178,6 @@ def inflate_bound(count: int, fields: int) -> int:
     return (1 << 20) + count * (264 + 264 * fields)
 
 
-def _inflate(data: bytes, bound: int) -> bytes:
-    """The frame's content, read to its end (its checksum checked) and refused beyond `bound` bytes
-    (never allocated from the size the frame declares)."""
-    reader = decompressor().stream_reader(data)
-    out = bytearray()
-    while chunk := reader.read(1 << 20):
-        out += chunk
-        if len(out) > bound:
-            raise ValueError(f"it inflates to more than {bound} bytes")
-    declared = zstandard.get_frame_parameters(data).content_size
-    if declared != zstandard.CONTENTSIZE_UNKNOWN and declared != len(out):
-        raise ValueError(f"its frame declares {declared} bytes and holds {len(out)}")
-    return bytes(out)
-
-
 def table_entry(manifest, split: str) -> dict | None:
     return (manifest.tables.get(TABLE) or {}).get(split)
 
@@ -245,7 +230,7 @@ class SampleTable:
     def decode(cls, data: bytes, where: str, count: int, fields: int = 0) -> "SampleTable":
         """The table file's bytes, for a split of `count` samples whose record names `fields` fields."""
         try:
-            table = msgpack.unpackb(_inflate(data, inflate_bound(count, fields)), raw=False)
+            table = msgpack.unpackb(inflate(data, inflate_bound(count, fields), "this sample table"), raw=False)
             if not isinstance(table, dict) or table.get("format") != FORMAT:
                 raise ValueError(f"unknown format {table.get('format') if isinstance(table, dict) else None!r}")
             blob, ends = table["keys"], np.frombuffer(table["key_ends"], "<u8").astype(np.int64)
@@ -257,7 +242,7 @@ class SampleTable:
                 raise ValueError("key ends go backwards")
             fields = {name: _read_column(name, column, count) for name, column in table["fields"].items()}
         except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError, msgpack.ExtraData,
-                msgpack.FormatError, msgpack.StackError, zstandard.ZstdError) as error:
+                msgpack.FormatError, msgpack.StackError, zstandard.ZstdError, FormatError) as error:
             raise ManifestError(f"{where}: sample table is unreadable ({error})") from None
         return cls(fields=fields, blob=blob, ends=ends, where=where)
 

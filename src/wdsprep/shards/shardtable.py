@@ -55,7 +55,7 @@ import zstandard
 
 from ..errors import ManifestError
 from ..storage.files import open_to_read
-from .codec import decompressor
+from .codec import inflate
 
 FORMAT = "wdsprep-shards/1"
 MAGIC = b"WDSSHRD1"
@@ -314,7 +314,7 @@ class ShardTable:
                 offset, size = self._start + int(entry["offset"]), int(entry["bytes"])
                 frame = bytes(memoryview(self._buffer)[offset : offset + size])
                 try:
-                    data = decompressor().decompress(frame, max_output_size=_MAX_EXTRAS)
+                    data = inflate(frame, _MAX_EXTRAS, "shard table extras")
                     extras = msgpack.unpackb(data, raw=False, strict_map_key=False)
                 except Exception as error:  # zstd or msgpack: a damaged frame
                     raise ManifestError(f"{self.where}: shard table extras cannot be read ({error})") from None

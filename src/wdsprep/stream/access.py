@@ -57,7 +57,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
 from ..errors import ConfigError, ShardError
-from ..shards.index import ShardIndex, digest_of, has_index, member_span
+from ..shards.index import ShardIndex, digest_of, has_index, member_span, tiling_problem
 from ..shards.tarformat import BLOCK, index_samples
 from ..storage import local_path, scheme_for, scheme_of
 from ..storage.resuming import ObjectCheck
@@ -387,8 +387,7 @@ class ShardAccess:
             if span.wanted is None or name in span.wanted:
                 sample[name] = bytearray(part[BLOCK : BLOCK + size])
         if span.whole and span.high != index.sample_end(span.number):
-            raise ShardError(url, f"index: sample {key!r} ends at byte {span.high}, "
-                                  f"the next one starts at {index.sample_end(span.number)}")
+            raise ShardError(url, tiling_problem(key, span.high, index.sample_end(span.number)))
         return sample
 
     # -- parallel requests

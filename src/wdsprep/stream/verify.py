@@ -22,8 +22,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import ShardError, WdsprepError
-from ..shards.codec import decode_value, member_decoder
+from ..errors import WdsprepError
+from ..shards.codec import decode_member
 from ..shards.manifest import Manifest
 from ..shards.samples import SampleTable, column_of, sample_values, table_entry
 from ..shards.index import has_index
@@ -80,12 +80,8 @@ def verify_shard(url: str, row: dict, seen: SplitSamples | None = None) -> str |
                 decoded = {}
                 for name, value in sample.items():
                     if not name.startswith("__"):
-                        try:
-                            decoded[member_decoder(name)[0]] = decode_value(name, value)
-                        except ShardError:
-                            raise
-                        except WdsprepError as error:  # name the shard and member, not just the codec's complaint
-                            raise ShardError(url, f"member {sample['__key__']}.{name}: {error}") from None
+                        field, data = decode_member(url, sample["__key__"], name, value)  # a ShardError names shard and member
+                        decoded[field] = data
                 count += 1
                 if seen is not None:
                     seen.add(url, sample["__key__"], decoded)
