@@ -133,6 +133,30 @@ def _column(name: str, values: list) -> dict:
     raise ConfigError(f"index field {name!r} mixes strings and numbers ({', '.join(sorted(k.__name__ for k in kinds))})")
 
 
+def _read_column(name: str, column: dict, count: int) -> np.ndarray:
+    """A column of the table file as the reader holds it (one value per sample); a ValueError says
+    what does not add up."""
+    if "codes" in column:
+        codes = np.frombuffer(column["codes"], "<u4")
+        values = np.array(column["values"], dtype=object)
+        if len(codes) != count or (len(codes) and codes.max() >= len(values)):
+            raise ValueError(f"field {name!r}: codes do not match")
+        return values[codes].astype(str) if len(values) else np.zeros(count, dtype=str)
+    if column["dtype"] not in ("|b1", "<i8", "<f8"):
+        raise ValueError(f"field {name!r}: dtype {column['dtype']!r} is not allowed")
+    values = np.frombuffer(column["data"], column["dtype"])
+    if len(values) != count:
+        raise ValueError(f"field {name!r}: {len(values)} values for {count} samples")
+    return values
+
+
+def column_of(name: str, values: list) -> np.ndarray:
+    """The column a table holds for a field of these values (one per sample, None: absent), as a
+    reader holds it: what a conversion that derived them writes and `SampleTable` reads back
+    (`wdsprep verify` compares a table with it)."""
+    return _read_column(name, _column(name, list(values)), len(values))
+
+
 def encode_table(split: str, keys: list[str], fields: Mapping[str, list]) -> bytes:
     """The table file's bytes: `keys` in manifest order, `fields` {name: one value (or None) per key}."""
     encoded = [key.encode("utf-8") for key in keys]
@@ -216,21 +240,7 @@ class SampleTable:
                 raise ValueError(f"{len(ends)} keys for {count} samples")
             if len(ends) and (ends[0] < 0 or (np.diff(ends) < 0).any()):
                 raise ValueError("key ends go backwards")
-            fields = {}
-            for name, column in table["fields"].items():
-                if "codes" in column:
-                    codes = np.frombuffer(column["codes"], "<u4")
-                    values = np.array(column["values"], dtype=object)
-                    if len(codes) != count or (len(codes) and codes.max() >= len(values)):
-                        raise ValueError(f"field {name!r}: codes do not match")
-                    fields[name] = values[codes].astype(str) if len(values) else np.zeros(count, dtype=str)
-                else:
-                    if column["dtype"] not in ("|b1", "<i8", "<f8"):
-                        raise ValueError(f"field {name!r}: dtype {column['dtype']!r} is not allowed")
-                    values = np.frombuffer(column["data"], column["dtype"])
-                    if len(values) != count:
-                        raise ValueError(f"field {name!r}: {len(values)} values for {count} samples")
-                    fields[name] = values
+            fields = {name: _read_column(name, column, count) for name, column in table["fields"].items()}
         except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError, msgpack.ExtraData,
                 msgpack.FormatError, msgpack.StackError, zstandard.ZstdError, FormatError) as error:
             raise ManifestError(f"{where}: sample table is unreadable ({error})") from None
