@@ -1409,3 +1409,10 @@ MUTATIONS += [
              (("    if record is not None:\n        checked_bytes(buffer, record, where)\n", ""),),
              ("tests/core/test_table_cache.py",)),
 ]
+# -- issue 50 (merge): a Loader's pass left open at exit is closed with the dataset's passes
+MUTATIONS += [
+    Mutation("loader-pass-left-to-teardown", "a Loader's pass left open is finalised in a torn-down interpreter "
+             "('Exception ignored': catching classes that do not inherit from BaseException)",
+             LOADER_PY, (("        return closed_at_exit(self._batches())\n", "        return self._batches()\n"),),
+             ("tests/core/test_exit_cleanup.py",)),
+]

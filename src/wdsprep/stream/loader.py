@@ -49,6 +49,7 @@ from ..errors import ConfigError
 from .dataset import PlannedDataset
 from .slabs import SlabRing, default_collation
 from .state import EpochProgress, encode_state
+from .worker import closed_at_exit
 
 
 @dataclass(frozen=True)
@@ -321,6 +322,9 @@ class Loader:
         return loader, ring
 
     def __iter__(self) -> Iterator[Any]:
+        return closed_at_exit(self._batches())
+
+    def _batches(self) -> Iterator[Any]:
         loader, ring = self._dataloader(_Pass(self._next_worker, self.progress, dict(self._positions)))
         inline = self._inline()
         try:

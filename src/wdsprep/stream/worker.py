@@ -73,6 +73,13 @@ def _close_open_passes(passes: weakref.WeakSet = _OPEN_PASSES) -> None:
 atexit.register(_close_open_passes)
 
 
+def closed_at_exit(generator: Iterator) -> Iterator:
+    """`generator`, closed at exit with the open passes if it is still open then (its `except` and
+    `finally` clauses name module globals, which a torn-down interpreter has set to None)."""
+    _OPEN_PASSES.add(generator)
+    return generator
+
+
 def _stamp(sample: dict, index: int, piece_start: int, epoch: int) -> dict:
     """Stamp a sample with where it sits in its shard (`__index__`, for stages that work on blocks
     of a shard), where this worker's run of that shard starts (`__piece_start__`) and the epoch."""
@@ -416,7 +423,7 @@ class WorkerStream:
         source = count(source, counter, self.reader.carried_discards(plan), limit)
         if plan.target is not None and self.equalize == "pad":
             source = self._pad_outputs(source)
-        _OPEN_PASSES.add(source)  # a generator of ours (the stages after it, batching, may be anything)
+        closed_at_exit(source)  # a generator of ours (the stages after it, batching, may be anything)
         for step in self.after:
             source = self.invoke(step, source)
         return source
