@@ -2,7 +2,8 @@
 rank/worker split, so every rank and worker gets the same number of training samples in exact
 proportions, and a state resumes the mix exactly (on the same world or another).
 
-The rules (docs/mixing.md says them for users; tests/core/test_mix_oracle.py models them):
+The rules (docs/mixing.md says them for users; tests/core/test_mix_oracle.py models them, and
+tests/core/test_mix_schedule.py the schedules, M7 and M8):
 
 M1. Parts p = 0..P-1, each one split of one manifest narrowed by its selection (a `Catalog`), with
     its own reader stages and, when a stage turns a sample into several training samples, its
@@ -68,22 +69,26 @@ M8. Part p's epoch sequence (M3, cut after n_p) is cut into consecutive segments
     current phase as its position says. With equalize="drop", a part with weight > 0 in a phase
     whose segment holds fewer samples than ranks is refused (M4).
 
-A pass's part sequences (M3, less what interrupted passes delivered) are planned once per (epoch,
-interrupted passes, epoch counts) and kept, the latest pass only (`PlannedDataset.planned`):
+A pass's part sequences (M3 cut into phases by M8, less what interrupted passes delivered) are
+planned once per (epoch, interrupted passes, phase counts) and kept, the latest pass only (`PlannedDataset.planned`):
 `wdsprep.Loader` plans them before it forks its workers, which inherit them.
 
 Remote parts share the worker's read-ahead: its byte budget and connections are divided among them
-by their share of the bytes it reads (`_read_ahead_shares`), so a mix holds and sends no more than
-one dataset would.
+by their share of the bytes it reads in the phase (`_read_ahead_shares`), so a mix holds and sends
+no more than one dataset would.
 
-A worker's position is one `Position` per part (its skip, discard and delivered outputs): a part is
-always consumed in its own order, so a resumed worker restarts the schedule at t = sum of delivered,
+A worker's position is one `Position` per part (its skip, discard and delivered outputs; with
+several phases, those of its phase, and the phase): a part is always consumed in its own order, so a
+resumed worker restarts the phase's schedule at t = sum of delivered,
 and an elastic resume deals each part's remainder afresh (M4) and schedules the new counts (M5).
-A state names every part (data, split, selection, outputs), the mode, stop and weights; one from
-another mix is refused naming the difference. `load_state_dict(state, reweight=True)` accepts other
-weights: the state's epoch is read with the weights it was read with (kept in later states as
-`reweighted`), the next epochs with the new ones. A mix file (TOML) is read above the sources, by
-`wdsprep.mixfile`, which names a part's stage as a function of a built-in source's `read` module.
+A state names every part (data, split, selection, outputs), the mode, stop and weights (`shares`),
+or the schedule (`schedule`: each phase's start and weights; a worker's position then names its
+`phase`); one from another mix is refused naming the difference (the first phase that differs).
+`load_state_dict(state, reweight=True)` accepts other weights or another schedule: the state's epoch
+is read with the ones it was read with (kept in later states as `reweighted`), the next epochs with
+the new ones, which is how a schedule changes from one epoch to the next. A mix file (TOML) is read
+above the sources, by `wdsprep.mixfile`, which names a part's stage as a function of a built-in
+source's `read` module (and a schedule's phases as `[[phase]]` tables).
 """
 from __future__ import annotations
 
