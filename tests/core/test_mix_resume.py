@@ -56,38 +56,49 @@ def take(iterator, n):
 
 
 # ------------------------------------------------------------------------------ resume on the same world
-@pytest.mark.parametrize("buffer", [0, 3])
-@pytest.mark.parametrize("workers", [0, 1, 2, 3, 4])
-def test_a_loader_state_saved_after_every_batch_resumes_exactly(counted_shards, workers, buffer):
-    manifests = written(counted_shards, LOADER_PARTS)
-    plan = dict(world=2, rank=1, equalize="pad", buffer=buffer)
-    expected = model_loader_epoch(1, workers=workers, **plan)
-    got, states = batches_and_states(make_loader(manifests, workers, epoch=1, **plan), saved)
+def resumes_after_every_batch(make, expected):
+    """A loader (`make()`) delivers the batches `expected`, and a state saved before its first batch and
+    after each resumes a fresh one to exactly the rest."""
+    got, states = batches_and_states(make(), saved)
     assert as_lists(got) == expected
     for done, state in enumerate(states):
-        resumed = make_loader(manifests, workers, epoch=1, **plan)
+        resumed = make()
         resumed.load_state_dict(state)
         assert as_lists(resumed) == expected[done:], done
 
 
-@pytest.mark.parametrize("workers", [0, 3])
-def test_states_saved_across_two_epochs_resume_into_the_epoch_they_were_saved_in(counted_shards, workers):
-    """A loader counting epochs itself: states saved before the first batch, after each batch and
-    after each epoch's loop ended, resumed by a fresh loader (whose own epoch is 0), deliver exactly
-    the rest of both epochs, each sample stamped with the model's epoch."""
-    manifests = written(counted_shards, LOADER_PARTS)
-    expected = [batch for epoch in range(EPOCHS) for batch in model_loader_epoch(epoch, workers=workers, buffer=3)]
-    loader = make_loader(manifests, workers, 3)
+def resumes_across_epochs(make, expected, epochs):
+    """A loader counting epochs itself delivers `expected` over `epochs` epochs; states saved before
+    the first batch, after each batch and after each epoch's loop ended, resumed by a fresh loader
+    (whose own epoch is 0), deliver exactly the rest."""
+    loader = make()
     got, states = [], [(0, saved(loader))]
-    for _ in range(EPOCHS):
+    for _ in range(epochs):
         for batch in loader:
             got.append(batch)
             states.append((len(got), saved(loader)))
         states.append((len(got), saved(loader)))  # after the loop ended: the next epoch's start
     assert as_lists(got) == expected
     for done, state in states:
-        rest = resumed_until(lambda: make_loader(manifests, workers, 3), state, EPOCHS)
+        rest = resumed_until(make, state, epochs)
         assert as_lists(rest) == expected[done:], (done, state["epoch"])
+
+
+@pytest.mark.parametrize("buffer", [0, 3])
+@pytest.mark.parametrize("workers", [0, 1, 2, 3, 4])
+def test_a_loader_state_saved_after_every_batch_resumes_exactly(counted_shards, workers, buffer):
+    manifests = written(counted_shards, LOADER_PARTS)
+    plan = dict(world=2, rank=1, equalize="pad", buffer=buffer)
+    resumes_after_every_batch(lambda: make_loader(manifests, workers, epoch=1, **plan),
+                              model_loader_epoch(1, workers=workers, **plan))
+
+
+@pytest.mark.parametrize("workers", [0, 3])
+def test_states_saved_across_two_epochs_resume_into_the_epoch_they_were_saved_in(counted_shards, workers):
+    """Each sample stamped with the model's epoch (`resumes_across_epochs`)."""
+    manifests = written(counted_shards, LOADER_PARTS)
+    expected = [batch for epoch in range(EPOCHS) for batch in model_loader_epoch(epoch, workers=workers, buffer=3)]
+    resumes_across_epochs(lambda: make_loader(manifests, workers, 3), expected, EPOCHS)
 
 
 @FAST

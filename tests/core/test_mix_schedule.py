@@ -20,7 +20,6 @@ The real system is driven through the public API: `wdsprep.mix`, `wdsprep.Loader
 """
 import collections
 import itertools
-import json
 import math
 import re
 import subprocess
@@ -36,9 +35,9 @@ import wdsprep.stream.mix as mix_module
 
 from tests.timeouts import SUBPROCESS
 
-from .test_loader_oracle import batches_and_states, resumed_until
 from .test_mix_oracle import (
     EQUALIZE,
+    as_lists,
     FAST,
     buffers,
     model_apportion,
@@ -54,6 +53,7 @@ from .test_mix_oracle import (
     round_robin_batches,
     written,
 )
+from .test_mix_resume import resumes_across_epochs, resumes_after_every_batch, saved, take
 from .test_plan_bounds import budget, model_keys, one_line_refusal
 from .test_plan_oracle import simulated_worker
 
@@ -264,7 +264,7 @@ def test_a_one_phase_schedule_is_the_mix_of_its_weights(counted_shards):
         assert [phased(s)[0] for s in one] == [None] * len(one)  # no __phase__ in a mix of one phase
         iterator = iter(plain)
         next(iterator)
-        state = json.loads(json.dumps(plain.state_dict()))
+        state = saved(plain)
         again = wdsprep.mix([{"location": m} for m in manifests], schedule=[(0, [2, 1])], **plan)
         again.load_state_dict(state)
         assert [phased(s) for s in again] == [phased(s) for s in plain][1:]
@@ -393,14 +393,6 @@ def make_loader(manifests, workers, buffer, *, world=1, rank=0, equalize=None, s
     return wdsprep.Loader(mix, batch_size=BATCH, num_workers=workers, collate_fn=collate)
 
 
-def as_lists(batches):
-    return [[tuple(item) for item in batch] for batch in batches]
-
-
-def saved(source):
-    return json.loads(json.dumps(source.state_dict()))
-
-
 def test_the_loaders_phase_boundaries_fall_inside_batches():
     """The case the Loader tests read: some batch holds samples of two phases."""
     batches = model_loader_epoch(1, workers=2, buffer=0, world=2, rank=1, equalize="pad")
@@ -415,34 +407,15 @@ def test_a_loader_state_saved_after_every_batch_resumes_exactly(counted_shards, 
     the rest."""
     manifests = written(counted_shards, LOADER_PARTS)
     plan = dict(world=2, rank=1, equalize="pad", buffer=buffer)
-    expected = model_loader_epoch(1, workers=workers, **plan)
-    got, states = batches_and_states(make_loader(manifests, workers, epoch=1, **plan), saved)
-    assert as_lists(got) == expected
-    for done, state in enumerate(states):
-        resumed = make_loader(manifests, workers, epoch=1, **plan)
-        resumed.load_state_dict(state)
-        assert as_lists(resumed) == expected[done:], done
+    resumes_after_every_batch(lambda: make_loader(manifests, workers, epoch=1, **plan),
+                              model_loader_epoch(1, workers=workers, **plan))
 
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_states_saved_across_two_epochs_resume_into_the_epoch_they_were_saved_in(counted_shards, workers):
     manifests = written(counted_shards, LOADER_PARTS)
     expected = [batch for epoch in range(2) for batch in model_loader_epoch(epoch, workers=workers, buffer=3)]
-    loader = make_loader(manifests, workers, 3)
-    got, states = [], [(0, saved(loader))]
-    for _ in range(2):
-        for batch in loader:
-            got.append(batch)
-            states.append((len(got), saved(loader)))
-        states.append((len(got), saved(loader)))
-    assert as_lists(got) == expected
-    for done, state in states:
-        rest = resumed_until(lambda: make_loader(manifests, workers, 3), state, 2)
-        assert as_lists(rest) == expected[done:], (done, state["epoch"])
-
-
-def take(iterator, n):
-    return [next(iterator) for _ in range(n)]
+    resumes_across_epochs(lambda: make_loader(manifests, workers, 3), expected, 2)
 
 
 @FAST
