@@ -116,16 +116,22 @@ def test_a_resumed_mix_and_a_resumed_resumed_mix_give_exactly_the_rest(counted_s
         with pytest.raises(wdsprep.ConfigError, match="equalize='drop' would leave it out"):
             open_mix(manifests, weights, **plan)
         return
+    resumed_twice(lambda: open_mix(manifests, weights, **plan), named, expected, data)
+
+
+def resumed_twice(make, name, expected, data):
+    """A run (`make()`, its samples named by `name`) stopped after a drawn number of samples, resumed
+    from its state, stopped again and resumed again: the three runs are the pieces of `expected`."""
     first = data.draw(st.integers(0, len(expected)), label="first stop")
-    run = open_mix(manifests, weights, **plan)
-    head = [named(s) for s in take(iter(run), first)]
-    resumed = open_mix(manifests, weights, **plan)
+    run = make()
+    head = [name(s) for s in take(iter(run), first)]
+    resumed = make()
     resumed.load_state_dict(saved(run))
     second = data.draw(st.integers(0, len(expected) - first), label="second stop")
-    middle = [named(s) for s in take(iter(resumed), second)]
-    again = open_mix(manifests, weights, **plan)
+    middle = [name(s) for s in take(iter(resumed), second)]
+    again = make()
     again.load_state_dict(saved(resumed))
-    tail = [named(s) for s in again]
+    tail = [name(s) for s in again]
     assert (head, middle, tail) == (expected[:first], expected[first : first + second], expected[first + second :])
 
 
@@ -146,6 +152,15 @@ def model_worker_marked(epochs, *, world, rank, workers, worker, equalize, buffe
         streams.append(model_block_shuffle(run, model_part_buffer(buffer, sizes, p),
                                            (seed, epoch, rank, worker, *part_key(p))))
     return model_interleave(streams, buffer, (seed, epoch, rank, worker))
+
+
+def resumed_from(states, expected, rank, make):
+    """The batches a fresh loader (`make()`) of `rank` delivers from the old ranks' `states`: `expected`."""
+    loader = make()
+    loader.load_state_dict(states)
+    got = as_lists(loader)
+    assert got == expected, rank
+    return got
 
 
 def model_remainder(epochs, delivered):
@@ -187,12 +202,9 @@ def test_elastic_resume_deals_exactly_what_the_old_ranks_had_not_delivered(count
                                               sizes=[len(items) for items in epochs])
             streams.append([(str(p), key, 1) for p, key in
                             model_interleave(part_streams, buffer, (11, 1, rank, worker))])
-        expected = [batch for _, batch in round_robin_batches(streams, BATCH)]
-        loader = make_loader(manifests, new_workers, buffer, world=new_world, rank=rank, equalize=equalize)
-        loader.load_state_dict(states)
-        got = as_lists(loader)
-        assert got == expected, rank
-        new_batches += got
+        new_batches += resumed_from(states, [batch for _, batch in round_robin_batches(streams, BATCH)], rank,
+                                    lambda: make_loader(manifests, new_workers, buffer, world=new_world, rank=rank,
+                                                        equalize=equalize))
     if equalize is None:  # the old run and the new one together: the epoch's samples, each exactly once
         everything = collections.Counter((str(p), key) for p, items in enumerate(epochs) for key in items)
         together = collections.Counter((name, key) for batch in old_batches + new_batches for name, key, _ in batch)

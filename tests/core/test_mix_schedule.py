@@ -37,7 +37,6 @@ from tests.timeouts import SUBPROCESS
 
 from .test_mix_oracle import (
     EQUALIZE,
-    as_lists,
     FAST,
     buffers,
     model_apportion,
@@ -53,7 +52,7 @@ from .test_mix_oracle import (
     round_robin_batches,
     written,
 )
-from .test_mix_resume import resumes_across_epochs, resumes_after_every_batch, saved, take
+from .test_mix_resume import resumed_from, resumed_twice, resumes_across_epochs, resumes_after_every_batch, saved, take
 from .test_plan_bounds import budget, model_keys, one_line_refusal
 from .test_plan_oracle import simulated_worker
 
@@ -429,17 +428,7 @@ def test_a_resumed_mix_and_a_resumed_resumed_mix_give_exactly_the_rest(counted_s
     plan = dict(world=world, rank=rank, equalize=equalize, buffer=buffer, seed=seed, epoch=1, stop=stop)
     expected = model_scheduled_worker(parts, schedule, **plan)
     assume(expected != REFUSED)
-    first = data.draw(st.integers(0, len(expected)), label="first stop")
-    run = scheduled_mix(manifests, schedule, **plan)
-    head = [phased(s) for s in take(iter(run), first)]
-    resumed = scheduled_mix(manifests, schedule, **plan)
-    resumed.load_state_dict(saved(run))
-    second = data.draw(st.integers(0, len(expected) - first), label="second stop")
-    middle = [phased(s) for s in take(iter(resumed), second)]
-    again = scheduled_mix(manifests, schedule, **plan)
-    again.load_state_dict(saved(resumed))
-    tail = [phased(s) for s in again]
-    assert (head, middle, tail) == (expected[:first], expected[first : first + second], expected[first + second :])
+    resumed_twice(lambda: scheduled_mix(manifests, schedule, **plan), phased, expected, data)
 
 
 # ------------------------------------------------------------------------------ elastic resume
@@ -491,23 +480,12 @@ def test_elastic_resume_deals_exactly_what_the_old_ranks_had_not_delivered(count
     for rank in range(new_world):
         streams = []
         for worker in range(max(1, new_workers)):
-            stream = []
-            for k, segments in enumerate(rest):
-                part_streams = []
-                for p, items in enumerate(segments):
-                    run = model_contiguous_run(model_rank(items, new_world, rank, equalize), max(1, new_workers), worker)
-                    part_streams.append(model_block_shuffle(run, model_part_buffer(buffer, counts[k], p),
-                                                            (11, 1, rank, worker, *part_key(p), *phase_key(k))))
-                labels = model_schedule([len(s) for s in part_streams], buffer, (11, 1, rank, worker, *phase_key(k)))
-                sources = [iter(s) for s in part_streams]
-                stream += [(k, str(p), next(sources[p]), 1) for p in labels]
-            streams.append(stream)
-        expected = [batch for _, batch in round_robin_batches(streams, BATCH)]
-        loader = make_loader(manifests, new_workers, buffer, world=new_world, rank=rank, equalize=equalize)
-        loader.load_state_dict(states)
-        got = as_lists(loader)
-        assert got == expected, rank
-        new_batches += got
+            streams.append([(k, str(p), key, 1) for k, segments in enumerate(rest) for p, key in model_phase_stream(
+                segments, counts[k], k, world=new_world, rank=rank, workers=max(1, new_workers), worker=worker,
+                equalize=equalize, buffer=buffer, seed=11, epoch=1)])
+        new_batches += resumed_from(states, [batch for _, batch in round_robin_batches(streams, BATCH)], rank,
+                                    lambda: make_loader(manifests, new_workers, buffer, world=new_world, rank=rank,
+                                                        equalize=equalize))
     if equalize is None:  # the old run and the new one together: the epoch's samples, each exactly once
         everything = collections.Counter((k, str(p), key) for k, segments in enumerate(phases)
                                          for p, items in enumerate(segments) for key in items)
