@@ -609,6 +609,8 @@ BAD_SCHEDULES = {  # the schedule, options, what the one line says
     "a position past the epoch": ([(0, [1, 1]), (12, [1, 0])], {"samples_per_epoch": 12},
                                   "mix: schedule phase 1 starts at sample 12, past the epoch's end (samples_per_epoch=12)"),
     "too many phases": ([(k, [1, 1]) for k in range(1025)], {}, "mix: schedule has 1025 phases, more than the 1024"),
+    "stop first runs out before a phase": ([(0, [1, 1]), (20, [1, 0])], {},
+                                           "a part runs out before the last phase starts (sample 20)"),
     "stop all never covers": ([(0, [1, 1]), (2, [1, 0])], {"stop": "all"},
                               "part 1 has weight 0 in the last phase and the phases before it hold 1 of its 4 samples, "
                               "so no epoch holds it whole; give samples_per_epoch or stop='first'"),

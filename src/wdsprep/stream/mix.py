@@ -250,8 +250,11 @@ class Schedule:
                 for start in self.starts] + [total]
 
     def words(self) -> str:
-        """The phases as the user wrote them: [(start, [weights]), ...]."""
-        return "[" + ", ".join(f"({start}, [{', '.join(weights)}])" for start, weights in self.given) + "]"
+        """The phases as the user wrote them, [(start, [weights]), ...] (a schedule read from a state:
+        as exact numbers, each written as the number it is)."""
+        given = self.given or [(_spelled_start(start), [_spelled(str(share)) for share in shares])
+                               for start, shares in zip(self.starts, self.shares)]
+        return "[" + ", ".join(f"({start}, [{', '.join(weights)}])" for start, weights in given) + "]"
 
 
 def schedule_of(value: Any, names: list[str]) -> Schedule:
