@@ -70,8 +70,8 @@ M8. Part p's epoch sequence (M3, cut after n_p) is cut into consecutive segments
     whose segment holds fewer samples than ranks is refused (M4).
 
 A pass's part sequences (M3 cut into phases by M8, less what interrupted passes delivered) are
-planned once per (epoch, interrupted passes, phase counts) and kept, the latest pass only (`PlannedDataset.planned`):
-`wdsprep.Loader` plans them before it forks its workers, which inherit them.
+planned once per (epoch, interrupted passes, phase counts) and kept, the latest pass only
+(`PlannedDataset.planned`): `wdsprep.Loader` plans them before it forks its workers, which inherit them.
 
 Remote parts share the worker's read-ahead: its byte budget and connections are divided among them
 by their share of the bytes it reads in the phase (`_read_ahead_shares`), so a mix holds and sends
@@ -79,8 +79,8 @@ no more than one dataset would.
 
 A worker's position is one `Position` per part (its skip, discard and delivered outputs; with
 several phases, those of its phase, and the phase): a part is always consumed in its own order, so a
-resumed worker restarts the phase's schedule at t = sum of delivered,
-and an elastic resume deals each part's remainder afresh (M4) and schedules the new counts (M5).
+resumed worker restarts the phase's schedule at t = sum of delivered, and an elastic resume deals
+each part's remainder afresh (M4) and schedules the new counts (M5).
 A state names every part (data, split, selection, outputs), the mode, stop and weights (`shares`),
 or the schedule (`schedule`: each phase's start and weights; a worker's position then names its
 `phase`); one from another mix is refused naming the difference (the first phase that differs).
@@ -278,7 +278,8 @@ def schedule_of(value: Any, names: list[str]) -> Schedule:
         given.append((_shown_start(start), [str(w) for w in _weights_in_order(weights, names)]))
     for p, name in enumerate(names):
         if all(phase[p] == 0 for phase in shares):
-            raise ConfigError(f"mix: part {p} ({name}): weight 0 in every phase of the schedule (it would never be read)")
+            raise ConfigError(f"mix: part {p} ({name}): weight 0 in every phase of the schedule "
+                              "(it would never be read)")
     return Schedule(tuple(starts), tuple(shares), tuple(given))
 
 
@@ -797,8 +798,11 @@ class MixDataset(PlannedDataset):
         self.scheduled = schedule is not None
         self.parts = [self._load(index, part) for index, part in enumerate(parts)]
         self._check_parts()
-        self.schedule = (schedule_of(schedule, [part.name for part in self.parts]) if self.scheduled else
-                         Schedule((0,), (tuple(part.share for part in self.parts),), ((0, [part.given for part in self.parts]),)))
+        if self.scheduled:
+            self.schedule = schedule_of(schedule, [part.name for part in self.parts])
+        else:  # one phase: the parts' weights (repeats)
+            self.schedule = Schedule((0,), (tuple(part.share for part in self.parts),),
+                                     ((0, [part.given for part in self.parts]),))
         self._saved_schedule: tuple[int, Schedule] | None = None  # (epoch, schedule) of a reweighted state
         self._counts: dict[Schedule, list[list[int]]] = {}
         self._check_counts()
@@ -1019,9 +1023,12 @@ class MixDataset(PlannedDataset):
         progress = self.progress if epoch is None else self.progress.at_epoch(epoch)
         self._check_world(progress)
         phases = len(self.sequences(progress))
-        return [[sum(column) for column in zip(*(
-            [plan.outputs(part.weights) for part, plan in zip(self.parts, self.plans(worker, num_workers, progress, k, rank))]
-            for worker in range(num_workers)))] for k in range(phases)]
+        counts = []
+        for k in range(phases):
+            workers = [[plan.outputs(part.weights) for part, plan in
+                        zip(self.parts, self.plans(worker, num_workers, progress, k, rank))] for worker in range(num_workers)]
+            counts.append([sum(column) for column in zip(*workers)])
+        return counts
 
     # -- states
     @property
