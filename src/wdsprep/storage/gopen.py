@@ -1,8 +1,9 @@
 """Routes webdataset's `gopen` through our schemes, so plain `wds.WebDataset("s3://...")` works.
 
 `register_webdataset_schemes()` (run for `import wdsprep` once webdataset is imported) puts every scheme of
-`wdsprep.storage.SCHEMES` marked `webdataset` into webdataset's own scheme table: `s3://` (which
-webdataset lacks) and `http(s)://` (a resuming stream instead of a `curl` pipe). Reading (`rb`) goes
+`wdsprep.storage.SCHEMES` marked `webdataset` into webdataset's own scheme table: `s3://` and
+`hf://` (which webdataset lacks), `gs://` (instead of a `gsutil` pipe), `az://` and `http(s)://` (a
+resuming stream instead of a `curl` pipe). Reading (`rb`) goes
 through `Scheme.open`; writing (`wb`) through `Scheme.open_write` (for `s3://` a multipart upload
 streamed from memory, no local file), or webdataset's previous handler where the scheme has no
 writer. webdataset imports torch, which takes seconds: when it is not imported yet, the

@@ -344,7 +344,7 @@ class Loader:
 
     def state_dict(self) -> dict:
         return encode_state(self.dataset.layout(), self.progress, self.logical_workers, self._positions,
-                            next_worker=self._next_worker)
+                            next_worker=self._next_worker, **self.dataset.provenance())
 
     def load_state_dict(self, state: dict | list, **options) -> None:
         """This rank's own state (same world size and num_workers), or the list of every old rank's
