@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 
 import wdsprep
 import wdsprep.stream.mix as mix_module
+from wdsprep.stream.worker import FIRST_CHUNK
 
 from tests.timeouts import SUBPROCESS
 
@@ -636,7 +637,7 @@ def test_a_large_scheduled_epoch_plans_nothing_per_pass_before_len_and_its_first
     manifests = written(counted_shards, parts)
     schedule = [(0, [1, 0]), (0.25, [1, 1]), (0.5, [1, 3])]
     total = 4 * 10**9
-    passes = budget(monkeypatch, mix_module, "pass_order", 8 * 64)
+    passes = budget(monkeypatch, mix_module, "pass_order", 8 * FIRST_CHUNK)
     slots = budget(monkeypatch, mix_module, "_slots", 1 << 16, weight=lambda counts, total, first, stop, taken: stop - first)
 
     def make():
@@ -659,7 +660,7 @@ def test_a_large_scheduled_epoch_plans_nothing_per_pass_before_len_and_its_first
     firsts = [counts[0][0] + counts[1][0] + 10000, counts[0][1] + counts[1][1] + 30000]
     expected = [iter(model_keys(parts[p], p, 3, 2, firsts[p], 8)) for p in range(2)]
     assert got == [(2, str(p), next(expected[p])) for p in labels]
-    assert passes[0] <= 4 * 64 and slots[0] <= 40000 + (1 << 14)  # the slots before its position are made again
+    assert passes[0] <= 4 * FIRST_CHUNK and slots[0] <= 40000 + (1 << 14)  # the slots before its position are made again
 
 
 def test_the_search_for_a_scheduled_epoch_tries_a_window_of_totals(counted_shards, monkeypatch):
