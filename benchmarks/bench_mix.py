@@ -15,6 +15,11 @@ interleaved; CPU is the measured loop's user + system time.
   by its own `wdsprep.decode()` stage (shuffle buffer 1,000, and none); and weighted 3:2:1 with
   stop="all" (parts cycle).
   Overhead = mix ÷ parts alone - 1, CPU per sample (the goal: at most 5%).
+- wdsprep, schedule: the same three parts in an epoch of `samples_per_epoch` = the parts' sizes
+  together, weighted 3:2:1 (no schedule), and by a schedule of four phases ((0, 3:2:1), (0.25, 4:1:1),
+  (0.5, 2:3:1), (0.75, 3:2:1)) that gives each part the same count over the epoch (10,500, 7,000 and
+  3,500: the same samples, in another order); overhead = scheduled ÷ unscheduled - 1 (the goal: at
+  most 2%).
 - LitData, parts alone: each part's `StreamingDataset(shuffle=True)`; combined:
   `CombinedStreamingDataset` of the three, iterate_over_all=True (every sample once) and weighted
   3:2:1 (iterate_over_all=False).
@@ -47,10 +52,12 @@ SHARD_BYTES = sized("4MB", "120KB")
 BUFFER = 1000
 REPEATS = sized(3, 1)
 RESUME_BATCH = 16
+SCHEDULE = [(0, [3, 2, 1]), (0.25, [4, 1, 1]), (0.5, [2, 3, 1]), (0.75, [3, 2, 1])]  # 3:2:1 over the epoch
 READS = ("wdsprep-alone", "wdsprep-mix", "wdsprep-alone-unbuffered", "wdsprep-mix-unbuffered", "wdsprep-mix-weighted",
-         "litdata-alone", "litdata-combined", "litdata-combined-weighted")
+         "wdsprep-mix-sized", "wdsprep-mix-scheduled", "litdata-alone", "litdata-combined", "litdata-combined-weighted")
 BASELINE = {"wdsprep-mix": "wdsprep-alone", "wdsprep-mix-unbuffered": "wdsprep-alone-unbuffered",
-            "wdsprep-mix-weighted": "wdsprep-alone", "litdata-combined": "litdata-alone",
+            "wdsprep-mix-weighted": "wdsprep-alone", "wdsprep-mix-sized": "wdsprep-alone",
+            "wdsprep-mix-scheduled": "wdsprep-mix-sized", "litdata-combined": "litdata-alone",
             "litdata-combined-weighted": "litdata-alone"}
 
 
@@ -82,9 +89,18 @@ def _wdsprep_parts(workdir: str, **part_options):
             for part in PARTS]
 
 
-def _wdsprep_mix(workdir: str, weighted: bool, buffer: int = BUFFER):
+def _wdsprep_mix(workdir: str, weighted: bool, buffer: int = BUFFER, scheduled: bool | None = None):
+    """The mix a row reads: epochized (repeat 1), weighted 3:2:1 with stop="all", or (`scheduled`
+    False / True) an epoch of the parts' sizes together, weighted 3:2:1 / by SCHEDULE."""
     import wdsprep
 
+    if scheduled is not None:
+        size = sum(PARTS.values())
+        if scheduled:
+            return wdsprep.mix(_wdsprep_parts(workdir), schedule=SCHEDULE, samples_per_epoch=size, seed=0,
+                               shuffle_buffer=buffer, equalize=None)
+        return wdsprep.mix(_wdsprep_parts(workdir, weight=WEIGHTS), samples_per_epoch=size, seed=0,
+                           shuffle_buffer=buffer, equalize=None)
     if weighted:
         return wdsprep.mix(_wdsprep_parts(workdir, weight=WEIGHTS), stop="all", seed=0, shuffle_buffer=buffer,
                            equalize=None)
@@ -116,6 +132,8 @@ def _read_sources(system: str, workdir: str):
         return [wdsprep.dataset(os.path.join(workdir, "wdsprep", part, "manifest.json"), "train", seed=0,
                                 shuffle_buffer=buffer, equalize=None).compose(wdsprep.decode(strip=True))
                 for part in PARTS]
+    if system in ("wdsprep-mix-sized", "wdsprep-mix-scheduled"):
+        return [_wdsprep_mix(workdir, weighted=True, buffer=buffer, scheduled=system.endswith("scheduled"))]
     if system.startswith("wdsprep-mix"):
         return [_wdsprep_mix(workdir, weighted=system.endswith("weighted"), buffer=buffer)]
     if system == "litdata-alone":
@@ -237,6 +255,9 @@ NAMES = {
     "wdsprep-alone-unbuffered": "wdsprep, each part alone, no shuffle buffer",
     "wdsprep-mix-unbuffered": "wdsprep, `wdsprep.mix` epochized, repeat 1, no shuffle buffer",
     "wdsprep-mix-weighted": "wdsprep, `wdsprep.mix` weighted 3:2:1, stop=\"all\"",
+    "wdsprep-mix-sized": "wdsprep, `wdsprep.mix` weighted 3:2:1, samples_per_epoch = the parts' sizes",
+    "wdsprep-mix-scheduled": "wdsprep, `wdsprep.mix` by a schedule of 4 phases, the same samples_per_epoch "
+                             "(against the row above)",
     "litdata-alone": "LitData, each part's `StreamingDataset` alone",
     "litdata-combined": "LitData, `CombinedStreamingDataset`, iterate_over_all",
     "litdata-combined-weighted": "LitData, `CombinedStreamingDataset`, weights 3:2:1",
@@ -249,6 +270,10 @@ def _overhead(ours: dict | None, base: dict | None) -> str:
     return "n/a"
 
 
+def _schedule_words() -> str:
+    return ", ".join(f"from {start}: {':'.join(map(str, weights))}" for start, weights in SCHEDULE)
+
+
 def _table(reads: dict, resumes: dict, shards: dict) -> str:
     sizes = ", ".join(f"{part}: {count:,} samples in {shards[part]} shards" for part, count in PARTS.items())
     lines = [
@@ -259,9 +284,10 @@ def _table(reads: dict, resumes: dict, shards: dict) -> str:
         f"process (no workers), each sample decoded to an array and a dict, shuffle buffer {BUFFER:,} for wdsprep "
         "unless the row says none; "
         f"best of {REPEATS} interleaved runs, each in a fresh process. Overhead: CPU per sample ÷ the same "
-        "system's parts read alone, - 1 (the goal for wdsprep.mix: at most +5%).",
+        "system's parts read alone, - 1 (the goal for wdsprep.mix: at most +5%); for the scheduled mix, ÷ the "
+        f"same mix without a schedule, - 1 (the goal: at most +2%; schedule {_schedule_words()}).",
         "",
-        "| reading | samples | samples/s (wall) | CPU µs/sample | over its parts alone |",
+        "| reading | samples | samples/s (wall) | CPU µs/sample | overhead |",
         "|---|---:|---:|---:|---:|",
     ]
     for system in READS:

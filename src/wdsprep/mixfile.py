@@ -21,7 +21,9 @@ def mix(parts: Sequence[Part | dict] | str | os.PathLike, **options) -> MixDatas
     """Several datasets as one stream: `parts` (a list of `wdsprep.Part` or dicts with its fields),
     or the path of a mix file (TOML: the options at the top, one `[[part]]` table per part; see
     docs/mixing.md). Options: mode ("weighted" | "epochized"), samples_per_epoch, stop ("first" |
-    "all"), and wdsprep.dataset's seed, epoch, shuffle_shards, shuffle_buffer, equalize, rank,
+    "all"), schedule (weights that change inside the epoch: [(start, weights), ...], start a sample
+    position or a fraction of the epoch, weights one per part or a dict of part names; in a file, one
+    `[[phase]]` table per phase with `start` and `weights`), and wdsprep.dataset's seed, epoch, shuffle_shards, shuffle_buffer, equalize, rank,
     world_size, handler, and the read side's settings (prefetch_bytes, max_connections, cache_dir, ...:
     docs/objectstore.md#settings)."""
     if not isinstance(parts, (str, os.PathLike)):
@@ -38,8 +40,8 @@ FILE_OPTIONS = ("mode", "samples_per_epoch", "stop", "seed", "shuffle_shards", "
 
 
 def read_mix_file(path: str) -> tuple[list[dict], dict]:
-    """(the parts, the options) of a mix file. A part's stage is named, never imported from the
-    file: `stage = {name = "minecraft.pairs", history_length = 4}` names a reader stage of a built-in
+    """(the parts, the options) of a mix file; `[[phase]]` tables (start, weights) are the option
+    `schedule`. A part's stage is named, never imported from the file: `stage = {name = "minecraft.pairs", history_length = 4}` names a reader stage of a built-in
     source (`wdsprep.<source>.<function>`), and `outputs_per_sample` likewise (`minecraft.pair_counts`)."""
     try:
         with open(path, "rb") as file:
@@ -51,9 +53,19 @@ def read_mix_file(path: str) -> tuple[list[dict], dict]:
     parts = data.pop("part", None)
     if not isinstance(parts, list) or not parts:
         raise ConfigError(f"{path}: a mix file needs one [[part]] table per part")
+    phases = data.pop("phase", None)
     unknown = set(data) - set(FILE_OPTIONS)
     if unknown:
-        raise ConfigError(f"{path}: unknown option(s) {', '.join(sorted(unknown))} (known: {', '.join(FILE_OPTIONS)})")
+        raise ConfigError(f"{path}: unknown option(s) {', '.join(sorted(unknown))} (known: {', '.join(FILE_OPTIONS)}; "
+                          "and the tables [[part]], [[phase]])")
+    if phases is not None:
+        if not isinstance(phases, list) or not all(isinstance(phase, dict) for phase in phases):
+            raise ConfigError(f"{path}: a schedule is one [[phase]] table per phase (start, weights)")
+        for k, phase in enumerate(phases):
+            unknown = set(phase) - {"start", "weights"}
+            if unknown:
+                raise ConfigError(f"{path}: phase {k}: unknown field(s) {', '.join(sorted(unknown))} (start, weights)")
+        data["schedule"] = phases
     base = os.path.dirname(os.path.abspath(path))
     loaded = []
     for index, part in enumerate(parts):

@@ -56,38 +56,49 @@ def take(iterator, n):
 
 
 # ------------------------------------------------------------------------------ resume on the same world
-@pytest.mark.parametrize("buffer", [0, 3])
-@pytest.mark.parametrize("workers", [0, 1, 2, 3, 4])
-def test_a_loader_state_saved_after_every_batch_resumes_exactly(counted_shards, workers, buffer):
-    manifests = written(counted_shards, LOADER_PARTS)
-    plan = dict(world=2, rank=1, equalize="pad", buffer=buffer)
-    expected = model_loader_epoch(1, workers=workers, **plan)
-    got, states = batches_and_states(make_loader(manifests, workers, epoch=1, **plan), saved)
+def resumes_after_every_batch(make, expected):
+    """A loader (`make()`) delivers the batches `expected`, and a state saved before its first batch and
+    after each resumes a fresh one to exactly the rest."""
+    got, states = batches_and_states(make(), saved)
     assert as_lists(got) == expected
     for done, state in enumerate(states):
-        resumed = make_loader(manifests, workers, epoch=1, **plan)
+        resumed = make()
         resumed.load_state_dict(state)
         assert as_lists(resumed) == expected[done:], done
 
 
-@pytest.mark.parametrize("workers", [0, 3])
-def test_states_saved_across_two_epochs_resume_into_the_epoch_they_were_saved_in(counted_shards, workers):
-    """A loader counting epochs itself: states saved before the first batch, after each batch and
-    after each epoch's loop ended, resumed by a fresh loader (whose own epoch is 0), deliver exactly
-    the rest of both epochs, each sample stamped with the model's epoch."""
-    manifests = written(counted_shards, LOADER_PARTS)
-    expected = [batch for epoch in range(EPOCHS) for batch in model_loader_epoch(epoch, workers=workers, buffer=3)]
-    loader = make_loader(manifests, workers, 3)
+def resumes_across_epochs(make, expected, epochs):
+    """A loader counting epochs itself delivers `expected` over `epochs` epochs; states saved before
+    the first batch, after each batch and after each epoch's loop ended, resumed by a fresh loader
+    (whose own epoch is 0), deliver exactly the rest."""
+    loader = make()
     got, states = [], [(0, saved(loader))]
-    for _ in range(EPOCHS):
+    for _ in range(epochs):
         for batch in loader:
             got.append(batch)
             states.append((len(got), saved(loader)))
         states.append((len(got), saved(loader)))  # after the loop ended: the next epoch's start
     assert as_lists(got) == expected
     for done, state in states:
-        rest = resumed_until(lambda: make_loader(manifests, workers, 3), state, EPOCHS)
+        rest = resumed_until(make, state, epochs)
         assert as_lists(rest) == expected[done:], (done, state["epoch"])
+
+
+@pytest.mark.parametrize("buffer", [0, 3])
+@pytest.mark.parametrize("workers", [0, 1, 2, 3, 4])
+def test_a_loader_state_saved_after_every_batch_resumes_exactly(counted_shards, workers, buffer):
+    manifests = written(counted_shards, LOADER_PARTS)
+    plan = dict(world=2, rank=1, equalize="pad", buffer=buffer)
+    resumes_after_every_batch(lambda: make_loader(manifests, workers, epoch=1, **plan),
+                              model_loader_epoch(1, workers=workers, **plan))
+
+
+@pytest.mark.parametrize("workers", [0, 3])
+def test_states_saved_across_two_epochs_resume_into_the_epoch_they_were_saved_in(counted_shards, workers):
+    """Each sample stamped with the model's epoch (`resumes_across_epochs`)."""
+    manifests = written(counted_shards, LOADER_PARTS)
+    expected = [batch for epoch in range(EPOCHS) for batch in model_loader_epoch(epoch, workers=workers, buffer=3)]
+    resumes_across_epochs(lambda: make_loader(manifests, workers, 3), expected, EPOCHS)
 
 
 @FAST
@@ -105,16 +116,22 @@ def test_a_resumed_mix_and_a_resumed_resumed_mix_give_exactly_the_rest(counted_s
         with pytest.raises(wdsprep.ConfigError, match="equalize='drop' would leave it out"):
             open_mix(manifests, weights, **plan)
         return
+    resumed_twice(lambda: open_mix(manifests, weights, **plan), named, expected, data)
+
+
+def resumed_twice(make, name, expected, data):
+    """A run (`make()`, its samples named by `name`) stopped after a drawn number of samples, resumed
+    from its state, stopped again and resumed again: the three runs are the pieces of `expected`."""
     first = data.draw(st.integers(0, len(expected)), label="first stop")
-    run = open_mix(manifests, weights, **plan)
-    head = [named(s) for s in take(iter(run), first)]
-    resumed = open_mix(manifests, weights, **plan)
+    run = make()
+    head = [name(s) for s in take(iter(run), first)]
+    resumed = make()
     resumed.load_state_dict(saved(run))
     second = data.draw(st.integers(0, len(expected) - first), label="second stop")
-    middle = [named(s) for s in take(iter(resumed), second)]
-    again = open_mix(manifests, weights, **plan)
+    middle = [name(s) for s in take(iter(resumed), second)]
+    again = make()
     again.load_state_dict(saved(resumed))
-    tail = [named(s) for s in again]
+    tail = [name(s) for s in again]
     assert (head, middle, tail) == (expected[:first], expected[first : first + second], expected[first + second :])
 
 
@@ -135,6 +152,15 @@ def model_worker_marked(epochs, *, world, rank, workers, worker, equalize, buffe
         streams.append(model_block_shuffle(run, model_part_buffer(buffer, sizes, p),
                                            (seed, epoch, rank, worker, *part_key(p))))
     return model_interleave(streams, buffer, (seed, epoch, rank, worker))
+
+
+def resumed_from(states, expected, rank, make):
+    """The batches a fresh loader (`make()`) of `rank` delivers from the old ranks' `states`: `expected`."""
+    loader = make()
+    loader.load_state_dict(states)
+    got = as_lists(loader)
+    assert got == expected, rank
+    return got
 
 
 def model_remainder(epochs, delivered):
@@ -176,12 +202,9 @@ def test_elastic_resume_deals_exactly_what_the_old_ranks_had_not_delivered(count
                                               sizes=[len(items) for items in epochs])
             streams.append([(str(p), key, 1) for p, key in
                             model_interleave(part_streams, buffer, (11, 1, rank, worker))])
-        expected = [batch for _, batch in round_robin_batches(streams, BATCH)]
-        loader = make_loader(manifests, new_workers, buffer, world=new_world, rank=rank, equalize=equalize)
-        loader.load_state_dict(states)
-        got = as_lists(loader)
-        assert got == expected, rank
-        new_batches += got
+        new_batches += resumed_from(states, [batch for _, batch in round_robin_batches(streams, BATCH)], rank,
+                                    lambda: make_loader(manifests, new_workers, buffer, world=new_world, rank=rank,
+                                                        equalize=equalize))
     if equalize is None:  # the old run and the new one together: the epoch's samples, each exactly once
         everything = collections.Counter((str(p), key) for p, items in enumerate(epochs) for key in items)
         together = collections.Counter((name, key) for batch in old_batches + new_batches for name, key, _ in batch)

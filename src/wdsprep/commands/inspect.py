@@ -8,7 +8,9 @@ corrupt one ends the command with the one line naming the shard, never shown as 
 selection (`--keys`, `--select`, `--fraction`, `--limit`: docs/selecting.md) each split says how many
 samples it keeps, in how many shards, and the samples shown are the first it keeps. A mix file
 (docs/mixing.md) is loaded as `wdsprep.mix` loads it, so a bad part is the same one line; its parts
-are listed with their samples, share, samples in the epoch, passes and shuffle buffer.
+are listed with their samples, share, samples in the epoch, passes and shuffle buffer; then, for a
+mix with a schedule (or with `--world-size`), each phase: where it starts and its samples of each
+part, in the epoch and per rank at that world size (`wdsprep.mix(..., world_size=N)`'s counts).
 """
 from __future__ import annotations
 
@@ -45,6 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--samples", type=int, default=2, help="how many samples to show per split")
     parser.add_argument("--split", action="append", dest="splits", help="only this split (repeatable; default all)")
     parser.add_argument("--epoch", type=int, default=0, help="the epoch a mix file is shown for (default 0)")
+    parser.add_argument("--world-size", type=_whole_number, default=None, metavar="N",
+                        help="a mix file's counts per rank at N ranks, in each phase (default 1)")
     parser.add_argument("--seed", type=int, default=0, help="the seed of --fraction, as wdsprep.dataset's (default 0)")
     add_selection(parser)
 
@@ -114,20 +118,57 @@ def _inspect_mix(args: argparse.Namespace) -> int:
     if any(value is not None for value in (args.keys, args.select, args.fraction, args.limit)) or args.splits:
         raise ConfigError(f"{args.location}: a mix file's parts carry their own split and selection "
                           "(--split, --keys, --select, --fraction and --limit are for a dataset)")
-    mixed = mix(args.location, epoch=args.epoch)
+    world = args.world_size or 1
+    mixed = mix(args.location, epoch=args.epoch, rank=0, world_size=world)
     counts, buffers = mixed.epoch_counts(args.epoch), mixed.part_buffers(args.epoch)
     size = f", samples_per_epoch {mixed.samples_per_epoch}" if mixed.samples_per_epoch is not None else ""
+    phases = mixed.schedule.phases
+    scheduled = f", a schedule of {phases} phases" if mixed.schedule.phased else ""
     print(f"mix {args.location}: mode {mixed.mode}, stop {mixed.stop}{size}, seed {mixed.seed}, "
-          f"shuffle_buffer {mixed.shuffle_buffer}")
+          f"shuffle_buffer {mixed.shuffle_buffer}{scheduled}")
     share = "weight" if mixed.mode == "weighted" else "repeat"
     print(f"epoch {args.epoch}: {sum(counts)} samples")
     print(f"  {'part':<12} {'split':<8} {'samples':>9} {share:>8} {'in epoch':>9} {'passes':>7} {'buffer':>7}  location")
-    for part, count, buffer in zip(mixed.parts, counts, buffers):
+    for part, count, *buffer in zip(mixed.parts, counts, *buffers):
         catalog = part.catalog
         selected = f" ({catalog.selection.describe()})" if catalog.selection is not None else ""
-        print(f"  {part.name:<12} {catalog.split:<8} {part.size:9d} {float(part.share):8g} {count:9d} "
-              f"{count / part.size:7.2f} {buffer:7d}  {catalog.manifest.url}{selected}")
+        weight = "phases" if part.share is None else f"{float(part.share):g}"
+        held = f"{min(buffer)}-{max(buffer)}" if min(buffer) != max(buffer) else str(buffer[0])
+        print(f"  {part.name:<12} {catalog.split:<8} {part.size:9d} {weight:>8} {count:9d} "
+              f"{count / part.size:7.2f} {held:>7}  {catalog.manifest.url}{selected}")
+    if mixed.schedule.phased or args.world_size is not None:
+        _show_phases(mixed, args.epoch, world)
     return 0
+
+
+def _show_phases(mixed, epoch: int, world: int) -> None:
+    """Each phase of the epoch: where it starts (as written, then as a sample position) and its
+    samples of each part in the epoch and per rank (a range where ranks differ: equalize=None)."""
+    schedule = mixed.schedule
+    bounds = schedule.bounds(sum(mixed.epoch_counts(epoch)))
+    per_rank = [mixed.rank_counts(epoch, 1, rank=rank) for rank in range(world)]
+    print(f"phases: samples of each part in the epoch (and per rank, {world} rank{'s' * (world > 1)}, "
+          f"equalize {mixed.equalize})")
+    names = [part.name for part in mixed.parts]
+    print(f"  {'phase':>5} {'from':>14} {'samples':>9}  " + "  ".join(f"{name:>14}" for name in names))
+    for k, (counts, (start, _)) in enumerate(zip(mixed.phase_counts(epoch), schedule.given)):
+        cells = []
+        for p, count in enumerate(counts):
+            ranks = [counts_of_rank[k][p] for counts_of_rank in per_rank]
+            cells.append(f"{count} ({min(ranks)}{'' if min(ranks) == max(ranks) else f'-{max(ranks)}'})")
+        start_words = f"{start}" if str(start) == str(bounds[k]) else f"{start} ({bounds[k]})"
+        print(f"  {k:>5} {start_words:>14} {bounds[k + 1] - bounds[k]:>9}  " + "  ".join(f"{cell:>14}" for cell in cells))
+
+
+def _whole_number(text: str) -> int:
+    """--world-size: a whole number >= 1 (else the one `wdsprep: error:` line, exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return value
 
 
 def _describe(value) -> str:

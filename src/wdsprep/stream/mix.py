@@ -2,7 +2,8 @@
 rank/worker split, so every rank and worker gets the same number of training samples in exact
 proportions, and a state resumes the mix exactly (on the same world or another).
 
-The rules (docs/mixing.md says them for users; tests/core/test_mix_oracle.py models them):
+The rules (docs/mixing.md says them for users; tests/core/test_mix_oracle.py models them, and
+tests/core/test_mix_schedule.py the schedules, M7 and M8):
 
 M1. Parts p = 0..P-1, each one split of one manifest narrowed by its selection (a `Catalog`), with
     its own reader stages and, when a stage turns a sample into several training samples, its
@@ -39,25 +40,55 @@ M5. A worker's stream interleaves its parts' outputs by the earliest-deadline sc
     together hold about B samples, as one dataset's buffer of B does. The schedule has no closed
     form: it is made as the stream is read (kept when short), and a resumed worker makes its slots
     before its position again (about half a microsecond each: why an epoch is bounded, M2).
-M6. Each output that is a dict names its part in `__part__`. Stages composed on the mix run on the
-    mixed stream, past the counting point (as batching does): they must map one sample to one.
+M6. Each output that is a dict names its part in `__part__` (and, in a mix of several phases, its
+    phase in `__phase__`, M8). Stages composed on the mix run on the mixed stream, past the counting
+    point (as batching does): they must map one sample to one.
+M7. A schedule (weighted mode; the parts then have no weight of their own) is phases k = 0..K-1
+    (K <= MAX_PHASES), phase k holding the epoch's positions [b_k, b_k+1) (b_K = S) with weights
+    w_k,p >= 0, one > 0 in every phase and every part > 0 in some phase. Phase k's `start` is a
+    sample position (a whole number: b_k = start, below S) or a fraction of the epoch (0 < f < 1,
+    read as the decimal it prints as: b_k = floor(f * S)); the first start is 0, starts increase and
+    are all of one kind. Phase k holds n_k,p = the apportionment (M2) of its L_k = b_k+1 - b_k samples
+    by w_k, and the epoch n_p = sum_k n_k,p. S is `samples_per_epoch`, else the largest total whose
+    n_p fit every size (stop="first") or the smallest whose n_p cover every size (stop="all"), with
+    sample-position starts a total past the last start; n_p(S) is within 2K of a line A_p + B_p * S
+    (each phase's length and apportionment off by less than one), so the answer lies in a window
+    found in closed form, tried total by total (at most MAX_TOTALS_TRIED totals x phases, else
+    refused naming a `samples_per_epoch`). A one-phase schedule is M2's weights, and a mix without
+    a schedule is one phase (its states are the same).
+M8. Part p's epoch sequence (M3, cut after n_p) is cut into consecutive segments, phase k's its next
+    n_k,p samples (with outputs: up to the sample that brings its outputs to n_0,p + ... + n_k,p), so
+    a part is read once an epoch unless its n_p passes its size, and each phase's segments are dealt
+    (M4) and interleaved (M5) alone: every worker of every rank gets the same counts in every phase,
+    and within ±1 of its phase's counts in every prefix of the phase (at block ends with a shuffle
+    buffer, whose blocks start again at each phase, each part's buffer share by n_k,p / L_k). Phase
+    0 is keyed as M4 and M5 say; phase k > 0 puts (0x9A5E, k) after the worker (after the part) in
+    every key. A worker's stream is its phases one after the other; its position is its phase and
+    that phase's per-part positions (M5's schedule restarts at each phase). An elastic resume deals
+    each phase's remainder: a phase an old worker had passed counts as delivered whole by it, its
+    current phase as its position says. With equalize="drop", a part with weight > 0 in a phase
+    whose segment holds fewer samples than ranks is refused (M4).
 
-A pass's part sequences (M3, less what interrupted passes delivered) are planned once per (epoch,
-interrupted passes, epoch counts) and kept, the latest pass only (`PlannedDataset.planned`):
-`wdsprep.Loader` plans them before it forks its workers, which inherit them.
+A pass's part sequences (M3 cut into phases by M8, less what interrupted passes delivered) are
+planned once per (epoch, interrupted passes, phase counts) and kept, the latest pass only
+(`PlannedDataset.planned`): `wdsprep.Loader` plans them before it forks its workers, which inherit them.
 
 Remote parts share the worker's read-ahead: its byte budget and connections are divided among them
-by their share of the bytes it reads (`_read_ahead_shares`), so a mix holds and sends no more than
-one dataset would.
+by their share of the bytes it reads in the phase (`_read_ahead_shares`), so a mix holds and sends
+no more than one dataset would.
 
-A worker's position is one `Position` per part (its skip, discard and delivered outputs): a part is
-always consumed in its own order, so a resumed worker restarts the schedule at t = sum of delivered,
-and an elastic resume deals each part's remainder afresh (M4) and schedules the new counts (M5).
-A state names every part (data, split, selection, outputs), the mode, stop and weights; one from
-another mix is refused naming the difference. `load_state_dict(state, reweight=True)` accepts other
-weights: the state's epoch is read with the weights it was read with (kept in later states as
-`reweighted`), the next epochs with the new ones. A mix file (TOML) is read above the sources, by
-`wdsprep.mixfile`, which names a part's stage as a function of a built-in source's `read` module.
+A worker's position is one `Position` per part (its skip, discard and delivered outputs; with
+several phases, those of its phase, and the phase): a part is always consumed in its own order, so a
+resumed worker restarts the phase's schedule at t = sum of delivered, and an elastic resume deals
+each part's remainder afresh (M4) and schedules the new counts (M5).
+A state names every part (data, split, selection, outputs), the mode, stop and weights (`shares`),
+or the schedule (`schedule`: each phase's start and weights; a worker's position then names its
+`phase`); one from another mix is refused naming the difference (the first phase that differs).
+`load_state_dict(state, reweight=True)` accepts other weights or another schedule: the state's epoch
+is read with the ones it was read with (kept in later states as `reweighted`), the next epochs with
+the new ones, which is how a schedule changes from one epoch to the next. A mix file (TOML) is read
+above the sources, by `wdsprep.mixfile`, which names a part's stage as a function of a built-in
+source's `read` module (and a schedule's phases as `[[phase]]` tables).
 """
 from __future__ import annotations
 
@@ -87,7 +118,7 @@ from ..shards.shardtable import ShardTable
 from .plan import Level, Passes, Sequence, epoch_order, remainder
 from ..readoptions import MIN_RANGE
 from .remote import reads_ahead, worker_connections
-from .state import EpochProgress, Position, Resume, parse_state, worker_level
+from .state import EpochProgress, PhaseLevel, Position, Resume, parse_state, worker_level
 from .worker import ShardReader, WorkerPlan, WorkerStream, worker_plan
 
 MODES = ("weighted", "epochized")
@@ -125,7 +156,7 @@ class _Planned:
     stages: list
     decode: ReaderStage | None
     size: int
-    share: Fraction  # its weight (weighted) or repeat (epochized), exactly
+    share: Fraction | None  # its weight (weighted) or repeat (epochized), exactly; None in a scheduled mix
     where: str = field(default="")
     given: str = field(default="")  # the weight or repeat as the user wrote it (what messages say)
 
@@ -138,10 +169,11 @@ class _Planned:
         return total / max(1, int(sizes.sum()))
 
 
-def _number(value: Any, what: str, where: str) -> Fraction:
+def _number(value: Any, what: str, where: str, zero: bool = False) -> Fraction:
     """A weight or repeat, exactly: a real number (int, float, a numpy scalar, a Fraction), finite
-    as a float (so at most ~1.8e308) and > 0; anything else is one ConfigError line."""
-    rule = f"{where}: {what} must be a number > 0"
+    as a float (so at most ~1.8e308) and > 0 (>= 0 with `zero`: a phase's weight); anything else is
+    one ConfigError line."""
+    rule = f"{where}: {what} must be a number {'>= 0' if zero else '> 0'}"
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ConfigError(f"{rule}, got {_shown(value)}")
     try:
@@ -150,7 +182,7 @@ def _number(value: Any, what: str, where: str) -> Fraction:
         float(exact)  # OverflowError past the largest float
     except (OverflowError, ValueError):  # inf, nan, 10**400
         raise ConfigError(f"{rule}, got {_shown(value)} (a finite one: at most {sys.float_info.max:.3g})") from None
-    if exact <= 0:
+    if exact < 0 or (exact == 0 and not zero):
         raise ConfigError(f"{rule}, got {_shown(value)}")
     return exact
 
@@ -173,6 +205,153 @@ def _spelled(share: str) -> str:
         return repr(float(exact)) if Fraction(float(exact)) == exact else share
     except (ValueError, ZeroDivisionError, OverflowError):
         return share
+
+
+# -- schedules (rules M7, M8)
+MAX_PHASES = 1024  # phases of a schedule: each is planned, dealt and interleaved on its own
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """An epoch's weights (rule M7): phase k from `starts[k]` (0 first; then whole numbers, sample
+    positions, or Fractions of the epoch in (0, 1)) with `shares[k]`, one exact weight >= 0 per part.
+    A mix without a schedule is one phase from 0 (epochized: its repeats). `given`: each phase's
+    start and weights as the user wrote them (what messages say), left out of comparisons."""
+
+    starts: tuple
+    shares: tuple  # tuple[tuple[Fraction, ...], ...]
+    given: tuple = field(default=(), compare=False)
+
+    @property
+    def phases(self) -> int:
+        return len(self.starts)
+
+    @property
+    def phased(self) -> bool:
+        """Several phases (one phase is plain weights, M7)."""
+        return len(self.starts) > 1
+
+    @property
+    def fractions(self) -> bool:
+        """Whether the starts are fractions of the epoch (else sample positions)."""
+        return any(isinstance(start, Fraction) for start in self.starts)
+
+    def layout(self) -> dict:
+        """What a state records: `shares` (one phase), or `schedule`: [start, shares] per phase, a
+        start a whole number (a sample position) or an exact fraction written 'n/d'."""
+        if not self.phased:
+            return {"shares": [str(share) for share in self.shares[0]]}
+        return {"schedule": [[start if isinstance(start, int) else str(start), [str(share) for share in shares]]
+                             for start, shares in zip(self.starts, self.shares)]}
+
+    def bounds(self, total: int) -> list[int]:
+        """b_0..b_K: where each phase starts in an epoch of `total` samples, then `total` (rule M7)."""
+        return [start if isinstance(start, int) else start.numerator * total // start.denominator
+                for start in self.starts] + [total]
+
+    def words(self) -> str:
+        """The phases as the user wrote them, [(start, [weights]), ...] (a schedule read from a state:
+        as exact numbers, each written as the number it is)."""
+        given = self.given or [(_spelled_start(start), [_spelled(str(share)) for share in shares])
+                               for start, shares in zip(self.starts, self.shares)]
+        return "[" + ", ".join(f"({start}, [{', '.join(weights)}])" for start, weights in given) + "]"
+
+
+def schedule_of(value: Any, names: list[str]) -> Schedule:
+    """A schedule as the user gives it, checked (rule M7): a list of (start, weights) pairs, weights a
+    list of one number >= 0 per part or a dict of part name -> weight (a part left out weighs 0).
+    Anything wrong is one ConfigError line naming the phase."""
+    if isinstance(value, (str, bytes, dict)) or not isinstance(value, Sequence_) or not value:
+        raise ConfigError(f"mix: schedule must be a non-empty list of (start, weights) phases, got {_shown(value)}")
+    if len(value) > MAX_PHASES:
+        raise ConfigError(f"mix: schedule has {len(value)} phases, more than the {MAX_PHASES} a mix plans")
+    starts, shares, given = [], [], []
+    for k, phase in enumerate(value):
+        where = f"mix: schedule phase {k}"
+        if isinstance(phase, dict) and set(phase) <= {"start", "weights"} and "weights" in phase:
+            phase = (phase.get("start", 0 if k == 0 else None), phase["weights"])  # a mix file's [[phase]] table
+        if isinstance(phase, (str, bytes, dict)) or not isinstance(phase, Sequence_) or len(phase) != 2:
+            raise ConfigError(f"{where}: a (start, weights) pair, got {_shown(phase)}")
+        start, weights = phase
+        starts.append(_start(start, k, where, starts))
+        shares.append(_phase_weights(weights, names, where))
+        given.append((_shown_start(start), [str(w) for w in _weights_in_order(weights, names)]))
+    for p, name in enumerate(names):
+        if all(phase[p] == 0 for phase in shares):
+            raise ConfigError(f"mix: part {p} ({name}): weight 0 in every phase of the schedule "
+                              "(it would never be read)")
+    return Schedule(tuple(starts), tuple(shares), tuple(given))
+
+
+def _start(start: Any, k: int, where: str, before: list) -> int | Fraction:
+    """Phase k's start: a sample position (a whole number) or a fraction of the epoch in (0, 1), read
+    as the decimal it prints as (0.3 is 3/10); the first is 0, the rest increase, all of one kind."""
+    rule = "a sample position (a whole number >= 0) or a fraction of the epoch (0 < start < 1)"
+    if isinstance(start, bool) or not isinstance(start, numbers.Real):
+        raise ConfigError(f"{where}: start must be {rule}, got {_shown(start)}")
+    if isinstance(start, numbers.Integral):
+        exact: int | Fraction = int(start)
+    else:
+        try:
+            exact = start if isinstance(start, Fraction) else Fraction(str(float(start)))
+        except (OverflowError, ValueError):
+            raise ConfigError(f"{where}: start must be {rule}, got {_shown(start)}") from None
+        if exact == 0 and k == 0:
+            exact = 0
+        elif not 0 < exact < 1:
+            raise ConfigError(f"{where}: start must be {rule}, got {_shown(start)}")
+    if k == 0:
+        if exact != 0:
+            raise ConfigError(f"{where}: the first phase starts at 0 (the epoch's start), got {_shown(start)}")
+        return 0
+    if isinstance(exact, int) and exact < 0:
+        raise ConfigError(f"{where}: start must be {rule}, got {_shown(start)}")
+    kinds = {isinstance(s, Fraction) for s in [*before[1:], exact]}
+    if len(kinds) > 1:
+        raise ConfigError(f"{where}: starts are all sample positions (whole numbers) or all fractions of the epoch "
+                          f"(0 < start < 1), got {_shown(start)} after {_shown_start(before[-1])}")
+    if exact <= before[-1]:
+        raise ConfigError(f"{where}: starts must increase, got {_shown(start)} after {_shown_start(before[-1])}")
+    return exact
+
+
+def _shown_start(start: Any) -> str:
+    """A start as the user wrote it (a Fraction as the decimal it is, when it is one)."""
+    if isinstance(start, Fraction):
+        return _spelled_decimal(start)
+    return _shown(start) if not isinstance(start, (int, float, np.integer, np.floating)) else str(start)
+
+
+def _spelled_decimal(value: Fraction) -> str:
+    """An exact start (3/10) as the decimal a user writes (0.3), or 'n/d' when no float prints as it."""
+    if value.denominator == 1:
+        return str(value.numerator)
+    text = repr(float(value))
+    return text if Fraction(text) == value else f"{value.numerator}/{value.denominator}"
+
+
+def _weights_in_order(weights: Any, names: list[str]) -> list:
+    """A phase's weights, one per part in the parts' order (a dict: by name, a part left out 0)."""
+    if isinstance(weights, dict):
+        return [weights.get(name, 0) for name in names]
+    return list(weights)
+
+
+def _phase_weights(weights: Any, names: list[str], where: str) -> tuple[Fraction, ...]:
+    if isinstance(weights, dict):
+        unknown = [name for name in weights if name not in names]
+        if unknown:
+            raise ConfigError(f"{where}: no part named {unknown[0]!r} (parts: {', '.join(names)})")
+    elif isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence_):
+        raise ConfigError(f"{where}: weights must be a list of one number per part or a dict of part names, "
+                          f"got {_shown(weights)}")
+    elif len(weights) != len(names):
+        raise ConfigError(f"{where}: {len(weights)} weights for {len(names)} parts ({', '.join(names)})")
+    exact = tuple(_number(weight, f"the weight of part {p} ({names[p]})", where, zero=True)
+                  for p, weight in enumerate(_weights_in_order(weights, names)))
+    if not any(exact):
+        raise ConfigError(f"{where}: every weight is 0 (a phase reads at least one part)")
+    return exact
 
 
 # What an epoch may hold, and what planning it may try (rule M2). A worker resumed mid-epoch makes its
@@ -273,6 +452,94 @@ def _fitted(sizes: list[int], shares: list[Fraction], stop: str) -> list[int]:
     raise AssertionError(f"rule M2: no total in [{totals.start}, {totals.stop}) fits")  # the window's end always does
 
 
+def phase_counts(mode: str, sizes: list[int], schedule: Schedule, stop: str,
+                 samples_per_epoch: int | None) -> list[list[int]]:
+    """Rules M2 and M7: how many samples (outputs) of each part each phase of the epoch holds."""
+    if not schedule.phased:
+        return [epoch_counts(mode, sizes, list(schedule.shares[0]), stop, samples_per_epoch)]
+    scaled = [_scaled(list(shares)) for shares in schedule.shares]
+    if samples_per_epoch is not None:
+        total = samples_per_epoch
+        last = max(start for start in schedule.starts if isinstance(start, int))
+        if last >= total:
+            k = schedule.starts.index(last)
+            raise ConfigError(f"mix: schedule phase {k} starts at sample {last}, past the epoch's end "
+                              f"(samples_per_epoch={total})")
+    else:
+        total = _scheduled_total(sizes, schedule, scaled, stop)
+        if total > MAX_EPOCH_SAMPLES:
+            raise _too_large(f"stop={stop!r} and the schedule {schedule.words()}", f"{total}")
+    return _phase_seats(total, schedule, scaled)
+
+
+def _phase_seats(total: int, schedule: Schedule, scaled: list[tuple[list[int], int]]) -> list[list[int]]:
+    """Each phase's counts in an epoch of `total` samples: its length apportioned by its weights."""
+    bounds = schedule.bounds(total)
+    return [_seats(end - begin, *shares) for begin, end, shares in zip(bounds, bounds[1:], scaled)]
+
+
+def _scheduled_total(sizes: list[int], schedule: Schedule, scaled: list[tuple[list[int], int]], stop: str) -> int:
+    """Rule M7's S without samples_per_epoch: the largest total whose counts fit every part
+    (stop="first"), or the smallest that covers every part (stop="all"), past the last start when the
+    starts are sample positions. n_p(S) = sum_k n_k,p(S) is within E = 2K of the line A_p + B_p * S
+    (B_p: part p's share of the epoch's tail that grows with S; A_p what fixed phases hold beyond
+    it), so the totals where the answer can lie form a window, tried one by one in the rule's order."""
+    phases, parts = schedule.phases, len(sizes)
+    normal = [[Fraction(a, m) for a in shares] for shares, m in scaled]  # each phase's shares, summing to 1
+    if schedule.fractions:
+        ends = [*schedule.starts[1:], Fraction(1)]
+        slope = [sum((end - start) * normal[k][p] for k, (start, end) in enumerate(zip(schedule.starts, ends)))
+                 for p in range(parts)]
+        offset, least = [Fraction(0)] * parts, 1
+    else:
+        starts = list(schedule.starts)
+        lengths = [end - start for start, end in zip(starts, starts[1:])]
+        slope = [normal[-1][p] for p in range(parts)]
+        offset = [sum(length * normal[k][p] for k, length in enumerate(lengths)) - starts[-1] * normal[-1][p]
+                  for p in range(parts)]
+        least = starts[-1] + 1  # the last phase starts inside the epoch
+    error = 2 * phases
+    weights = f"the schedule {schedule.words()}"
+    fixed = [p for p in range(parts) if slope[p] == 0]  # parts the last phase leaves out: a count that does not grow
+
+    def counts(total: int) -> list[int]:
+        return [sum(column) for column in zip(*_phase_seats(total, schedule, scaled))]
+
+    if stop == "all":
+        for p in fixed:
+            if counts(least)[p] < sizes[p]:
+                raise ConfigError(f"mix: stop='all' with {weights}: part {p} has weight 0 in the last phase and the "
+                                  f"phases before it hold {counts(least)[p]} of its {sizes[p]} samples, so no epoch "
+                                  "holds it whole; give samples_per_epoch or stop='first'")
+        growing = [p for p in range(parts) if slope[p]]
+        low = max(least, *(math.ceil((sizes[p] - error - offset[p]) / slope[p]) for p in growing))
+        high = max(least, *(math.ceil((sizes[p] + error - offset[p]) / slope[p]) for p in growing))
+        totals, holds = range(low, high + 1), (lambda n: all(c >= size for c, size in zip(n, sizes)))
+        what, sure = "the smallest epoch that holds every part whole", high
+    else:
+        growing = [p for p in range(parts) if slope[p]]
+        most = sum(sizes)
+        high = min(most, *(math.floor((sizes[p] + error - offset[p]) / slope[p]) for p in growing))
+        low = max(least, min(most, *(math.floor((sizes[p] - error - offset[p]) / slope[p]) for p in growing)))
+        totals, holds = range(high, low - 1, -1), (lambda n: all(c <= size for c, size in zip(n, sizes)))
+        what, sure = "the largest epoch in which no part runs out", low
+    if len(totals) and min(totals) > MAX_EPOCH_SAMPLES:
+        raise _too_large(f"stop={stop!r} and {weights}", f"at least {min(totals)}")
+    if len(totals) * phases > MAX_TOTALS_TRIED:
+        hint = (f"samples_per_epoch={sure} {'covers every part' if stop == 'all' else 'runs no part out'}"
+                if sure <= MAX_EPOCH_SAMPLES else "one that covers every part holds more than 2**32")
+        raise ConfigError(f"mix: stop={stop!r} with {weights}: {what} is one of {len(totals)} totals of "
+                          f"{phases} phases, more than the {MAX_TOTALS_TRIED} phase totals a plan tries; give "
+                          f"samples_per_epoch ({hint})")
+    for total in totals:
+        if holds(counts(total)):
+            return total
+    # stop="first" only (the window's end covers every part): even the epoch that ends with the last
+    # phase's first sample takes more of some part than it holds
+    raise ConfigError(f"mix: stop='first' with {weights}: a part runs out before the last phase starts "
+                      f"(sample {least - 1}); give samples_per_epoch or a schedule whose phases fit the parts")
+
+
 def pass_order(shards: int, seed: int, epoch: int, shuffle: bool, part: int, cycle: int) -> np.ndarray:
     """Rule M3: the shard order of pass `cycle` of part `part`."""
     if not shuffle:
@@ -308,13 +575,31 @@ def part_sequence(part: _Planned, count: int, seed: int, epoch: int, shuffle: bo
     order = _PassOrder(counts, seed, epoch, shuffle, part.index)
     if part.weights is None:
         return Passes(counts, order, 0, count)
-    # every pass makes the part's size in outputs: whole passes, then the pass holding the count-th
-    # output, cut after the sample that brings the outputs to `count`
     passes = Passes(counts, order, 0, 0)
-    last = (count - 1) // part.size
+    return Passes(counts, order, 0, _output_end(part, passes, count))
+
+
+def _output_end(part: _Planned, passes: Passes, outputs: int) -> int:
+    """The position just past the sample that brings a part's outputs to `outputs` (0 for none):
+    every pass makes the part's size in outputs, so whole passes, then the pass holding the
+    outputs-th output (made now, that one pass), cut after the sample that completes it."""
+    if outputs <= 0:
+        return 0
+    last = (outputs - 1) // part.size
     ends = np.cumsum(passes.pass_pieces(last, 0, passes.per_pass).weights(part.weights))
-    cut = int(np.searchsorted(ends, count - last * part.size, side="left")) + 1
-    return Passes(counts, order, 0, last * passes.per_pass + cut)
+    cut = int(np.searchsorted(ends, outputs - last * part.size, side="left")) + 1
+    return last * passes.per_pass + cut
+
+
+def phase_segments(part: _Planned, sequence: Sequence | Passes, counts: list[int]) -> list:
+    """Rule M8: the part's epoch sequence cut into consecutive segments, phase k's holding its next
+    counts[k] samples (outputs: up to the sample that brings them to counts[0] + ... + counts[k])."""
+    through = np.cumsum([0, *counts]).tolist()
+    if part.weights is None or not len(sequence):
+        cuts = through
+    else:
+        cuts = [_output_end(part, sequence, outputs) for outputs in through]
+    return [sequence.slice(begin, end) for begin, end in zip(cuts, cuts[1:])]
 
 
 # a worker's schedule of up to this many slots is made once and kept (the same counts recur every
@@ -323,7 +608,7 @@ KEPT_SLOTS = 1 << 20
 SLOTS_AT_ONCE = 1 << 14
 
 
-def schedule(counts: list[int], start: int = 0, block: int = 0, key: tuple = ()) -> Iterator[int]:
+def interleave(counts: list[int], start: int = 0, block: int = 0, key: tuple = ()) -> Iterator[int]:
     """Rule M5: the part of each slot of a worker's stream, from slot `start` on (then, past the
     counts, each remaining output of the lowest part that still has one: see `MixStream`). The slots
     before `start` are made again (the schedule has no closed form), never those after it before
@@ -385,38 +670,73 @@ def _slots(counts: tuple[int, ...], total: int, first: int, stop: int, taken: li
 
 @dataclass
 class MixPosition:
-    """A worker's position in a mix: one `Position` per part."""
+    """A worker's position in a mix: one `Position` per part (of its current phase, `phase`, in a mix
+    of several phases; None in a mix of one, whose states then say no phase)."""
 
     parts: list[Position]
+    phase: int | None = None
 
     def as_dict(self) -> dict:
-        return {"parts": [position.as_dict() for position in self.parts]}
+        saved = {"parts": [position.as_dict() for position in self.parts]}
+        if self.phase is not None:
+            saved["phase"] = self.phase
+        return saved
 
     @property
     def delivered(self) -> int:
         return sum(position.delivered for position in self.parts)
 
 
-def mix_level(position: dict) -> tuple[tuple[int, int], ...]:
-    """What an elastic resume keeps of a worker's mix position: (skip, discard) per part."""
-    return tuple(worker_level(part) for part in position["parts"])
+def mix_level(position: dict) -> tuple[tuple[int, int], ...] | PhaseLevel:
+    """What an elastic resume keeps of a worker's mix position: (skip, discard) per part, with its
+    phase in a mix of several (a `PhaseLevel`)."""
+    parts = tuple(worker_level(part) for part in position["parts"])
+    phase = position.get("phase")
+    return parts if phase is None else PhaseLevel(int(phase), parts)
+
+
+@dataclass
+class _Phase:
+    """One phase of one worker's pass: its parts' streams, their output counts, what keys its blocks."""
+
+    streams: list[WorkerStream]
+    counts: list[int]
+    key: tuple
 
 
 class MixStream:
-    """One worker's pass over a mix: its parts' streams (`WorkerStream`s) interleaved by rule M5;
-    `position` holds the parts' live positions. `after`: the stages past the counting point."""
+    """One worker's pass over a mix: its phases one after the other (rule M8), each its parts' streams
+    (`WorkerStream`s) interleaved by rule M5. `make_phase(k, resume)` makes phase k, its parts from
+    `resume`'s positions (None: from their start); a phase is made when the one before is done.
+    `position` is the live position (the phase, its parts' positions). `after`: the stages past the
+    counting point, run on the phases' outputs as one stream."""
 
-    def __init__(self, streams: list[WorkerStream], counts: list[int], names: list[str], *, block: int, key: tuple,
-                 after: list, invoke: Callable):
-        self.streams, self.counts, self.names = streams, counts, names
-        self.block, self.key, self.after, self.invoke = block, key, after, invoke
-        self.position = MixPosition([stream.position for stream in streams])
+    def __init__(self, make_phase: Callable[[int, MixPosition | None], _Phase], phases: int, resume: MixPosition,
+                 names: list[str], *, block: int, after: list, invoke: Callable):
+        self.make_phase, self.phases, self.names = make_phase, phases, names
+        self.block, self.after, self.invoke = block, after, invoke
+        first = resume.phase or 0
+        self.current = make_phase(first, resume)
+        self.position = MixPosition([stream.position for stream in self.current.streams],
+                                    first if phases > 1 else None)
 
     def _mixed(self) -> Iterator:
-        sources = [iter(stream) for stream in self.streams]
+        phase, current = self.position.phase or 0, self.current
+        while True:
+            yield from self._interleaved(current, phase if self.phases > 1 else None)
+            phase += 1
+            if phase >= self.phases:
+                return
+            current = self.current = self.make_phase(phase, None)
+            self.position.parts = [stream.position for stream in current.streams]
+            self.position.phase = phase
+
+    def _interleaved(self, current: _Phase, phase: int | None) -> Iterator:
+        """One phase's outputs: its parts' streams interleaved by rule M5, from the phase's position."""
+        sources = [iter(stream) for stream in current.streams]
         pulls = [source.__next__ for source in sources]
         names, done = self.names, [False] * len(pulls)
-        for label in schedule(self.counts, self.position.delivered, self.block, self.key):
+        for label in interleave(current.counts, self.position.delivered, self.block, current.key):
             if done[label]:
                 continue  # a part whose stage made fewer outputs than it declared: its slots go
             try:
@@ -426,12 +746,16 @@ class MixStream:
                 continue
             if output.__class__ is dict or isinstance(output, dict):
                 output["__part__"] = names[label]
+                if phase is not None:
+                    output["__phase__"] = phase
             yield output
         for label, source in enumerate(sources):  # outputs past the declared counts, part by part
             if not done[label]:
                 for output in source:
                     if isinstance(output, dict):
                         output["__part__"] = names[label]
+                        if phase is not None:
+                            output["__phase__"] = phase
                     yield output
 
     def __iter__(self) -> Iterator:
@@ -450,7 +774,7 @@ class MixDataset(PlannedDataset):
                  stop: str = "first", seed: int = 0, epoch: int | None = None, shuffle_shards: bool = True,
                  shuffle_buffer: int = 0, equalize: str | None = "pad", rank: int | None = None,
                  world_size: int | None = None, handler: Callable = wds.reraise_exception,
-                 read_options: ReadOptions | None = None, **read: Any):
+                 read_options: ReadOptions | None = None, schedule: Sequence_ | None = None, **read: Any):
         super().__init__()
         self._init_reading(seed=seed, epoch=epoch, shuffle_shards=shuffle_shards, shuffle_buffer=shuffle_buffer,
                            equalize=equalize, rank=rank, world_size=world_size, handler=handler,
@@ -465,14 +789,22 @@ class MixDataset(PlannedDataset):
                               f"(2**32, what an epoch may hold), got {_shown(samples_per_epoch)}")
         if samples_per_epoch is not None and mode == "epochized":
             raise ConfigError("mix: samples_per_epoch is for mode='weighted' (an epochized mix is sized by each part's repeat)")
+        if schedule is not None and mode != "weighted":
+            raise ConfigError("mix: schedule is for mode='weighted' (an epochized mix is sized by each part's repeat)")
         self.mode, self.stop = mode, stop
         self.samples_per_epoch = None if samples_per_epoch is None else int(samples_per_epoch)
         if not parts:
             raise ConfigError("mix: no parts")
+        self.scheduled = schedule is not None
         self.parts = [self._load(index, part) for index, part in enumerate(parts)]
         self._check_parts()
-        self._saved_shares: tuple[int, list[Fraction]] | None = None  # (epoch, weights) of a reweighted state
-        self._counts: dict[tuple, list[int]] = {}
+        if self.scheduled:
+            self.schedule = schedule_of(schedule, [part.name for part in self.parts])
+        else:  # one phase: the parts' weights (repeats)
+            self.schedule = Schedule((0,), (tuple(part.share for part in self.parts),),
+                                     ((0, [part.given for part in self.parts]),))
+        self._saved_schedule: tuple[int, Schedule] | None = None  # (epoch, schedule) of a reweighted state
+        self._counts: dict[Schedule, list[list[int]]] = {}
         self._check_counts()
         self._check_world()
 
@@ -491,7 +823,12 @@ class MixDataset(PlannedDataset):
             raise ConfigError(f"mix: part {index}: name must be a non-empty string (what __part__ says), "
                               f"got {_shown(part.name)}")
         where = f"mix: part {index}" + (f" ({part.name})" if part.name else "")
-        if self.mode == "weighted":
+        if self.scheduled:
+            if part.weight is not None or part.repeat is not None:
+                raise ConfigError(f"{where}: its weight is given by the schedule (a part of a scheduled mix has none "
+                                  "of its own)")
+            given, share = "", None
+        elif self.mode == "weighted":
             if part.repeat is not None:
                 raise ConfigError(f"{where}: repeat is for mode='epochized' (a weighted part has a weight)")
             given = 1 if part.weight is None else part.weight
@@ -547,9 +884,9 @@ class MixDataset(PlannedDataset):
             raise ConfigError(f"mix: part names must differ (got {names})")
 
     def _check_counts(self) -> None:
-        """Rule M2 planned now (bounded: an epoch too large, or a stop= total past the search, is one
-        ConfigError line); an epochized part whose repeat rounds to no sample is said (warned), as the
-        rule gives it none."""
+        """Rules M2 and M7 planned now (bounded: an epoch too large, or a stop= total past the search,
+        is one ConfigError line); an epochized part whose repeat rounds to no sample is said (warned),
+        as the rule gives it none."""
         counts = self.epoch_counts()
         for part, count in zip(self.parts, counts):
             if self.mode == "epochized" and count == 0:
@@ -559,64 +896,81 @@ class MixDataset(PlannedDataset):
 
     def _check_world(self, progress: EpochProgress | None = None) -> None:
         """equalize="drop" drops the extra sample of the ranks that have one: a part with fewer samples
-        in the epoch than ranks would be left out on every rank, so it is refused (before any read)."""
+        in the epoch (in a phase that weighs it) than ranks would be left out on every rank, so it is
+        refused (before any read)."""
         _, world = self.rank_and_world()
         progress = self.progress if progress is None else progress
         if self.equalize != "drop" or world == 1 or progress.levels:
             return
-        for part, sequence in zip(self.parts, self.sequences(progress)):
-            samples = len(sequence)
-            if samples < world:
-                raise ConfigError(f"{part.where}: {samples} sample(s) in the epoch for {world} ranks: "
-                                  "equalize='drop' would leave it out on every rank (equalize='pad' repeats one "
-                                  "on the ranks short of one)")
+        schedule = self._schedule_of_epoch(progress.epoch)
+        for k, (shares, sequences) in enumerate(zip(schedule.shares, self.sequences(progress))):
+            for part, share, sequence in zip(self.parts, shares, sequences):
+                samples = len(sequence)
+                if share and samples < world:
+                    where = f" in phase {k} of" if schedule.phased else " in"
+                    raise ConfigError(f"{part.where}: {samples} sample(s){where} the epoch for {world} ranks: "
+                                      "equalize='drop' would leave it out on every rank (equalize='pad' repeats one "
+                                      "on the ranks short of one)")
 
     # -- what an epoch holds
-    def epoch_counts(self, epoch: int | None = None) -> list[int]:
-        """Rule M2: each part's samples (outputs) in the epoch (a state loaded with `reweight=True`
-        keeps its own weights for its own epoch)."""
-        epoch = self.progress.epoch if epoch is None else epoch
-        shares = self._saved_shares[1] if self._saved_shares and self._saved_shares[0] == epoch else self._configured_shares()
-        key = tuple(shares)
-        if key not in self._counts:
-            self._counts[key] = epoch_counts(self.mode, [part.size for part in self.parts], shares, self.stop,
-                                             self.samples_per_epoch)
-        return self._counts[key]
+    def _schedule_of_epoch(self, epoch: int) -> Schedule:
+        """The schedule an epoch is read with: this mix's, or a state's loaded with `reweight=True` for
+        the state's own epoch."""
+        if self._saved_schedule is not None and self._saved_schedule[0] == epoch:
+            return self._saved_schedule[1]
+        return self.schedule
 
-    def sequences(self, progress: EpochProgress | None = None) -> list[Sequence]:
-        """Each part's samples in the pass: its epoch sequence (M3), less what interrupted passes
-        delivered. Planned once per (epoch, interrupted passes, epoch counts) and kept (`planned`)."""
+    def phase_counts(self, epoch: int | None = None) -> list[list[int]]:
+        """Rules M2 and M7: each phase's samples (outputs) of each part in the epoch (one phase without
+        a schedule)."""
+        schedule = self._schedule_of_epoch(self.progress.epoch if epoch is None else epoch)
+        if schedule not in self._counts:
+            self._counts[schedule] = phase_counts(self.mode, [part.size for part in self.parts], schedule, self.stop,
+                                                  self.samples_per_epoch)
+        return self._counts[schedule]
+
+    def epoch_counts(self, epoch: int | None = None) -> list[int]:
+        """Rule M2: each part's samples (outputs) in the epoch, every phase together."""
+        return [sum(column) for column in zip(*self.phase_counts(epoch))]
+
+    def sequences(self, progress: EpochProgress | None = None) -> list[list[Sequence]]:
+        """Each phase's samples of each part in the pass: the part's epoch sequence (M3) cut into its
+        phases (M8), less what interrupted passes delivered. Planned once per (epoch, interrupted
+        passes, phase counts) and kept (`planned`)."""
         progress = self.progress if progress is None else progress
-        counts = tuple(self.epoch_counts(progress.epoch))
+        counts = tuple(map(tuple, self.phase_counts(progress.epoch)))
         return self.planned((progress.epoch, progress.levels, counts), lambda: self._planned_sequences(progress, counts))
 
     def plan_pass(self, progress: EpochProgress | None = None) -> None:
         self._check_world(progress)
         self.sequences(progress)
 
-    def _planned_sequences(self, progress: EpochProgress, counts: tuple[int, ...]) -> list[Sequence]:
-        out = []
+    def _planned_sequences(self, progress: EpochProgress, counts: tuple[tuple[int, ...], ...]) -> list[list[Sequence]]:
+        out: list[list] = [[] for _ in counts]
         buffers = self.part_buffers(progress.epoch)
-        for part, count in zip(self.parts, counts):
-            sequence = part_sequence(part, count, self.seed, progress.epoch, self.shuffle_shards)
-            for level in progress.levels:
-                sequence = remainder(sequence, _part_level(level, part.index), seed=self.seed, epoch=progress.epoch,
-                                     shuffle_buffer=buffers[part.index], equalize=self.equalize,
-                                     shard_weights=part.weights, key=self._part_key(part.index))
-            out.append(sequence)
+        for part in self.parts:
+            column = [phase[part.index] for phase in counts]
+            whole = part_sequence(part, sum(column), self.seed, progress.epoch, self.shuffle_shards)
+            for k, segment in enumerate(phase_segments(part, whole, column)):
+                for level in progress.levels:
+                    segment = remainder(segment, _part_level(level, part.index, k), seed=self.seed,
+                                        epoch=progress.epoch, shuffle_buffer=buffers[k][part.index],
+                                        equalize=self.equalize, shard_weights=part.weights,
+                                        key=self._part_key(part.index, k))
+                out[k].append(segment)
         return out
 
-    def _read_ahead_shares(self, worker: int, num_workers: int, progress) -> list[tuple[ReadOptions, int]]:
+    def _read_ahead_shares(self, num_workers: int, counts: list[int]) -> list[tuple[ReadOptions, int]]:
         """Each part's read options and requests at once: the worker's one read-ahead budget and
-        connections divided among its remote parts by their share of the bytes it reads (the epoch's
-        samples of the part times the part's bytes per sample), each at least the smallest working
-        read-ahead (two requests of MIN_RANGE, one connection). Local parts use none."""
+        connections divided among its remote parts by their share of the bytes it reads (the phase's
+        samples of the part, `counts`, times the part's bytes per sample), each at least the smallest
+        working read-ahead (two requests of MIN_RANGE, one connection). Local parts use none."""
         options = self.read_options
         connections = worker_connections(options.max_connections, num_workers)
         remote = [any(reads_ahead(url, row) for url, row in zip(part.catalog.urls[:1], part.catalog.rows[:1]))
                   for part in self.parts]
         weights = [n * part.bytes_per_sample if is_remote else 0
-                   for part, n, is_remote in zip(self.parts, self.epoch_counts(progress.epoch), remote)]
+                   for part, n, is_remote in zip(self.parts, counts, remote)]
         total = sum(weights)
         if not total or not options.prefetch_bytes:
             return [(options, connections)] * len(self.parts)
@@ -625,43 +979,56 @@ class MixDataset(PlannedDataset):
         out = []
         for weight, share in zip(weights, split):
             if not weight:
-                out.append((options, connections))  # a local part: no read-ahead
+                out.append((options, connections))  # a local part (or one the phase does not read): no read-ahead
                 continue
             budget = max(2 * MIN_RANGE, options.prefetch_bytes * weight // total)
             out.append((options.replace(prefetch_bytes=int(budget)), max(1, share)))
         return out
 
-    def part_buffers(self, epoch: int | None = None) -> list[int]:
-        """Rule M5: each part's share of the shuffle buffer, by its share of the epoch."""
+    def part_buffers(self, epoch: int | None = None) -> list[list[int]]:
+        """Rules M5 and M8: each phase's share of the shuffle buffer for each part, by the part's share
+        of the phase."""
+        phases = self.phase_counts(epoch)
         if self.shuffle_buffer <= 1:
-            return [self.shuffle_buffer] * len(self.parts)
-        counts = self.epoch_counts(epoch)
-        total = max(1, sum(counts))
-        return [max(1, (2 * self.shuffle_buffer * n + total) // (2 * total)) for n in counts]
+            return [[self.shuffle_buffer] * len(self.parts) for _ in phases]
+        out = []
+        for counts in phases:
+            total = max(1, sum(counts))
+            out.append([max(1, (2 * self.shuffle_buffer * n + total) // (2 * total)) for n in counts])
+        return out
 
-    def plans(self, worker: int = 0, num_workers: int = 1, progress: EpochProgress | None = None) -> list[WorkerPlan]:
-        self._check_world(progress)
-        rank, world = self.rank_and_world()
+    def plans(self, worker: int = 0, num_workers: int = 1, progress: EpochProgress | None = None, phase: int = 0,
+              rank: int | None = None) -> list[WorkerPlan]:
+        """What `worker` of `rank` (default this one) reads of each part in a phase of the pass (the
+        pass checked by `_check_world` first)."""
+        here, world = self.rank_and_world()
+        rank = here if rank is None else rank
         return [worker_plan(sequence, rank, world, worker, num_workers, self.equalize, part.weights)
-                for part, sequence in zip(self.parts, self.sequences(progress))]
+                for part, sequence in zip(self.parts, self.sequences(progress)[phase])]
 
-    def _part_key(self, index: int) -> tuple:
-        """What keys part `index`'s shuffle blocks besides (seed, epoch, rank, worker) (rule M5)."""
-        return () if index == 0 else (index,)
+    def _part_key(self, index: int, phase: int = 0) -> tuple:
+        """What keys part `index`'s shuffle blocks in a phase besides (seed, epoch, rank, worker) (rules M5, M8)."""
+        return (*(() if index == 0 else (index,)), *_phase_key(phase))
 
     def samples_per_rank(self, epoch: int | None = None, num_workers: int = 1) -> int:
-        progress = self.progress if epoch is None else self.progress.at_epoch(epoch)
-        return sum(plan.outputs(part.weights) for worker in range(num_workers)
-                   for part, plan in zip(self.parts, self.plans(worker, num_workers, progress)))
+        return sum(sum(phase) for phase in self.rank_counts(epoch, num_workers))
 
     def part_counts(self, epoch: int | None = None, num_workers: int = 1) -> dict[str, int]:
         """Outputs of each part this rank yields in the epoch."""
+        columns = zip(*self.rank_counts(epoch, num_workers))
+        return {part.name: sum(column) for part, column in zip(self.parts, columns)}
+
+    def rank_counts(self, epoch: int | None = None, num_workers: int = 1, rank: int | None = None) -> list[list[int]]:
+        """Outputs of each part that `rank` (default this one) yields in each phase of the epoch."""
         progress = self.progress if epoch is None else self.progress.at_epoch(epoch)
-        totals = dict.fromkeys((part.name for part in self.parts), 0)
-        for worker in range(num_workers):
-            for part, plan in zip(self.parts, self.plans(worker, num_workers, progress)):
-                totals[part.name] += plan.outputs(part.weights)
-        return totals
+        self._check_world(progress)
+        phases = len(self.sequences(progress))
+        counts = []
+        for k in range(phases):
+            workers = [[plan.outputs(part.weights) for part, plan in
+                        zip(self.parts, self.plans(worker, num_workers, progress, k, rank))] for worker in range(num_workers)]
+            counts.append([sum(column) for column in zip(*workers)])
+        return counts
 
     # -- states
     @property
@@ -680,86 +1047,111 @@ class MixDataset(PlannedDataset):
                 "shuffle_shards": self.shuffle_shards, "shuffle_buffer": self.shuffle_buffer,
                 "equalize": self.equalize, "rank": rank, "world_size": world, "selection": None,
                 "mix": {"mode": self.mode, "stop": self.stop, "samples_per_epoch": self.samples_per_epoch,
-                        "shares": [str(share) for share in self._configured_shares()],
-                        "parts": self._part_layouts(), **self._reweighted()}}
+                        **self.schedule.layout(), "parts": self._part_layouts(), **self._reweighted()}}
 
     def _reweighted(self) -> dict:
-        """The weights a reweighted state's epoch is read with, when they are not this mix's (so a
-        state saved inside that epoch finishes it with them too)."""
-        if self._saved_shares is None or self._saved_shares[1] == self._configured_shares():
+        """The weights (schedule) a reweighted state's epoch is read with, when they are not this mix's
+        (so a state saved inside that epoch finishes it with them too)."""
+        if self._saved_schedule is None or self._saved_schedule[1] == self.schedule:
             return {}
-        epoch, shares = self._saved_shares
-        return {"reweighted": {"epoch": epoch, "shares": [str(share) for share in shares]}}
-
-    def _configured_shares(self) -> list[Fraction]:
-        return [part.share for part in self.parts]
-
-    def _given_shares(self) -> list[str]:
-        """The weights (repeats) as the user wrote them."""
-        return [part.given for part in self.parts]
+        epoch, schedule = self._saved_schedule
+        return {"reweighted": {"epoch": epoch, **schedule.layout()}}
 
     def parse_state(self, state: dict | list, num_workers: int, what: str = "mix", reweight: bool = False) -> Resume:
         """A state checked against this mix (each difference named: a part's data, split, selection,
-        the mode, the weights), then as `wdsprep.dataset`'s. With `reweight`, the weights may differ:
-        the saved epoch is then read with the weights it was read with (recorded here, and in the
-        states saved from now on: `reweighted`), later ones with this mix's."""
+        the mode, the weights or schedule), then as `wdsprep.dataset`'s. With `reweight`, the weights
+        (the schedule) may differ: the saved epoch is then read with those it was read with (recorded
+        here, and in the states saved from now on: `reweighted`), later ones with this mix's."""
         states = state if isinstance(state, list) else [state]
         here = self.layout()["mix"]
         for one in states:
             saved = one.get("mix") if isinstance(one, dict) else None
             if not isinstance(saved, dict):
                 raise ConfigError(f"state was not saved from a mix (no 'mix' entry); this {what} is a mix")
-            _check_mix(saved, here, reweight, what, self._given_shares())
+            _check_mix(saved, here, reweight, what, self.schedule)
         resume = parse_state(state, self.layout(), num_workers, what, level_value=self.level_value)
         saved = states[0]["mix"]
         reweighted = saved.get("reweighted") or {}
-        shares = reweighted["shares"] if reweighted.get("epoch") == resume.epoch else saved["shares"]
-        try:
-            exact = [Fraction(share) for share in shares]
-            if len(exact) != len(self.parts) or min(exact) <= 0:
-                raise ValueError
-        except (TypeError, ValueError, ZeroDivisionError):
-            raise ConfigError(f"state's weights {shares!r:.120} are not {len(self.parts)} numbers > 0") from None
-        self._saved_shares = (resume.epoch, exact)
+        self._saved_schedule = (resume.epoch, _saved_schedule(reweighted if reweighted.get("epoch") == resume.epoch
+                                                              else saved, len(self.parts)))
         return resume
 
     def position(self, saved: dict | None) -> MixPosition:
         if saved is None:
             return MixPosition([Position() for _ in self.parts])
-        return MixPosition([Position(**part) for part in saved["parts"]])
+        return MixPosition([Position(**part) for part in saved["parts"]], saved.get("phase"))
 
     level_value = staticmethod(mix_level)
 
     # -- iteration
     def stream(self, worker: int = 0, num_workers: int = 1, *, progress: EpochProgress | None = None,
                resume: MixPosition | None = None) -> MixStream:
-        """One worker's pass over the mix (rule M5), the one way it is iterated."""
+        """One worker's pass over the mix (rules M5, M8), the one way it is iterated."""
         progress = self.progress if progress is None else progress
         resume = resume or self.position(None)
+        self._check_world(progress)
         rank, _ = self.rank_and_world()
         decode, stages, after = self._stages()
         # a stage composed on the mix runs on the mixed stream, past the counting point (as batching
         # does), so it must map one sample to one; a part's own stages go in Part(stages=...)
         after = [*([] if decode is None else [decode]), *stages, *after]
-        shares = self._read_ahead_shares(worker, num_workers, progress)
-        streams, counts = [], []
+        phases = len(self.sequences(progress))
+        if not 0 <= (resume.phase or 0) < phases:
+            raise ConfigError(f"state's worker position is in phase {resume.phase}, the epoch has {phases} phase(s)")
         buffers = self.part_buffers(progress.epoch)
-        for part, plan, position in zip(self.parts, self.plans(worker, num_workers, progress), resume.parts):
-            options, connections = shares[part.index]
-            reader = ShardReader(part.catalog, handler=self.handler, cache=self.cache, options=options,
-                                 max_connections=connections,
-                                 shuffle_buffer=buffers[part.index],
-                                 key=(self.seed, progress.epoch, rank, worker, *self._part_key(part.index)))
-            streams.append(WorkerStream(reader, plan, position, stages=part.stages, after=[], invoke=_invoke,
-                                        decode=part.decode, equalize=self.equalize, shard_weights=part.weights))
-            counts.append(plan.outputs(part.weights))
-        return MixStream(streams, counts, [part.name for part in self.parts], block=self.shuffle_buffer,
-                         key=(self.seed, progress.epoch, rank, worker), after=after, invoke=self.invoke)
+
+        def make_phase(k: int, position: MixPosition | None) -> _Phase:
+            plans = self.plans(worker, num_workers, progress, k)
+            counts = [plan.outputs(part.weights) for part, plan in zip(self.parts, plans)]
+            shares = self._read_ahead_shares(num_workers, self.phase_counts(progress.epoch)[k])
+            streams = []
+            for part, plan in zip(self.parts, plans):
+                options, connections = shares[part.index]
+                reader = ShardReader(part.catalog, handler=self.handler, cache=self.cache, options=options,
+                                     max_connections=connections, shuffle_buffer=buffers[k][part.index],
+                                     key=(self.seed, progress.epoch, rank, worker, *self._part_key(part.index, k)))
+                start = Position() if position is None else position.parts[part.index]
+                streams.append(WorkerStream(reader, plan, start, stages=part.stages, after=[], invoke=_invoke,
+                                            decode=part.decode, equalize=self.equalize, shard_weights=part.weights))
+            return _Phase(streams, counts, (self.seed, progress.epoch, rank, worker, *_phase_key(k)))
+
+        return MixStream(make_phase, phases, resume, [part.name for part in self.parts], block=self.shuffle_buffer,
+                         after=after, invoke=self.invoke)
 
 
-def _check_mix(saved: dict, here: dict, reweight: bool, what: str, given: list[str]) -> None:
-    """One `ConfigError` line naming the first way a saved mix differs from this one (`given`: this
-    mix's weights as its user wrote them; the state's are written back from their exact fractions)."""
+def _phase_key(phase: int) -> tuple:
+    """What a phase adds to every key of its shuffles (rule M8): nothing for phase 0."""
+    return () if phase == 0 else (0x9A5E, phase)
+
+
+def _saved_schedule(saved: dict, parts: int) -> Schedule:
+    """The schedule (weights) a state records, exactly; an edited one that is not one is one line."""
+    if "schedule" not in saved:
+        shares = saved.get("shares")
+        try:
+            exact = tuple(Fraction(share) for share in shares)
+            if len(exact) != parts or min(exact) <= 0:
+                raise ValueError
+        except (TypeError, ValueError, ZeroDivisionError):
+            raise ConfigError(f"state's weights {shares!r:.120} are not {parts} numbers > 0") from None
+        return Schedule((0,), (exact,))
+    phases = saved["schedule"]
+    try:
+        starts = tuple(start if isinstance(start, int) and not isinstance(start, bool) else Fraction(start)
+                       for start, _ in phases)
+        shares = tuple(tuple(Fraction(share) for share in weights) for _, weights in phases)
+        if (starts[0] != 0 or any(len(weights) != parts or min(weights) < 0 or not any(weights) for weights in shares)
+                or any(b <= a for a, b in zip(starts, starts[1:]))):
+            raise ValueError
+    except (TypeError, ValueError, ZeroDivisionError, IndexError):
+        raise ConfigError(f"state's schedule {phases!r:.120} is not phases of {parts} weights >= 0") from None
+    return Schedule(starts, shares)
+
+
+def _check_mix(saved: dict, here: dict, reweight: bool, what: str, schedule: Schedule) -> None:
+    """One `ConfigError` line naming the first way a saved mix differs from this one (`schedule`: this
+    mix's, whose weights messages say as its user wrote them; the state's are written back from their
+    exact fractions)."""
     for name in ("mode", "stop", "samples_per_epoch"):
         if saved.get(name) != here[name]:
             raise ConfigError(f"state was saved with {name}={saved.get(name)!r}, this {what} has {here[name]!r}")
@@ -773,11 +1165,46 @@ def _check_mix(saved: dict, here: dict, reweight: bool, what: str, given: list[s
                 thing = "data (shards)" if name == "dataset" else name
                 raise ConfigError(f"part {now['name']!r}: its {thing} differs from the saved state's "
                                   f"({before.get(name)!r}, now {now[name]!r})")
-    if saved.get("shares") != here["shares"] and not reweight:
+    if (saved.get("shares") != here.get("shares") or saved.get("schedule") != here.get("schedule")) and not reweight:
+        raise ConfigError(f"state was saved with {_weights_difference(saved, schedule, what)}; "
+                          "load_state_dict(state, reweight=True) finishes the saved epoch with the saved "
+                          f"{'schedule' if 'schedule' in saved or schedule.phased else 'weights'}")
+
+
+def _weights_difference(saved: dict, schedule: Schedule, what: str) -> str:
+    """How a state's weights or schedule differ from this mix's, in words: the first phase that differs."""
+    given = [weights for _, weights in schedule.given]
+    if "schedule" not in saved:
         shares = saved.get("shares")
         spelled = [_spelled(str(share)) for share in shares] if isinstance(shares, list) else shares
-        raise ConfigError(f"state was saved with weights {spelled}, this {what} has {given}; "
-                          "load_state_dict(state, reweight=True) finishes the saved epoch with the saved weights")
+        if not schedule.phased:
+            return f"weights {spelled}, this {what} has {given[0]}"
+        return f"weights {spelled} (no schedule), this {what} has the schedule {schedule.words()}"
+    phases = saved["schedule"]
+    if not isinstance(phases, list) or not all(isinstance(phase, list) and len(phase) == 2 for phase in phases):
+        return f"the schedule {phases!r:.120}, this {what} has {schedule.words() if schedule.phased else given[0]}"
+    spelled = [(_spelled_start(start), [_spelled(str(share)) for share in weights] if isinstance(weights, list)
+                else weights) for start, weights in phases]
+    if not schedule.phased:
+        return f"a schedule of {len(phases)} phases, this {what} has weights {given[0]} (no schedule)"
+    if len(phases) != schedule.phases:
+        return f"a schedule of {len(phases)} phases, this {what} has {schedule.phases}"
+    for k, ((start, weights), (here_start, here_weights)) in enumerate(zip(spelled, schedule.given)):
+        if start != _spelled_start(schedule.layout()["schedule"][k][0]):
+            return f"phase {k} from {start}, this {what}'s phase {k} is from {here_start}"
+        if weights != [_spelled(str(share)) for share in schedule.shares[k]]:
+            return f"phase {k} weights {weights}, this {what}'s phase {k} has {here_weights}"
+    return f"the schedule {spelled}, this {what} has {schedule.words()}"
+
+
+def _spelled_start(start: Any) -> str:
+    """A start as a state records it (a sample position, or an exact fraction 'n/d') as a user writes it."""
+    if isinstance(start, int) and not isinstance(start, bool):
+        return str(start)
+    try:
+        return _spelled_decimal(Fraction(start))
+    except (TypeError, ValueError, ZeroDivisionError):
+        return repr(start)
 
 
 def _selection_words(part: _Planned) -> str:
@@ -789,5 +1216,21 @@ def _invoke(stage: Callable, source: Iterator) -> Iterator:
     return stage(source)
 
 
-def _part_level(level: Level, part: int) -> Level:
-    return Level(level.world_size, level.num_workers, {k: value[part] for k, value in level.positions.items()})
+# a run passed whole: what an elastic resume counts of a phase an old worker had passed (rule M8)
+_WHOLE_RUN = 1 << 62
+
+
+def _part_level(level: Level, part: int, phase: int = 0) -> Level:
+    """An interrupted pass's positions of one part in one phase (rule M8): a worker's own, where it
+    was in that phase; its whole run, where it had passed the phase; none, where it had not reached it."""
+    return Level(level.world_size, level.num_workers,
+                 {k: _phase_value(value, part, phase) for k, value in level.positions.items()})
+
+
+def _phase_value(value, part: int, phase: int) -> tuple[int, int]:
+    at, parts = (value.phase, value.parts) if isinstance(value, PhaseLevel) else (0, value)
+    if at > phase:
+        return (_WHOLE_RUN, 0)
+    if at < phase:
+        return (0, 0)
+    return parts[part]

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from ..errors import ConfigError
 from .plan import Level
@@ -45,6 +45,14 @@ class Position:
 
     def as_dict(self) -> dict:
         return {"skip": self.skip, "discard": self.discard, "delivered": self.delivered}
+
+
+class PhaseLevel(NamedTuple):
+    """What an elastic resume keeps of a worker's position in a mix of several phases (stream/mix.py
+    rule M8): its phase, and (skip, discard) per part in that phase."""
+
+    phase: int
+    parts: tuple[tuple[int, int], ...]
 
 
 @dataclass(frozen=True)
@@ -128,16 +136,26 @@ def parse_state(state: dict | list, layout: dict, num_workers: int, what: str = 
 
 
 def _level_json(level: Level) -> dict:
-    """A pass's positions as [rank, worker, skip, discard] (a mix's: [rank, worker, [[skip, discard], ...]])."""
-    positions = [[r, w, *value] if isinstance(value[0], int) else [r, w, [list(pair) for pair in value]]
-                 for (r, w), value in sorted(level.positions.items())]
+    """A pass's positions as [rank, worker, skip, discard] (a mix's: [rank, worker, [[skip, discard], ...]];
+    a mix's of several phases: [rank, worker, [[skip, discard], ...], phase])."""
+    positions = []
+    for (r, w), value in sorted(level.positions.items()):
+        if isinstance(value, PhaseLevel):
+            positions.append([r, w, [list(pair) for pair in value.parts], value.phase])
+        elif isinstance(value[0], int):
+            positions.append([r, w, *value])
+        else:
+            positions.append([r, w, [list(pair) for pair in value]])
     return {"world_size": level.world_size, "num_workers": level.num_workers, "positions": positions}
 
 
 def _level_from_json(data: dict) -> Level:
-    positions = {}
+    positions: dict = {}
     for entry in data["positions"]:
         r, w, *value = entry
-        positions[int(r), int(w)] = ((int(value[0]), int(value[1])) if len(value) == 2
-                                     else tuple((int(skip), int(discard)) for skip, discard in value[0]))
+        if isinstance(value[0], list):
+            parts = tuple((int(skip), int(discard)) for skip, discard in value[0])
+            positions[int(r), int(w)] = parts if len(value) == 1 else PhaseLevel(int(value[1]), parts)
+        else:
+            positions[int(r), int(w)] = (int(value[0]), int(value[1]))
     return Level(int(data["world_size"]), int(data["num_workers"]), positions)
