@@ -59,9 +59,10 @@ from typing import Any, BinaryIO, Iterable
 
 import msgpack
 
-from .errors import ConfigError, ManifestError, ShardError, WdsprepError
+from .errors import ConfigError, FormatError, ShardError, WdsprepError
 from .progress import Progress
-from .shards.index import INDEX_SUFFIX, IndexBuilder, digest_text, xxh3_64
+from .shards.codec import decode_value
+from .shards.index import IndexBuilder, digest_text, xxh3_64
 from .shards.manifest import (ADOPTED_SOURCE, INDEX_FILES, MANIFEST_NAME, Manifest, check_split_name,
                               index_file_name)
 from .shards.samples import TABLE as SAMPLE_TABLES
@@ -235,16 +236,11 @@ def _field_wanted(name: str, fields: tuple[str, ...]) -> bool:
 
 
 def _member_value(url: str, key: str, name: str, data: bytearray) -> Any:
-    extension = name.rsplit(".", 1)[-1]
+    """A small member's value for the index fields, decoded as `wdsprep.decode()` decodes it."""
     try:
-        text = bytes(data).decode("utf-8")
-        if extension == "cls":
-            return int(text.strip())
-        if extension == "txt":
-            return text
-        return json.loads(text)
-    except ValueError as error:
-        raise ShardError(url, f"member {key}.{name}: not a {extension} value for an index field ({error})") from None
+        return decode_value(name, data)
+    except FormatError as error:
+        raise ShardError(url, f"sample {key!r}: index field member {name!r}: {error}") from None
 
 
 def _values(url: str, key: str, read: dict[str, Any], fields: tuple[str, ...]) -> list:
