@@ -1,6 +1,7 @@
 """wdsprep: research datasets to deterministic WebDataset shards, streamed into PyTorch.
 
-Public API: `urls`, `dataset`, `mix`, `Part`, `MapDataset`, `decode`, `decode_sample`, `zst_handler`, `Loader`, every
+Public API: `urls`, `dataset`, `mix`, `Part`, `MapDataset`, `decode`, `decode_sample`, `zst_handler`, `Loader`,
+`index` (adopt existing WebDataset tars where they are: `wdsprep index`'s Python form), every
 exception of `wdsprep.errors`, and one
 namespace per source (`wdsprep.voxels`, `wdsprep.minecraft`, `wdsprep.deepreg`, `wdsprep.rawnind`,
 `wdsprep.noisebase`), imported on first use. For tools that drive a conversion themselves (not in
@@ -52,6 +53,7 @@ __all__ = [
     "decode_sample",
     "zst_handler",
     "Loader",
+    "index",
     "WdsprepError",
     "InputError",
     "OutputError",
@@ -78,6 +80,7 @@ _LAZY = {
     "mix": ("wdsprep.mixfile", "mix"),
     "Part": ("wdsprep.stream.mix", "Part"),
     "MapDataset": ("wdsprep.stream.mapdataset", "MapDataset"),
+    "index": ("wdsprep.adopt", "adopt"),
     # the conversion driver, for code that runs a conversion step by step (handed to rawnind's fetch --convert):
     # public for such tools, outside `__all__` (what `from wdsprep import *` gives is the training side)
     "Conversion": ("wdsprep.conversion", "Conversion"),

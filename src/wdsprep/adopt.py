@@ -279,7 +279,9 @@ class AdoptReport:
 
 def adopt(sources: Iterable[str], out: str, *, split: str = "train", index_fields: Iterable[str] = (),
           workers: int = 4, quiet: bool = True) -> AdoptReport:
-    """Index the WebDataset tars `sources` into a wdsprep manifest at `out` (module docstring)."""
+    """Index the WebDataset tars `sources` (a name or a list: files, directories, globs, brace
+    patterns, URLs) into a wdsprep manifest at `out` (module docstring); `wdsprep.index`."""
+    sources = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources)
     check_split_name(split, "--split", ConfigError)
     fields = tuple(dict.fromkeys(index_fields))
     for name in fields:

@@ -1150,3 +1150,33 @@ MUTATIONS += [
                        "                counter.start()\n", "            yield output\n")),
              ("tests/objectstore/test_read_ahead.py",)),
 ]
+# -- issue 46: any WebDataset adopted in place (`wdsprep index`)
+ADOPT_TESTS = ("tests/core/test_adopt.py",)
+MUTATIONS += [
+    Mutation("adopt-key-at-last-dot", "an adopted tar's members grouped by the path up to the LAST dot of the basename "
+             "(webdataset groups by the first: `x.y.z.bin` and `x.txt` are one sample)",
+             "src/wdsprep/shards/tarformat.py",
+             (('_WEBDATASET_KEY = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")', '_WEBDATASET_KEY = re.compile(r"^((?:.*/|).+)[.]([^/.]*)$")'),),
+             ADOPT_TESTS),
+    Mutation("adopt-key-drops-subdirectory", "an adopted member's key is its basename's stem (the subdirectories dropped)",
+             "src/wdsprep/shards/tarformat.py",
+             (("    key, field = match.group(1), match.group(2).lower()\n", "    key, field = match.group(1).rsplit(\"/\", 1)[-1], match.group(2).lower()\n"),),
+             ADOPT_TESTS),
+    Mutation("adopt-identity-size-only", "a local adopted shard is taken for the one indexed when its size matches (its mtime unchecked)",
+             "src/wdsprep/stream/read.py",
+             (("(mtime is not None and stat.st_mtime_ns != mtime)", "False"),),
+             ADOPT_TESTS),
+    Mutation("adopt-identity-etag-unchecked", "a remote adopted shard's ETag is not compared with the one it had when indexed",
+             "src/wdsprep/stream/read.py",
+             (('return ObjectCheck(size=row["bytes"], etag=row.get("etag"))', 'return ObjectCheck(size=row["bytes"])'),),
+             ("tests/objectstore/test_adopt_remote.py",)),
+    Mutation("adopt-heads-left-out", "the index of an adopted shard is written without its member heads (every head read as one header)",
+             "src/wdsprep/shards/index.py",
+             (("        if any(head != BLOCK for head in self.heads):\n", "        if False:\n"),),
+             ADOPT_TESTS),
+    Mutation("adopt-sample-starts-at-its-header", "an adopted sample is indexed from its first member's own records, not from where "
+             "the sample before it ended (entries skipped between samples, e.g. a directory, belong to no sample)",
+             "src/wdsprep/adopt.py",
+             (("                    sample = (key, end, [], {})\n", "                    sample, end = (key, member.start, [], {}), member.start\n"),),
+             ADOPT_TESTS),
+]
