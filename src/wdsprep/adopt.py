@@ -101,7 +101,7 @@ def expand_sources(sources: Iterable[str]) -> list[str]:
 
 def _listed(item: str) -> list[str]:
     if scheme_of(item) not in ("", "file"):
-        return [item]
+        return _remote_listed(item) if item.endswith("/") else [item]
     path = local_path(item) or item
     if os.path.isdir(path):
         names = sorted(os.path.join(root, name) for root, _, files in os.walk(path) for name in files
@@ -117,6 +117,21 @@ def _listed(item: str) -> list[str]:
     if not os.path.exists(path):
         raise ConfigError(f"{item}: no such file")
     return [path]
+
+
+def _remote_listed(item: str) -> list[str]:
+    """The tar files directly under a remote folder (`s3://bucket/prefix/`), where its store lists."""
+    try:
+        store = open_store(item)
+    except ConfigError:
+        store = None
+    if store is None or not store.supports_listing:
+        raise ConfigError(f"{item}: this location cannot be listed; name its tars (a brace pattern: "
+                          "shard-{000000..000099}.tar)")
+    names = [name for name in store.list_names() if name.endswith(TAR_SUFFIXES)]
+    if not names:
+        raise ConfigError(f"{item}: no tar files there")
+    return [store.name_url(name) for name in names]
 
 
 # ------------------------------------------------------------------------------------------- scan

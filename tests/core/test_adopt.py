@@ -282,3 +282,17 @@ def test_shards_below_out_are_named_relative_to_it(tmp_path):
     moved = tmp_path / "moved"
     shutil.copytree(tmp_path / "data", moved, copy_function=shutil.copy2)  # mtimes kept: the same files
     assert wdsprep_samples(_stream(moved)) == plain_samples(sorted(str(p) for p in (moved / "shards").glob("*.tar")))
+
+
+@pytest.mark.parametrize("name", ["../escape.txt", "/etc/abs.txt", "ok/../../up.txt", "a.__key__"])
+def test_a_member_named_as_a_path_out_of_the_archive_is_refused_in_one_line(tmp_path, name):
+    tar = tmp_path / "hostile.tar"
+    with tarfile.open(tar, "w", format=tarfile.GNU_FORMAT) as archive:
+        for member in ("fine.txt", name):
+            info = tarfile.TarInfo(member)
+            info.size = 2
+            archive.addfile(info, __import__("io").BytesIO(b"hi"))
+    status, _, err = run_cli("index", tar, "--out", tmp_path / "out", "--quiet")
+    lines = err.strip().splitlines()
+    assert status == 1 and len(lines) == 1 and str(tar) in lines[0] and repr(name) in lines[0], err
+    assert not (tmp_path / "out").exists()

@@ -103,6 +103,8 @@ def test_s3_shards_are_indexed_and_streamed_as_the_local_tars(shards, tmp_path, 
                              tmp_path / "out", "--quiet")
     assert status == 0, err
     assert _rows(tmp_path / "out") == _rows(tmp_path / "local")
+    status, _, err = run_cli("index", f"s3://{bucket}/wds/", "--out", tmp_path / "listed", "--quiet")  # the prefix, listed
+    assert status == 0 and _rows(tmp_path / "listed") == _rows(tmp_path / "local"), err
     assert all(row.get("etag") for row in json.loads((tmp_path / "out" / "manifest.json").read_text())
                ["splits"]["train"]["shards"])
     got = wdsprep_samples(wdsprep.dataset(str(tmp_path / "out"), "train", shuffle_shards=False, shuffle_buffer=0))
