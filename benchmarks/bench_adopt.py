@@ -8,8 +8,8 @@ the same keys and member bytes, read back with plain webdataset -- written again
 `wds.ShardWriter` with its defaults (PAX headers before every member, as its float mtimes make
 Python's tarfile write; 10 KiB records): the adopted dataset's tars, indexed with `wdsprep index`.
 
-Indexing: `wdsprep.adopt.adopt` (every byte read once, sha256 and the members' xxh3_64), 2 shards at
-once, from local disk and from the project's test server (`python -m wdsprep.testing http`, its own
+Indexing: `wdsprep.adopt.adopt` (every byte read once, sha256 and the members' xxh3_64), 4 shards at
+once (its default), from local disk and from the project's test server (`python -m wdsprep.testing http`, its own
 process) with its link shaped to `LINK` bytes/s over all connections; reported in MB/s and, for the
 link, as a share of it (the target: at least 80%).
 
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 import pathlib
 import resource
@@ -34,6 +33,8 @@ import sys
 import time
 
 from _smoke import sized
+from _testserver import ask as _ask
+from _testserver import server as _server
 
 SAMPLES = int(os.environ.get("BENCH_ADOPT_SAMPLES", sized(20000, 300)))
 LINK = float(os.environ.get("BENCH_ADOPT_LINK", sized(40e6, 20e6)))  # bytes/s over all connections
@@ -44,22 +45,6 @@ MB = 1e6
 def _cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
-
-
-def _server(root: pathlib.Path) -> tuple[subprocess.Popen, str]:
-    process = subprocess.Popen([sys.executable, "-m", "wdsprep.testing", "http", str(root)], stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, text=True)
-    url = process.stdout.readline().strip()
-    if not url:
-        process.kill()
-        raise RuntimeError("the test http server did not start")
-    return process, url
-
-
-def _ask(process: subprocess.Popen, command: str) -> dict:
-    process.stdin.write(command + "\n")
-    process.stdin.flush()
-    return json.loads(process.stdout.readline())
 
 
 def _data(workdir: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
@@ -89,7 +74,7 @@ def _index_pass(sources, out: pathlib.Path) -> tuple[float, float, int]:
 
     shutil.rmtree(out, ignore_errors=True)
     cpu, started = _cpu(), time.perf_counter()
-    report = adopt(sources, str(out), workers=2)
+    report = adopt(sources, str(out))  # its default: 4 shards at once
     return time.perf_counter() - started, _cpu() - cpu, report.bytes
 
 
@@ -139,7 +124,7 @@ def run(workdir: pathlib.Path) -> str:
         "",
         f"{SAMPLES} generic samples (16 KiB float32 array + small dict), converted with `--codec none`, and the "
         f"same samples written again by `wds.ShardWriter` with its defaults: {len(names)} tars, {total / MB:.1f} MB "
-        "(PAX records before every member). Indexed by `wdsprep.adopt.adopt` (2 shards at once: every byte read "
+        "(PAX records before every member). Indexed by `wdsprep.adopt.adopt` (4 shards at once: every byte read "
         "once, its sha256 and each member's xxh3_64), from local disk and from `python -m wdsprep.testing http` "
         f"with its link shaped to {LINK / MB:.0f} MB/s over all connections.",
         "",

@@ -15,7 +15,7 @@ import pytest
 import wdsprep
 from tests.core import test_plan_oracle as oracle
 from tests.core.adoptdata import counted_webdataset_shards, plain_samples, shardwriter_shards, wdsprep_samples
-from wdsprep import readoptions
+from tests.objectstore.test_remote_oracles import _tiny_read_ahead  # noqa: F401 (its tiny read-ahead, module-wide)
 from wdsprep.adopt import adopt
 from wdsprep.conformance import run_cli
 from wdsprep.errors import ShardError
@@ -117,15 +117,6 @@ def test_s3_shards_are_indexed_and_streamed_as_the_local_tars(shards, tmp_path, 
 
 
 # ------------------------------------------------------------------ the oracles, shards remote
-@pytest.fixture(scope="module", autouse=True)
-def _tiny_read_ahead():
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(readoptions, "MIN_RANGE", 1024)
-        patch.setenv("WDSPREP_PREFETCH_BYTES", "16KiB")  # read when each dataset is made
-        patch.setenv("WDSPREP_MAX_CONNECTIONS", "2")
-        yield
-
-
 @pytest.fixture(scope="module", params=["http", "s3"])
 def counted_shards(request, tmp_path_factory, s3_server):
     """`counted_shards(counts, codec=..., tag=...)` -> the manifest of such shards, webdataset-written,

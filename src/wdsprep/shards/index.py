@@ -246,10 +246,16 @@ def plain_names(keys: Sequence[str], layouts: Sequence[Sequence[str]]) -> str | 
                      and not joined.endswith("/") and "/__" not in joined):
         key = next(key for key in keys if not KEY.fullmatch(key))
         return f"sample key {key!r:.80} is not a plain name {NAME_RULE}"
+    return _layouts_problem(layouts, FIELD, f"is not a plain name {NAME_RULE}")
+
+
+def _layouts_problem(layouts: Sequence[Sequence[str]], rule: re.Pattern, broken: str) -> str | None:
+    """The first member name of `layouts` that `rule` does not match, or a layout naming a member
+    twice, described; else None."""
     for names in layouts:
         for name in names:
-            if not FIELD.fullmatch(name):
-                return f"member name {name!r:.80} is not a plain name {NAME_RULE}"
+            if not rule.fullmatch(name):
+                return f"member name {name!r:.80} {broken}"
         if len(set(names)) != len(names):
             return f"a sample's member names repeat ({', '.join(names):.80})"
     return None
@@ -265,13 +271,7 @@ def webdataset_names(keys: Sequence[str], layouts: Sequence[Sequence[str]]) -> s
     for key in keys:
         if not _WEBDATASET_KEY.fullmatch(key) or key.startswith("/") or ".." in key.split("/"):
             return f"sample key {key!r:.80} is a path out of the archive"
-    for names in layouts:
-        for name in names:
-            if not _WEBDATASET_FIELD.fullmatch(name):
-                return f"member field {name!r:.80} holds a '/' or starts with '__'"
-        if len(set(names)) != len(names):
-            return f"a sample's member names repeat ({', '.join(names):.80})"
-    return None
+    return _layouts_problem(layouts, _WEBDATASET_FIELD, "holds a '/' or starts with '__'")
 
 
 def _column_bytes(values: list[int], dtype: str) -> bytes:

@@ -12,7 +12,9 @@ checked against the manifest row (`ShardIndex.from_tail`). The last `INDEX_CACHE
 per process, the least recently used dropped first; the indexes of one call are loaded together
 (remote ones in parallel). A shard without an index (an older manifest) is hashed whole against its
 row first when it is local or cached, and indexed in memory (`index_of_hashed`); a remote one is
-refused with the line naming `wdsprep reindex`.
+refused with the line naming `wdsprep reindex`. An adopted shard's index (`wdsprep index`) is read
+from its split's index file instead (`read.load_index`), and the shard, opened locally, must still
+have the size and mtime it was indexed with (remotely: its ETag, on every response).
 
 Reads. Each sample asked for is a span of its shard: its bytes from the header of its first wanted
 member to the padding of its last (the whole sample when all members are wanted). A call's spans of

@@ -36,6 +36,12 @@ differ from its manifest row raises `ShardError` before its first sample.
   over the shard's index with it; this check is the same on that stream as on any other.
   A mismatch names the shard and the member. `sample_at` reads one sample alone the same way
   (one bounded read of its bytes: what `wdsprep show` fetches of a picked sample).
+- Adopted shards (`wdsprep index`: tars other tools wrote, shards/index.py): the same path; the
+  index comes from the split's index file beside the manifest (`load_index`: one bounded read of the
+  row's bytes there, checked against its digest), a member's head may be longer than one header (its
+  PAX or GNU records, `ShardIndex.heads`), and before any sample the shard must be the one indexed:
+  a local one's size and mtime (`check_identity`), a remote one's size and ETag on every response
+  (`object_check`).
 - Shards without an index (older manifests, or a row that lost its index fields): no sample is
   yielded before the whole shard matched its row. A local or cached one (the stream is a file) is
   hashed whole (size and sha256) first, then walked by `tarformat.TarCursor` (samples grouped by

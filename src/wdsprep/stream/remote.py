@@ -18,6 +18,11 @@ What is fetched: each piece's own bytes, and its shard's index, once.
   before its body's. Indexes are kept per process (stream/read.py's `INDEXES`, by URL and the row's
   index digest), so a shard's index is fetched once per worker.
 
+An adopted shard's index (`wdsprep index`) is not in the shard but in its split's index file: a
+piece of one waits, like a mid-shard piece, for its index, which a fetching thread loads
+(`read.load_index`: one bounded read of that file) before the piece's body is planned; the body
+ends at the row's `data_end`, and every response must give the ETag the shard had when indexed.
+
 At the start, only the pieces the first shuffle block needs (`first_jobs`: a worker's first
 `shuffle_buffer` samples, at least one; one more when reader stages sit before the counting point,
 the sample the stream makes before it hands over the one before, stream/worker.py) are fetched; the
