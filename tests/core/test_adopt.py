@@ -112,6 +112,12 @@ def test_decode_gives_what_webdatasets_decoders_give_and_leaves_the_rest_as_byte
         assert sample["cls"] == ref["cls"] and sample["json"] == ref["json"] and sample["txt"] == ref["txt"]
         assert np.array_equal(sample["npy"], ref["npy"])
         assert sample["png"].dtype == ref["png"].dtype == np.uint8 and np.array_equal(sample["png"], ref["png"])
+    plain = [{k: v for k, v in s.items() if not k.startswith("__url")} for s in wds.WebDataset(tars, shardshuffle=False).decode("rgb8")]
+    composed = list(wdsprep.dataset(str(tmp_path / "out"), "train", shuffle_shards=False, shuffle_buffer=0).decode("rgb8"))
+    assert len(composed) == len(plain) == 9  # webdataset's own .decode() composes on top
+    for mine, theirs in zip(composed, plain):
+        assert mine["__key__"] == theirs["__key__"] and np.array_equal(mine["png"], theirs["png"])
+        assert mine["json"] == theirs["json"] and mine["cls"] == theirs["cls"] and np.array_equal(mine["npy"], theirs["npy"])
     compressed = tmp_path / "compressed"
     compressed.mkdir()
     shutil.copy(WEBDATASET_TARS / "compressed.tar", compressed)
