@@ -371,6 +371,7 @@ class _Journal:
         self.positions: dict[int, int] = {}
         self.sizes: dict[int, int] = {}
         self.reused = 0
+        self.good_end = 0  # where the journal's last whole record ends (a record cut by an interruption is dropped)
         self._file = None
 
     def reusable(self) -> dict[int, int]:
@@ -382,12 +383,12 @@ class _Journal:
                 unpacker = msgpack.Unpacker(file, raw=False, max_buffer_size=1 << 31)
                 if next(unpacker, None) != self.header:
                     return {}  # another run's (other shards, split or fields): started again
-                position = unpacker.tell()
+                position = self.good_end = unpacker.tell()
                 for record in unpacker:
                     if _unchanged(self.header["shards"][record["n"]], record["row"]):
                         self.positions[record["n"]] = position
                         self.sizes[record["n"]] = record["row"]["bytes"]
-                    position = unpacker.tell()
+                    position = self.good_end = unpacker.tell()
         except (ValueError, KeyError, TypeError, IndexError, msgpack.ExtraData, msgpack.FormatError):
             pass  # a record cut by the interruption: the ones before it are kept
         return dict(self.positions)
@@ -400,10 +401,13 @@ class _Journal:
             return number
         if self._file is None:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            fresh = not self.positions
-            self._file = open(self.path, "wb" if fresh else "ab")
+            fresh = not self.good_end
+            self._file = open(self.path, "wb" if fresh else "r+b")
             if fresh:
                 self._file.write(msgpack.packb(self.header))
+            else:  # after the whole records of the interrupted run
+                self._file.seek(self.good_end)
+                self._file.truncate()
         position = self._file.tell()
         self._file.write(msgpack.packb(record, use_bin_type=True))
         self._file.flush()

@@ -248,25 +248,44 @@ def test_bad_input_is_one_line_naming_the_file_and_nothing_is_written(tmp_path, 
 
 def test_an_interrupted_index_resumes_from_its_journal_and_writes_what_a_fresh_run_writes(tmp_path, monkeypatch):
     tars = shardwriter_shards(tmp_path / "shards", count=20, maxcount=4)
-    real, scanned = adopt_module.scan_shard, []
+    real = adopt_module.scan_shard
+    journal = tmp_path / "out" / adopt_module.JOURNAL
+    monkeypatch.setattr(adopt_module, "scan_shard", _interrupted_after(3, real))
+    with pytest.raises(KeyboardInterrupt):
+        adopt_module.adopt([str(tmp_path / "shards")], str(tmp_path / "out"), workers=1)
+    assert journal.exists() and not (tmp_path / "out" / "manifest.json").exists()
+    with open(journal, "r+b") as file:  # the last record cut, as by a crash while it was written
+        file.truncate(journal.stat().st_size - 9)
+    monkeypatch.setattr(adopt_module, "scan_shard", _interrupted_after(2, real))
+    with pytest.raises(KeyboardInterrupt):  # a second interruption: 2 whole records + 2 more
+        adopt_module.adopt([str(tmp_path / "shards")], str(tmp_path / "out"), workers=1)
+    monkeypatch.setattr(adopt_module, "scan_shard", real)
+    report = adopt_module.adopt([str(tmp_path / "shards")], str(tmp_path / "out"), workers=2)
+    assert report.reused == 4 and report.shards == len(tars)
+    assert not journal.exists()
+    adopt_module.adopt([str(tmp_path / "shards")], str(tmp_path / "fresh"), workers=2)
+    for name in ("train.index", "train.samples", "train.shards"):
+        assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "fresh" / name).read_bytes(), name
+    # a journal of other shards (or another split, or other fields) is started again, not reused
+    monkeypatch.setattr(adopt_module, "scan_shard", _interrupted_after(1, real))
+    with pytest.raises(KeyboardInterrupt):
+        adopt_module.adopt(tars[:3], str(tmp_path / "other"), workers=1)
+    assert (tmp_path / "other" / adopt_module.JOURNAL).exists()
+    monkeypatch.setattr(adopt_module, "scan_shard", real)
+    assert adopt_module.adopt(tars[:2], str(tmp_path / "other"), workers=1).reused == 0
 
-    def interrupted(url, *args, **kwargs):
-        if len(scanned) == 3:
+
+def _interrupted_after(count, real):
+    """`scan_shard` that scans `count` shards, then is interrupted (Ctrl-C)."""
+    scanned = []
+
+    def scan(url, *args, **kwargs):
+        if len(scanned) == count:
             raise KeyboardInterrupt
         scanned.append(url)
         return real(url, *args, **kwargs)
 
-    monkeypatch.setattr(adopt_module, "scan_shard", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        adopt_module.adopt([str(tmp_path / "shards")], str(tmp_path / "out"), workers=1)
-    assert (tmp_path / "out" / adopt_module.JOURNAL).exists() and not (tmp_path / "out" / "manifest.json").exists()
-    monkeypatch.setattr(adopt_module, "scan_shard", real)
-    report = adopt_module.adopt([str(tmp_path / "shards")], str(tmp_path / "out"), workers=2)
-    assert report.reused == 3 and report.shards == len(tars)
-    assert not (tmp_path / "out" / adopt_module.JOURNAL).exists()
-    adopt_module.adopt([str(tmp_path / "shards")], str(tmp_path / "fresh"), workers=2)
-    for name in ("train.index", "train.samples", "train.shards"):
-        assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "fresh" / name).read_bytes(), name
+    return scan
 
 
 def test_a_second_split_is_added_beside_the_first(tmp_path):

@@ -111,6 +111,11 @@ def test_s3_shards_are_indexed_and_streamed_as_the_local_tars(shards, tmp_path, 
     assert got == plain_samples(tars)
     mapped = wdsprep.MapDataset(str(tmp_path / "out"), "train", decode=False)
     assert [mapped[i]["__key__"] for i in (0, 7, 22)] == [got[i][0] for i in (0, 7, 22)]
+    status, _, err = run_cli("index", f"s3://{bucket}/wds/", "--out", f"s3://{bucket}", "--quiet")  # OUT in S3 too
+    assert status == 0, err
+    rows = json.loads(s3.client().get_object(Bucket=bucket, Key="manifest.json")["Body"].read())["splits"]["train"]["shards"]
+    assert [row["name"] for row in rows] == [f"wds/{pathlib.Path(tar).name}" for tar in tars]  # below OUT: relative
+    assert wdsprep_samples(wdsprep.dataset(f"s3://{bucket}", "train", shuffle_shards=False, shuffle_buffer=0)) == got
     s3.client().put_object(Bucket=bucket, Key="wds/shard-000001.tar", Body=pathlib.Path(tars[1]).read_bytes() + b"\0" * 512)
     with pytest.raises(ShardError, match="shard-000001.tar"):
         list(wdsprep.dataset(str(tmp_path / "out"), "train", shuffle_shards=False, shuffle_buffer=0))
