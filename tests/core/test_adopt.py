@@ -321,3 +321,37 @@ def test_a_member_named_as_a_path_out_of_the_archive_is_refused_in_one_line(tmp_
     lines = err.strip().splitlines()
     assert status == 1 and len(lines) == 1 and str(tar) in lines[0] and repr(name) in lines[0], err
     assert not (tmp_path / "out").exists()
+
+
+def test_an_adopted_dataset_whose_rows_live_in_the_shard_table_only_reads_the_same(tmp_path, monkeypatch):
+    """Past 1,000 shards a manifest keeps its rows in the shard tables only (version 2): the rows of an
+    adopted dataset come from the table's columns and extras, their index file resolved on load."""
+    from wdsprep.shards.manifest import Manifest
+
+    tars = shardwriter_shards(tmp_path / "shards", count=17, maxcount=3)
+    write = Manifest.write
+    monkeypatch.setattr(Manifest, "write", lambda self, store, inline_shards=0: write(self, store, 0))
+    _index(tmp_path / "shards", "--out", tmp_path / "out", "--index-fields", "cls")
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["manifest_version"] == 2 and manifest["splits"]["train"]["shards"] == len(tars)
+    expected = plain_samples(tars)
+    assert wdsprep_samples(_stream(tmp_path / "out")) == expected
+    mapped = wdsprep.MapDataset(str(tmp_path / "out"), "train", decode=False)
+    assert [mapped[i]["__key__"] for i in range(len(mapped))] == [key for key, _ in expected]
+    assert sorted(s["__key__"] for s in wdsprep.dataset(str(tmp_path / "out"), "train", select="cls == 1")) == \
+        sorted(key for key, fields in expected if fields["cls"] == b"1")
+    status, _, err = run_cli("verify", tmp_path / "out", "--quiet")
+    assert status == 0, err
+
+
+@pytest.mark.parametrize("field, value", [("index_bytes", 10**12), ("index_offset", 10**12), ("data_end", 10**9),
+                                          ("index_file", "../x.index"), ("name", "../../etc/passwd")])
+def test_an_adopted_row_that_points_outside_its_files_is_refused_on_load(tmp_path, field, value):
+    shardwriter_shards(tmp_path / "shards", count=6, maxcount=3)
+    _index(tmp_path / "shards", "--out", tmp_path / "out")
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    manifest["splits"]["train"]["shards"][1][field] = value
+    (tmp_path / "out" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(wdsprep.ManifestError) as raised:
+        wdsprep.dataset(str(tmp_path / "out"), "train")
+    assert "manifest.json" in str(raised.value) and field in str(raised.value) and "\n" not in str(raised.value)

@@ -190,15 +190,18 @@ class Manifest:
         validate(data, where, inline=version == INLINE_VERSION)
         adopted_set = data["source"] == ADOPTED_SOURCE
         base = (url.rsplit("/", 1)[0] if "/" in url else ".") if url else None
+        index_files = data.get("tables", {}).get(INDEX_FILES, {})
         if version == INLINE_VERSION:
             splits = {name: list(split["shards"]) for name, split in data["splits"].items()}
-            if adopted_set and base is not None:
+            if adopted_set:
                 for name, rows in splits.items():
-                    splits[name] = [dict(row, index_url=join_url(base, row["index_file"])) for row in rows]
+                    check_index_places(where, name, rows, index_files[name])
+                    if base is not None:
+                        splits[name] = [dict(row, index_url=join_url(base, row["index_file"])) for row in rows]
         else:
             reader = tables or _local_tables(url, where)
             records = data["tables"][SHARD_TABLES]
-            splits = TabledSplits({name: (reader, records[name], split, adopted_set, base)
+            splits = TabledSplits({name: (reader, records[name], split, index_files.get(name) if adopted_set else None, base)
                                    for name, split in data["splits"].items()})
         return cls(
             source=data["source"],
@@ -231,11 +234,13 @@ class TabledSplits(dict):
         self._pending = pending
 
     def _load(self, name: str) -> ShardTable:
-        reader, record, totals, adopted_set, base = self._pending.pop(name)
+        reader, record, totals, index_file, base = self._pending.pop(name)
         table = reader(name, record)
-        table.check(name, record, totals, names=adopted_name_problem if adopted_set else None)
-        if adopted_set and base is not None:  # every row of an adopted split: its index file, resolved
-            table.row_defaults = {"index_url": join_url(base, index_file_name(name))}
+        table.check(name, record, totals, names=adopted_name_problem if index_file is not None else None)
+        if index_file is not None:  # an adopted split: its rows' index places checked, their index file resolved
+            check_index_places(table.where, name, table, index_file)
+            if base is not None:
+                table.row_defaults = {"index_url": join_url(base, index_file_name(name))}
         dict.__setitem__(self, name, table)
         return table
 
@@ -272,6 +277,16 @@ def _written(row: dict) -> dict:
 def index_file_name(split: str) -> str:
     """An adopted split's index file, beside the manifest (shards/index.py)."""
     return f"{split}{INDEX_SUFFIX}"
+
+
+def check_index_places(where: str, split: str, rows, index_file: dict) -> None:
+    """Every adopted row's index lies within its split's index file (as its record sizes it): so no
+    row makes a reader allocate or ask for more than that file holds."""
+    for number, row in enumerate(rows):
+        if row["index_offset"] + row["index_bytes"] > index_file["bytes"]:
+            raise ManifestError(f"{where}: splits.{split}.shards[{number}]: the index of {row['name']!s:.80} "
+                                f"(index_offset {row['index_offset']} + index_bytes {row['index_bytes']}) lies outside "
+                                f"{index_file['file']} ({index_file['bytes']} bytes)")
 
 
 def index_file_problem(split: str, entry: Any) -> str | None:
