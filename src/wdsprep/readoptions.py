@@ -26,10 +26,16 @@ executor's `WDSPREP_RAY_RETRIES`.
 
 Invariants of a `ReadOptions` (its `__post_init__` checks them, so no unchecked one exists):
 `prefetch_bytes` is 0 (no read-ahead) or at least two requests of `MIN_RANGE`; `max_connections`
-None (the worker's share of a rank's, stream/remote.py) or >= 1; `retries` >= 0; `timeout` and
+None (the worker's share of a rank's, stream/remote.py) or 1..`MAX_CONNECTIONS` (each request at once
+is a thread of the read-ahead: 10^6 of them would start 10^6 threads); `retries` >= 0; `timeout` and
 `rate_window` finite and > 0; `min_rate` finite and >= 0 (0: no floor); `skip_by_reading` >= 0;
 `s3_multipart_bytes` >= 1; `s3_part_bytes` >= `MIN_S3_PART_BYTES` (S3's smallest part);
-`cache_bytes` > 0.
+`cache_bytes` > 0. Every time and size has a maximum too, far above any useful value and below what
+would overflow or stand for "forever" (`WDSPREP_TIMEOUT=1e23`): `timeout` and `rate_window` at most
+`MAX_SECONDS` (an hour), `min_rate` at most `MAX_RATE` (100 GB/s), `prefetch_bytes` and
+`skip_by_reading` at most `MAX_READ_BYTES` (64 GiB: memory or bytes read through per worker),
+`s3_multipart_bytes` and `s3_part_bytes` at most `MAX_S3_PART_BYTES` (S3's largest part and single
+PUT, 5 GiB), `cache_bytes` at most `MAX_CACHE_BYTES` (1 PiB).
 """
 from __future__ import annotations
 
@@ -43,18 +49,26 @@ from .errors import ConfigError
 from .sizes import parse_size
 
 MIB = 1 << 20
+MAX_CONNECTIONS = 256  # Range requests at once per worker: each is a thread of the read-ahead (stream/remote.py)
 MIN_RANGE = 64 << 10  # the read-ahead's smallest Range request (stream/remote.py)
 MIN_S3_PART_BYTES = 5 * MIB  # S3's minimum for every part of a multipart upload but the last
 DEFAULT_CACHE_BYTES = 10 * 10**9
+# the maxima (module docstring): a value above is a mistake, never a setting that means something
+MAX_SECONDS = 3600.0
+MAX_RATE = 1e11
+MAX_READ_BYTES = 64 << 30
+MAX_S3_PART_BYTES = 5 << 30  # S3's largest part, and its largest single PUT
+MAX_CACHE_BYTES = 1 << 50
 
 
 def _label(name: str, value: Any) -> str:
     return f"{name}={value!r}"
 
 
-def whole_number(value: Any, name: str, minimum: int, meaning: str = "") -> int:
-    """`value` (an int, or its decimal text) as an int >= `minimum`; else one ConfigError line
-    naming `name` (a variable or a keyword), the value and the rule."""
+def whole_number(value: Any, name: str, minimum: int, meaning: str = "", maximum: int | None = None) -> int:
+    """`value` (an int, or its decimal text) as an int >= `minimum` (and <= `maximum`); else one
+    ConfigError line naming `name` (a variable or a keyword), the value and the rule."""
+    meaning = meaning if maximum is None else f"{meaning}; at most {maximum}" if meaning else f"at most {maximum}"
     rule = f"must be a whole number >= {minimum}{f' ({meaning})' if meaning else ''}"
     if isinstance(value, bool):
         raise ConfigError(f"{_label(name, value)}: {rule}")
@@ -66,16 +80,18 @@ def whole_number(value: Any, name: str, minimum: int, meaning: str = "") -> int:
             pass
     elif isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
         number = int(value)
-    if number is None or number < minimum:
+    if number is None or number < minimum or (maximum is not None and number > maximum):
         raise ConfigError(f"{_label(name, value)}: {rule}")
     return number
 
 
-def size(value: Any, name: str, minimum: int, meaning: str = "", *, zero: str = "") -> int:
-    """`value` (bytes: an int, or a size as `parse_size` reads it, `64MiB`) as an int >= `minimum`,
-    or 0 when `zero` says what 0 means; else one ConfigError line naming `name` and the rule."""
+def size(value: Any, name: str, minimum: int, meaning: str = "", *, zero: str = "", maximum: int | None = None) -> int:
+    """`value` (bytes: an int, or a size as `parse_size` reads it, `64MiB`) as an int >= `minimum`
+    (and <= `maximum`), or 0 when `zero` says what 0 means; else one ConfigError line naming `name`
+    and the rule."""
     floor = f"a size of at least {_spelled(minimum)}" if minimum > 1 else f"a size >= {minimum} bytes"
-    rule = f"must be {f'0 ({zero}) or ' if zero else ''}{floor}, e.g. 64MiB{f' ({meaning})' if meaning else ''}"
+    ceiling = f" and at most {_spelled(maximum)}" if maximum is not None else ""
+    rule = f"must be {f'0 ({zero}) or ' if zero else ''}{floor}{ceiling}, e.g. 64MiB{f' ({meaning})' if meaning else ''}"
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ConfigError(f"{_label(name, value)}: {rule}")
     if isinstance(value, float) and not math.isfinite(value):
@@ -84,30 +100,33 @@ def size(value: Any, name: str, minimum: int, meaning: str = "", *, zero: str = 
         number = int(value) if isinstance(value, float) else parse_size(value)
     except ConfigError:
         raise ConfigError(f"{_label(name, value)}: {rule}") from None
-    if number < minimum and not (zero and number == 0):
+    if (number < minimum and not (zero and number == 0)) or (maximum is not None and number > maximum):
         raise ConfigError(f"{_label(name, value)}: {rule}")
     return number
 
 
 def _spelled(count: int) -> str:
     """`131072` -> `128KiB`: a byte count as a user would write it."""
-    for unit, power in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+    for unit, power in (("PiB", 50), ("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if count % (1 << power) == 0:
             return f"{count >> power}{unit}"
     return f"{count} bytes"
 
 
-def number(value: Any, name: str, minimum: float, meaning: str = "", *, above: bool = False) -> float:
+def number(value: Any, name: str, minimum: float, meaning: str = "", *, above: bool = False,
+           maximum: float | None = None) -> float:
     """`value` (a finite number, or its text: `30`, `0.5`, `1e3`) as a float >= `minimum` (> it
-    with `above`); else one ConfigError line naming `name` and the rule."""
-    rule = f"must be a number {'>' if above else '>='} {minimum:g}{f' ({meaning})' if meaning else ''}"
+    with `above`) and <= `maximum`; else one ConfigError line naming `name` and the rule."""
+    ceiling = f" and <= {maximum:g}" if maximum is not None else ""
+    rule = f"must be a number {'>' if above else '>='} {minimum:g}{ceiling}{f' ({meaning})' if meaning else ''}"
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ConfigError(f"{_label(name, value)}: {rule}")
     try:
         result = float(value)
     except ValueError:
         raise ConfigError(f"{_label(name, value)}: {rule}") from None
-    if not math.isfinite(result) or result < minimum or (above and result == minimum):
+    if not math.isfinite(result) or result < minimum or (above and result == minimum) or \
+            (maximum is not None and result > maximum):
         raise ConfigError(f"{_label(name, value)}: {rule}")
     return result
 
@@ -122,27 +141,34 @@ class Setting:
 
 SETTINGS: dict[str, Setting] = {
     "prefetch_bytes": Setting("WDSPREP_PREFETCH_BYTES", lambda value, name: size(
-        value, name, 2 * MIN_RANGE, "bytes each worker fetches ahead of its reader; default 64MiB", zero="no read-ahead")),
+        value, name, 2 * MIN_RANGE, "bytes each worker fetches ahead of its reader; default 64MiB", zero="no read-ahead",
+        maximum=MAX_READ_BYTES)),
     "max_connections": Setting("WDSPREP_MAX_CONNECTIONS", lambda value, name: whole_number(
-        value, name, 1, "Range requests at once per worker; default: 32 per rank shared by its workers, at least 8 each")),
+        value, name, 1, "Range requests at once per worker, each a thread; default: 32 per rank shared by its "
+        "workers, at least 8 each", maximum=MAX_CONNECTIONS)),
     "retries": Setting("WDSPREP_RETRIES", lambda value, name: whole_number(
         value, name, 0, "retries of a failed remote read; default 5")),
     "timeout": Setting("WDSPREP_TIMEOUT", lambda value, name: number(
-        value, name, 0, "seconds per connect and per read of a remote request; default 30", above=True)),
+        value, name, 0, "seconds per connect and per read of a remote request; default 30", above=True,
+        maximum=MAX_SECONDS)),
     "min_rate": Setting("WDSPREP_MIN_RATE", lambda value, name: number(
-        value, name, 0, "bytes/s a remote body must arrive at, 0: no floor; default 1024")),
+        value, name, 0, "bytes/s a remote body must arrive at, 0: no floor; default 1024", maximum=MAX_RATE)),
     "rate_window": Setting("WDSPREP_RATE_WINDOW", lambda value, name: number(
-        value, name, 0, "seconds of waiting over which the rate floor is judged; default 30", above=True)),
+        value, name, 0, "seconds of waiting over which the rate floor is judged; default 30", above=True,
+        maximum=MAX_SECONDS)),
     "skip_by_reading": Setting("WDSPREP_SKIP_BY_READING", lambda value, name: size(
-        value, name, 0, "forward seeks on a remote stream up to this are read through; default 1MiB")),
+        value, name, 0, "forward seeks on a remote stream up to this are read through; default 1MiB",
+        maximum=MAX_READ_BYTES)),
     "s3_multipart_bytes": Setting("WDSPREP_S3_MULTIPART_BYTES", lambda value, name: size(
-        value, name, 1, "S3 uploads above this are multipart; default 64MiB")),
+        value, name, 1, "S3 uploads above this are multipart; default 64MiB", maximum=MAX_S3_PART_BYTES)),
     "s3_part_bytes": Setting("WDSPREP_S3_PART_BYTES", lambda value, name: size(
-        value, name, MIN_S3_PART_BYTES, "the part size of S3 multipart uploads, S3's smallest is 5MiB; default 16MiB")),
+        value, name, MIN_S3_PART_BYTES, "the part size of S3 multipart uploads, S3's smallest is 5MiB; default 16MiB",
+        maximum=MAX_S3_PART_BYTES)),
     "cache_dir": Setting(None, lambda value, name: _directory(value, name)),
     "table_cache_dir": Setting("WDSPREP_TABLE_CACHE_DIR", lambda value, name: _directory(
         value, name, "the node-local cache of remote shard tables, by sha256; default: none, kept in memory")),
-    "cache_bytes": Setting(None, lambda value, name: size(value, name, 1, "the shard cache's bound; default 10GB")),
+    "cache_bytes": Setting(None, lambda value, name: size(value, name, 1, "the shard cache's bound; default 10GB",
+                                                          maximum=MAX_CACHE_BYTES)),
 }
 
 VARIABLES: dict[str, str] = {field: setting.variable for field, setting in SETTINGS.items() if setting.variable}

@@ -75,9 +75,19 @@ def check_split_name(split: Any, where: str, error: type = InputError) -> None:
                     "starting with a letter or a digit)")
 
 
+SHARD_NAME_TAIL = re.compile(r"\d{5,}-\d{2,}\.tar")
+
+
 def shard_name_pattern(split: str) -> re.Pattern:
     """The shard-name rule: `<split>-<unit:05d>-<part:02d>.tar` (more digits past 99999 units)."""
-    return re.compile(re.escape(split) + r"-\d{5,}-\d{2,}\.tar")
+    return re.compile(re.escape(split) + "-" + SHARD_NAME_TAIL.pattern)
+
+
+def is_shard_name(split: str, name: str) -> bool:
+    """`shard_name_pattern(split).fullmatch(name)`, with no pattern made per split (a manifest may
+    hold a million splits: one compiled pattern each was 0.25 ms a split)."""
+    return name.startswith(split) and name[len(split) : len(split) + 1] == "-" and \
+        SHARD_NAME_TAIL.fullmatch(name, len(split) + 1) is not None
 
 
 @dataclass
@@ -398,7 +408,6 @@ def validate(data: dict, where: str, inline: bool = True) -> None:
         if not isinstance(entry, dict) or not isinstance(entry.get("shards"), list):
             raise ManifestError(f"{where}: splits.{split}.shards: expected a list of shard rows")
         _check_fields(where, f"splits.{split}.", entry, _TOTALS)
-        rule = shard_name_pattern(split)
         adopted_set = data["source"] == ADOPTED_SOURCE
         for index, row in enumerate(entry["shards"]):
             path = f"splits.{split}.shards[{index}]."
@@ -416,7 +425,7 @@ def validate(data: dict, where: str, inline: bool = True) -> None:
                 if row["index_file"] != index_file_name(split):
                     raise ManifestError(f"{where}: {path}index_file: expected {index_file_name(split)!r} "
                                         f"(got {row['index_file']!r:.60})")
-            elif not rule.fullmatch(row["name"]):
+            elif not is_shard_name(split, row["name"]):
                 raise ManifestError(f"{where}: {path}name: {row['name']!r:.80} breaks the shard-name rule "
                                     f"{split}-<unit:05d>-<part:02d>.tar")
             if row["name"] in names:

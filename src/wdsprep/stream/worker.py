@@ -18,6 +18,10 @@ Invariants.
   over as soon as it is read: nothing is read, or requested, past the output the consumer holds.
 - With `equalize="pad"` a worker that meets its target short replays its first outputs (the
   rank's, or the pass's, when its own samples make none); with "drop" it stops at its target.
+- A pass left open (a consumer that stopped iterating and kept the iterator, then exited) is closed
+  at interpreter exit, before the modules are torn down (`_close_open_passes`, atexit): its `finally`
+  and `except` clauses and its shards' descriptors are released while the names they use still
+  exist, instead of printing "Exception ignored" tracebacks as the garbage of a dying interpreter.
 - A worker's pieces stay numpy columns until it reads them: they become Piece objects, rows and
   read-ahead jobs a chunk at a time (`FIRST_CHUNK`, then `CHUNK` pieces; a chunk's read-ahead ends
   with it), so a share of 10^6 shards costs no Python before its first sample; the first chunk's
@@ -27,6 +31,8 @@ Invariants.
 """
 from __future__ import annotations
 
+import atexit
+import weakref
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -40,16 +46,31 @@ from .plan import (
     Piece,
     Sequence,
     block_permutation,
+    chunked,
     output_targets,
     rank_share,
     sequence_weights,
-    stream_positions,
     worker_run,
 )
 from .catalog import Catalog
 from .read import LocalShard, read_samples
 from .remote import ReadAhead, reads_ahead
 from .state import Position
+
+
+_OPEN_PASSES: weakref.WeakSet = weakref.WeakSet()  # every pass's counted outputs (a generator), while it lives
+
+
+def _close_open_passes(passes: weakref.WeakSet = _OPEN_PASSES) -> None:
+    """At exit, before the modules are torn down: close each pass still open (not one running, if
+    the exit came from inside it), so its cleanup, and that of the stages and reads it holds, runs
+    in a whole interpreter."""
+    for generator in list(passes):
+        if not generator.gi_running:
+            generator.close()
+
+
+atexit.register(_close_open_passes)
 
 
 def _stamp(sample: dict, index: int, piece_start: int, epoch: int) -> dict:
@@ -133,15 +154,6 @@ class _Counter:
 FIRST_CHUNK, CHUNK = 64, 1024  # pieces materialised at a time: a small first chunk, then larger ones
 
 
-def _chunks(count: int):
-    """[begin, end) piece ranges: FIRST_CHUNK, then CHUNK at a time."""
-    begin = 0
-    while begin < count:
-        end = min(count, begin + (FIRST_CHUNK if begin == 0 else CHUNK))
-        yield begin, end
-        begin = end
-
-
 class ShardReader:
     """Reads the samples of pieces of a split's shards, for one worker of one pass: `catalog` is the
     split (its shards' urls and rows, and the samples a selection keeps: pieces are in selected
@@ -176,11 +188,12 @@ class ShardReader:
         # it ends when the consumer asks for its second output (`_Counter.start`), at the latest here
         widen_after = 0 if counter.started else max(self.shuffle_buffer, 1) + made_ahead
         # pieces are materialised (Piece objects, rows, read-ahead jobs) a chunk at a time: a rank's
-        # share of 10^6 shards would otherwise cost seconds of Python before its first sample
-        for begin, end in _chunks(pieces.piece_count):
+        # share of 10^6 shards would otherwise cost seconds of Python before its first sample (and a
+        # run of passes is made a pass at a time: stream/plan.py's `Passes`)
+        pieces, skip = pieces.resumed_at(skip)
+        for chunk in chunked(pieces, FIRST_CHUNK, CHUNK):
             runs = []  # (piece, first sample to read): runs of consecutive sample numbers
-            for piece in Sequence(pieces.shard[begin:end], pieces.start[begin:end], pieces.stop[begin:end],
-                                  pieces.cycle[begin:end]):
+            for piece in chunk:
                 if skip >= piece.samples:
                     skip -= piece.samples
                     continue
@@ -337,9 +350,15 @@ class ShardReader:
                 found[position] = count
         if self.shuffle_buffer <= 1 or not found:
             return found
-        order = stream_positions(len(run), 0, len(run), shuffle_buffer=self.shuffle_buffer, key=self.key)
-        where = {q: p for p, q in enumerate(order)}
-        return {where[q]: count for q, count in found.items()}
+        return {self._stream_position(len(run), q): count for q, count in found.items()}
+
+    def _stream_position(self, run_length: int, q: int) -> int:
+        """Where run position `q` comes in this worker's block-shuffled stream (rule 6): its block's
+        permutation only, not the whole run's."""
+        block = q // self.shuffle_buffer
+        first = block * self.shuffle_buffer
+        order = block_permutation(*self.key, block, min(self.shuffle_buffer, run_length - first))
+        return first + int(np.flatnonzero(order == q - first)[0])
 
 
 class WorkerStream:
@@ -369,6 +388,7 @@ class WorkerStream:
         source = count(source, counter, self.reader.carried_discards(plan), limit)
         if plan.target is not None and self.equalize == "pad":
             source = self._pad_outputs(source)
+        _OPEN_PASSES.add(source)  # a generator of ours (the stages after it, batching, may be anything)
         for step in self.after:
             source = self.invoke(step, source)
         return source
