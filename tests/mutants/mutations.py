@@ -1324,3 +1324,10 @@ MUTATIONS += [
              (("                    sample = (key, end, [], {})\n", "                    sample, end = (key, member.start, [], {}), member.start\n"),),
              ADOPT_TESTS),
 ]
+MUTATIONS += [
+    Mutation("adopt-stream-etag-unchecked", "a remote adopted shard read as one sequential stream (prefetch_bytes=0) is not "
+             "checked against the ETag it had when indexed",
+             "src/wdsprep/stream/read.py",
+             (("        if indexed_etag is not None:\n", "        if False:\n"),),
+             ("tests/objectstore/test_adopt_remote.py",)),
+]

@@ -81,9 +81,12 @@ def test_a_shard_replaced_on_the_server_is_refused_by_its_etag(shards, tmp_path)
         data = victim.read_bytes()
         time.sleep(0.01)
         victim.write_bytes(data)  # the same bytes, a new mtime: the server's ETag changes
-        with pytest.raises(ShardError) as raised:
-            list(wdsprep.dataset(str(tmp_path / "out"), "train", shuffle_shards=False, shuffle_buffer=0))
-        assert victim.name in str(raised.value) and "indexed" in str(raised.value) and "\n" not in str(raised.value)
+        for prefetch in (None, 0):  # the read-ahead's Range requests, and one sequential stream a piece
+            with pytest.raises(ShardError) as raised:
+                for sample in wdsprep.dataset(str(tmp_path / "out"), "train", shuffle_shards=False, shuffle_buffer=0,
+                                              prefetch_bytes=prefetch):
+                    assert sample["__url__"].rsplit("/", 1)[-1] != victim.name  # none of its samples
+            assert victim.name in str(raised.value) and "indexed" in str(raised.value) and "\n" not in str(raised.value)
 
 
 def test_a_url_that_404s_is_one_line_and_nothing_is_written(shards, tmp_path):

@@ -227,8 +227,13 @@ def _indexed(url: str, row: dict, start: int, stop: int, stream: BinaryIO, lazy:
         stream.seek(index.offsets[start])
     scratch = memoryview(bytearray(BLOCK))
     take = getattr(stream, "take", None)  # the read-ahead's in-memory blocks (stream/remote.py)
+    indexed_etag = row.get("etag")  # an adopted shard's, read as one stream: its response is checked once read
     for i, end in zip(range(start, stop), ends):
-        yield _streamed(url, index, i, end, stream, scratch, take)
+        sample = _streamed(url, index, i, end, stream, scratch, take)
+        if indexed_etag is not None:
+            object_check(row).check(url, None, getattr(getattr(stream, "raw", None), "etag", None))
+            indexed_etag = None
+        yield sample
 
 
 WINDOW = 256 << 10  # bytes of a local shard read at a time: whole samples; a larger sample is read alone
