@@ -355,3 +355,11 @@ def test_an_adopted_row_that_points_outside_its_files_is_refused_on_load(tmp_pat
     with pytest.raises(wdsprep.ManifestError) as raised:
         wdsprep.dataset(str(tmp_path / "out"), "train")
     assert "manifest.json" in str(raised.value) and field in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_an_adopted_dataset_is_not_uploaded_but_indexed_where_it_goes(tmp_path):
+    shardwriter_shards(tmp_path / "shards", count=4, maxcount=2)
+    _index(tmp_path / "shards", "--out", tmp_path / "out")
+    status, _, err = run_cli("upload", tmp_path / "out", tmp_path / "elsewhere", "--quiet")
+    lines = err.strip().splitlines()
+    assert status == 1 and len(lines) == 1 and "wdsprep index" in lines[0] and not (tmp_path / "elsewhere").exists(), err
