@@ -12,7 +12,6 @@ fetches one shard after the other).
 """
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import subprocess
@@ -20,24 +19,10 @@ import sys
 import time
 
 from _smoke import sized
+from _testserver import ask as _ask
+from _testserver import server as _server
 
 SAMPLES = int(os.environ.get("BENCH_TINY_SHARDS_SAMPLES", sized(20000, 200)))
-
-
-def _server(root: pathlib.Path) -> tuple[subprocess.Popen, str]:
-    process = subprocess.Popen([sys.executable, "-m", "wdsprep.testing", "http", str(root)], stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, text=True)
-    url = process.stdout.readline().strip()
-    if not url:
-        process.kill()
-        raise RuntimeError("the test http server did not start")
-    return process, url
-
-
-def _ask(process: subprocess.Popen, command: str) -> dict:
-    process.stdin.write(command + "\n")
-    process.stdin.flush()
-    return json.loads(process.stdout.readline())
 
 
 def _pass(url: str) -> tuple[float, int]:

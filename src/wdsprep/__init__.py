@@ -1,6 +1,7 @@
 """wdsprep: research datasets to deterministic WebDataset shards, streamed into PyTorch.
 
-Public API: `urls`, `dataset`, `mix`, `Part`, `MapDataset`, `decode`, `decode_sample`, `zst_handler`, `Loader`, every
+Public API: `urls`, `dataset`, `mix`, `Part`, `MapDataset`, `decode`, `decode_sample`, `zst_handler`, `Loader`,
+`index` (adopt existing WebDataset tars where they are: `wdsprep index`'s Python form), every
 exception of `wdsprep.errors`, and one
 namespace per source (`wdsprep.voxels`, `wdsprep.minecraft`, `wdsprep.deepreg`, `wdsprep.rawnind`,
 `wdsprep.noisebase`), imported on first use. For tools that drive a conversion themselves (not in
@@ -66,6 +67,7 @@ __all__ = [
     "decode_sample",
     "zst_handler",
     "Loader",
+    "index",
     "WdsprepError",
     "InputError",
     "OutputError",
@@ -92,6 +94,7 @@ _LAZY = {
     "mix": ("wdsprep.mixfile", "mix"),
     "Part": ("wdsprep.stream.mix", "Part"),
     "MapDataset": ("wdsprep.stream.mapdataset", "MapDataset"),
+    "index": ("wdsprep.adopt", "adopt"),
     "decode": ("wdsprep.stream.decode", "decode"),
     "decode_sample": ("wdsprep.shards.codec", "decode_sample"),
     "zst_handler": ("wdsprep.shards.interop", "zst_handler"),

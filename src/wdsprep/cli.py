@@ -33,12 +33,12 @@ from typing import Sequence
 
 from ._version import __version__
 from .command import USAGE_ERROR, Command
-from .commands import convert, inspect, pipeline, reindex, serve, show, synth, upload, verify
+from .commands import convert, index, inspect, pipeline, reindex, serve, show, synth, upload, verify
 from .errors import WdsprepError
 from .sources.registry import mounted_commands
 
 COMMANDS: tuple[Command, ...] = tuple(module.COMMAND for module in (convert, synth, inspect, verify, show, pipeline,
-                                                                    upload, reindex, serve))
+                                                                    upload, reindex, index, serve))
 
 
 def commands(name: str | None = None) -> list[Command]:

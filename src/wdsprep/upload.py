@@ -142,6 +142,9 @@ def upload(
     except FileNotFoundError:
         raise ManifestError(f"{manifest_path}: no manifest (is the conversion complete?)") from None
     manifest = Manifest.loads(manifest_bytes, manifest_path)
+    if manifest.adopted:  # its shards stay where they are; its manifest names them there
+        raise ConfigError(f"{manifest_path}: an adopted dataset (wdsprep index) is not uploaded: its shards stay "
+                          "where they are; index them into the destination instead (wdsprep index SHARDS --out URL)")
     shards = [row for split in sorted(manifest.splits) for row in manifest.splits[split]]
     rows = shards + _table_rows(manifest)
 

@@ -80,6 +80,7 @@ FAILING_RUNS = {
     "pipeline": ["/nonexistent/spec.toml"],
     "upload": ["/nonexistent/shards", "{tmp}/up"],
     "reindex": ["/nonexistent/shards"],
+    "index": ["/nonexistent/shards/x.tar", "--out", "{tmp}/adopted"],
     "serve dataverse": ["/nonexistent/dataverse", "--port", "0"],
     "fetch rawnind": ["{tmp}/dest", "--dry-run", "--index", "/nonexistent/i.yaml", "--listing", "/nonexistent/l.json"],
 }

@@ -23,6 +23,7 @@ EXPECTED_KINDS = {
     "zst_handler": "function",
     "Loader": "class",
     "MapDataset": "class",
+    "index": "function",
     "WdsprepError": "exception",
     "InputError": "exception",
     "OutputError": "exception",

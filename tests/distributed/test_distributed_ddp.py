@@ -1,7 +1,8 @@
 """`torchrun --nproc_per_node=2` (gloo, 127.0.0.1) training loops streaming shards from the local S3
 server and, separately, from HTTP, GCS (fake-gcs-server), Azure (Azurite) and a private Hub repo: equal batch counts on uneven shards, every sample once per epoch
 (plus the documented padding), nothing written to local disk, exact resume after k steps; and an
-elastic resume: 3 ranks stopped mid-epoch, resumed on 2 ranks with another num_workers."""
+elastic resume: 3 ranks stopped mid-epoch, resumed on 2 ranks with another num_workers. The first also
+runs on the same samples in tars webdataset wrote, served over HTTP and adopted by `wdsprep index`."""
 import collections
 import json
 import os
@@ -76,6 +77,30 @@ def http_source(shards):
         yield f"{server.url}/manifest.json", {}
 
 
+@pytest.fixture(scope="module")
+def adopted_source(shards, tmp_path_factory):
+    """The same samples in tars webdataset's `TarWriter` wrote (one per converted shard, so the same
+    uneven counts), served over HTTP and adopted by URL with `wdsprep index` (OUT local)."""
+    import webdataset as wds
+
+    import wdsprep
+    from wdsprep.adopt import adopt
+
+    root = tmp_path_factory.mktemp("ddp-adopted")
+    (root / "tars").mkdir()
+    names = {}
+    for split in ("train", "valid"):
+        names[split] = [url.rsplit("/", 1)[-1] for url in wdsprep.urls(str(shards), split)]
+        for name in names[split]:
+            with wds.TarWriter(str(root / "tars" / name)) as writer:
+                for sample in wds.WebDataset(str(shards / name), shardshuffle=False):
+                    writer.write({k: v for k, v in sample.items() if k not in ("__url__", "__local_path__")})
+    with RangeHTTPServer(root / "tars") as server:
+        for split in ("train", "valid"):
+            adopt([f"{server.url}/{name}" for name in names[split]], str(root / "out"), split=split)
+        yield str(root / "out" / "manifest.json"), {}
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -128,7 +153,7 @@ def torchrun(manifest: str, out: Path, env_extra: dict, *args: str, nproc: int =
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)]
 
 
-@pytest.mark.parametrize("backend", ["s3", "http", "gs", "az", "hf"])
+@pytest.mark.parametrize("backend", ["s3", "http", "gs", "az", "hf", "adopted"])
 def test_ddp_two_ranks_stream_equal_disjoint_resumable(backend, request, tmp_path, shards):
     manifest, env = request.getfixturevalue(f"{backend}_source")
     # epoch 1 of seed 7 is one where dealing whole shards to DataLoader workers gave the ranks 14 and 13

@@ -821,7 +821,10 @@ MUTATIONS = [
     Mutation("index-member-names-unchecked", "an index whose keys or member names are paths is taken as it is",
              "src/wdsprep/shards/index.py",
              (("            problem = plain_names(index.keys, index.layouts)", "            problem = None"),),
-             ("tests/core/test_hostile_shards.py",)),
+             ("tests/core/test_hostile_shards.py",),
+             also=(Variant("h46", "src/wdsprep/shards/index.py",
+                           (("            problem = (webdataset_names if webdataset else plain_names)(index.keys, index.layouts)",
+                             "            problem = None"),)),)),
     Mutation("writer-path-keys-accepted", "the writer writes a key that is a path (readers then refuse its shard)",
              "src/wdsprep/shards/writer.py",
              (("    if not tarformat.KEY.fullmatch(key):", "    if key.startswith(\"__\"):"),),
@@ -1444,4 +1447,49 @@ MUTATIONS += [
              (("        return (_WHOLE_RUN, 0)\n", "        return (0, 0)\n"),), SCHEDULE),
     Mutation("mix-schedule-window-too-narrow", "the search for a scheduled epoch's size takes its counts within 1 of the line, not 2 x phases", MIX,
              (("    error = 2 * phases\n", "    error = 1\n"),), SCHEDULE),
+]
+# -- issue 46: any WebDataset adopted in place (`wdsprep index`)
+ADOPT_TESTS = ("tests/core/test_adopt.py",)
+MUTATIONS += [
+    Mutation("adopt-key-at-last-dot", "an adopted tar's members grouped by the path up to the LAST dot of the basename "
+             "(webdataset groups by the first: `x.y.z.bin` and `x.txt` are one sample)",
+             "src/wdsprep/shards/tarformat.py",
+             (('_WEBDATASET_KEY = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")', '_WEBDATASET_KEY = re.compile(r"^((?:.*/|).+)[.]([^/.]*)$")'),),
+             ADOPT_TESTS),
+    Mutation("adopt-key-drops-subdirectory", "an adopted member's key is its basename's stem (the subdirectories dropped)",
+             "src/wdsprep/shards/tarformat.py",
+             (("    key, field = match.group(1), match.group(2).lower()\n", "    key, field = match.group(1).rsplit(\"/\", 1)[-1], match.group(2).lower()\n"),),
+             ADOPT_TESTS),
+    Mutation("adopt-identity-size-only", "a local adopted shard is taken for the one indexed when its size matches (its mtime unchecked)",
+             "src/wdsprep/stream/read.py",
+             (("(mtime is not None and stat.st_mtime_ns != mtime)", "False"),),
+             ADOPT_TESTS),
+    Mutation("adopt-identity-etag-unchecked", "a remote adopted shard's ETag is not compared with the one it had when indexed",
+             "src/wdsprep/stream/read.py",
+             (('return ObjectCheck(size=row["bytes"], etag=row.get("etag"))', 'return ObjectCheck(size=row["bytes"])'),),
+             ("tests/objectstore/test_adopt_remote.py",)),
+    Mutation("adopt-heads-left-out", "the index of an adopted shard is written without its member heads (every head read as one header)",
+             "src/wdsprep/shards/index.py",
+             (("        if any(head != BLOCK for head in self.heads):\n", "        if False:\n"),),
+             ADOPT_TESTS),
+    Mutation("adopt-sample-starts-at-its-header", "an adopted sample is indexed from its first member's own records, not from where "
+             "the sample before it ended (entries skipped between samples, e.g. a directory, belong to no sample)",
+             "src/wdsprep/adopt.py",
+             (("                    sample = (key, end, [], {})\n", "                    sample, end = (key, member.start, [], {}), member.start\n"),),
+             ADOPT_TESTS),
+]
+MUTATIONS += [
+    Mutation("adopt-stream-etag-unchecked", "a remote adopted shard read as one sequential stream (prefetch_bytes=0) is not "
+             "checked against the ETag it had when indexed",
+             "src/wdsprep/stream/read.py",
+             (("        if indexed_etag is not None:\n", "        if False:\n"),),
+             ("tests/objectstore/test_adopt_remote.py",)),
+]
+# -- issues 46 and 50 (merge): an index's tiling check counts an adopted member's head (PAX, long names)
+MUTATIONS += [
+    Mutation("tiling-check-ignores-heads", "the index's tiling check takes every member's head as one 512-byte header "
+             "(an adopted tar with PAX records is refused as an index whose samples do not tile the shard)",
+             "src/wdsprep/shards/index.py",
+             (("        spans = sizes + np.asarray(self.heads, np.int64) + (-sizes % BLOCK)", "        spans = sizes + BLOCK + (-sizes % BLOCK)"),),
+             ("tests/core/test_adopt.py",)),
 ]

@@ -8,11 +8,12 @@
     pipeline.py  pipeline pipelines/X.toml      a spec's input made (synth, or synth -> serve -> fetch), converted
     upload.py    upload SHARD_DIR URL           copy shards to a store; verified, manifest last
     reindex.py   reindex DIR_OR_URL             give older shards their sample index
+    index.py     index SHARDS... --out OUT      adopt existing WebDataset tars where they are (wdsprep.adopt)
     serve.py     serve dataverse DIR            a local Dataverse-compatible server (wdsprep.testing)
 
 The commands sources mount (`Source.commands()`: rawnind's `fetch rawnind`) are theirs, in the
 source's package. `wdsprep.cli` holds the table of all of them, the dispatcher and the one error
 convention; a command here only parses its arguments, calls the module that does the work (the
-driver, `upload`, `reindex`, `show.report`, `stream.verify`, ...) and prints what it did; its
+driver, `upload`, `reindex`, `adopt`, `show.report`, `stream.verify`, ...) and prints what it did; its
 errors are raised, never printed.
 """

@@ -5,7 +5,8 @@ what the command adds is the gate of who draws. Data never chooses the code that
 a manifest names draws its samples (`Source.show`) only when it is built in or the user allowed it
 (`--plugin`, `wdsprep.register_source`, an installed entry point: `sources.registry.manifest_source`);
 any other, and a source that cannot be loaded here, is drawn by the default hook, by rank, and the
-page and one warning line say so. A plugin the user named that fails to load is an error.
+page and one warning line say so. An adopted dataset (`wdsprep index`: source `webdataset`) has no
+source of its own: the default hook draws it, without a warning. A plugin the user named that fails to load is an error.
 `build_report` is the same report for Python callers, gate included.
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Callable, Sequence
 
 from ..command import Command
 from ..errors import ConfigError
+from ..shards.manifest import ADOPTED_SOURCE
 from ..show import report
 from ..show.defaults import default_show
 from ..sources.registry import ENTRY_POINT_GROUP, manifest_source
@@ -27,6 +29,8 @@ def source_hook(source_id: str, plugins: Sequence[str] = ()) -> tuple[Callable, 
     """(the drawing hook, a note) for the source a manifest names: its own `Source.show` when it may
     be loaded and loads; else the default hook and one line saying why. A plugin the user named
     (`plugins`) that fails to load is an error, not a note."""
+    if source_id == ADOPTED_SOURCE:  # WebDataset tars adopted where they are: drawn by rank, nothing to say
+        return default_show, ""
     try:
         return manifest_source(source_id, plugins).show, ""
     except ConfigError as error:

@@ -33,6 +33,13 @@ JSON), no key twice in one object, nested at most `MAX_DEPTH` deep; msgpack memb
 most. The writer refuses (one line naming the sample and field) a value it could not read back.
 Each refusal is a `FormatError` whose sentence is written once, here (`beyond`, `NESTED`,
 `npy_size_problem`); the readers add the shard and member to it.
+Datasets wdsprep did not write (adopted ones: `wdsprep index`) hold what other tools write; the
+extensions `wdsprep.decode()` knows besides its own are `FOREIGN` (decode only, never written):
+webdataset's basic ones (text as str, class numbers as int, JSON, msgpack) and images as a uint8
+array as Pillow reads them (`np.asarray(PIL.Image.open(...))`: (H, W) or (H, W, C) in the image's
+own mode; left as bytes when Pillow is not installed), and a member compressed on its own (`.gz`)
+is inflated (at most `MAX_MEMBER_BYTES`, as every member) and decoded by the extension before it. Anything else
+stays bytes; nothing is unpickled or `torch.load`ed (data never chooses the code that runs).
 """
 from __future__ import annotations
 
@@ -584,8 +591,60 @@ CODECS: dict[str, MemberCodec] = {  # extension -> codec: every member extension
 EXTENSIONS = tuple(CODECS)
 ARRAY_CODECS = {codec.codec: extension for extension, codec in CODECS.items() if codec.codec}  # --codec name -> extension
 COLUMN_CODECS = {codec.columns: extension for extension, codec in CODECS.items() if codec.columns}  # the same, for Columns
-DECODERS: dict[str, Callable[[Any], Any]] = {extension: codec.decode for extension, codec in CODECS.items()}
-_LONGEST_FIRST = sorted(EXTENSIONS, key=len, reverse=True)  # `npy.zst` before any `zst` that may come
+
+
+def decode_text(data: bytes | bytearray | memoryview) -> str:
+    return str(data, "utf-8")
+
+
+def decode_int(data: bytes | bytearray | memoryview) -> int:
+    return int(bytes(data))
+
+
+def decode_image(data: bytes | bytearray | memoryview) -> Any:
+    """An image as a uint8 (or wider) array as Pillow reads it; the bytes when Pillow is not installed."""
+    try:
+        import PIL.Image
+    except ImportError:
+        return bytearray(data)
+    try:
+        with PIL.Image.open(io.BytesIO(data)) as image:
+            return np.asarray(image).copy()
+    except (OSError, SyntaxError) as error:  # what Pillow raises for data that is no image of its kind
+        raise FormatError(f"not a readable image ({error})") from None
+
+
+IMAGES = ("jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff", "ppm", "pgm", "pbm", "pnm")
+FOREIGN: dict[str, Callable[[Any], Any]] = {  # extension -> decoder, for members other tools wrote (read only)
+    **dict.fromkeys(("txt", "text", "transcript"), decode_text),
+    **dict.fromkeys(("cls", "cls2", "index", "inx", "id"), decode_int),
+    "jsn": decode_json,
+    **dict.fromkeys(("msg", "msgpack"), decode_msgpack),
+    **dict.fromkeys(IMAGES, decode_image),
+}
+DECODERS: dict[str, Callable[[Any], Any]] = {**FOREIGN, **{extension: codec.decode for extension, codec in CODECS.items()}}
+_LONGEST_FIRST = sorted(DECODERS, key=len, reverse=True)  # `npy.zst` before any `zst` that may come
+
+
+def _gunzip(data: bytes | bytearray | memoryview) -> bytes:
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        out = inflater.decompress(data, MAX_MEMBER_BYTES)
+    except zlib.error as error:
+        raise FormatError(f"corrupt gzip data ({error})") from None
+    if inflater.unconsumed_tail:
+        raise FormatError(beyond("a .gz member inflating further", "a member", MAX_MEMBER_BYTES))
+    if not inflater.eof:
+        raise FormatError("truncated gzip data")
+    return out
+
+
+def _after_gunzip(decode: Callable | None) -> Callable:
+    def decode_gz(data):
+        inflated = _gunzip(data)
+        return decode(inflated) if decode is not None else bytearray(inflated)
+
+    return decode_gz
 _FIELD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]*(\.(" + "|".join(map(re.escape, _LONGEST_FIRST)) + "))?$")
 
 
@@ -596,13 +655,19 @@ def _field(name: str) -> tuple[str, str, Callable | None]:
     """`voxels.npy.zst` -> ("voxels", "npy.zst", decoder); names repeat in every sample: cached."""
     found = _FIELDS.get(name)
     if found is None:
-        stripped, ext = name, ""
+        if name.lower().endswith(".gz") and not name.startswith("__"):  # compressed on its own: inflated, then decoded
+            stripped, ext, decoder = _field(name[:-3])
+            found = (stripped, f"{ext}.gz" if ext else "gz", _after_gunzip(decoder))
+            if len(_FIELDS) < 4096:
+                _FIELDS[name] = found
+            return found
+        stripped, ext, lowered = name, "", name.lower()
         for known in _LONGEST_FIRST:
-            if name.endswith("." + known):
+            if lowered.endswith("." + known):
                 stripped, ext = name[: -len(known) - 1], known
                 break
-            if name == known:
-                stripped, ext = "", known
+            if lowered == known:  # a member that is its extension (`jpg`, `cls`: webdataset's usual sample)
+                ext = known
                 break
         found = (name, "", _META) if name.startswith("__") else (stripped, ext, DECODERS.get(ext))
         if len(_FIELDS) < 4096:

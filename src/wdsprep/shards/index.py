@@ -31,6 +31,21 @@ end-of-archive blocks must be the 1024 zero bytes that end the file at the row's
 size an index gives exceeds the shard's bytes before it, and no reader allocates more for a member
 or a sample than the shard holds (the index member itself was read at `index_offset`).
 
+Adopted shards (`wdsprep index`, wdsprep/adopt.py: WebDataset tars other tools wrote, left as they
+are). Their index cannot live in the shard: it is the same msgpack map, kept in the split's index
+file beside the manifest (`<split>.index`, the indexes back to back), and the shard's row says where
+(`index_offset`, `index_bytes`: in that file; `index_digest`: of those bytes; `index_file`: the
+file; `data_end`: where the shard's samples end, what `index_offset` is in a converted shard). It
+has two more fields. `names: "webdataset"`: keys and fields follow webdataset's grouping
+(`tarformat.webdataset_member`: a key may hold subdirectories), checked on load by
+`webdataset_names`. `heads` (uint32 per member): the bytes from where the member starts to its
+data, when some member's is not one 512-byte header: other writers put PAX or GNU long-name records
+before a member's own header, and entries that are not sample members (directories, links,
+metadata members) lie between members. A member starts where the one before it ends (a sample, where
+the sample before it ends; the first at byte 0), so those bytes belong to the member after them and
+are covered by its digest: the samples still tile `[0, data_end)`. Without `heads` every member's
+head is one 512-byte header (every converted shard).
+
 Why xxh3_64: it is a corruption check, read on every sample (not a defence against tampering:
 `wdsprep verify` checks sha256). Measured on 16 KiB: zlib.crc32 ~16 us, zlib.adler32 ~9 us,
 xxh3_64 ~1 us (`benchmarks/bench_core.py` prints the read-time cost of the check).
@@ -50,6 +65,7 @@ from ..errors import ShardError
 from .tarformat import BLOCK, END_OF_ARCHIVE, FIELD, KEY, NAME_RULE, parse_header
 
 INDEX_MEMBER = "__wdsprep_index__"
+WEBDATASET_NAMES = "webdataset"  # an adopted shard's index: keys and fields as webdataset groups them
 FORMAT = "wdsprep-index/2"
 FORMAT_1 = "wdsprep-index/1"  # per-sample entries: still read
 DIGEST = "xxh3_64"
@@ -86,6 +102,7 @@ class IndexBuilder:
         self.layouts: dict[tuple, int] = {}
         self.sizes: list[int] = []
         self.digests: list[int] = []
+        self.heads: list[int] = []  # an adopted shard's member heads (`add_scanned`), else empty
         self.bound = FRAMING_BOUND  # len(encoded member) <= bound, kept up to date by `add`
 
     def add(self, key: str, offset: int, blob: bytes | bytearray, spans: list[tuple[str, int, int, int]]) -> None:
@@ -104,6 +121,21 @@ class IndexBuilder:
         self.offsets.append(offset)
         self.layout.append(layout)
         self.bound += entry_bound(key, len(spans))
+
+    def add_scanned(self, key: str, offset: int, members: list[tuple[str, int, int, int]]) -> None:
+        """A sample of an adopted shard, starting at `offset`: `members` (field, head, data size,
+        digest of its head + data + padding) as `wdsprep index` scanned them (module docstring)."""
+        names = tuple([member[0] for member in members])
+        layout = self.layouts.get(names)
+        if layout is None:
+            layout = self.layouts[names] = len(self.layouts)
+        for _, head, size, digest in members:
+            self.heads.append(head)
+            self.sizes.append(size)
+            self.digests.append(digest)
+        self.keys.append(key)
+        self.offsets.append(offset)
+        self.layout.append(layout)
 
     def bound_after(self, key: str, spans: list[tuple[str, int, int, int]]) -> int:
         """What `bound` becomes when the sample `key` with these member spans is added."""
@@ -125,14 +157,26 @@ class IndexBuilder:
     def encode(self, reindexed_from: str | None = None) -> bytes:
         """The index member's data; `reindexed_from`: the sha256 of the shard `wdsprep reindex` rebuilt
         this one from, when it did not keep that shard's bytes (module docstring)."""
-        data = {
+        data = self._columns()
+        if reindexed_from is not None:
+            data["reindexed_from"] = reindexed_from
+        return msgpack.packb(data)
+
+    def encode_adopted(self) -> bytes:
+        """The index of an adopted shard (module docstring): `names: "webdataset"`, and `heads`
+        when some member's head is not one 512-byte header."""
+        data = self._columns()
+        data["names"] = WEBDATASET_NAMES
+        if any(head != BLOCK for head in self.heads):
+            data["heads"] = _column_bytes(self.heads, "<u4")
+        return msgpack.packb(data)
+
+    def _columns(self) -> dict:
+        return {
             "format": FORMAT, "digest": DIGEST, "keys": self.keys, "layouts": [list(names) for names in self.layouts],
             "layout": _column_bytes(self.layout, "<u4"), "offsets": _column_bytes(self.offsets, "<u8"),
             "sizes": _column_bytes(self.sizes, "<u8"), "digests": _column_bytes(self.digests, "<u8"),
         }
-        if reindexed_from is not None:
-            data["reindexed_from"] = reindexed_from
-        return msgpack.packb(data)
 
 
 def entry_bound(key: str, members: int) -> int:
@@ -154,6 +198,8 @@ def index_fields_problem(row: dict) -> tuple[str, str] | None:
     load, each read path before it reads), so a hostile row never becomes a read outside the shard."""
     offset, size, digest, total = (row.get(name) for name in (*ROW_FIELDS, "bytes"))
     shard = f"shard {row.get('name')!s:.80}"
+    if adopted(row):
+        return _adopted_fields_problem(row, shard)
     if not _uint(offset):
         return "index_offset", f"expected a non-negative integer (got {offset!r:.40}; {shard})"
     if not _uint(size) or size < BLOCK or size % BLOCK:
@@ -164,6 +210,26 @@ def index_fields_problem(row: dict) -> tuple[str, str] | None:
         return "index_offset", (f"{offset} with index_bytes {size} does not end {shard} of {total!r:.40} bytes "
                                 f"(the index member and the {len(END_OF_ARCHIVE)} bytes of end blocks come last)")
     return None
+
+
+def _adopted_fields_problem(row: dict, shard: str) -> tuple[str, str] | None:
+    """`index_fields_problem` of an adopted shard's row: its index lies in the index file (any
+    offset and size there: the file's own record bounds them), its samples within the shard."""
+    for name in ("index_offset", "index_bytes"):
+        if not _uint(row.get(name)):
+            return name, f"expected a non-negative integer (got {row.get(name)!r:.40}; {shard})"
+    if not isinstance(row.get("index_digest"), str) or not DIGEST_TEXT.fullmatch(row["index_digest"]):
+        return "index_digest", f"expected \"{DIGEST}:\" and 16 hex digits (got {row.get('index_digest')!r:.40}; {shard})"
+    if not isinstance(row.get("index_file"), str) or not INDEX_FILE.fullmatch(row["index_file"]):
+        return "index_file", f"expected <split>{INDEX_SUFFIX} (got {row.get('index_file')!r:.60}; {shard})"
+    end, total = row.get("data_end"), row.get("bytes")
+    if not _uint(end) or not _uint(total) or end > total:
+        return "data_end", f"expected a non-negative integer within the shard's {total!r:.40} bytes (got {end!r:.40}; {shard})"
+    return None
+
+
+INDEX_SUFFIX = ".index"  # an adopted split's index file: `<split>.index`, beside the manifest
+INDEX_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*" + re.escape(INDEX_SUFFIX))
 
 
 def check_index_fields(url: str, row: dict) -> None:
@@ -183,13 +249,35 @@ def plain_names(keys: Sequence[str], layouts: Sequence[Sequence[str]]) -> str | 
                      and not joined.endswith("/") and "/__" not in joined):
         key = next(key for key in keys if not KEY.fullmatch(key))
         return f"sample key {key!r:.80} is not a plain name {NAME_RULE}"
+    return _layouts_problem(layouts, FIELD, f"is not a plain name {NAME_RULE}")
+
+
+def _layouts_problem(layouts: Sequence[Sequence[str]], rule: re.Pattern, broken: str) -> str | None:
+    """The first member name of `layouts` that `rule` does not match, or a layout naming a member
+    twice, described; else None."""
     for names in layouts:
         for name in names:
-            if not FIELD.fullmatch(name):
-                return f"member name {name!r:.80} is not a plain name {NAME_RULE}"
+            if not rule.fullmatch(name):
+                return f"member name {name!r:.80} {broken}"
         if len(set(names)) != len(names):
             return f"a sample's member names repeat ({', '.join(names):.80})"
     return None
+
+
+_WEBDATASET_KEY = re.compile(r"[^\0]+")  # what a key of webdataset's grouping may be (more below)
+_WEBDATASET_FIELD = re.compile(r"(?!__)[^/\0]*")
+_OUT_OF_ARCHIVE = ("\0\0", "\0/", "\0..\0", "\0../", "/..\0", "/../")  # between NULs: an empty key, a leading /, ..
+
+
+def webdataset_names(keys: Sequence[str], layouts: Sequence[Sequence[str]]) -> str | None:
+    """`plain_names` for an adopted shard's index: keys as webdataset groups them (paths with
+    subdirectories), never a path out of the archive (`tarformat.webdataset_member`'s rule)."""
+    joined = "\0" + "\0".join(keys) + "\0"  # NUL: in no key; one pass over the keys, not a Python step each
+    if keys and (joined.count("\0") != len(keys) + 1 or any(part in joined for part in _OUT_OF_ARCHIVE)):
+        key = next(key for key in keys if not _WEBDATASET_KEY.fullmatch(key) or key.startswith("/")
+                   or ".." in key.split("/"))
+        return f"sample key {key!r:.80} is a path out of the archive"
+    return _layouts_problem(layouts, _WEBDATASET_FIELD, "holds a '/' or starts with '__'")
 
 
 def _column_bytes(values: list[int], dtype: str) -> bytes:
@@ -215,18 +303,21 @@ class ShardIndex:
     """
 
     def __init__(self, url: str, keys: Sequence, offsets: Sequence, layout: Sequence, layouts: tuple,
-                 sizes: Sequence, digests: Sequence, index_offset: int):
+                 sizes: Sequence, digests: Sequence, index_offset: int, heads: Sequence | None = None):
         self.url = url
         self.keys, self.offsets, self.layout, self.layouts = keys, offsets, layout, layouts
         self.sizes, self.digests = sizes, digests
-        self.index_offset = index_offset
+        # bytes from each member's start to its data: one header, or an adopted shard's own (module docstring)
+        self.heads = memoryview(np.full(len(sizes), BLOCK, "=u4")) if heads is None else heads
+        self.index_offset = index_offset  # where the samples end
         lengths = np.fromiter((len(names) for names in layouts), np.int64, len(layouts))
         ids = np.asarray(layout, dtype=np.int64)
         if len(ids) and (ids.min() < 0 or ids.max() >= len(layouts)):
             raise ValueError("a sample's layout is not in the list of layouts")
         first = np.zeros(len(ids) + 1, np.int64)
         np.cumsum(lengths[ids], out=first[1:])
-        if first[-1] != len(sizes) or len(sizes) != len(digests) or len(offsets) != len(keys) or len(layout) != len(keys):
+        if first[-1] != len(sizes) or len(sizes) != len(digests) or len(offsets) != len(keys) or len(layout) != len(keys) \
+                or len(self.heads) != len(sizes):
             raise ValueError(f"columns disagree ({len(keys)} keys, {len(offsets)} offsets, {len(layout)} layouts, "
                              f"{first[-1]} members named, {len(sizes)} sizes, {len(digests)} digests)")
         self.first = memoryview(first)
@@ -239,7 +330,7 @@ class ShardIndex:
         shard. Whole columns at once (spans clipped past the shard, their sum bounded: no overflow)."""
         end = self.index_offset
         sizes = np.minimum(np.asarray(self.sizes, np.uint64), np.uint64(end + 1)).astype(np.int64)
-        spans = sizes + BLOCK + (-sizes % BLOCK)
+        spans = sizes + np.asarray(self.heads, np.int64) + (-sizes % BLOCK)  # heads: BLOCK unless adopted
         if float(spans.sum(dtype=np.float64)) > 2.0**62:
             raise ShardError(self.url, f"index: its member sizes add up to more than the shard's {end} bytes")
         sums = np.zeros(len(spans) + 1, np.int64)
@@ -270,10 +361,29 @@ class ShardIndex:
         if tail[size:] != END_OF_ARCHIVE:
             raise ShardError(url, "corrupt end-of-archive blocks (after the last member)")
         _, length, _ = parse_header(member[:BLOCK], url, offset)
+        return cls._parsed(url, row, member[BLOCK : BLOCK + length], offset, f"member {INDEX_MEMBER!r}")
+
+    @classmethod
+    def from_adopted(cls, url: str, row: dict, data: bytes) -> "ShardIndex":
+        """The index of an adopted shard from its bytes in the split's index file (module
+        docstring), checked against the row's digest and sample count."""
+        if len(data) != row["index_bytes"] or digest_text(data) != row["index_digest"]:
+            raise ShardError(url, f"its index in {row.get('index_file')} does not match the manifest row "
+                                  "(a corrupt or replaced index file)")
+        return cls._parsed(url, row, data, row["data_end"], f"its index in {row.get('index_file')}")
+
+    @classmethod
+    def _parsed(cls, url: str, row: dict, payload, offset: int, what: str) -> "ShardIndex":
+        """The index in `payload` (its msgpack), its samples ending at `offset`, checked: names by
+        their rule (plain, or webdataset's for an adopted shard: only where the row is adopted), count."""
         try:
-            data = _unpack_paused(member[BLOCK : BLOCK + length])
+            data = _unpack_paused(payload)
             if data["digest"] != DIGEST:
                 raise ValueError(f"unknown digest {data['digest']!r}")
+            webdataset = data.get("names") == WEBDATASET_NAMES
+            if webdataset != adopted(row):
+                raise ValueError("its naming rule is not its row's (an adopted shard's index in a converted shard, "
+                                 "or the reverse)")
             if data["format"] == FORMAT:
                 keys, layouts = data["keys"], tuple(tuple(names) for names in data["layouts"])
                 if ({type(name) for names in layouts for name in names} | set(map(type, keys))) - {str}:
@@ -281,15 +391,17 @@ class ShardIndex:
                 count = len(keys)
                 layout = _column(data["layout"], "<u4", count, "layout")
                 total = len(data["sizes"]) // 8
+                heads = _column(data["heads"], "<u4", total, "heads") if "heads" in data else None
                 index = cls(url, keys, _column(data["offsets"], "<u8", count, "offsets"), layout, layouts,
-                            _column(data["sizes"], "<u8", total, "sizes"), _column(data["digests"], "<u8", total, "digests"), offset)
-            elif data["format"] == FORMAT_1:
+                            _column(data["sizes"], "<u8", total, "sizes"), _column(data["digests"], "<u8", total, "digests"),
+                            offset, heads)
+            elif data["format"] == FORMAT_1 and not webdataset:
                 index = cls._from_samples(url, data["samples"], offset)
             else:
                 raise ValueError(f"unknown index format {data['format']!r}")
-            problem = plain_names(index.keys, index.layouts)
-        except (ValueError, KeyError, TypeError, msgpack.ExtraData) as error:
-            raise ShardError(url, f"member {INDEX_MEMBER!r} is unreadable ({error})") from None
+            problem = (webdataset_names if webdataset else plain_names)(index.keys, index.layouts)
+        except (ValueError, KeyError, TypeError, AttributeError, msgpack.ExtraData) as error:
+            raise ShardError(url, f"{what} is unreadable ({error})") from None
         if problem is not None:
             raise ShardError(url, f"index: {problem}: refused")
         if len(index) != row["samples"]:
@@ -336,10 +448,21 @@ def _unpack_paused(data: bytes) -> dict:
             gc.enable()
 
 
-def member_span(size: int) -> int:
-    """Bytes a member with `size` data bytes occupies: header, data, padding."""
-    return BLOCK + size + (-size % BLOCK)
+def member_span(size: int, head: int = BLOCK) -> int:
+    """Bytes a member with `size` data bytes occupies: its head (one header), data, padding."""
+    return head + size + (-size % BLOCK)
 
 
 def has_index(row: dict) -> bool:
     return all(row.get(name) is not None for name in ROW_FIELDS)
+
+
+def samples_end(row: dict) -> int:
+    """Where the row's shard's samples end: its index member (converted), or its `data_end` (adopted)."""
+    return row["data_end"] if adopted(row) else row["index_offset"]
+
+
+def adopted(row: dict) -> bool:
+    """Whether the row is an adopted shard's (`wdsprep index`): its index is in the split's index
+    file, not in the shard (module docstring)."""
+    return "index_file" in row

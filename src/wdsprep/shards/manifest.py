@@ -11,6 +11,14 @@ its shard. A split's sample table record names that split's table file and nothi
 given twice, no NaN or Infinity, nested at most `codec.MAX_DEPTH` deep), and written so that it holds.
 Shard rows may carry further optional fields; those are kept as they are.
 
+Adopted datasets (`wdsprep index`, wdsprep/adopt.py: WebDataset tars other tools wrote, indexed
+where they are). Their manifest names the source `webdataset` (`ADOPTED_SOURCE`), and every row is an
+adopted shard's (`index.adopted`: its index is in the split's index file `<split>.index`, recorded in
+`tables["index_files"]`). Their names follow another rule (`adopted_name_problem`): a path relative
+to the manifest without `..` (shards beside or below it), or an absolute path or URL (shards
+elsewhere, e.g. a read-only source); so an adopted manifest chooses what is read, as a list of URLs
+does. A row's `index_url` (where its index file is) is made on load, never written (`DERIVED`).
+
 Where the shard rows live. `Manifest.write` writes each split's shard table (`<split>.shards`,
 shards/shardtable.py: the rows as binary columns, 62 bytes a shard) and records it in
 `tables["shard_tables"]`, then manifest.json. While the manifest lists at most `INLINE_SHARDS`
@@ -40,7 +48,7 @@ import numpy as np
 
 from ..errors import InputError, ManifestError
 from .codec import parse_json_text
-from .index import ROW_FIELDS, index_fields_problem
+from .index import INDEX_SUFFIX, ROW_FIELDS, adopted, index_fields_problem
 from .samples import TABLE as SAMPLE_TABLES
 from .samples import entry_problem
 from . import shardtable
@@ -54,6 +62,9 @@ INLINE_VERSION = 1  # written when they are also inline (older wdsprep read it)
 READ_VERSIONS = (INLINE_VERSION, MANIFEST_VERSION)
 INLINE_SHARDS = 1000  # a manifest of at most this many shards keeps its rows inline too
 MANIFEST_NAME = "manifest.json"
+ADOPTED_SOURCE = "webdataset"  # the source of an adopted dataset's manifest (`wdsprep index`)
+INDEX_FILES = "index_files"  # manifest.tables key: {split: {file, bytes, sha256}} of an adopted dataset
+DERIVED = ("index_url",)  # row fields made on load (an adopted row's index file, resolved), never written
 SPLIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -121,6 +132,11 @@ class Manifest:
         """The URL of a file beside the manifest (a shard, a sample table)."""
         return join_url(self.base_url(), name)
 
+    @property
+    def adopted(self) -> bool:
+        """Whether this is an adopted dataset's manifest (`wdsprep index`; the module docstring)."""
+        return self.source == ADOPTED_SOURCE
+
     def base_url(self) -> str:
         if not self.url:
             raise ManifestError("manifest was not loaded from a location; shard URLs are unknown")
@@ -131,7 +147,7 @@ class Manifest:
         """The manifest's JSON; `inline=False`: without the shard rows (version 2: they are in the
         shard tables the `tables["shard_tables"]` records, which `write` writes)."""
         split_totals = {
-            split: {"shards": list(rows) if inline else len(rows), "samples": _column_sum(rows, "samples"),
+            split: {"shards": [_written(row) for row in rows] if inline else len(rows), "samples": _column_sum(rows, "samples"),
                     "bytes": _column_sum(rows, "bytes")}
             for split, rows in sorted(self.splits.items())
         }
@@ -184,12 +200,21 @@ class Manifest:
                 f"(it reads versions {', '.join(map(str, READ_VERSIONS))}); upgrade wdsprep or re-convert"
             )
         validate(data, where, inline=version == INLINE_VERSION)
+        adopted_set = data["source"] == ADOPTED_SOURCE
+        base = (url.rsplit("/", 1)[0] if "/" in url else ".") if url else None
+        index_files = data.get("tables", {}).get(INDEX_FILES, {})
         if version == INLINE_VERSION:
             splits = {name: list(split["shards"]) for name, split in data["splits"].items()}
+            if adopted_set:
+                for name, rows in splits.items():
+                    check_index_places(where, name, rows, index_files[name])
+                    if base is not None:
+                        splits[name] = [dict(row, index_url=join_url(base, row["index_file"])) for row in rows]
         else:
             reader = tables or _local_tables(url, where)
             records = data["tables"][SHARD_TABLES]
-            splits = TabledSplits({name: (reader, records[name], split) for name, split in data["splits"].items()})
+            splits = TabledSplits({name: (reader, records[name], split, index_files.get(name) if adopted_set else None, base)
+                                   for name, split in data["splits"].items()})
         return cls(
             source=data["source"],
             config=data["config"],
@@ -221,9 +246,13 @@ class TabledSplits(dict):
         self._pending = pending
 
     def _load(self, name: str) -> ShardTable:
-        reader, record, totals = self._pending.pop(name)
+        reader, record, totals, index_file, base = self._pending.pop(name)
         table = reader(name, record)
-        table.check(name, record, totals)
+        table.check(name, record, totals, names=adopted_name_problem if index_file is not None else None)
+        if index_file is not None:  # an adopted split: its rows' index places checked, their index file resolved
+            check_index_places(table.where, name, table, index_file)
+            if base is not None:
+                table.row_defaults = {"index_url": join_url(base, index_file_name(name))}
         dict.__setitem__(self, name, table)
         return table
 
@@ -250,6 +279,49 @@ def _tabled_splits(names: list, loaded: dict, pending: dict) -> TabledSplits:
         if name in loaded:
             dict.__setitem__(splits, name, loaded[name])
     return splits
+
+
+def _written(row: dict) -> dict:
+    """A row as the manifest writes it: without the fields made on load (`DERIVED`)."""
+    return {name: value for name, value in row.items() if name not in DERIVED}
+
+
+def index_file_name(split: str) -> str:
+    """An adopted split's index file, beside the manifest (shards/index.py)."""
+    return f"{split}{INDEX_SUFFIX}"
+
+
+def check_index_places(where: str, split: str, rows, index_file: dict) -> None:
+    """Every adopted row's index lies within its split's index file (as its record sizes it): so no
+    row makes a reader allocate or ask for more than that file holds."""
+    for number, row in enumerate(rows):
+        if row["index_offset"] + row["index_bytes"] > index_file["bytes"]:
+            raise ManifestError(f"{where}: splits.{split}.shards[{number}]: the index of {row['name']!s:.80} "
+                                f"(index_offset {row['index_offset']} + index_bytes {row['index_bytes']}) lies outside "
+                                f"{index_file['file']} ({index_file['bytes']} bytes)")
+
+
+def index_file_problem(split: str, entry: Any) -> str | None:
+    """What is wrong with the manifest's record of an adopted split's index file (None: nothing)."""
+    if not isinstance(entry, dict) or entry.get("file") != index_file_name(split):
+        return f"expected {{file: {index_file_name(split)!r}, bytes, sha256}}"
+    if not _count(entry.get("bytes")):
+        return f"bytes: expected a non-negative integer (got {entry.get('bytes')!r:.60})"
+    if not isinstance(entry.get("sha256"), str) or not SHA256.fullmatch(entry["sha256"]):
+        return f"sha256: expected 64 lowercase hex digits (got {entry.get('sha256')!r:.60})"
+    return None
+
+
+def adopted_name_problem(name: str) -> str | None:
+    """What is wrong with an adopted row's shard name (None: nothing): a path relative to the
+    manifest without `..`, or an absolute path or URL (the module docstring)."""
+    if not name or "\0" in name or "\\" in name:
+        return "expected a relative path without '..', or an absolute path or URL"
+    if "://" in name or name.startswith("/"):
+        return None
+    if ".." in name.split("/") or "" in name.split("/") or name.startswith("pipe:"):
+        return "expected a relative path without '..' (or empty parts), or an absolute path or URL"
+    return None
 
 
 def _column_sum(rows, name: str) -> int:
@@ -327,12 +399,24 @@ def validate(data: dict, where: str, inline: bool = True) -> None:
         if not isinstance(entry, dict) or not isinstance(entry.get("shards"), list):
             raise ManifestError(f"{where}: splits.{split}.shards: expected a list of shard rows")
         _check_fields(where, f"splits.{split}.", entry, _TOTALS)
+        adopted_set = data["source"] == ADOPTED_SOURCE
         for index, row in enumerate(entry["shards"]):
             path = f"splits.{split}.shards[{index}]."
             if not isinstance(row, dict):
                 raise ManifestError(f"{where}: {path[:-1]}: expected a shard row object (got {row!r:.60})")
             _check_fields(where, path, row, _ROW)
-            if not is_shard_name(split, row["name"]):
+            if adopted(row) != adopted_set:
+                raise ManifestError(f"{where}: {path}index_file: " + (
+                    "missing (every row of an adopted dataset has its index in the index file)" if adopted_set
+                    else f"only an adopted dataset's rows (source {ADOPTED_SOURCE!r}) have their index outside the shard"))
+            if adopted_set:
+                problem = adopted_name_problem(row["name"])
+                if problem is not None:
+                    raise ManifestError(f"{where}: {path}name: {row['name']!r:.80}: {problem}")
+                if row["index_file"] != index_file_name(split):
+                    raise ManifestError(f"{where}: {path}index_file: expected {index_file_name(split)!r} "
+                                        f"(got {row['index_file']!r:.60})")
+            elif not is_shard_name(split, row["name"]):
                 raise ManifestError(f"{where}: {path}name: {row['name']!r:.80} breaks the shard-name rule "
                                     f"{split}-<unit:05d>-<part:02d>.tar")
             if row["name"] in names:
@@ -380,6 +464,15 @@ def _validate_tables(data: dict, where: str, totals: dict) -> None:
             problem = "no such split" if split not in data["splits"] else shardtable.entry_problem(split, entry)
             if problem:
                 raise ManifestError(f"{where}: tables.{SHARD_TABLES}.{split!s:.60}: {problem}")
+    index_files = data.get("tables", {}).get(INDEX_FILES)
+    if data["source"] == ADOPTED_SOURCE or index_files is not None:  # an adopted dataset's index files: one per split
+        if data["source"] != ADOPTED_SOURCE or not isinstance(index_files, dict) or set(index_files) != set(data["splits"]):
+            raise ManifestError(f"{where}: tables.{INDEX_FILES}: expected {{split: {{file, bytes, sha256}}}} for every split "
+                                f"of an adopted dataset (source {ADOPTED_SOURCE!r}) and only there")
+        for split, entry in index_files.items():
+            problem = index_file_problem(split, entry)
+            if problem:
+                raise ManifestError(f"{where}: tables.{INDEX_FILES}.{split!s:.60}: {problem}")
     sample_tables = data.get("tables", {}).get(SAMPLE_TABLES)
     if sample_tables is not None:  # the per-split sample tables (shards/samples.py): one file each
         if not isinstance(sample_tables, dict):
@@ -397,7 +490,10 @@ def _validate_tables(data: dict, where: str, totals: dict) -> None:
 
 
 def join_url(base: str, name: str) -> str:
-    return name if base in ("", ".") else f"{base.rstrip('/')}/{name}"
+    """The URL of `name` beside `base`; an absolute path or URL (an adopted shard's) is itself."""
+    if base in ("", ".") or "://" in name or name.startswith("/"):
+        return name
+    return f"{base.rstrip('/')}/{name}"
 
 
 def comparable(manifest: dict | Manifest) -> dict[str, Any]:

@@ -64,6 +64,7 @@ SUFFIX = ".shards"
 INDEX_FIELDS = ("index_offset", "index_bytes", "index_digest")
 CORE = ("name", "samples", "bytes", "sha256")
 LEFT_OUT = ("unit_digest",)  # the conversion's journal keeps it (resume reads it there); no reader does
+DERIVED = ("index_url",)  # made on load (shards/manifest.py's DERIVED), never written
 INDEX_TAIL = 1024  # the two end blocks after the index member
 _DIGEST = re.compile(r"xxh3_64:([0-9a-f]{16})")
 _MAX_EXTRAS = 1 << 30  # an extras frame inflating past this is refused unread
@@ -98,7 +99,7 @@ def _parse_name(split: str, name: str) -> tuple[int, int] | None:
 def _indexed(row: dict) -> bool:
     """Whether the row's index fields are stored as columns (all three given, obeying the rule)."""
     offset, size, digest = (row.get(name) for name in INDEX_FIELDS)
-    return (isinstance(size, int) and isinstance(offset, int) and isinstance(digest, str)
+    return (isinstance(size, int) and isinstance(offset, int) and isinstance(digest, str) and "index_file" not in row
             and 0 <= size < 1 << 32 and offset + size + INDEX_TAIL == row["bytes"] and _DIGEST.fullmatch(digest) is not None)
 
 
@@ -134,7 +135,7 @@ def encode_rows(split: str, rows: list[dict]) -> bytes:
             columns["indexed"] = indexed.astype("<u1")
     unit_from_name = names_blob is None and count > 0 and all(row.get("unit") == p[0] and type(row.get("unit")) is int
                                                              for row, p in zip(rows, parsed))
-    left_out = set(CORE) | set(INDEX_FIELDS) | set(LEFT_OUT) | ({"unit"} if unit_from_name else set())
+    left_out = set(CORE) | set(INDEX_FIELDS) | set(LEFT_OUT) | set(DERIVED) | ({"unit"} if unit_from_name else set())
     extra_names = sorted({name for row in rows for name in row} - left_out
                          | {name for row, ok in zip(rows, indexed) if not ok for name in INDEX_FIELDS if name in row})
     extras = {name: _runs([row.get(name) for row in rows]) for name in extra_names}
@@ -273,12 +274,13 @@ class ShardTable:
         self._extras_entry, self._start = header.get("extras"), start
         self.unit_from_name = header.get("unit") == "name" and self.names_kind == "rule"
         self._extras: dict | None = None
+        self.row_defaults: dict = {}  # fields every row made gets (an adopted split's index file: manifest.py)
 
     # -- pickling: a worker process maps the same file (no manifest read), or gets the bytes
     def __reduce__(self):
         if self.path is not None:
-            return (_mapped, (self.path, self.where, self.record))
-        return (ShardTable, (bytes(memoryview(self._buffer)), self.where))
+            return (_mapped, (self.path, self.where, self.record, self.row_defaults))
+        return (_from_buffer, (bytes(memoryview(self._buffer)), self.where, self.row_defaults))
 
     def buffer(self):
         """The table file's bytes (a read-only view)."""
@@ -345,6 +347,8 @@ class ShardTable:
             value = values[shard]
             if value is not None or (present is not None and present[shard]):
                 row[name] = value
+        if self.row_defaults:
+            row.update(self.row_defaults)
         return row
 
     def __iter__(self) -> Iterator[dict]:
@@ -360,7 +364,10 @@ class ShardTable:
         return list(self)
 
     # -- the checks a manifest makes of its rows, on columns
-    def check(self, split: str, entry: dict, totals: dict) -> None:
+    def check(self, split: str, entry: dict, totals: dict, names=None) -> None:
+        """The manifest's checks of its rows, on the columns; `names` (name -> problem or None): the
+        rule of an adopted dataset's names (shards/manifest.py), whose rows all hold their index
+        file (`index_file`); None: the shard-name rule, and no row may."""
         where = self.where
         if self.split != split or self.count != entry.get("shards"):
             raise ManifestError(f"{where}: shard table is of split {self.split!r} with {self.count} shards; "
@@ -370,12 +377,23 @@ class ShardTable:
             # a conversion lists its shards in name order: then no name is twice when they increase
             duplicated = not (pairs[1:] > pairs[:-1]).all() and len(np.unique(pairs)) != self.count
         else:
-            names = self.names()
-            duplicated = len(set(names)) != self.count
-            rule = re.compile(re.escape(split) + r"-\d{5,}-\d{2,}\.tar")
-            bad = next((name for name in names if not rule.fullmatch(name)), None)
-            if bad is not None:
-                raise ManifestError(f"{where}: shard name {bad!r:.80} breaks the shard-name rule {split}-<unit:05d>-<part:02d>.tar")
+            listed = self.names()
+            duplicated = len(set(listed)) != self.count
+            if names is None:
+                rule = re.compile(re.escape(split) + r"-\d{5,}-\d{2,}\.tar")
+                bad = next((name for name in listed if not rule.fullmatch(name)), None)
+                if bad is not None:
+                    raise ManifestError(f"{where}: shard name {bad!r:.80} breaks the shard-name rule {split}-<unit:05d>-<part:02d>.tar")
+            else:
+                for name in listed:
+                    if (problem := names(name)) is not None:
+                        raise ManifestError(f"{where}: shard name {name!r:.80}: {problem}")
+        files = self.extras().get("index_file") if self.count else None
+        held = 0 if files is None else sum(value is not None for value in files[0])
+        if held != (self.count if names is not None else 0):
+            raise ManifestError(f"{where}: " + ("a row has no index_file (every row of an adopted dataset has one)"
+                                                if names is not None else
+                                                "a row names an index_file (only an adopted dataset's rows do)"))
         if duplicated:
             raise ManifestError(f"{where}: a shard is listed twice")
         if "index_bytes" in self.columns:
@@ -424,11 +442,19 @@ def _map(path: str, where: str):
         os.close(fd)
 
 
-def _mapped(path: str, where: str, record: dict | None = None) -> ShardTable:
+def _mapped(path: str, where: str, record: dict | None = None, row_defaults: dict | None = None) -> ShardTable:
     buffer = _map(path, where)
     if record is not None:
         checked_bytes(buffer, record, where)
-    return ShardTable(buffer, where, path, record)
+    table = ShardTable(buffer, where, path, record)
+    table.row_defaults = row_defaults or {}
+    return table
+
+
+def _from_buffer(data: bytes, where: str, row_defaults: dict) -> ShardTable:
+    table = ShardTable(data, where)
+    table.row_defaults = row_defaults
+    return table
 
 
 def table_problem(data, entry: dict) -> str | None:

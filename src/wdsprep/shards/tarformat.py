@@ -215,8 +215,10 @@ class TarCursor:
     records about it).
     """
 
-    def __init__(self, stream: BinaryIO, url: str = "<stream>", *, start: int = 0):
+    def __init__(self, stream: BinaryIO, url: str = "<stream>", *, start: int = 0,
+                 refuse: dict[bytes, str] | None = None):
         self.stream = stream
+        self.refuse = refuse or {}  # typeflag -> why an entry of that type is refused (`ShardError`)
         self.url = url
         self.offset = start
         self.member: Member | None = None
@@ -355,6 +357,8 @@ class TarCursor:
             self.left, self._pad = size, pad
             if typeflag in REGULAR:
                 return self.member
+            if typeflag in self.refuse:
+                raise ShardError(self.url, f"member {text!r} at byte {where}: {self.refuse[typeflag]}: refused")
             self.skip()  # directories, links, devices: not data
             long_name, pax, start = None, {}, self.offset
 
@@ -377,21 +381,57 @@ def iter_members(
             yield member.name, data
 
 
-def sample_members(cursor: TarCursor, url: str) -> Iterator[tuple[int, str, str, Member]]:
+def plain_member(name: str, url: str, member: Member) -> tuple[str, str] | None:
+    """The naming rule of wdsprep's own shards: (key, field) of a plain `<key>.<field>`, None for a
+    metadata member (`__name__`: skipped); any other name is a `ShardError` naming it."""
+    parts = split_key(name)
+    if parts is None and not is_meta_name(name):
+        raise ShardError(url, f"member {name!r} at byte {member.start} is not a plain name <key>.<field> "
+                              f"{NAME_RULE}: refused")
+    return parts
+
+
+# webdataset's grouping (its `base_plus_ext`): the key is the path up to the first dot of the basename
+_WEBDATASET_KEY = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")  # matched as webdataset matches it
+_WEBDATASET_META = re.compile(r"__[^/]*__($|/)")  # names webdataset skips as metadata (`__index__`, `__x__/y`)
+
+
+def webdataset_member(name: str, url: str, member: Member) -> tuple[str, str] | None:
+    """The naming rule of any WebDataset tar (an adopted shard), as plain webdataset groups members:
+    (key, field) with the key the member's path up to the first dot of its basename, subdirectories
+    kept, and the field the rest, lower-cased; None for a name webdataset skips (metadata
+    `__name__`, `__name__/...`, a basename without a dot). Stricter than webdataset in one way: a
+    name that is a path out of the archive (a `..` component, a leading `/`) or a field that would
+    stand in for a sample's `__key__`/`__url__` is a `ShardError` naming it, never a key."""
+    if _WEBDATASET_META.match(name):
+        return None
+    match = _WEBDATASET_KEY.match(name)
+    if match is None:
+        return None
+    key, field = match.group(1), match.group(2).lower()
+    if name.startswith("/") or ".." in name.split("/") or "\0" in name or field.startswith("__"):
+        raise ShardError(url, f"member {name!r} at byte {member.start} is a path out of the archive or names a "
+                              "sample's __key__/__url__: refused")
+    return key, field
+
+
+def sample_members(cursor: TarCursor, url: str,
+                   naming: Callable[[str, str, Member], tuple[str, str] | None] = plain_member,
+                   ) -> Iterator[tuple[int, str, str, Member]]:
     """(sample number, key, field, member) of every sample member, in archive order: consecutive
     members with one key are one sample. The one grouping of every tar reader (`group_samples`,
-    `index_samples`, `wdsprep reindex`). Metadata members (`__name__`: the sample index) are
-    skipped; any other name that is not `<key>.<field>` (a path, `..`, an absolute name), and a
-    member named twice in one sample, is a `ShardError` naming it. The caller reads the member's
-    data (or leaves it: the cursor's `next()` passes over what is left) before asking for the next."""
+    `index_samples`, `wdsprep reindex`, `wdsprep index`). `naming` turns a member's name into its
+    (key, field), None to skip it: `plain_member` (wdsprep's shards: metadata members `__name__`,
+    the sample index, skipped; any other name that is not `<key>.<field>`, a path, `..`, an absolute
+    name, a `ShardError` naming it) or `webdataset_member` (any WebDataset tar, grouped as plain
+    webdataset groups it). A member named twice in one sample is a `ShardError` naming it. The
+    caller reads the member's data (or leaves it: the cursor's `next()` passes over what is left)
+    before asking for the next."""
     number, key, fields = -1, None, set()
     while (member := cursor.next()) is not None:
-        parts = split_key(member.name)
+        parts = naming(member.name, url, member)
         if parts is None:
-            if is_meta_name(member.name):
-                continue
-            raise ShardError(url, f"member {member.name!r} at byte {member.start} is not a plain name <key>.<field> "
-                                  f"{NAME_RULE}: refused")
+            continue
         if parts[0] != key:
             number, key, fields = number + 1, parts[0], set()
         field = parts[1].lower()

@@ -73,11 +73,12 @@ class RateFloor:
 
 class ObjectCheck:
     """What every response for one object must agree on: its total size (`size`: the one the caller
-    knows, a manifest row's, else the first response's) and the ETag of the first response. One
-    check may be shared by the requests of several ranges of the object (the read-ahead's)."""
+    knows, a manifest row's, else the first response's) and its ETag (`etag`: the one the caller
+    knows, an adopted shard's when it was indexed, else the first response's). One check may be
+    shared by the requests of several ranges of the object (the read-ahead's)."""
 
-    def __init__(self, size: int | None = None):
-        self.size, self.etag, self.known = size, None, size is not None
+    def __init__(self, size: int | None = None, etag: str | None = None):
+        self.size, self.etag, self.known, self.indexed = size, etag, size is not None, etag is not None
 
     def check(self, url: str, total: int | None, etag: str | None) -> None:
         if self.size is not None and total is not None and total != self.size:
@@ -85,6 +86,9 @@ class ObjectCheck:
                 raise ShardError(url, f"shard is {total} bytes, manifest says {self.size}")
             raise ShardError(url, f"object changed while reading (size {self.size} -> {total})")
         if self.etag and etag and etag != self.etag:
+            if self.indexed:
+                raise ShardError(url, f"changed since it was indexed (ETag {etag}; indexed: {self.etag}): "
+                                      "run `wdsprep index` on it again")
             raise ShardError(url, f"object changed while reading (etag {self.etag} -> {etag})")
         if self.size is None:
             self.size = total

@@ -12,7 +12,9 @@ checked against the manifest row (`ShardIndex.from_tail`). The last `INDEX_CACHE
 per process, the least recently used dropped first; the indexes of one call are loaded together
 (remote ones in parallel). A shard without an index (an older manifest) is hashed whole against its
 row first when it is local or cached, and indexed in memory (`index_of_hashed`); a remote one is
-refused with the line naming `wdsprep reindex`.
+refused with the line naming `wdsprep reindex`. An adopted shard's index (`wdsprep index`) is read
+from its split's index file instead (`read.load_index`), and the shard, opened locally, must still
+have the size and mtime it was indexed with (remotely: its ETag, on every response).
 
 Reads. Each sample asked for is a span of its shard: its bytes from the header of its first wanted
 member to the padding of its last (the whole sample when all members are wanted). A call's spans of
@@ -57,12 +59,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
 from ..errors import ConfigError, ShardError
-from ..shards.index import ShardIndex, digest_of, has_index, member_span, tiling_problem
+from ..shards.index import ShardIndex, adopted, digest_of, has_index, member_span, tiling_problem
 from ..shards.tarformat import BLOCK, index_samples
 from ..storage import local_path, scheme_for, scheme_of
 from ..storage.resuming import ObjectCheck
 from .cache import Entry
-from .read import UNINDEXED_REMOTE, IndexCache, check_whole, load_index
+from .read import UNINDEXED_REMOTE, IndexCache, check_identity, check_whole, load_index, object_check
 from .read import _corrupt as corrupt_member  # the one wording of a member that fails its digest
 
 GAP_BYTES = 256 << 10  # samples of one shard at most this far apart are read by one request
@@ -95,9 +97,9 @@ class _Span:
         self.shard, self.number, self.whole = shard, number, names is None
         members, at, k = [], index.offsets[number], index.first[number]
         for name in index.names(number):
-            size = index.sizes[k]
-            members.append((name, k, at, size))
-            at += member_span(size)
+            size, head = index.sizes[k], index.heads[k]
+            members.append((name, k, at, size, head))
+            at += member_span(size, head)
             k += 1
         if names is not None:
             names = set(names)
@@ -107,7 +109,7 @@ class _Span:
         else:
             self.members, self.wanted = members, None
         self.low = self.members[0][2] if self.members else 0
-        self.high = self.low + sum(member_span(member[3]) for member in self.members)
+        self.high = self.low + sum(member_span(member[3], member[4]) for member in self.members)
 
 
 class ShardAccess:
@@ -241,6 +243,8 @@ class ShardAccess:
             return None
         try:
             file = _File(path)
+            if adopted(self.rows[shard]) and path == local_path(self.urls[shard]):  # not a cached copy
+                check_identity(self.urls[shard], self.rows[shard], file.fd)
         except FileNotFoundError:
             if path == local_path(self.urls[shard]):
                 raise ShardError(self.urls[shard], "no such file") from None
@@ -262,6 +266,8 @@ class ShardAccess:
             if file is None:
                 raise ShardError(url, UNINDEXED_REMOTE)
             return index_of_hashed(url, row, file.fd, self._paths[shard])
+        if adopted(row):  # its index is in its split's index file (one read); the shard itself is not read
+            return load_index(url, row, cache=None)
         if file is not None:
             self._count(reads=1)
             return load_index(url, row, file.fd, cache=None)  # kept by `indexes`
@@ -277,7 +283,7 @@ class ShardAccess:
         with self._lock:
             check = self._checks.get(shard)
             if check is None:
-                check = self._checks[shard] = ObjectCheck(size=self.rows[shard]["bytes"])
+                check = self._checks[shard] = object_check(self.rows[shard])
             return check
 
     def _count(self, **counts: int) -> None:
@@ -380,12 +386,12 @@ class ShardAccess:
         """The span's sample from the bytes of its run (starting at shard byte `low`), each member checked."""
         url, key = self.urls[span.shard], index.keys[span.number]
         sample = {"__key__": key, "__url__": url}
-        for name, k, at, size in span.members:
-            part = view[at - low : at - low + member_span(size)]
+        for name, k, at, size, head in span.members:
+            part = view[at - low : at - low + member_span(size, head)]
             if digest_of(part) != index.digests[k]:
                 raise corrupt_member(url, key, name)
             if span.wanted is None or name in span.wanted:
-                sample[name] = bytearray(part[BLOCK : BLOCK + size])
+                sample[name] = bytearray(part[head : head + size])
         if span.whole and span.high != index.sample_end(span.number):
             raise ShardError(url, tiling_problem(key, span.high, index.sample_end(span.number)))
         return sample

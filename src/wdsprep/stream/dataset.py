@@ -46,7 +46,7 @@ from ..readoptions import SETTINGS as READ_SETTINGS
 from ..readoptions import ReadOptions, whole_number
 from ..shards.manifest import Manifest
 from ..storage import unpinned
-from .decode import ReaderStage
+from .decode import ReaderStage, as_bytes
 from .manifests import load_manifest
 from .catalog import Catalog, catalog_of
 from .plan import Sequence, epoch_sequence, remainder
@@ -98,6 +98,12 @@ class PlannedDataset(wds.DataPipeline, FluidInterface):
     `position(saved)` (a worker's position from its saved dict), `samples_per_rank()`,
     `level_value` (what an elastic resume keeps of a worker's saved position), and `plan_pass(progress)`
     (the pass planned now and kept, through `planned`)."""
+
+    def decode(self, *args, **kwargs):
+        """webdataset's own `.decode(...)` over these samples: their members are bytearrays (writable,
+        so that decoders build arrays on them in place), which webdataset's decoder refuses; it gets
+        each as bytes (one copy). `.compose(wdsprep.decode())` needs no copy."""
+        return FluidInterface.decode(self.map(as_bytes), *args, **kwargs)
 
     def _init_reading(self, *, seed: int, epoch: int | None, shuffle_shards: bool, shuffle_buffer: int,
                       equalize: str | None, rank: int | None, world_size: int | None, handler: Callable,

@@ -32,6 +32,11 @@ END = object()  # what `ReaderStage.decoded` gives when the handler ends the str
 BOOKKEEPING = ("__url__", "__index__", "__piece_start__", "__epoch__")
 
 
+def as_bytes(sample: dict) -> dict:
+    """A raw sample with its members as bytes (what webdataset's own decoder takes), the rest as it is."""
+    return {name: bytes(value) if value.__class__ is bytearray else value for name, value in sample.items()}
+
+
 def bookkeeping_kept(bookkeeping: bool | str | Iterable[str]) -> frozenset[str]:
     """The bookkeeping entries a decode stage keeps: True all of `BOOKKEEPING`, False none, or the
     names given (one ConfigError line for a name that is not bookkeeping)."""

@@ -36,6 +36,12 @@ differ from its manifest row raises `ShardError` before its first sample.
   over the shard's index with it; this check is the same on that stream as on any other.
   A mismatch names the shard and the member. `sample_at` reads one sample alone the same way
   (one bounded read of its bytes: what `wdsprep show` fetches of a picked sample).
+- Adopted shards (`wdsprep index`: tars other tools wrote, shards/index.py): the same path; the
+  index comes from the split's index file beside the manifest (`load_index`: one bounded read of the
+  row's bytes there, checked against its digest), a member's head may be longer than one header (its
+  PAX or GNU records, `ShardIndex.heads`), and before any sample the shard must be the one indexed:
+  a local one's size and mtime (`check_identity`), a remote one's size and ETag on every response
+  (`object_check`).
 - Shards without an index (older manifests, or a row that lost its index fields): no sample is
   yielded before the whole shard matched its row. A local or cached one (the stream is a file) is
   hashed whole (size and sha256) first, then walked by `tarformat.TarCursor` (samples grouped by
@@ -64,11 +70,13 @@ from typing import BinaryIO, Iterator
 
 from ..errors import ShardError
 from ..shards.codec import DECODE_ERRORS, member_decoder
-from ..shards.index import (ROW_FIELDS, ShardIndex, check_index_fields, digest_of, has_index, member_span, tiling_problem,
+from ..shards.index import (ROW_FIELDS, ShardIndex, adopted, check_index_fields, digest_of, has_index, member_span,
+                            tiling_problem,
                             xxh3_64)
 from ..shards.tarformat import BLOCK, TarCursor, group_samples
-from ..storage import BUFFER, open_from, open_url, read_range
+from ..storage import BUFFER, local_path, open_from, open_url, read_range
 from ..storage.files import fill
+from ..storage.resuming import ObjectCheck
 
 
 # a remote shard without an index: refused (module docstring), on every read path
@@ -132,10 +140,41 @@ def load_index(url: str, row: dict, fd: int | None = None, cache: IndexCache | N
     found = cache.get(url, row) if cache is not None else None
     if found is not None:
         return found
-    offset, length = row["index_offset"], row["bytes"] - row["index_offset"] + 1
-    tail = os.pread(fd, length, offset) if fd is not None else _read_from(url, offset, length)
-    index = ShardIndex.from_tail(url, row, tail)
+    if adopted(row):  # its index is in the split's index file beside the manifest (shards/index.py)
+        index = ShardIndex.from_adopted(url, row, _adopted_index_bytes(url, row))
+    else:
+        offset, length = row["index_offset"], row["bytes"] - row["index_offset"] + 1
+        tail = os.pread(fd, length, offset) if fd is not None else _read_from(url, offset, length)
+        index = ShardIndex.from_tail(url, row, tail)
     return cache.put(url, row, index) if cache is not None else index
+
+
+def _adopted_index_bytes(url: str, row: dict) -> bytes:
+    """An adopted shard's index, read from its split's index file (one bounded read: a Range request
+    remotely); a file that cannot be read is the shard's `ShardError`, naming both."""
+    where = row.get("index_url")
+    if where is None:
+        raise ShardError(url, "an adopted shard's row without the place of its index file (not loaded from its manifest)")
+    try:
+        return read_range(where, row["index_offset"], row["index_bytes"])
+    except ShardError as error:
+        raise ShardError(url, f"its index cannot be read ({error})") from None
+
+
+def check_identity(url: str, row: dict, fd: int) -> None:
+    """An adopted shard opened locally (`fd`) must be the file `wdsprep index` read: its size and
+    mtime (a shard replaced or rewritten since is refused before any of its samples)."""
+    stat = os.fstat(fd)
+    mtime = row.get("mtime_ns")
+    if stat.st_size != row["bytes"] or (mtime is not None and stat.st_mtime_ns != mtime):
+        raise ShardError(url, f"changed since it was indexed (now {stat.st_size} bytes, mtime_ns {stat.st_mtime_ns}; "
+                              f"indexed: {row['bytes']} bytes, mtime_ns {mtime}): run `wdsprep index` on it again")
+
+
+def object_check(row: dict) -> ObjectCheck:
+    """What every response for the row's shard must agree on: its size, and the ETag an adopted
+    shard had when it was indexed (else the first response's)."""
+    return ObjectCheck(size=row["bytes"], etag=row.get("etag"))
 
 
 def _fileno(stream: BinaryIO) -> int | None:
@@ -164,6 +203,8 @@ def read_samples(url: str, row: dict, start: int, stop: int, stream: BinaryIO, *
 def _indexed(url: str, row: dict, start: int, stop: int, stream: BinaryIO, lazy: bool, in_order: bool,
              index: ShardIndex | None) -> Iterator:
     fd = _fileno(stream)
+    if fd is not None and adopted(row) and local_path(url) is not None:  # a cached copy matched its sha256
+        check_identity(url, row, fd)
     if index is None:
         index = load_index(url, row, fd)
     stop = min(stop, len(index))
@@ -185,8 +226,13 @@ def _indexed(url: str, row: dict, start: int, stop: int, stream: BinaryIO, lazy:
         stream.seek(index.offsets[start])
     scratch = memoryview(bytearray(BLOCK))
     take = getattr(stream, "take", None)  # the read-ahead's in-memory blocks (stream/remote.py)
+    indexed_etag = row.get("etag")  # an adopted shard's, read as one stream: its response is checked once read
     for i, end in zip(range(start, stop), ends):
-        yield _streamed(url, index, i, end, stream, scratch, take)
+        sample = _streamed(url, index, i, end, stream, scratch, take)
+        if indexed_etag is not None:
+            object_check(row).check(url, None, getattr(getattr(stream, "raw", None), "etag", None))
+            indexed_etag = None
+        yield sample
 
 
 WINDOW = 256 << 10  # bytes of a local shard read at a time: whole samples; a larger sample is read alone
@@ -322,13 +368,15 @@ class LocalShard:
         """Sample i's members read straight into their own bytearrays (one preadv) and digested."""
         index = self.index
         k, names = index.first[i], index.names(i)
-        scratch = memoryview(bytearray(2 * BLOCK * len(names)))
-        members, buffers = [], []
-        for m, size in enumerate(index.sizes[k : k + len(names)]):
+        heads = index.heads[k : k + len(names)]
+        scratch = memoryview(bytearray(sum(heads) + BLOCK * len(names)))  # heads and paddings
+        members, buffers, at = [], [], 0
+        for head, size in zip(heads, index.sizes[k : k + len(names)]):
             data = bytearray(size)
             members.append(data)
-            buffers += (scratch[2 * m * BLOCK : (2 * m + 1) * BLOCK], memoryview(data),
-                        scratch[(2 * m + 1) * BLOCK : (2 * m + 1) * BLOCK + (-size % BLOCK)])
+            pad = -size % BLOCK
+            buffers += (scratch[at : at + head], memoryview(data), scratch[at + head : at + head + pad])
+            at += head + pad
         _preadv(self.url, self.fd, buffers, index.offsets[i])
         for m, name in enumerate(names):
             digest = xxh3_64()
@@ -357,7 +405,7 @@ class LocalShard:
         """`tag | i` for each sample i, once every byte it occupies (each member's header, data and
         padding) matched its digest in the index, and the sample ends where the next one starts."""
         index, url = self.index, self.url
-        offsets, first, sizes, digests = index.offsets, index.first, index.sizes, index.digests
+        offsets, first, sizes, digests, heads = index.offsets, index.first, index.sizes, index.digests, index.heads
         count, k = len(offsets), first[self.start]
         begin = end = 0
         view = None
@@ -370,13 +418,13 @@ class LocalShard:
                 else:  # read alone: now when taken in order, else when taken
                     if self.in_order:
                         self.ready = (i, self._direct(i))
-                    at += sum(map(member_span, sizes[k:last]))
+                    at += sum(map(member_span, sizes[k:last], heads[k:last]))
                     k, end = last, 0
             if k < last:
                 at -= begin
                 while k < last:
                     size = sizes[k]
-                    stop = at + BLOCK + size + (-size % BLOCK)
+                    stop = at + heads[k] + size + (-size % BLOCK)
                     if digest_of(view[at:stop]) != digests[k]:
                         raise _corrupt(url, index.keys[i], index.names(i)[k - first[i]])
                     at = stop
@@ -395,11 +443,11 @@ class LocalShard:
         if at is None:
             sample.update(zip(index.names(i), buffer))
             return sample
-        k, sizes = index.first[i], index.sizes
+        k, sizes, heads = index.first[i], index.sizes, index.heads
         for name in index.names(i):
-            size = sizes[k]
-            sample[name] = bytearray(buffer[at + BLOCK : at + BLOCK + size])
-            at += BLOCK + size + (-size % BLOCK)
+            size, start = sizes[k], at + heads[k]
+            sample[name] = bytearray(buffer[start : start + size])
+            at = start + size + (-size % BLOCK)
             k += 1
         return sample
 
@@ -420,11 +468,11 @@ class LocalShard:
                 for (name, field, decode), data in zip(plan, buffer):
                     sample[field] = decode(data)
                 return sample
-            k, sizes = index.first[i], index.sizes
+            k, sizes, heads = index.first[i], index.sizes, index.heads
             for name, field, decode in plan:
                 size = sizes[k]
+                start = at + heads[k]
                 k += 1
-                start = at + BLOCK
                 at = start + size + (-size % BLOCK)
                 sample[field] = decode(buffer[start : start + size])
         except DECODE_ERRORS as error:
@@ -441,18 +489,19 @@ def _streamed(url: str, index: ShardIndex, i: int, end: int, stream: BinaryIO, s
     key, at, k = index.keys[i], index.offsets[i], index.first[i]
     sample = {"__key__": key, "__url__": url}
     for name in index.layouts[index.layout[i]]:
-        size, expected = index.sizes[k], index.digests[k]
+        size, expected, head = index.sizes[k], index.digests[k], index.heads[k]
         k += 1
         pad = -size % BLOCK
-        span = take(BLOCK + size + pad) if take is not None else None
+        span = take(head + size + pad) if take is not None else None
         if span is not None:
             if digest_of(span) != expected:
                 raise _corrupt(url, key, name)
-            data = bytearray(span[BLOCK : BLOCK + size])
+            data = bytearray(span[head : head + size])
         else:
             data = bytearray(size)
             digest = xxh3_64()
-            for part in (scratch, data, scratch[:pad]):
+            before = scratch[:head] if head <= len(scratch) else memoryview(bytearray(head))  # an adopted member's records
+            for part in (before, data, scratch[:pad]):
                 got = fill(stream, part)
                 if got != len(part):
                     raise ShardError(url, f"truncated shard: member {key}.{name} ends early (at byte {at + got})")
@@ -460,7 +509,7 @@ def _streamed(url: str, index: ShardIndex, i: int, end: int, stream: BinaryIO, s
             if digest.intdigest() != expected:
                 raise _corrupt(url, key, name)
         sample[name] = data
-        at += BLOCK + size + pad
+        at += head + size + pad
     if at != end:
         raise ShardError(url, tiling_problem(key, at, end))
     return sample

@@ -18,6 +18,11 @@ What is fetched: each piece's own bytes, and its shard's index, once.
   before its body's. Indexes are kept per process (stream/read.py's `INDEXES`, by URL and the row's
   index digest), so a shard's index is fetched once per worker.
 
+An adopted shard's index (`wdsprep index`) is not in the shard but in its split's index file: a
+piece of one waits, like a mid-shard piece, for its index, which a fetching thread loads
+(`read.load_index`: one bounded read of that file) before the piece's body is planned; the body
+ends at the row's `data_end`, and every response must give the ETag the shard had when indexed.
+
 At the start, only the pieces the first shuffle block needs (`first_jobs`: a worker's first
 `shuffle_buffer` samples, at least one; one more when reader stages sit before the counting point,
 the sample the stream makes before it hands over the one before, stream/worker.py) are fetched; the
@@ -70,10 +75,9 @@ from typing import Iterable
 from .. import readoptions
 from ..errors import ShardError
 from ..readoptions import ReadOptions
-from ..shards.index import ShardIndex, check_index_fields, has_index
+from ..shards.index import ShardIndex, adopted, check_index_fields, has_index, samples_end
 from ..storage import scheme_for, scheme_of
-from ..storage.resuming import ObjectCheck
-from .read import INDEXES
+from .read import INDEXES, load_index, object_check
 
 MIB = 1 << 20
 # Range requests at once. By default a rank (a process and its DataLoader workers) sends up to
@@ -143,7 +147,7 @@ class _Job:
     def __init__(self, url: str, row: dict, start: int, stop: int, options: ReadOptions):
         self.url, self.row, self.start, self.stop = url, row, start, stop
         self.scheme = scheme_for(url).configured(options)
-        self.check = ObjectCheck(size=row["bytes"])  # every response: the row's size, one ETag
+        self.check = object_check(row)  # every response: the row's size, one ETag (an adopted shard's own)
         self.index: ShardIndex | None = None
         self.error: BaseException | None = None
         try:  # offsets outside the shard are never requested: the piece's error, raised when it is opened
@@ -163,7 +167,7 @@ class _Job:
     def body(self) -> tuple[int, int]:
         """The piece's bytes (needs the index, except for a whole shard)."""
         if self.whole:
-            return 0, self.row["index_offset"]
+            return 0, samples_end(self.row)
         index = self.index
         end = index.offsets[self.stop] if self.stop < len(index) else index.index_offset
         return index.offsets[self.start], end
@@ -218,6 +222,11 @@ class _Engine:
                 continue
             job.index = INDEXES.get(job.url, job.row)
             row = job.row
+            if job.index is None and adopted(row):  # its index is in its split's index file: loaded by a thread
+                job.tail = _Range(job, 0, 0)
+                self.queue.append(job.tail)
+                self.blocked = job
+                return
             if job.index is None and job.whole:
                 index_offset, total = row["index_offset"], row["bytes"]
                 tail_start = max(0, min(index_offset, total - self._size()))
@@ -242,7 +251,7 @@ class _Engine:
             job.error = tail.error
         else:
             try:
-                job.index = _parse_index(job.url, job.row, tail.buffer)
+                job.index = tail.buffer if adopted(job.row) else _parse_index(job.url, job.row, tail.buffer)
             except ShardError as error:
                 job.error = error
         self._release(tail)
@@ -283,8 +292,11 @@ class _Engine:
         while (r := self._take()) is not None:
             job = r.job
             try:
-                buffer = bytearray(r.size)
-                got = job.scheme.read_into(job.url, r.start, memoryview(buffer), job.check)
+                if r is job.tail and adopted(job.row):  # the index of an adopted shard (checked, kept)
+                    buffer, got = load_index(job.url, job.row), 0
+                else:
+                    buffer = bytearray(r.size)
+                    got = job.scheme.read_into(job.url, r.start, memoryview(buffer), job.check)
                 if got != r.size:
                     raise ShardError(job.url, f"truncated shard: bytes {r.start}-{r.stop - 1} end at byte {r.start + got}")
                 error = None

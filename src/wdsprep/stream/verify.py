@@ -12,8 +12,10 @@ as `index_values`, else the sample's field or dotted path), then held as a table
 recorded anew) is caught. Without `index_values` (the source could not be loaded) the values are not
 compared. A manifest with inline rows that records shard tables (`<split>.shards`,
 shards/shardtable.py) has each table checked against its record and its rows against the inline
-ones (a manifest without inline rows had its tables checked when it was loaded). One problem line
-per bad shard or table."""
+ones (a manifest without inline rows had its tables checked when it was loaded). An adopted dataset
+(`wdsprep index`) has its shards read the same way (their indexes are in the split's index file),
+and each split's index file is checked against its record (size and sha256). One problem line per
+bad shard or table."""
 from __future__ import annotations
 
 import io
@@ -24,7 +26,7 @@ import numpy as np
 
 from ..errors import WdsprepError
 from ..shards.codec import decode_member
-from ..shards.manifest import Manifest
+from ..shards.manifest import DERIVED, INDEX_FILES, Manifest, adopted_name_problem
 from ..shards.samples import SampleTable, column_of, sample_values, table_entry
 from ..shards.index import has_index
 from ..shards.tarformat import iter_samples
@@ -126,18 +128,38 @@ def verify(location: str | Manifest, progress=None, index_values: Callable | Non
             problem = verify_table(manifest, split, entry, seen if shards_ok else None)
             if problem:
                 report.bad.append((manifest.url_of(entry["file"]), problem))
+        index_file = (manifest.tables.get(INDEX_FILES) or {}).get(split)
+        if index_file is not None:
+            problem = verify_file(manifest.url_of(index_file["file"]), index_file, "index file")
+            if problem:
+                report.bad.append((manifest.url_of(index_file["file"]), problem))
     return report
+
+
+def verify_file(url: str, record: dict, what: str) -> str | None:
+    """None if the file at `url` has its record's size and sha256, else a one-line problem."""
+    try:
+        with open_url(url) as stream:
+            hashing = Sha256Reader(stream)
+            while hashing.readinto(bytearray(1 << 20)):
+                pass
+    except WdsprepError as error:
+        return str(error)
+    if (hashing.count, hashing.digest.hexdigest()) != (record["bytes"], record["sha256"]):
+        return f"{url}: {what} differs from the manifest's record (size or sha256)"
+    return None
 
 
 def verify_shard_table(manifest: Manifest, split: str, record: dict) -> str | None:
     """None if the split's shard table matches its record and holds the manifest's inline rows."""
     try:
         table = shard_table(manifest.url, record)
-        table.check(split, record, {"samples": manifest.samples(split), "bytes": manifest.bytes(split)})
+        table.check(split, record, {"samples": manifest.samples(split), "bytes": manifest.bytes(split)},
+                    names=adopted_name_problem if manifest.adopted else None)
     except WdsprepError as error:
         return str(error)
     rows = manifest.shards(split)
-    kept = [{name: value for name, value in row.items() if name not in LEFT_OUT} for row in rows]
+    kept = [{name: value for name, value in row.items() if name not in LEFT_OUT + DERIVED} for row in rows]
     at = next((i for i, (a, b) in enumerate(zip(table, kept)) if a != b), None)
     if at is not None:
         return f"{manifest.url_of(record['file'])}: shard {at} of split {split!r} differs from the manifest's row ({rows[at]['name']})"
