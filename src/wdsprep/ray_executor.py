@@ -27,8 +27,8 @@ import socket
 import sys
 from typing import Any, Callable, Iterator, Sequence
 
+from .checks import whole_number
 from .errors import ConfigError, UnitFailedError  # `wdsprep.ray_executor.UnitFailedError`: deprecated path
-from .readoptions import whole_number
 
 try:
     import ray

@@ -44,14 +44,14 @@ def one_line_refusal(make) -> str:
 
 # ------------------------------------------------------------------------------ bad mixes
 BAD_PARTS = {  # the second part of a mix, its mode, and what the one line says
-    "weight zero": ({"weight": 0}, "weighted", "part 1: weight must be a number > 0, got 0"),
-    "weight negative": ({"weight": -1.5}, "weighted", "part 1: weight must be a number > 0, got -1.5"),
-    "weight text": ({"weight": "2"}, "weighted", "part 1: weight must be a number > 0, got '2'"),
-    "weight nan": ({"weight": float("nan")}, "weighted", "part 1: weight must be a number > 0, got nan"),
-    "weight infinite": ({"weight": float("inf")}, "weighted", "part 1: weight must be a number > 0, got inf"),
-    "weight boolean": ({"weight": True}, "weighted", "part 1: weight must be a number > 0, got True"),
-    "repeat zero": ({"repeat": 0}, "epochized", "part 1: repeat must be a number > 0, got 0"),
-    "repeat negative": ({"repeat": -0.25}, "epochized", "part 1: repeat must be a number > 0, got -0.25"),
+    "weight zero": ({"weight": 0}, "weighted", "part 1: weight=0: must be a number > 0"),
+    "weight negative": ({"weight": -1.5}, "weighted", "part 1: weight=-1.5: must be a number > 0"),
+    "weight text": ({"weight": "2"}, "weighted", "part 1: weight='2': must be a number > 0"),
+    "weight nan": ({"weight": float("nan")}, "weighted", "part 1: weight=nan: must be a number > 0"),
+    "weight infinite": ({"weight": float("inf")}, "weighted", "part 1: weight=inf: must be a number > 0"),
+    "weight boolean": ({"weight": True}, "weighted", "part 1: weight=True: must be a number > 0"),
+    "repeat zero": ({"repeat": 0}, "epochized", "part 1: repeat=0: must be a number > 0"),
+    "repeat negative": ({"repeat": -0.25}, "epochized", "part 1: repeat=-0.25: must be a number > 0"),
     "repeat in weighted": ({"repeat": 2}, "weighted", "part 1: repeat is for mode='epochized'"),
     "weight in epochized": ({"weight": 2}, "epochized", "part 1: weight is for mode='weighted'"),
     "no such split": ({"split": "valid"}, "weighted", "part 1: no split 'valid' in"),
@@ -60,7 +60,7 @@ BAD_PARTS = {  # the second part of a mix, its mode, and what the one line says
     "outputs of another length": ({"outputs_per_sample": [1, 2]}, "weighted",
                                   "part 1: outputs_per_sample must give a count >= 0 for each of the 6 samples"),
     "a selection that keeps nothing": ({"keys": ["nope"]}, "weighted", "part 1: keys: 'nope' not in split 'train'"),
-    "a selection limit of zero": ({"limit": 0}, "weighted", "part 1: limit must be a whole number >= 1"),
+    "a selection limit of zero": ({"limit": 0}, "weighted", "part 1: limit=0: must be a whole number >= 1"),
 }
 
 
@@ -99,13 +99,13 @@ def test_more_bad_mixes_are_one_config_error_line_before_any_shard_is_read(serve
         (lambda: wdsprep.mix([{"location": good, "name": "x"}, {"location": other, "name": "x"}]),
          "part names must differ"),
         (lambda: wdsprep.mix([]), "mix: no parts"),
-        (lambda: wdsprep.mix([{"location": good}], mode="weigthed"), "mode must be 'weighted' or 'epochized'"),
-        (lambda: wdsprep.mix([{"location": good}], stop="last"), "stop must be 'first' or 'all', got 'last'"),
-        (lambda: wdsprep.mix([{"location": good}], samples_per_epoch=0), "samples_per_epoch must be a whole number"),
-        (lambda: wdsprep.mix([{"location": good}], samples_per_epoch=2.5), "samples_per_epoch must be a whole number"),
+        (lambda: wdsprep.mix([{"location": good}], mode="weigthed"), "mode='weigthed': must be one of 'weighted', 'epochized'"),
+        (lambda: wdsprep.mix([{"location": good}], stop="last"), "stop='last': must be one of 'first', 'all'"),
+        (lambda: wdsprep.mix([{"location": good}], samples_per_epoch=0), "samples_per_epoch=0: must be a whole number >= 1"),
+        (lambda: wdsprep.mix([{"location": good}], samples_per_epoch=2.5), "samples_per_epoch=2.5: must be a whole number >= 1"),
         (lambda: wdsprep.mix([{"location": good}], mode="epochized", samples_per_epoch=4),
          "samples_per_epoch is for mode='weighted'"),
-        (lambda: wdsprep.mix([{"location": good}], equalize="both"), "equalize='both': must be 'pad', 'drop' or None"),
+        (lambda: wdsprep.mix([{"location": good}], equalize="both"), "equalize='both': must be one of None, 'pad', 'drop'"),
     ]
     for make, expected in cases:
         assert expected in one_line_refusal(make)
@@ -388,13 +388,13 @@ def test_bad_mix_files_are_one_config_error_line_naming_the_file(tmp_path, count
         "broken.toml": ("[[part]\nlocation = 1", "not valid TOML"),
         "no-parts.toml": ('seed = 1\n', "a mix file needs one [[part]] table per part"),
         "unknown-option.toml": (f'epochs = 3\n[[part]]\nlocation = "{good}"\n', "unknown option(s) epochs"),
-        "bad-weight.toml": (f'[[part]]\nlocation = "{good}"\nweight = -1\n', "part 0: weight must be a number > 0"),
+        "bad-weight.toml": (f'[[part]]\nlocation = "{good}"\nweight = -1\n', "part 0: weight=-1: must be a number > 0"),
         "bad-field.toml": (f'[[part]]\nlocation = "{good}"\nwieght = 2\n', "part 0: unknown field(s) wieght"),
         "bad-stage.toml": (f'[[part]]\nlocation = "{good}"\nstage = "minecraft.pairs"\n',
                            'part 0: stage: a table with name = "<source>.<function>"'),
         "bad-arguments.toml": (f'[[part]]\nlocation = "{good}"\nstage = {{name = "minecraft.pairs", window = 3}}\n',
                                "part 0: stage: minecraft.pairs: "),
-        "bad-mode.toml": (f'mode = "mixed"\n[[part]]\nlocation = "{good}"\n', "mode must be 'weighted' or 'epochized'"),
+        "bad-mode.toml": (f'mode = "mixed"\n[[part]]\nlocation = "{good}"\n', "mode='mixed': must be one of 'weighted', 'epochized'"),
         "missing-part.toml": ('[[part]]\nlocation = "nowhere/manifest.json"\n',
                               "part 0: " + str(tmp_path / "nowhere" / "manifest.json") + ": cannot read manifest"),
     }

@@ -45,6 +45,7 @@ from torch.utils.data import DataLoader, IterableDataset, default_collate, get_w
 from torch.utils.data._utils.collate import default_convert
 from webdataset.filters import default_collation_fn
 
+from ..checks import whole_number
 from ..errors import ConfigError
 from .dataset import PlannedDataset
 from .slabs import SlabRing
@@ -248,9 +249,7 @@ class Loader:
         # one the loop holds and the one before it; 0: torch's transfer
         if slabs is None:
             slabs = (dataloader_options.get("prefetch_factor") or 2) + 2
-        if not isinstance(slabs, int) or isinstance(slabs, bool) or slabs < 0:
-            raise ConfigError(f"slabs={slabs!r}: must be a whole number >= 0 (shared-memory slabs per worker; 0: none)")
-        self.slabs = slabs
+        self.slabs = whole_number(slabs, "slabs", 0, "shared-memory slabs per worker; 0: none", text=False)
         # the epoch and the interrupted passes an elastic resume continues (stream/state.py)
         self.progress = EpochProgress(dataset.epoch if epoch is None else int(epoch), epoch is None)
         self._positions: dict[int, dict] = {}  # logical worker -> its position after its latest batch

@@ -63,6 +63,7 @@ from typing import Any, Callable, Iterator, Sequence as Sequence_
 import numpy as np
 import webdataset as wds
 
+from ..checks import number, one_of, whole_number
 from ..errors import ConfigError, ManifestError
 from ..shards.manifest import Manifest
 from ..readoptions import ReadOptions
@@ -131,10 +132,7 @@ class _Planned:
 
 
 def _number(value: Any, what: str, where: str) -> Fraction:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ConfigError(f"{where}: {what} must be a number > 0, got {value!r}")
-    if not np.isfinite(value) or value <= 0:
-        raise ConfigError(f"{where}: {what} must be a number > 0, got {value!r}")
+    number(value, f"{where}: {what}", 0, above=True, text=False)
     return Fraction(value)
 
 
@@ -317,13 +315,10 @@ class MixDataset(PlannedDataset):
         self._init_reading(seed=seed, epoch=epoch, shuffle_shards=shuffle_shards, shuffle_buffer=shuffle_buffer,
                            equalize=equalize, rank=rank, world_size=world_size, handler=handler,
                            read_options=read_options, read=read)
-        if mode not in MODES:
-            raise ConfigError(f"mix: mode must be 'weighted' or 'epochized', got {mode!r}")
-        if stop not in STOPS:
-            raise ConfigError(f"mix: stop must be 'first' or 'all', got {stop!r}")
-        if samples_per_epoch is not None and (isinstance(samples_per_epoch, bool) or
-                                              not isinstance(samples_per_epoch, (int, np.integer)) or samples_per_epoch < 1):
-            raise ConfigError(f"mix: samples_per_epoch must be a whole number >= 1, got {samples_per_epoch!r}")
+        one_of(mode, "mix: mode", MODES)
+        one_of(stop, "mix: stop", STOPS)
+        if samples_per_epoch is not None:
+            whole_number(samples_per_epoch, "mix: samples_per_epoch", 1, text=False)
         if samples_per_epoch is not None and mode == "epochized":
             raise ConfigError("mix: samples_per_epoch is for mode='weighted' (an epochized mix is sized by each part's repeat)")
         self.mode, self.stop = mode, stop
