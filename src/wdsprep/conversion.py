@@ -71,7 +71,7 @@ from .shards.samples import TABLE as SAMPLE_TABLES
 from .shards.samples import file_name as table_file_name
 from .shards.samples import sample_values, split_table
 from .shards.writer import ShardWriter
-from .sources.base import Plan, PlanContext, Unit, UnitContext, check_converted, check_plan
+from .sources.base import Plan, PlanContext, Source, Unit, UnitContext, check_converted, check_plan
 from .sources.registry import load_source
 from .storage import Store, open_store
 
@@ -291,11 +291,7 @@ def convert(source_id: str, input: str, output: str, *, quiet: bool = True, opti
     `codec`, `zstd_level`, `on_error`, `workers`, `executor`, `executor_options`, `fingerprint`,
     `splits`; a keyword overrides `options`); every other keyword is the source's own option."""
     started = time.time()
-    source = load_source(source_id)
-    core, source_options = ConvertOptions.split(keywords, options)
-    core = core.checked()  # every option is checked (wdsprep.options) before the output is opened or the input read
-    runner = check_run_options(core, input=input, output=output)
-    source.check_options(source_options)
+    source, core, source_options, runner = checked_options(source_id, input, output, options, **keywords)
     if "://" not in str(input):
         input = os.path.abspath(input)  # units carry paths that workers on other nodes can resolve
     store = open_store(output)
@@ -307,6 +303,21 @@ def convert(source_id: str, input: str, output: str, *, quiet: bool = True, opti
         except KeyboardInterrupt:  # Ctrl-C at any moment: leave no temporary file (the lock keeps others out)
             store.clean_temporaries()
             raise
+
+
+def checked_options(source_id: str, input: str, output: str, options: ConvertOptions | None = None,
+                    **keywords: Any) -> tuple[Source, ConvertOptions, dict, Any]:
+    """Every option of a conversion checked before the output is opened or the input read (what
+    `wdsprep convert` judges before any work, a bad one a bad argument): the source loaded, the
+    core's options (wdsprep.options), where the output lies and the executor, the source's own
+    options. (source, the core's options checked, the source's options, the executor); a bad one is
+    one ConfigError line naming it."""
+    source = load_source(source_id)
+    core, source_options = ConvertOptions.split(keywords, options)
+    core = core.checked()
+    runner = check_run_options(core, input=input, output=output)
+    source.check_options(source_options)
+    return source, core, source_options, runner
 
 
 def _convert(source_id, source, input, store, core: ConvertOptions, source_options: dict, *, runner, quiet,

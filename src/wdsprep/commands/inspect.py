@@ -6,7 +6,10 @@ corrupt one ends the command with the one line naming the shard, never shown as 
 selection (`--keys`, `--select`, `--fraction`, `--limit`: docs/selecting.md) each split says how many
 samples it keeps, in how many shards, and the samples shown are the first it keeps. A mix file
 (docs/mixing.md) is loaded as `wdsprep.mix` loads it, so a bad part is the same one line; its parts
-are listed with their samples, share, samples in the epoch, passes and shuffle buffer.
+are listed with their samples, share, samples in the epoch, passes and shuffle buffer. A location of
+a scheme wdsprep does not read, a negative count or a selection that cannot be made (a fraction
+outside (0, 1], a limit below 1, an expression that does not parse) is a bad argument, exit status 2
+(`check_selection`, shared with `wdsprep show`).
 """
 from __future__ import annotations
 
@@ -14,14 +17,15 @@ import argparse
 import json
 import os
 
-from ..command import Command
-from ..storage import describe
+from ..checks import whole_number
+from ..command import Command, checked
+from ..errors import ConfigError
+from ..storage import check_url, describe
 
 
 def add_selection(parser: argparse.ArgumentParser) -> None:
     """The flags of a selection (docs/selecting.md), as `wdsprep.dataset` takes them (here and in
-    `wdsprep show`); `selection_of`
-    makes them one `Selection` (or None)."""
+    `wdsprep show`); `check_selection` makes them one `Selection` (or None)."""
     group = parser.add_argument_group("selection (docs/selecting.md)")
     group.add_argument("--keys", metavar="FILE", help="only the samples whose keys the file lists, one per line")
     group.add_argument("--select", metavar="EXPR", help="only the samples an expression over indexed fields keeps, "
@@ -30,31 +34,47 @@ def add_selection(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--limit", type=int, help="the first N samples kept, in manifest order")
 
 
-def selection_of(args: argparse.Namespace):
-    """The `Selection` of `add_selection`'s flags (the fraction chosen by `args.seed`), or None."""
+def check_selection(args: argparse.Namespace) -> None:
+    """The location's scheme and `add_selection`'s flags judged before any work: `args.selection`,
+    the `Selection` they make (the fraction chosen by `args.seed`), or None."""
     from ..stream.catalog import Selection
 
-    return Selection.of(keys=args.keys, select=args.select, fraction=args.fraction, limit=args.limit,
-                        seed=getattr(args, "seed", 0))
+    check_url(args.location)
+    args.selection = Selection.of(keys=args.keys, select=args.select, fraction=args.fraction, limit=args.limit,
+                                  seed=getattr(args, "seed", 0))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("location", help=f"shard directory or manifest.json, as {describe()}; or a mix file (.toml)")
-    parser.add_argument("--samples", type=int, default=2, help="how many samples to show per split")
+    parser.add_argument("--samples", type=checked(whole_number, 0), default=2, help="how many samples to show per split")
     parser.add_argument("--split", action="append", dest="splits", help="only this split (repeatable; default all)")
-    parser.add_argument("--epoch", type=int, default=0, help="the epoch a mix file is shown for (default 0)")
-    parser.add_argument("--seed", type=int, default=0, help="the seed of --fraction, as wdsprep.dataset's (default 0)")
+    parser.add_argument("--epoch", type=checked(whole_number, 0), default=0,
+                        help="the epoch a mix file is shown for (default 0)")
+    parser.add_argument("--seed", type=checked(whole_number, 0), default=0,
+                        help="the seed of --fraction, as wdsprep.dataset's (default 0)")
     add_selection(parser)
 
 
+def _is_mix_file(location: str) -> bool:
+    return location.endswith(".toml") and os.path.isfile(location)
+
+
+def check(args: argparse.Namespace) -> None:
+    if not _is_mix_file(args.location):
+        return check_selection(args)
+    if any(value is not None for value in (args.keys, args.select, args.fraction, args.limit)) or args.splits:
+        raise ConfigError(f"{args.location}: a mix file's parts carry their own split and selection "
+                          "(--split, --keys, --select, --fraction and --limit are for a dataset)")
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.location.endswith(".toml") and os.path.isfile(args.location):
+    if _is_mix_file(args.location):
         return _inspect_mix(args)
     from ..progress import human_bytes
     from ..stream import load_manifest
     from ..stream.catalog import Catalog
 
-    selection = selection_of(args)
+    selection = args.selection
     manifest = load_manifest(args.location)
     chosen = list(dict.fromkeys(args.splits)) if args.splits else sorted(manifest.splits)
     catalogs = {split: Catalog(manifest, split, selection) for split in chosen}  # a bad split or selection: one line
@@ -74,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         if selection is not None:
             print(f"{split:>8}: {selection.describe()} keeps {catalog.total} of {manifest.samples(split)} samples, "
                   f"in {int((catalog.counts > 0).sum())} of {len(catalog.rows)} shards")
-        _show_samples(manifest, split, catalog.positions()[: max(args.samples, 0)].tolist())
+        _show_samples(manifest, split, catalog.positions()[: args.samples].tolist())
     return 0
 
 
@@ -89,12 +109,8 @@ def _show_samples(manifest, split: str, numbers: list[int]) -> None:
 
 
 def _inspect_mix(args: argparse.Namespace) -> int:
-    from ..errors import ConfigError
     from ..mixfile import mix
 
-    if any(value is not None for value in (args.keys, args.select, args.fraction, args.limit)) or args.splits:
-        raise ConfigError(f"{args.location}: a mix file's parts carry their own split and selection "
-                          "(--split, --keys, --select, --fraction and --limit are for a dataset)")
     mixed = mix(args.location, epoch=args.epoch)
     counts, buffers = mixed.epoch_counts(args.epoch), mixed.part_buffers(args.epoch)
     size = f", samples_per_epoch {mixed.samples_per_epoch}" if mixed.samples_per_epoch is not None else ""
@@ -122,4 +138,4 @@ def _describe(value) -> str:
 
 
 COMMAND = Command("inspect", "splits, counts, sizes, sample fields; a selection's; a mix file's parts",
-                  add_arguments, run, usage="DIR_OR_URL | MIX.toml")
+                  add_arguments, run, usage="DIR_OR_URL | MIX.toml", check=check)

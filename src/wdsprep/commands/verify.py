@@ -6,10 +6,15 @@ import argparse
 import sys
 
 from ..command import Command
+from ..storage import check_url, describe
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("location")
+    parser.add_argument("location", help=f"shard directory or manifest.json, as {describe()}")
+
+
+def check(args: argparse.Namespace) -> None:
+    check_url(args.location)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -28,4 +33,4 @@ def run(args: argparse.Namespace) -> int:
     return 1 if report.bad else 0
 
 
-COMMAND = Command("verify", "sha256, counts, every member decodes", add_arguments, run, usage="DIR_OR_URL")
+COMMAND = Command("verify", "sha256, counts, every member decodes", add_arguments, run, usage="DIR_OR_URL", check=check)
