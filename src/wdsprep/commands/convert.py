@@ -4,7 +4,7 @@
 `options.ConvertOptions`, each executor of `executors.EXECUTORS` declares its own, and the source
 adds its own (`Source.add_arguments`). They are handed to `conversion.convert` apart: the core's
 options and the source's own (`convert_options_from`). All of it is judged before any work
-(`check`: `conversion.checked_options`), so a source that does not load, an option value out of its
+(`check`: `conversion.CheckedConversion.of`), so a source that does not load, an option value out of its
 rule or an output inside the input is a bad argument, exit status 2. `print_summary` is what a conversion prints
 (counts per split; what the input held and the shards do not, as warning lines), here and in
 `wdsprep pipeline`.
@@ -73,21 +73,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def check(args: argparse.Namespace) -> None:
     """The source's own command line parsed (`args.parsed`) and every option checked before any work
-    (`args.options`: the core's and the source's own)."""
-    from ..conversion import checked_options
+    (`args.conversion`, a `conversion.CheckedConversion`)."""
+    from ..conversion import CheckedConversion
 
     args.parsed = source_parser(args.source).parse_args(args.arguments)
     core, own = convert_options_from(args.parsed)
-    checked_options(args.source, args.parsed.input, args.parsed.output, core, **own)
-    args.options = (core, own)
+    args.conversion = CheckedConversion.of(args.source, args.parsed.input, args.parsed.output, core, **own)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..conversion import convert
-
-    (core, own), parsed = args.options, args.parsed
-    manifest = convert(args.source, parsed.input, parsed.output, quiet=parsed.quiet, options=core, **own)
-    print_summary(manifest)
+    print_summary(args.conversion.convert(quiet=args.parsed.quiet))
     return 0
 
 

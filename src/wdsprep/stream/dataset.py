@@ -49,7 +49,7 @@ from .manifests import load_manifest
 from .catalog import Catalog, catalog_of
 from .plan import EQUALIZE, Sequence, epoch_sequence, remainder
 from .remote import worker_connections
-from .state import EpochProgress, Position, Resume, encode_state, parse_state, worker_level
+from .state import EpochProgress, Epochs, Position, Resume, encode_state, parse_state, worker_level
 from .worker import ShardReader, WorkerPlan, WorkerStream, worker_plan
 
 
@@ -88,7 +88,7 @@ class ShardSource:
         raise RuntimeError("ShardSource is driven by ShardDataset")
 
 
-class PlannedDataset(wds.DataPipeline, FluidInterface):
+class PlannedDataset(Epochs, wds.DataPipeline, FluidInterface):
     """What `wdsprep.dataset(...)` and `wdsprep.mix(...)` return: a webdataset pipeline whose samples
     are planned per (seed, epoch) before the rank/worker split, with the epoch, the state and the
     iteration they share. A subclass says what a pass reads: `stream(worker, num_workers, progress=,
@@ -128,18 +128,7 @@ class PlannedDataset(wds.DataPipeline, FluidInterface):
             self.cache = ShardCache(self.read_options.cache_dir, self.read_options.cache_bytes, self.read_options)
         self.append(ShardSource())
 
-    # -- epochs and state (stream/state.py)
-    @property
-    def epoch(self) -> int:
-        return self.progress.epoch
-
-    @property
-    def auto_epoch(self) -> bool:
-        return self.progress.auto_epoch
-
-    def set_epoch(self, epoch: int) -> None:
-        self.progress = self.progress.at_epoch(epoch)
-
+    # -- epochs (`Epochs`) and state (stream/state.py)
     @property
     def is_batched(self) -> bool:
         """Whether `.batched()` was called on this pipeline (outputs are counted before it)."""
