@@ -219,6 +219,16 @@ def test_a_keyword_overrides_its_variable(shards, monkeypatch):
     assert attempts == 1
 
 
+def test_read_options_given_to_the_dataset_are_what_it_reads_with(shards, monkeypatch):
+    """`read_options=wdsprep.ReadOptions(retries=2)`: the environment is not read (a bad
+    WDSPREP_RETRIES included), and a keyword beside it overrides it."""
+    attempts, _ = _attempts_until_given_up(shards, monkeypatch, "abc", read_options=wdsprep.ReadOptions(retries=2))
+    assert attempts == 3
+    attempts, _ = _attempts_until_given_up(shards, monkeypatch, "4", read_options=wdsprep.ReadOptions(retries=2),
+                                           retries=0)
+    assert attempts == 1
+
+
 @pytest.mark.parametrize("keywords, message", [
     ({"shuffle_buffer": -1}, "shuffle_buffer=-1: must be a whole number >= 0"),
     ({"shuffle_buffer": "many"}, "shuffle_buffer='many': must be a whole number >= 0"),
