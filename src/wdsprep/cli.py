@@ -21,7 +21,7 @@ judged before any work: no command, an unknown one (named with the list of comma
 that is no plugin name, a URL say, is never loaded as one), a plugin named after a verb that does
 not load, or a bad argument of a command (what argparse finds, `command.CommandParser`, and what the
 command's `check` refuses: an unknown source, a size or number out of its rule, a selection that
-does not parse). `--help`, of wdsprep and of every command, prints on stdout, exit status 0. A
+does not parse; a bad `WDSPREP_*` variable it meets there is the environment's, exit status 1). `--help`, of wdsprep and of every command, prints on stdout, exit status 0. A
 warning wdsprep gives while a command runs (a `UserWarning` from the package) is one
 `wdsprep: warning: ...` line. `wdsprep --version` prints the installed version. Ctrl-C is one line,
 which asks for a re-run only of a command whose re-run resumes.
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import re
 import signal
 import sys
 import warnings
@@ -62,27 +63,22 @@ def usage() -> str:
     return "usage: wdsprep {" + ",".join(verbs(table)) + "} ...\n" + "\n".join(f"  {words:<29} {text}" for words, text in rows)
 
 
-def find(argv: Sequence[str]) -> tuple[Command | None, list[Command]]:
-    """The command `argv` calls (by its first word, or its first two), and every command under its
-    first word (none: an unknown command). A core command is found without loading any source; the
+def find(argv: Sequence[str]) -> tuple[Command | None, list[Command], str]:
+    """The command `argv` calls (by its first word, or its first two), every command under its
+    first word (none: an unknown command), and the line saying why there is none when the plugin
+    named second does not load (else ""). A core command is found without loading any source; the
     second word is loaded as a plugin only when it is one's name (`package.module:OBJECT`)."""
     for command in COMMANDS:
         if command.name == argv[0]:
-            return command, [command]
+            return command, [command], ""
     plugin = argv[1] if len(argv) > 1 and is_plugin(argv[1]) else None
     try:
         table = commands(plugin)
     except ConfigError as error:  # the plugin does not load: it mounts no command, and says why
-        if argv[0] in verbs(commands()):
-            raise _BadCommandLine(str(error)) from None
-        raise _BadCommandLine(f"{_unknown(argv[0])}; {error}") from None
+        return None, [], str(error) if argv[0] in verbs(commands()) else f"{_unknown(argv[0])}; {error}"
     under = [command for command in table if command.verb == argv[0]]
     named = " ".join(argv[:2])
-    return next((command for command in under if command.name == named), None), under
-
-
-class _BadCommandLine(Exception):
-    """A command line that calls no command, said in one line (exit status 2)."""
+    return next((command for command in under if command.name == named), None), under, ""
 
 
 def run(command: Command, argv: Sequence[str]) -> int:
@@ -98,11 +94,14 @@ def run(command: Command, argv: Sequence[str]) -> int:
         try:
             command.check(args)
         except ConfigError as error:
-            if args.debug:
+            if args.debug or _VARIABLE.match(str(error)):  # a WDSPREP_* variable: the environment, exit 1
                 raise
             print(bad_argument(parser.prog, str(error)), file=sys.stderr)
             return USAGE_ERROR
     return int(command.run(args) or 0)
+
+
+_VARIABLE = re.compile(r"WDSPREP_[A-Z0-9_]+=")
 
 
 def _unknown(verb: str) -> str:
@@ -160,11 +159,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _warning_line
-            command, under = find(argv)
+            command, under, problem = find(argv)
+            if problem:
+                print(f"wdsprep: error: {problem}", file=sys.stderr)
+                return USAGE_ERROR
             return no_command(argv, under) if command is None else run(command, argv)
-    except _BadCommandLine as error:
-        print(f"wdsprep: error: {error}", file=sys.stderr)
-        return USAGE_ERROR
     except WdsprepError as error:
         if debug:
             raise
