@@ -6,7 +6,9 @@ STAMP := $(VENV)/.installed-stamp
 EXTRAS ?= all,dev
 PIPELINES ?= $(wildcard pipelines/*.toml)
 
-.PHONY: venv shards test bench bench-smoke verify-shards clean
+AZURITE := $(VENV)/node/node_modules/.bin/azurite-blob
+
+.PHONY: venv shards test bench bench-remote bench-smoke verify-shards clean azurite
 
 venv: $(STAMP)
 
@@ -27,7 +29,16 @@ $(STAMP): pyproject.toml constraints.txt
 shards: $(STAMP)
 	@set -e; for spec in $(PIPELINES); do $(VENV)/bin/wdsprep pipeline $$spec --quiet; done
 
-test: $(STAMP)
+# Azurite (the az:// tests' emulator, an npm package) into .venv/node; without npm the az:// tests
+# skip, saying so
+azurite: $(AZURITE)
+
+$(AZURITE): | $(STAMP)
+	@if command -v npm >/dev/null 2>&1; then \
+		npm install --no-audit --no-fund --loglevel=error --prefix $(VENV)/node azurite@3.37.0; \
+	else echo "npm not found: Azurite not installed, the az:// tests will skip"; fi
+
+test: $(STAMP) $(AZURITE)
 	$(PY) -m pytest -q
 
 BENCH_STAMP := $(VENV)/.bench-stamp
@@ -39,11 +50,16 @@ $(BENCH_STAMP): $(STAMP)
 	$(PY) -m pip install -q -c constraints.txt -e ".[bench-imports]"
 	touch $(BENCH_STAMP)
 
-bench: $(BENCH_STAMP)
+bench: $(BENCH_STAMP) $(AZURITE)
 	$(PY) benchmarks/run.py
 
+# the remote read path's bench, wdsprep alone over HTTP (unshaped and 40 ms, 0 and 2 workers, 3 runs):
+# re-run it whenever stream/remote.py, stream/worker.py, stream/read.py or storage/ change; prints its table
+bench-remote: $(STAMP)
+	BENCH_REMOTE_QUICK=1 $(PY) benchmarks/run.py --one bench_remote
+
 # every benchmark at tiny sizes: proves `make bench` still runs (no speed is asserted)
-bench-smoke: $(STAMP)
+bench-smoke: $(STAMP) $(AZURITE)
 	$(PY) benchmarks/run.py --smoke
 
 # each pipeline's manifest exists and every shard verifies (sha256, counts, members decode)

@@ -19,7 +19,13 @@ sample (from construction), requests and the most connections open at once at th
 The CPU ceiling: wdsprep through the same servers with the link unshaped (no rate, no latency), in
 the same run. On a machine whose cores cannot decode 200 MB/s, "% of what this machine can do" is
 the wire rate over min(link, ceiling). `wdsprep, prefetch_bytes=0` is the sequential reader (one
-stream per piece, what wdsprep did before its read-ahead), for comparison.
+stream per piece, what wdsprep did before its read-ahead), for comparison. *CPU s/100 MB*: the
+reading process's CPU (user + sys, its DataLoader workers included, imports excluded) per 100 MB on
+the wire: what other processes on a busy machine change least.
+
+Quick mode, for every change of the read path (stream/remote.py, worker.py, read.py, storage/):
+`BENCH_REMOTE_QUICK=1` (`make bench-remote`) measures wdsprep alone over HTTP, unshaped and at
+40 ms, with 0 and 2 workers, 3 interleaved runs, and prints its table (BENCHMARKS.md untouched).
 """
 from __future__ import annotations
 
@@ -36,13 +42,14 @@ import time
 
 from _smoke import sized
 
+QUICK = os.environ.get("BENCH_REMOTE_QUICK") == "1"  # wdsprep alone over HTTP (the docstring's quick mode)
 SAMPLES = int(os.environ.get("BENCH_REMOTE_SAMPLES", sized(16_000, 400)))
 ELEMENTS = 4096  # float32: 16 KiB
 SHARD_BYTES = sized(8_000_000, 300_000)
 RATE, TOTAL = 20e6, 200e6  # per connection, all connections (bytes/s)
-LATENCIES = sized((0.04, 0.1), (0.04,))
-WORKERS = sized((0, 2, 4), (0, 2))
-REPEATS = int(os.environ.get("BENCH_REMOTE_REPEATS", sized(2, 1)))
+LATENCIES = (0.04,) if QUICK else sized((0.04, 0.1), (0.04,))
+WORKERS = (0, 2) if QUICK else sized((0, 2, 4), (0, 2))
+REPEATS = int(os.environ.get("BENCH_REMOTE_REPEATS", 3 if QUICK else sized(2, 1)))
 BATCH = 64
 MB = 1e6
 
@@ -56,6 +63,8 @@ SYSTEMS = [
     ("LitData", "litdata", "s3"),
     ("MosaicML MDS", "mds", "s3"),
 ]
+if QUICK:
+    SYSTEMS = SYSTEMS[:1]
 
 
 # ------------------------------------------------------------------------------------------ child
@@ -156,7 +165,7 @@ def _write(workdir: pathlib.Path, missing: dict[str, str]) -> dict[str, pathlib.
     bench_peers.SHARD_BYTES = SHARD_BYTES
     directories = {}
     for system in ("wdsprep", "webdataset", "litdata", "mds"):
-        if system in missing:
+        if system in missing or not any(system == s.split("-")[0] for _, s, _ in SYSTEMS):
             continue
         directory = workdir / f"data-{SAMPLES}" / system
         if not (directory / ".done").exists():
@@ -226,19 +235,22 @@ def run(workdir: pathlib.Path) -> str:
     missing = {system: reason for system in ("litdata", "mds") if (reason := bench_peers._available(system))}
     directories = _write(workdir, missing)
     data_bytes = {system: _data_bytes(directory) for system, directory in directories.items()}
-    wds_urls = sorted(p.name for p in directories["webdataset"].glob("*.tar"))
+    wds_urls = sorted(p.name for p in directories["webdataset"].glob("*.tar")) if "webdataset" in directories else []
 
-    moto = _Service("s3", "--bucket", "bench")
+    s3 = any(transport == "s3" for _, _, transport in SYSTEMS)  # not in the quick mode
+    moto = _Service("s3", "--bucket", "bench") if s3 else None
     files = _Service("http", str(directories["wdsprep"].parent))
-    proxy = _Service("http", "--upstream", moto.url)
+    proxy = _Service("http", "--upstream", moto.url) if s3 else None
     cells: dict[tuple, list[dict]] = {}
     try:
-        _upload(directories, moto.url)
-        child_env = {**os.environ, **AWS_ENV, "AWS_ENDPOINT_URL": proxy.url, "S3_ENDPOINT_URL": proxy.url}
+        child_env = dict(os.environ)
+        if s3:
+            _upload(directories, moto.url)
+            child_env.update(AWS_ENV, AWS_ENDPOINT_URL=proxy.url, S3_ENDPOINT_URL=proxy.url)
         links = [("unshaped", 0, 0, 0)] + [(f"{latency * 1000:.0f} ms", RATE, TOTAL, latency) for latency in LATENCIES]
         for repeat in range(REPEATS):
             for link, rate, total, latency in links:
-                for server in (files, proxy):
+                for server in (files, proxy) if s3 else (files,):
                     server.ask(f"shape {rate} {total} {latency} 0")
                 for label, system, transport in SYSTEMS:
                     if link == "unshaped" and system != "wdsprep":
@@ -274,10 +286,12 @@ def run(workdir: pathlib.Path) -> str:
                             print(f"[{repeat}] {link} {label} {transport} w{workers}: FAILED {got['failed']}", file=sys.stderr, flush=True)
                             continue
                         print(f"[{repeat}] {link} {label} {transport} w{workers}: {SAMPLES / got['wall']:,.0f}/s "
-                              f"{got['sent'] / got['wall'] / MB:.1f} MB/s first {got['first']:.2f}s", file=sys.stderr, flush=True)
+                              f"{got['sent'] / got['wall'] / MB:.1f} MB/s first {got['first']:.2f}s "
+                              f"CPU {got['cpu'] / got['sent'] * 100 * MB:.3f} s/100 MB", file=sys.stderr, flush=True)
     finally:
         for service in (proxy, files, moto):
-            service.stop()
+            if service is not None:
+                service.stop()
     (workdir / "cells.json").write_text(json.dumps([[list(key), runs] for key, runs in cells.items()]))  # the raw runs
     return _report(cells, data_bytes)
 
@@ -291,7 +305,8 @@ def _report(cells: dict, data_bytes: dict) -> str:
     ceiling = {(transport, workers): _median(runs, lambda r: r["sent"] / r["wall"])
                for (link, label, transport, workers), runs in cells.items() if link == "unshaped"}
     lines = [
-        "## remote: streaming through a shaped link (wdsprep, LitData, MDS, webdataset)",
+        "## remote: streaming through a shaped link (" + ("quick: wdsprep over HTTP" if QUICK else
+                                                          "wdsprep, LitData, MDS, webdataset") + ")",
         "",
         f"{SAMPLES:,} samples (16 KiB float32 array + small dict), shards or chunks of {SHARD_BYTES / MB:g} MB written "
         "by each peer's own writer, wdsprep's by `wdsprep convert generic` from the samples as files "
@@ -302,18 +317,21 @@ def _report(cells: dict, data_bytes: dict) -> str:
         "*wire/data*: bytes the server sent over the bytes of the data set; *% link*: wire MB/s over "
         f"{TOTAL / MB:.0f} MB/s; *% ceiling*: wire MB/s over min(link, wdsprep unshaped through the same server "
         "with the same workers: what this machine's CPUs reach); *first*: seconds from construction to the "
-        "first sample; *conns*: most connections open at once at the server. Command: "
-        "`python benchmarks/run.py bench_remote` (installs: `make .venv/.bench-stamp`).",
+        "first sample; *conns*: most connections open at once at the server; *CPU s/100 MB*: the reading "
+        "process's CPU (workers included) per 100 MB on the wire. Command: "
+        + ("`BENCH_REMOTE_QUICK=1 python benchmarks/run.py --one bench_remote` (`make bench-remote`: wdsprep "
+           "alone over HTTP)." if QUICK else
+           "`python benchmarks/run.py bench_remote` (installs: `make .venv/.bench-stamp`)."),
         "",
-        "| link | reader | over | workers | samples/s | wire MB/s | wire/data | % link | % ceiling | first (s) | requests | conns |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| link | reader | over | workers | samples/s | wire MB/s | wire/data | % link | % ceiling | first (s) | requests | conns | CPU s/100 MB |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     order = {key: i for i, key in enumerate(cells)}
     for (link, label, transport, workers), runs in sorted(cells.items(), key=lambda kv: order[kv[0]]):
         failures = [run["failed"] for run in runs if "failed" in run]
         runs = [run for run in runs if "failed" not in run]
         if not runs:
-            lines.append(f"| {link} | {label} | {transport} | {workers} | failed: {failures[0]} |||||||||")
+            lines.append(f"| {link} | {label} | {transport} | {workers} | failed: {failures[0]} ||||||||||")
             continue
         system = system_of[label].split("-")[0]
         if failures:
@@ -325,7 +343,8 @@ def _report(cells: dict, data_bytes: dict) -> str:
         lines.append(
             f"| {link} | {label} | {transport} | {workers} | {rate:,.0f} | {wire / MB:.1f} | {sent / data_bytes[system]:.3f} "
             f"| {wire / TOTAL * 100:.0f}% | {wire / top * 100:.0f}% | {_median(runs, lambda r: r['first']):.2f} "
-            f"| {_median(runs, lambda r: r['requests']):.0f} | {_median(runs, lambda r: r['peak_connections']):.0f} |")
+            f"| {_median(runs, lambda r: r['requests']):.0f} | {_median(runs, lambda r: r['peak_connections']):.0f} "
+            f"| {_median(runs, lambda r: r['cpu'] / r['sent'] * 100 * MB):.3f} |")
     lines.append("")
     return "\n".join(lines)
 

@@ -46,3 +46,35 @@ def labelled_conversion(tmp_path_factory):
     status, _, err = convert_with_fields(root / "in", root / "out")
     assert status == 0, err
     return root / "in", values, root / "out"
+
+
+def _emulator(kind):
+    """One emulator per session (`wdsprep.testing.emulators`): skipped, with the reason, only where it
+    is not installed on this machine (no node for Azurite, the package missing); one that is installed
+    and fails to start fails the tests."""
+    server = kind()
+    try:
+        server.start()
+    except FileNotFoundError as error:
+        pytest.skip(f"{server.name} unavailable: {error}")
+    return server
+
+
+@pytest.fixture(scope="session")
+def gcs_server():
+    """fake-gcs-server (gs://), 127.0.0.1, a free port, one per session."""
+    from wdsprep.testing import GCSServer
+
+    server = _emulator(GCSServer)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def azurite_server():
+    """Azurite's blob service (az://), 127.0.0.1, a free port, one per session."""
+    from wdsprep.testing import AzuriteServer
+
+    server = _emulator(AzuriteServer)
+    yield server
+    server.stop()

@@ -8,6 +8,11 @@ namespace per source (`wdsprep.voxels`, `wdsprep.minecraft`, `wdsprep.deepreg`, 
 `wdsprep.ReadOptions`, the read side's settings (`read_options=` of `dataset`, `mix`, `MapDataset`);
 and `wdsprep.register_source`, which lets manifests naming a plugin source be drawn with it
 (a manifest alone never makes wdsprep import code).
+
+`import wdsprep` itself is light (the exceptions, the version, the list of sources): every name
+above is imported on first use, and the registrations with webdataset (its URL schemes, its `.zst`
+decoder) run when webdataset is imported (`importhooks`). So the `wdsprep` command (`__main__.py`)
+takes over Ctrl-C before its heavy imports begin.
 """
 from __future__ import annotations
 
@@ -31,16 +36,25 @@ from .errors import (
     UploadError,
     WdsprepError,
 )
-from .shards.codec import decode_sample
-from .stream.decode import decode
-from .shards.interop import register_webdataset_decoder, zst_handler
-from .storage.gopen import register_webdataset_schemes
-
-register_webdataset_schemes()  # plain `wds.WebDataset("s3://...")` works after `import wdsprep`
-register_webdataset_decoder()  # plain `wds.WebDataset(urls).decode()` decodes `.npy.zst` too
-
 from ._version import __version__  # noqa: F401 (wdsprep.__version__)
+from .importhooks import when_imported
 from .sources.registry import NAMESPACES as SOURCE_IDS  # the one list of built-in sources
+
+
+def _register_schemes() -> None:
+    from .storage.gopen import register_webdataset_schemes
+
+    register_webdataset_schemes()
+
+
+def _register_decoder() -> None:
+    from .shards.interop import register_webdataset_decoder
+
+    register_webdataset_decoder()
+
+
+when_imported("webdataset.gopen", _register_schemes)  # plain `wds.WebDataset("s3://...")` works after `import wdsprep`
+when_imported("webdataset.autodecode", _register_decoder)  # plain `wds.WebDataset(urls).decode()` decodes `.npy.zst` too
 
 
 __all__ = [
@@ -79,6 +93,9 @@ _LAZY = {
     "mix": ("wdsprep.mixfile", "mix"),
     "Part": ("wdsprep.stream.mix", "Part"),
     "MapDataset": ("wdsprep.stream.mapdataset", "MapDataset"),
+    "decode": ("wdsprep.stream.decode", "decode"),
+    "decode_sample": ("wdsprep.shards.codec", "decode_sample"),
+    "zst_handler": ("wdsprep.shards.interop", "zst_handler"),
     # the conversion driver, for code that runs a conversion step by step (handed to rawnind's fetch --convert):
     # public for such tools, outside `__all__` (what `from wdsprep import *` gives is the training side)
     "Conversion": ("wdsprep.conversion", "Conversion"),

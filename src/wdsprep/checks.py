@@ -3,7 +3,8 @@ is one `ConfigError` line, `NAME=VALUE: must be RULE (MEANING)`.
 
     whole_number(value, name, minimum)   an int >= minimum (and <= maximum): `must be a whole number >= 1`
     number(value, name, minimum)         a finite number >= minimum (> it with `above`; <= maximum)
-    size(value, name, minimum)           bytes, an int or a size as `sizes.parse_size` reads it (`64MiB`)
+    size(value, name, minimum)           bytes, an int or a size as `sizes.parse_size` reads it (`64MiB`),
+                                         <= maximum
     one_of(value, name, choices)         one of a few values: `must be one of 'pad', 'drop', None`
     function(value, name)                a callable (None allowed with `optional`)
 
@@ -29,15 +30,25 @@ from .sizes import parse_size
 
 def refuse(value: Any, name: str | None, rule: str, meaning: str = "") -> ConfigError:
     """The one line of a value `name` cannot take: `name=value: must be ... (meaning)`."""
-    label = f"{value!r}" if name is None else f"{name}={value!r}"
+    label = shown(value) if name is None else f"{name}={shown(value)}"
     return ConfigError(f"{label}: {rule}{f' ({meaning})' if meaning else ''}")
+
+
+def shown(value: Any) -> str:
+    """A value as an error line shows it: its repr, cut to 80 characters; an integer too long to print
+    by its digits (Python makes no text of one past 4300 digits) by their number."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and abs(int(value)).bit_length() > 64:
+        return f"an integer of about {int(abs(int(value)).bit_length() * 0.30103) + 1} digits"
+    return f"{value!r:.80}"
 
 
 def whole_number(value: Any, name: str | None, minimum: int, meaning: str = "", *, maximum: int | None = None,
                  text: bool = True) -> int:
-    """`value` (an integer, an integral float, or with `text` its decimal text) as an int from
-    `minimum` to `maximum`; else one ConfigError line."""
-    rule = f"must be a whole number >= {minimum}" if maximum is None else f"must be a whole number from {minimum} to {maximum}"
+    """`value` (an integer, an integral float, or with `text` its decimal text) as an int >= `minimum`
+    (and <= `maximum`, said after the meaning); else one ConfigError line."""
+    rule = f"must be a whole number >= {minimum}"
+    if maximum is not None:
+        meaning = f"{meaning}; at most {maximum}" if meaning else f"at most {maximum}"
     number = None
     if isinstance(value, str) and text:
         try:
@@ -70,11 +81,13 @@ def number(value: Any, name: str | None, minimum: float, meaning: str = "", *, a
     return result
 
 
-def size(value: Any, name: str | None, minimum: int, meaning: str = "", *, zero: str = "") -> int:
-    """`value` (bytes: an int, or a size as `parse_size` reads it, `64MiB`) as an int >= `minimum`,
-    or 0 when `zero` says what 0 means; else one ConfigError line."""
+def size(value: Any, name: str | None, minimum: int, meaning: str = "", *, zero: str = "",
+         maximum: int | None = None) -> int:
+    """`value` (bytes: an int, or a size as `parse_size` reads it, `64MiB`) as an int >= `minimum`
+    (and <= `maximum`), or 0 when `zero` says what 0 means; else one ConfigError line."""
     floor = f"a size of at least {spelled(minimum)}" if minimum > 1 else f"a size >= {minimum} bytes"
-    rule = f"must be {f'0 ({zero}) or ' if zero else ''}{floor}, e.g. 64MiB"
+    ceiling = f" and at most {spelled(maximum)}" if maximum is not None else ""
+    rule = f"must be {f'0 ({zero}) or ' if zero else ''}{floor}{ceiling}, e.g. 64MiB"
     if isinstance(value, bool) or not isinstance(value, (numbers.Integral, float, str)):
         raise refuse(value, name, rule, meaning)
     if isinstance(value, float) and not math.isfinite(value):
@@ -83,14 +96,14 @@ def size(value: Any, name: str | None, minimum: int, meaning: str = "", *, zero:
         count = int(value) if isinstance(value, (float, numbers.Integral)) else parse_size(value)
     except ConfigError:
         raise refuse(value, name, rule, meaning) from None
-    if count < minimum and not (zero and count == 0):
+    if (count < minimum and not (zero and count == 0)) or (maximum is not None and count > maximum):
         raise refuse(value, name, rule, meaning)
     return count
 
 
 def spelled(count: int) -> str:
     """`131072` -> `128KiB`: a byte count as a user would write it."""
-    for unit, power in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+    for unit, power in (("PiB", 50), ("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if count and count % (1 << power) == 0:
             return f"{count >> power}{unit}"
     return f"{count} bytes"

@@ -390,13 +390,14 @@ def _convert(source_id, source, input, store, core: ConvertOptions, source_optio
 
 
 def one_sample_shards_warning(results: Sequence[UnitResult], shard_bytes: int) -> str | None:
-    """One line when most shards hold a single sample because `--shard-bytes` is smaller than a
-    sample (such a shard is larger than the target) or than two (the writer closed it before the
-    next sample, within a unit): valid shards, but each costs a request when read remotely. None
-    for a few (one sample larger than the rest, a unit's small remainder)."""
+    """One line when most shards hold a single sample because `--shard-bytes` is smaller than two
+    samples: a one-sample shard more than half the target (two such would not fit: a unit of one
+    item, or the writer closed it before the next sample), or closed before the next sample within
+    a unit. Valid shards, but each costs a request when read remotely. None for a few (one sample
+    larger than the rest) and for a unit's small remainder (one sample, at most half the target)."""
     total = sum(len(result.rows) for result in results)
     single = [row for result in results for at, row in enumerate(result.rows)
-              if row["samples"] == 1 and (row["bytes"] > shard_bytes or at < len(result.rows) - 1)]
+              if row["samples"] == 1 and (2 * row["bytes"] > shard_bytes or at < len(result.rows) - 1)]
     if len(single) < 2 or 2 * len(single) < total:
         return None
     largest = max(row["bytes"] for row in single)

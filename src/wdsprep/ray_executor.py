@@ -27,8 +27,9 @@ import socket
 import sys
 from typing import Any, Callable, Iterator, Sequence
 
+from . import errors  # UnitFailedError is named through its home: this module re-exports no exception
 from .checks import whole_number
-from .errors import ConfigError, UnitFailedError  # `wdsprep.ray_executor.UnitFailedError`: deprecated path
+from .errors import ConfigError
 
 try:
     import ray
@@ -195,7 +196,7 @@ class RayExecutor:
                         submit(index)  # retried at once: it stays in flight, within the limit
                         continue
                     cause, trace = _unwrap(error)
-                    yield index, UnitFailedError(cause, self.attempts[index], trace)
+                    yield index, errors.UnitFailedError(cause, self.attempts[index], trace)
                     continue
                 yield index, result
         finally:

@@ -29,10 +29,16 @@ executor's `WDSPREP_RAY_RETRIES` and the command line use too.
 
 Invariants of a `ReadOptions` (its `__post_init__` checks them, so no unchecked one exists):
 `prefetch_bytes` is 0 (no read-ahead) or at least two requests of `MIN_RANGE`; `max_connections`
-None (the worker's share of a rank's, stream/remote.py) or >= 1; `retries` >= 0; `timeout` and
+None (the worker's share of a rank's, stream/remote.py) or 1..`MAX_CONNECTIONS` (each request at once
+is a thread of the read-ahead: 10^6 of them would start 10^6 threads); `retries` >= 0; `timeout` and
 `rate_window` finite and > 0; `min_rate` finite and >= 0 (0: no floor); `skip_by_reading` >= 0;
 `s3_multipart_bytes` >= 1; `s3_part_bytes` >= `MIN_S3_PART_BYTES` (S3's smallest part);
-`cache_bytes` > 0; `gap_bytes` >= 0.
+`cache_bytes` > 0; `gap_bytes` >= 0. Every time and size has a maximum too, far above any useful value and below what
+would overflow or stand for "forever" (`WDSPREP_TIMEOUT=1e23`): `timeout` and `rate_window` at most
+`MAX_SECONDS` (an hour), `min_rate` at most `MAX_RATE` (100 GB/s), `prefetch_bytes` and
+`skip_by_reading` at most `MAX_READ_BYTES` (64 GiB: memory or bytes read through per worker),
+`s3_multipart_bytes` and `s3_part_bytes` at most `MAX_S3_PART_BYTES` (S3's largest part and single
+PUT, 5 GiB), `cache_bytes` at most `MAX_CACHE_BYTES` (1 PiB), `gap_bytes` at most `MAX_READ_BYTES`.
 """
 from __future__ import annotations
 
@@ -44,10 +50,17 @@ from typing import Any, Callable, Mapping
 from .checks import number, refuse, size, whole_number
 
 MIB = 1 << 20
+MAX_CONNECTIONS = 256  # Range requests at once per worker: each is a thread of the read-ahead (stream/remote.py)
 MIN_RANGE = 64 << 10  # the read-ahead's smallest Range request (stream/remote.py)
 MIN_S3_PART_BYTES = 5 * MIB  # S3's minimum for every part of a multipart upload but the last
 DEFAULT_CACHE_BYTES = 10 * 10**9
 GAP_BYTES = 256 << 10  # the read-ahead's first range, whose transfer costs about what one more round trip does
+# the maxima (module docstring): a value above is a mistake, never a setting that means something
+MAX_SECONDS = 3600.0
+MAX_RATE = 1e11
+MAX_READ_BYTES = 64 << 30
+MAX_S3_PART_BYTES = 5 << 30  # S3's largest part, and its largest single PUT
+MAX_CACHE_BYTES = 1 << 50
 
 
 @dataclass(frozen=True)
@@ -60,30 +73,37 @@ class Setting:
 
 SETTINGS: dict[str, Setting] = {
     "prefetch_bytes": Setting("WDSPREP_PREFETCH_BYTES", lambda value, name: size(
-        value, name, 2 * MIN_RANGE, "bytes each worker fetches ahead of its reader; default 64MiB", zero="no read-ahead")),
+        value, name, 2 * MIN_RANGE, "bytes each worker fetches ahead of its reader; default 64MiB", zero="no read-ahead",
+        maximum=MAX_READ_BYTES)),
     "max_connections": Setting("WDSPREP_MAX_CONNECTIONS", lambda value, name: whole_number(
-        value, name, 1, "Range requests at once per worker; default: 32 per rank shared by its workers, at least 8 each")),
+        value, name, 1, "Range requests at once per worker, each a thread; default: 32 per rank shared by its "
+        "workers, at least 8 each", maximum=MAX_CONNECTIONS)),
     "retries": Setting("WDSPREP_RETRIES", lambda value, name: whole_number(
         value, name, 0, "retries of a failed remote read; default 5")),
     "timeout": Setting("WDSPREP_TIMEOUT", lambda value, name: number(
-        value, name, 0, "seconds per connect and per read of a remote request; default 30", above=True)),
+        value, name, 0, "seconds per connect and per read of a remote request; default 30", above=True,
+        maximum=MAX_SECONDS)),
     "min_rate": Setting("WDSPREP_MIN_RATE", lambda value, name: number(
-        value, name, 0, "bytes/s a remote body must arrive at, 0: no floor; default 1024")),
+        value, name, 0, "bytes/s a remote body must arrive at, 0: no floor; default 1024", maximum=MAX_RATE)),
     "rate_window": Setting("WDSPREP_RATE_WINDOW", lambda value, name: number(
-        value, name, 0, "seconds of waiting over which the rate floor is judged; default 30", above=True)),
+        value, name, 0, "seconds of waiting over which the rate floor is judged; default 30", above=True,
+        maximum=MAX_SECONDS)),
     "skip_by_reading": Setting("WDSPREP_SKIP_BY_READING", lambda value, name: size(
-        value, name, 0, "forward seeks on a remote stream up to this are read through; default 1MiB")),
+        value, name, 0, "forward seeks on a remote stream up to this are read through; default 1MiB",
+        maximum=MAX_READ_BYTES)),
     "s3_multipart_bytes": Setting("WDSPREP_S3_MULTIPART_BYTES", lambda value, name: size(
-        value, name, 1, "S3 uploads above this are multipart; default 64MiB")),
+        value, name, 1, "S3 uploads above this are multipart; default 64MiB", maximum=MAX_S3_PART_BYTES)),
     "s3_part_bytes": Setting("WDSPREP_S3_PART_BYTES", lambda value, name: size(
-        value, name, MIN_S3_PART_BYTES, "the part size of S3 multipart uploads, S3's smallest is 5MiB; default 16MiB")),
+        value, name, MIN_S3_PART_BYTES, "the part size of S3 multipart uploads, S3's smallest is 5MiB; default 16MiB",
+        maximum=MAX_S3_PART_BYTES)),
     "cache_dir": Setting(None, lambda value, name: _directory(value, name)),
     "table_cache_dir": Setting("WDSPREP_TABLE_CACHE_DIR", lambda value, name: _directory(
         value, name, "the node-local cache of remote shard tables, by sha256; default: none, kept in memory")),
-    "cache_bytes": Setting(None, lambda value, name: size(value, name, 1, "the shard cache's bound; default 10GB")),
+    "cache_bytes": Setting(None, lambda value, name: size(value, name, 1, "the shard cache's bound; default 10GB",
+                                                          maximum=MAX_CACHE_BYTES)),
     "gap_bytes": Setting(None, lambda value, name: size(
         value, name, 0, "MapDataset: samples of one remote shard at most this far apart are read by one request; "
-                        "default 256KiB")),
+                        "default 256KiB", maximum=MAX_READ_BYTES)),
 }
 
 VARIABLES: dict[str, str] = {field: setting.variable for field, setting in SETTINGS.items() if setting.variable}

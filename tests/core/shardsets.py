@@ -1,5 +1,6 @@
 """Tiny shard sets with exact per-shard sample counts, for the stream tests (written with the public
-ShardWriter); flipping one byte of each member of a shard set in turn, for the read paths' tests."""
+ShardWriter); small generic inputs converted by the command line (`converted_arrays`); flipping one
+byte of each member of a shard set in turn, for the read paths' tests."""
 import hashlib
 import json
 import os
@@ -35,6 +36,20 @@ def write_counted_shards(directory, counts, *, split="train", codec="zstd", tag=
     manifest = Manifest("test", {}, "fp", {split: rows})
     (directory / "manifest.json").write_bytes(manifest.dumps())
     return str(directory / "manifest.json")
+
+
+def converted_arrays(root: pathlib.Path, keys, size: int, *convert_args, seed: int = 0) -> pathlib.Path:
+    """`root/in`: a generic input of one float32 array of `size` random values per key (split
+    train), converted by `wdsprep convert generic` (with `convert_args`) into `root/out`, returned."""
+    from wdsprep.conformance import run_cli
+
+    rng = np.random.default_rng(seed)
+    (root / "in" / "train").mkdir(parents=True)
+    for key in keys:
+        np.save(root / "in" / "train" / f"{key}.array.npy", rng.standard_normal(size).astype(np.float32))
+    status, _, err = run_cli("convert", "generic", root / "in", root / "out", "--quiet", *convert_args)
+    assert status == 0, err
+    return root / "out"
 
 
 def keys_until_error(samples) -> tuple[list, BaseException | None]:

@@ -139,7 +139,7 @@ BAD_VALUES = {
     "pipeline": (["{tmp}/spec.toml", "--workers", "0"], "argument --workers: '0': must be a whole number >= 1"),
     "upload": (["{tmp}/shards", "{tmp}/up", "--part-bytes", "banana"], "argument --part-bytes: 'banana': must be a size"),
     "reindex": (["http://host/shards"], "http://host/shards: cannot write to http://"),
-    "serve dataverse": (["{tmp}/dataverse", "--port", "70000"], "argument --port: '70000'"),
+    "serve dataverse": (["{tmp}/dataverse", "--port", "70000"], "argument --port: '70000': must be a whole number >= 0 (at most 65535)"),
     "fetch rawnind": (["{tmp}/dest", "--concurrency", "0"], "argument --concurrency: '0'"),
 }
 # ... and the command lines the README says are bad arguments, and a few more of each kind
@@ -238,6 +238,24 @@ def test_one_sample_shards_are_converted_with_one_warning_line(native, tmp_path)
 
     with pytest.warns(UserWarning, match="12 of 12 shards hold a single sample"):
         convert("generic", str(native), str(tmp_path / "api"), shard_bytes="1KB", codec="none")
+
+
+def test_shards_of_one_sample_under_the_target_are_warned_about_too(tmp_path):
+    """`--shard-bytes 4KB` over samples of ~1 KB (a shard of two would be over 4000 bytes with its
+    index and end blocks): each shard holds one sample (tarfile counts them) and is within the
+    target, yet every shard still costs a request: the one warning line says so."""
+    native = tmp_path / "in"
+    (native / "train").mkdir(parents=True)
+    rng = np.random.default_rng(5)
+    for i in range(24):
+        np.save(native / "train" / f"k{i:02d}.array.npy", rng.standard_normal(200).astype(np.float32))
+    result = _run("convert", "generic", native, tmp_path / "out", "--shard-bytes", "4KB", "--quiet")
+    assert result.returncode == 0, result.stderr
+    assert _samples_per_shard(tmp_path / "out") == [1] * 24
+    assert all(path.stat().st_size <= 4000 for path in (tmp_path / "out").glob("*.tar"))  # none above the target
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("wdsprep: warning: 24 of 24 shards hold a single sample: "
+                                                   "--shard-bytes 4.0 KB is smaller than two samples"), lines
 
 
 @pytest.mark.parametrize("shard_bytes", ["1MB", "20KB"])

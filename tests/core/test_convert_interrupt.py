@@ -9,10 +9,13 @@ while the pool's workers start (they are still importing), at several points aft
 taken (planning, fingerprinting, units in flight), and mid-shard, with a pool and inline. A read-only
 command (`verify`, `inspect`) interrupted says so without asking for a re-run: it has nothing to resume."""
 import os
+import pathlib
 import signal
 import subprocess
 import sys
+import textwrap
 import time
+import tomllib
 
 import pytest
 
@@ -188,3 +191,52 @@ def test_ctrl_c_of_a_read_only_command_says_interrupted_without_a_resume_to_run(
         if isinstance(writer, list):
             os.close(writer[0])
     assert (process.returncode, err.decode().splitlines()) == (130, ["wdsprep: interrupted"]), err.decode()
+
+
+# The first moments of `wdsprep convert`, before any file is touched, are imports: the Ctrl-C comes as
+# the import of a named module begins (in the order a run meets them: the package root's, the command
+# table's, numpy, the convert command's, the driver's), sent by the child to itself (a real SIGINT,
+# raised as KeyboardInterrupt by Python's own handler right there). The child starts the command the
+# two ways a user does: `python -m wdsprep` and the console script pyproject.toml declares.
+_CTRL_C_AT_IMPORT = textwrap.dedent("""
+    import importlib, importlib.abc, os, runpy, signal, sys
+
+    how, target = sys.argv.pop(1), sys.argv.pop(1)
+
+    class CtrlC(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, module=None):
+            if name == target:
+                sys.meta_path.remove(self)
+                os.kill(os.getpid(), signal.SIGINT)
+            return None
+
+    sys.meta_path.insert(0, CtrlC())
+    if how == "-m":
+        runpy.run_module("wdsprep", run_name="__main__", alter_sys=True)
+    else:  # the console script: `from MODULE import FUNCTION; sys.exit(FUNCTION())`, as pip writes it
+        module, _, function = how.partition(":")
+        sys.exit(getattr(importlib.import_module(module), function)())
+""")
+EARLY = ["wdsprep.cli", "numpy", "wdsprep.commands.convert", "wdsprep.conversion"]
+
+
+def _console_script() -> str:
+    pyproject = tomllib.loads((pathlib.Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    return pyproject["project"]["scripts"]["wdsprep"]
+
+
+@pytest.mark.parametrize("how", ["-m", "console script"])
+@pytest.mark.parametrize("target", EARLY)
+def test_ctrl_c_in_the_first_moments_is_one_line(tmp_path, generic_input, how, target):
+    """Exit 130 with the one line (the resume line once the command is known), no traceback, nothing
+    written; and the module named was indeed being imported (the signal came, or the run would finish)."""
+    out = tmp_path / "out"
+    entry = "-m" if how == "-m" else _console_script()
+    result = subprocess.run([sys.executable, "-c", _CTRL_C_AT_IMPORT, entry, target, "convert", "generic",
+                             generic_input, str(out), "--quiet"], capture_output=True, text=True, timeout=EVENT)
+    lines = result.stderr.splitlines()
+    assert result.returncode == 130 and len(lines) == 1, result.stderr
+    assert lines[0] in ("wdsprep: interrupted", INTERRUPTED[0]), result.stderr
+    if target == "wdsprep.conversion":  # the command runs: the line asks for the resume
+        assert lines == INTERRUPTED
+    assert not out.exists() or not [name for name in os.listdir(out) if name.endswith((".tar", ".tmp", ".json"))]

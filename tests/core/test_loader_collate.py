@@ -8,6 +8,7 @@ samples, so a collate that keeps nothing but the keys still resumes exactly. Sha
 sample of the epoch once, in an order the resumed runs must continue).
 """
 import json
+import re
 import tarfile
 from pathlib import Path
 
@@ -161,3 +162,42 @@ def test_resume_over_http_with_default_collate(manifest):
             resumed = make()
             resumed.load_state_dict(states[done - 1])
             assert [list(batch["__key__"]) for batch in resumed] == whole[done:], done
+
+
+# ------------------------------------------------------------------------------ fields of different shapes
+UNEVEN = re.compile(r"batch field 'array': shapes differ, (\(\d+,\)) in (?:part '(\w)' )?sample '(s\d+)' and "
+                    r"(\(\d+,\)) in (?:part '(\w)' )?sample '(s\d+)': the Loader's default collate stacks a field of "
+                    r"one shape; give collate_fn= \(one that pads, or that keeps a list\)")
+
+
+def cut_in_part_b(sample):
+    """Part 'b' keeps 3 of each array's 16 elements."""
+    return {**sample, "array": sample["array"][:3]} if sample["__part__"] == "b" else sample
+
+
+def cut_when_odd(sample):
+    return {**sample, "array": sample["array"][:3]} if int(sample["__key__"][1:]) % 2 else sample
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_the_default_collate_names_the_field_the_shapes_and_the_parts(manifest, workers):
+    """webdataset's collate fails a field of uneven arrays with a bare AssertionError; the Loader's
+    default collate says it in one line: the field, two shapes, and the samples (and their parts)
+    that have them, in the main process and from a worker alike."""
+    mix = wdsprep.mix([wdsprep.Part(manifest, "train", name="a", limit=10),
+                       wdsprep.Part(manifest, "train", name="b", fraction=0.5)], seed=1, equalize=None)
+    loader = wdsprep.Loader(mix.compose(wdsprep.decode(strip=True)).map(cut_in_part_b), batch_size=8,
+                            num_workers=workers)
+    with pytest.raises(wdsprep.ConfigError) as raised:
+        list(loader)
+    found = UNEVEN.fullmatch(str(raised.value))
+    assert found, str(raised.value)
+    shapes = {found[2]: found[1], found[5]: found[4]}
+    assert shapes == {"a": "(16,)", "b": "(3,)"}
+    alone = wdsprep.Loader(_dataset(manifest).map(cut_when_odd), batch_size=4, num_workers=workers)
+    with pytest.raises(wdsprep.ConfigError) as raised:
+        list(alone)
+    found = UNEVEN.fullmatch(str(raised.value))
+    assert found and found[2] is None, str(raised.value)
+    for shape, key in ((found[1], found[3]), (found[4], found[6])):
+        assert shape == ("(3,)" if int(key[1:]) % 2 else "(16,)")  # what cut_when_odd made of that key

@@ -197,3 +197,30 @@ def test_single_process_states_of_three_epochs_resume_into_the_right_epoch(count
         while resumed.epoch < EPOCHS:
             rest += [(sample["__key__"], sample["__epoch__"]) for sample in resumed]
         assert rest == expected[done:], (done, state["epoch"])
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_loader_left_early_and_iterated_again_goes_on_where_it_stopped(counted_shards, workers):
+    """A `break` leaves a pass early; iterating the Loader again goes on from the last batch it
+    delivered, in the same epoch (its position is its state: what `load_state_dict(state_dict())`
+    would resume), and the epoch advances after its last batch. `set_epoch(e)` starts epoch e from
+    its first batch. (torch's DataLoader starts every iteration afresh; wdsprep.Loader keeps its
+    place, so a loop that breaks every N steps reads the whole epoch, and a pass a dead worker ended
+    goes on with new workers.)"""
+    manifest = counted_shards(COUNTS)
+    expected = [model_epoch(epoch, workers=workers, buffer=3) for epoch in range(2)]
+    loader = _loader(manifest, workers, 3)
+    got = []
+    for stop in (1, 3):  # left after batch 1, then after batch 3
+        for batch in loader:
+            got.append(batch)
+            if len(got) == stop:
+                break
+    got += list(loader)  # the rest of epoch 0
+    assert _as_lists(got) == expected[0] and loader.epoch == 1
+    assert _as_lists([next(iter(loader))]) == expected[1][:1]
+    loader.set_epoch(1)
+    assert _as_lists(list(loader)) == expected[1]
+    dataset = wdsprep.dataset(manifest, "train", seed=SEED, epoch=0, equalize=None)
+    first = [sample["__key__"] for sample, _ in zip(dataset, range(3))]
+    assert [sample["__key__"] for sample in dataset][:3] == first  # the dataset alone starts its pass over

@@ -96,6 +96,46 @@ def test_any_index_list_gives_the_reference_samples_in_its_order(generic, data):
         same_raw(sample, reference[i])
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_slice_is_the_list_of_its_positions_samples(generic, data):
+    """Property: `ds[a:b:c]` is the list Python's own slicing takes of the reference (any bounds,
+    negative ones, past the end, any step), read together: the samples of one shard that touch are
+    one read, as in a batch."""
+    out, split, reference = generic
+    n = len(reference)
+    bound = st.none() | st.integers(-n - 5, n + 5)
+    part = slice(data.draw(bound, label="start"), data.draw(bound, label="stop"),
+                 data.draw(st.none() | st.integers(-7, 7).filter(bool), label="step"))
+    ds = wdsprep.MapDataset(out, split, decode=False)
+    got = ds[part]
+    expected = reference[part]
+    assert isinstance(got, list) and len(got) == len(expected)
+    for sample, reference_sample in zip(got, expected):
+        same_raw(sample, reference_sample)
+
+
+def test_a_slice_of_one_shard_is_one_read_and_a_key_is_get(generic):
+    out, split, reference = generic
+    first = [i for i, sample in enumerate(reference) if sample["__shard__"] == reference[0]["__shard__"]]
+    assert len(first) > 2
+    ds = wdsprep.MapDataset(out, split, decode=False)
+    ds.access.index(0)  # the first shard's index read beforehand
+    before = ds.stats["reads"]
+    assert [sample["__key__"] for sample in ds[: len(first)]] == [reference[i]["__key__"] for i in first]
+    assert ds.stats["reads"] - before == 1
+    assert ds[len(reference):] == [] and ds[5:5] == [] and ds.stats["reads"] - before == 1  # nothing to read
+    decoded = wdsprep.MapDataset(out, split)
+    assert [item["__key__"] for item in decoded[1:4]] == [sample["__key__"] for sample in reference[1:4]]
+    key = reference[5]["__key__"]
+    with pytest.raises(TypeError, match=rf"^MapDataset indices are positions \(integers\) or slices, not the string "
+                                        rf"'{key}' \(a sample by key is ds.get\(key\)\)$"):
+        decoded[key]
+    assert decoded.get(key)["__key__"] == key
+    with pytest.raises(TypeError, match=r"^MapDataset indices are positions \(integers\) or slices, not float$"):
+        decoded[1.5]
+
+
 def _flip(path, key: str, member: str) -> None:
     """Flip the last data byte of member `key.member` of the shard at `path` (found by `tarfile`)."""
     with tarfile.open(path) as archive:

@@ -50,6 +50,13 @@ BAD_PARTS = {  # the second part of a mix, its mode, and what the one line says
     "weight nan": ({"weight": float("nan")}, "weighted", "part 1: weight=nan: must be a number > 0"),
     "weight infinite": ({"weight": float("inf")}, "weighted", "part 1: weight=inf: must be a number > 0"),
     "weight boolean": ({"weight": True}, "weighted", "part 1: weight=True: must be a number > 0"),
+    "weight past a float": ({"weight": 10**400}, "weighted",
+                            "part 1: weight=an integer of about 401 digits: must be a number > 0"),
+    "repeat past a float": ({"repeat": 10**400}, "epochized", "part 1: repeat=an integer of"),
+    "weight a complex number": ({"weight": 2j}, "weighted", "part 1: weight=2j: must be a number > 0"),
+    "name a number": ({"name": 5}, "weighted", "part 1: name=5: must be a non-empty string (what __part__ says)"),
+    "name empty": ({"name": ""}, "weighted", "part 1: name='': must be a non-empty string (what __part__ says)"),
+    "name a list": ({"name": ["b"]}, "weighted", "part 1: name=['b']: must be a non-empty string (what __part__ says)"),
     "repeat zero": ({"repeat": 0}, "epochized", "part 1: repeat=0: must be a number > 0"),
     "repeat negative": ({"repeat": -0.25}, "epochized", "part 1: repeat=-0.25: must be a number > 0"),
     "repeat in weighted": ({"repeat": 2}, "weighted", "part 1: repeat is for mode='epochized'"),
@@ -111,6 +118,49 @@ def test_more_bad_mixes_are_one_config_error_line_before_any_shard_is_read(serve
         assert expected in one_line_refusal(make)
     assert "has no samples" in one_line_refusal(cases[0][0])
     assert shard_requests(server) == []
+
+
+def test_numpy_weights_and_repeats_read_as_the_numbers_they_are(counted_shards):
+    """np.float32(2), np.int64(1), np.float64(0.5): the same epoch and samples as 2, 1 and 0.5."""
+    parts = [[3, 2], [4], [2, 2]]
+    manifests = written(counted_shards, parts)
+    for mode, numpy_shares, shares in (("weighted", [np.float32(2), np.int64(1), np.float64(0.5)], [2, 1, 0.5]),
+                                        ("epochized", [np.float32(1.5), np.int32(2), np.float16(0.5)], [1.5, 2, 0.5])):
+        share = "weight" if mode == "weighted" else "repeat"
+        mix = wdsprep.mix([{"location": m, share: s} for m, s in zip(manifests, numpy_shares)], mode=mode,
+                          stop="all", seed=3)
+        assert [named(sample) for sample in mix] == model_worker(parts, shares, mode=mode, seed=3,
+                                                                 **({"stop": "all"} if mode == "weighted" else {}))
+
+
+def test_parts_that_keep_the_same_samples_are_refused_naming_both(counted_shards):
+    """The same split three ways (every sample; limit=10**6; every key, listed backwards) is one part
+    read three times: refused as an identical part is, naming the two. A selection that keeps part of
+    what another part reads (a subset weighed again) is a mix."""
+    manifest = counted_shards([3, 2], tag="a")
+    every_key = [key for shard in part_keys([3, 2], 0) for key in shard]
+    message = one_line_refusal(lambda: wdsprep.mix([{"location": manifest, "name": "all"},
+                                                    {"location": manifest, "name": "limited", "limit": 10**6},
+                                                    {"location": manifest, "name": "listed", "keys": every_key[::-1]}]))
+    assert message == ("mix: part 1 (limited): the same samples as part 0 (all) (same shards and split; selections "
+                       "(none) and (limit 1000000) keep the same 5): give it one part with the sum of the weights")
+    message = one_line_refusal(lambda: wdsprep.mix([{"location": manifest, "keys": every_key[:2]},
+                                                    {"location": manifest, "limit": 2, "name": "b"}]))
+    assert message.startswith("mix: part 1 (b): the same samples as part 0 (same shards and split; selections "
+                              "(2 keys) and (limit 2) keep the same 2)")
+    mix = wdsprep.mix([{"location": manifest, "name": "all"}, {"location": manifest, "name": "first", "limit": 3}])
+    assert [part.size for part in mix.parts] == [5, 3]
+    assert {key for name, key in map(named, mix) if name == "first"} <= set(every_key[:3])
+
+
+def test_an_epochized_repeat_that_rounds_to_no_sample_is_said(counted_shards):
+    """repeat=0.001 of 8 samples is 0.008, 0 by the rule (size x repeat, half up): the part is in no
+    epoch, as the rule says, and a warning says so and names the smallest repeat that gives one."""
+    manifests = written(counted_shards, [[5, 3], [4]])
+    with pytest.warns(UserWarning, match=r"part 0: repeat=0.001 of its 8 samples rounds to 0 .*at least 0.0625 gives"):
+        mix = wdsprep.mix([{"location": manifests[0], "repeat": 0.001}, {"location": manifests[1]}], mode="epochized")
+    assert mix.epoch_counts() == model_epoch_counts([8, 4], [0.001, 1], mode="epochized") == [0, 4]
+    assert {name for name, _ in map(named, mix)} == {"1"}
 
 
 # ------------------------------------------------------------------------------ a part smaller than the ranks

@@ -6,6 +6,7 @@ streams delivered, dealt again); a state from another mix is refused in one line
 difference, and `reweight=True` finishes the saved epoch with the saved weights."""
 import collections
 import json
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -274,6 +275,22 @@ def test_a_state_of_a_mix_with_other_weights_mode_or_stop_is_refused(counted_sha
     assert "stop='first', this mix has 'all'" in refusal(lambda: everything.load_state_dict(state))
     fewer = wdsprep.mix([{"location": a}], seed=3, epoch=1)
     assert "parts ['0', '1'], this mix has ['0']" in refusal(lambda: fewer.load_state_dict(state))
+
+
+def test_a_refused_state_says_the_weights_as_they_were_written(counted_shards):
+    """A state keeps each weight as an exact fraction (0.3 is 5404319552844595/18014398509481984);
+    the refusal writes it back as the number it is, and this mix's weights as the user gave them."""
+    a, b = counted_shards([3, 3], tag="a"), counted_shards([4, 2], tag="b")
+    state = a_state([{"location": a, "weight": 0.3}, {"location": b, "weight": 0.7}])
+    assert state["mix"]["shares"] == ["5404319552844595/18014398509481984", "3152519739159347/4503599627370496"]
+    other = wdsprep.mix([{"location": a, "weight": 0.4}, {"location": b, "weight": np.float32(0.6)}], seed=3, epoch=1)
+    assert "state was saved with weights ['0.3', '0.7'], this mix has ['0.4', '0.6']; " in refusal(
+        lambda: other.load_state_dict(state))
+    thirds = a_state([{"location": a, "weight": Fraction(1, 3)}, {"location": b, "weight": 2}])
+    assert "saved with weights ['1/3', '2'], this mix has ['0.4', '0.6']" in refusal(lambda: other.load_state_dict(thirds))
+    thirds["mix"]["shares"] = ["1/0", "x"]  # an edited state, loaded with reweight=True: its weights are read
+    assert "state's weights ['1/0', 'x'] are not 2 numbers > 0" in refusal(
+        lambda: other.load_state_dict(thirds, reweight=True))
 
 
 def test_a_single_dataset_state_and_a_mix_state_are_not_interchangeable(counted_shards):

@@ -28,15 +28,15 @@ VALUES = ("abc", "", "0", "-1", "1e3")
 
 # What each variable must be, as its error says it (the rule) ...
 RULES = {
-    "WDSPREP_PREFETCH_BYTES": "must be 0 (no read-ahead) or a size of at least 128KiB",
+    "WDSPREP_PREFETCH_BYTES": "must be 0 (no read-ahead) or a size of at least 128KiB and at most 64GiB",
     "WDSPREP_MAX_CONNECTIONS": "must be a whole number >= 1",
     "WDSPREP_RETRIES": "must be a whole number >= 0",
-    "WDSPREP_TIMEOUT": "must be a number > 0",
-    "WDSPREP_MIN_RATE": "must be a number >= 0",
-    "WDSPREP_RATE_WINDOW": "must be a number > 0",
-    "WDSPREP_SKIP_BY_READING": "must be a size >= 0 bytes",
-    "WDSPREP_S3_MULTIPART_BYTES": "must be a size >= 1 bytes",
-    "WDSPREP_S3_PART_BYTES": "must be a size of at least 5MiB",
+    "WDSPREP_TIMEOUT": "must be a number > 0 and <= 3600",
+    "WDSPREP_MIN_RATE": "must be a number >= 0 and <= 1e+11",
+    "WDSPREP_RATE_WINDOW": "must be a number > 0 and <= 3600",
+    "WDSPREP_SKIP_BY_READING": "must be a size >= 0 bytes and at most 64GiB",
+    "WDSPREP_S3_MULTIPART_BYTES": "must be a size >= 1 bytes and at most 5GiB",
+    "WDSPREP_S3_PART_BYTES": "must be a size of at least 5MiB and at most 5GiB",
     "WDSPREP_RAY_RETRIES": "must be a whole number >= 0",
     "WDSPREP_TABLE_CACHE_DIR": "must be a directory path",
 }
@@ -54,6 +54,17 @@ ACCEPTED = {
     **{("WDSPREP_TABLE_CACHE_DIR", value): ("table_cache_dir", value) for value in VALUES if value},
 }
 READ_VARIABLES = sorted(set(RULES) - {"WDSPREP_RAY_RETRIES"})
+# Every time and size has a documented maximum (docs/objectstore.md, "Settings"): the largest value
+# taken, as a variable's text, with what it means, and the smallest one above it, which is refused.
+MAXIMA = {
+    "WDSPREP_TIMEOUT": ("3600", ("timeout", 3600.0), "3600.5"),  # an hour per connect and per read
+    "WDSPREP_RATE_WINDOW": ("3600", ("rate_window", 3600.0), "3601"),
+    "WDSPREP_MIN_RATE": ("1e11", ("min_rate", 1e11), "100000000001"),  # 100 GB/s
+    "WDSPREP_PREFETCH_BYTES": ("64GiB", ("prefetch_bytes", 64 * 2**30), str(64 * 2**30 + 1)),
+    "WDSPREP_SKIP_BY_READING": ("64GiB", ("skip_by_reading", 64 * 2**30), str(64 * 2**30 + 1)),
+    "WDSPREP_S3_MULTIPART_BYTES": ("5GiB", ("s3_multipart_bytes", 5 * 2**30), str(5 * 2**30 + 1)),  # S3's largest PUT
+    "WDSPREP_S3_PART_BYTES": ("5GiB", ("s3_part_bytes", 5 * 2**30), str(5 * 2**30 + 1)),  # S3's largest part
+}
 
 
 def documented_variables() -> list[str]:
@@ -122,6 +133,32 @@ def _rest(error: BaseException, variable: str, value: str) -> str:
     rest = message[len(head):]
     assert re.fullmatch(r"(, e\.g\. 64MiB)? \([^()]*default[^()]*\)", rest), rest
     return rest
+
+
+def test_every_time_and_size_has_its_documented_maximum(shards, monkeypatch):
+    """`WDSPREP_TIMEOUT=1e23` (and every time and size far beyond use) is one line when the dataset
+    is made: each variable's documented maximum is taken, the next value above it refused, and so
+    is 1e23; so are the shard cache's keyword above 1 PiB and `timeout=1e23` as a keyword."""
+    manifest = str(shards / "out" / "manifest.json")
+    section = (REPO / "docs" / "objectstore.md").read_text().split("### Settings", 1)[1].split("\n### ", 1)[0]
+    for variable, (largest, (field, meaning), above) in MAXIMA.items():
+        row = next(line for line in section.splitlines() if line.startswith(f"| `{variable}` |"))
+        assert "at most" in row, row  # the table says the maximum
+        monkeypatch.setenv(variable, largest)
+        assert getattr(wdsprep.dataset(manifest, "train").read_options, field) == meaning
+        for value in (above, "1e23"):
+            monkeypatch.setenv(variable, value)
+            with pytest.raises(ConfigError) as raised:
+                wdsprep.dataset(manifest, "train")
+            _rest(raised.value, variable, value)  # one line: the variable, the value, the rule with its maximum
+            assert "\n" not in str(raised.value)
+        monkeypatch.delenv(variable)
+    dataset = wdsprep.dataset(manifest, "train", cache_dir=str(shards / "cache"), cache_bytes=2**50)
+    assert dataset.read_options.cache_bytes == 2**50
+    with pytest.raises(ConfigError, match=r"^cache_bytes=1125899906842625: must be a size >= 1 bytes and at most 1PiB, "):
+        wdsprep.dataset(manifest, "train", cache_dir=str(shards / "cache"), cache_bytes=2**50 + 1)
+    with pytest.raises(ConfigError, match=r"^timeout=1e\+23: must be a number > 0 and <= 3600 "):
+        wdsprep.dataset(manifest, "train", timeout=1e23)
 
 
 @pytest.mark.parametrize("variable", READ_VARIABLES)
@@ -235,8 +272,8 @@ def test_read_options_given_to_the_dataset_are_what_it_reads_with(shards, monkey
     ({"seed": -1}, "seed=-1: must be a whole number >= 0"),
     ({"epoch": -2}, "epoch=-2: must be a whole number >= 0"),
     ({"world_size": 0, "rank": 0}, "world_size=0: must be a whole number >= 1"),
-    ({"world_size": 2, "rank": 2}, "rank=2: must be a whole number from 0 to 1 (below world_size=2)"),
-    ({"rank": -1, "world_size": 2}, "rank=-1: must be a whole number from 0 to 1"),
+    ({"world_size": 2, "rank": 2}, "rank=2: must be a whole number >= 0 (below world_size=2; at most 1)"),
+    ({"rank": -1, "world_size": 2}, "rank=-1: must be a whole number >= 0 (below world_size=2; at most 1)"),
     ({"prefetch_bytes": -1}, "prefetch_bytes=-1: must be 0 (no read-ahead) or a size of at least 128KiB"),
     ({"max_connections": 0}, "max_connections=0: must be a whole number >= 1"),
     ({"retries": -1}, "retries=-1: must be a whole number >= 0"),

@@ -1,5 +1,5 @@
 """`torchrun --nproc_per_node=2` (gloo, 127.0.0.1) training loops streaming shards from the local S3
-server and, separately, from HTTP: equal batch counts on uneven shards, every sample once per epoch
+server and, separately, from HTTP, GCS (fake-gcs-server), Azure (Azurite) and a private Hub repo: equal batch counts on uneven shards, every sample once per epoch
 (plus the documented padding), nothing written to local disk, exact resume after k steps; and an
 elastic resume: 3 ranks stopped mid-epoch, resumed on 2 ranks with another num_workers."""
 import collections
@@ -42,6 +42,32 @@ def s3_source(shards):
         server.create_bucket("ddp")
         upload(str(shards), "s3://ddp/generic")
         yield "s3://ddp/generic/manifest.json", dict(server.env)
+
+
+@pytest.fixture(scope="module")
+def gs_source(shards, gcs_server):
+    with gcs_server.environment():
+        gcs_server.create_bucket("ddp-gs")
+        upload(str(shards), "gs://ddp-gs/generic")
+    yield "gs://ddp-gs/generic/manifest.json", dict(gcs_server.env)
+
+
+@pytest.fixture(scope="module")
+def az_source(shards, azurite_server):
+    with azurite_server.environment():
+        azurite_server.create_container("ddp-az")
+        upload(str(shards), "az://ddp-az/generic")
+    yield "az://ddp-az/generic/manifest.json", dict(azurite_server.env)
+
+
+@pytest.fixture(scope="module")
+def hf_source(shards):
+    from wdsprep.testing import HubServer
+
+    with HubServer() as hub:
+        hub.create_repo("org/ddp", private=True)
+        hub.upload_folder("org/ddp", shards, "generic")
+        yield "hf://datasets/org/ddp/generic/manifest.json", dict(hub.env)
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +128,7 @@ def torchrun(manifest: str, out: Path, env_extra: dict, *args: str, nproc: int =
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)]
 
 
-@pytest.mark.parametrize("backend", ["s3", "http"])
+@pytest.mark.parametrize("backend", ["s3", "http", "gs", "az", "hf"])
 def test_ddp_two_ranks_stream_equal_disjoint_resumable(backend, request, tmp_path, shards):
     manifest, env = request.getfixturevalue(f"{backend}_source")
     # epoch 1 of seed 7 is one where dealing whole shards to DataLoader workers gave the ranks 14 and 13

@@ -267,10 +267,10 @@ def test_cache_bytes_takes_a_size_and_bounds_the_cache(generic, tmp_path):
 
 
 @pytest.mark.parametrize("keywords, environment, message", [
-    (dict(cache_bytes="banana"), {}, "cache_bytes='banana': must be a size >= 1 bytes, e.g. 64MiB ("),
-    (dict(gap_bytes=-1), {}, "gap_bytes=-1: must be a size >= 0 bytes, e.g. 64MiB ("),
+    (dict(cache_bytes="banana"), {}, "cache_bytes='banana': must be a size >= 1 bytes and at most 1PiB, e.g. 64MiB ("),
+    (dict(gap_bytes=-1), {}, "gap_bytes=-1: must be a size >= 0 bytes and at most 64GiB, e.g. 64MiB ("),
     (dict(max_connections=0), {}, "max_connections=0: must be a whole number >= 1 ("),
-    (dict(timeout="soon"), {}, "timeout='soon': must be a number > 0 ("),
+    (dict(timeout="soon"), {}, "timeout='soon': must be a number > 0 and <= 3600 ("),
     (dict(read_options="fast"), {}, "read_options='fast': must be a wdsprep.ReadOptions"),
     ({}, {"WDSPREP_MAX_CONNECTIONS": "0"}, "WDSPREP_MAX_CONNECTIONS='0': must be a whole number >= 1 ("),
 ], ids=["cache_bytes", "gap_bytes", "max_connections", "timeout", "read_options", "environment"])

@@ -21,7 +21,7 @@ import pytest
 import wdsprep
 from tests.core.test_integrity import _check, corrupted  # noqa: F401 (a fixture, used by name)
 from tests.core.test_plan_oracle import model_global, model_worker_stream, simulated_worker
-from tests.timeouts import SUBPROCESS
+from tests.timeouts import EVENT, SUBPROCESS, wait_for
 from wdsprep.errors import ShardError
 from wdsprep.shards.codec import Encoder
 from wdsprep.shards.manifest import Manifest
@@ -271,6 +271,59 @@ def test_read_ahead_holds_at_most_its_budget(large):
     finally:
         server.stdin.close()
         server.wait(timeout=SUBPROCESS)
+
+
+def _shards_asked(server: RangeHTTPServer) -> set[str]:
+    return {r["name"] for r in server.requests if r["name"].endswith(".tar")}
+
+
+LARGE_SHARDS = {f"train-{shard:05d}-00.tar" for shard in range(6)}
+
+
+def _passthrough(samples):
+    """A reader stage of the user's (not fused into the reader): each sample as it is."""
+    yield from samples
+
+
+@pytest.mark.parametrize("stage", [None, _passthrough], ids=["raw", "with a stage"])
+def test_the_read_ahead_reaches_past_the_first_block_once_the_first_sample_is_taken(large, stage):
+    """The start window (a first sample waits for the first shuffle block's shards only) ends when the
+    consumer asks for its second sample: while it holds that one (a training step), the read-ahead
+    asks for every later shard (the budget holds them all). It ended only when the consumer had gone
+    through the whole block, the link idle meanwhile (bench_remote: a quarter of its speed lost).
+    Raw samples go at once; with a stage of the user's, the stream makes one more before it hands one over."""
+    with RangeHTTPServer(large) as server:
+        dataset = wdsprep.dataset(server.url_of("manifest.json"), "train", shuffle_shards=False, shuffle_buffer=150,
+                                  equalize=None)
+        if stage is not None:
+            dataset = dataset.compose(stage)
+        server.clear_log()
+        samples = iter(dataset)
+        got = [next(samples)["__key__"]]
+        # the first block: samples 0-149 of the unshuffled order, shards 0 and 1 (100 samples each)
+        assert _shards_asked(server) <= {"train-00000-00.tar", "train-00001-00.tar"}, _shards_asked(server)
+        got.append(next(samples)["__key__"])
+        wait_for(lambda: _shards_asked(server) == LARGE_SHARDS, "a request of every shard while the consumer holds "
+                 "its second sample", limit=EVENT / 3)
+        got += [sample["__key__"] for sample in samples]
+    assert sorted(got) == sorted(model_global([100] * 6, 0, 0, False)) and len(got) == 600
+    assert set(got[:2]) <= set(model_global([100] * 6, 0, 0, False)[:150])
+
+
+def test_loader_workers_read_past_their_first_block_while_the_first_batch_is_held(large):
+    """The same with 2 DataLoader workers: while the training loop holds its first batch (each worker
+    has made a batch or two of its first block), every worker's later shards are asked for."""
+    with RangeHTTPServer(large) as server:
+        dataset = wdsprep.dataset(server.url_of("manifest.json"), "train", shuffle_shards=False, shuffle_buffer=150,
+                                  equalize=None)
+        server.clear_log()
+        batches = iter(wdsprep.Loader(dataset, batch_size=4, num_workers=2))
+        got = list(next(batches)["__key__"])
+        # worker 0 reads shards 0-2, worker 1 shards 3-5; their first blocks: shards 0, 1 and 3, 4
+        wait_for(lambda: _shards_asked(server) == LARGE_SHARDS, "a request of every shard while the first batch "
+                 "is held", limit=EVENT / 3)
+        got += [key for batch in batches for key in batch["__key__"]]
+    assert sorted(got) == sorted(model_global([100] * 6, 0, 0, False))
 
 
 @pytest.mark.parametrize("kind", ["http", "s3"])

@@ -1,5 +1,7 @@
 """`wdsprep inspect DIR_OR_URL | MIX.toml`: a converted dataset's splits, counts, sizes, tables and a
-few samples' fields; or what a mix file makes of its parts in an epoch.
+few samples' fields; or what a mix file makes of its parts in an epoch. Which of the two, the
+location's suffix says: `.toml` a mix file, anything else a dataset (its directory, or its manifest
+`.json`); a local file with neither suffix is one line saying so.
 
 The samples shown are read as training reads them: checked against their shard's row first, so a
 corrupt one ends the command with the one line naming the shard, never shown as fine. With a
@@ -92,10 +94,27 @@ def run(args: argparse.Namespace) -> int:
         print(f"problems: {len(manifest.problems)} input items were not converted (listed in the manifest)")
     for split, catalog in catalogs.items():
         if selection is not None:
-            print(f"{split:>8}: {selection.describe()} keeps {catalog.total} of {manifest.samples(split)} samples, "
+            print(f"{split:>8}: {catalog.selection.describe()} keeps {catalog.total} of {manifest.samples(split)} samples, "
                   f"in {int((catalog.counts > 0).sum())} of {len(catalog.rows)} shards")
         _show_samples(manifest, split, catalog.positions()[: args.samples].tolist())
     return 0
+
+
+def _is_mix_file(location: str) -> bool:
+    """What `location` names, by its suffix: a mix file (`.toml`, unless a directory of that name),
+    or a dataset (a directory or prefix, or its manifest `.json`, any scheme). A local file with
+    neither suffix is neither: one line saying what inspect reads, not a manifest error about
+    `<file>/manifest.json`."""
+    from ..errors import ConfigError
+    from ..storage import local_path
+
+    path = local_path(location)
+    if location.endswith(".toml") and not (path is not None and os.path.isdir(path)):
+        return True
+    if path is not None and not location.endswith(".json") and os.path.exists(path) and not os.path.isdir(path):
+        raise ConfigError(f"{location}: neither a dataset nor a mix file: inspect reads a dataset's directory or its "
+                          "manifest (.json), or a mix file (.toml)")
+    return False
 
 
 def _show_samples(manifest, split: str, numbers: list[int]) -> None:

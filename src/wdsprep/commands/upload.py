@@ -6,7 +6,7 @@ import argparse
 
 from ..checks import size, whole_number
 from ..command import Command, checked
-from ..readoptions import MIN_S3_PART_BYTES
+from ..readoptions import MAX_S3_PART_BYTES, MIN_S3_PART_BYTES
 from ..storage import check_url, describe
 
 
@@ -21,9 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also re-read and hash shards already at the destination before skipping them")
     parser.add_argument("--retries", type=checked(whole_number, 0), default=3,
                         help="attempts per shard after the first (default 3)")
-    parser.add_argument("--multipart-bytes", type=checked(size, 1), default="64MB",
+    parser.add_argument("--multipart-bytes", type=checked(size, 1, maximum=MAX_S3_PART_BYTES), default="64MB",
                         help="S3: shards above this size use a multipart upload")
-    parser.add_argument("--part-bytes", type=checked(size, MIN_S3_PART_BYTES), default="16MB",
+    parser.add_argument("--part-bytes", type=checked(size, MIN_S3_PART_BYTES, maximum=MAX_S3_PART_BYTES), default="16MB",
                         help="S3: multipart part size (S3 needs at least 5MiB)")
 
 

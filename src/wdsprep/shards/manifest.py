@@ -64,9 +64,19 @@ def check_split_name(split: Any, where: str, error: type = InputError) -> None:
                     "starting with a letter or a digit)")
 
 
+SHARD_NAME_TAIL = re.compile(r"\d{5,}-\d{2,}\.tar")
+
+
 def shard_name_pattern(split: str) -> re.Pattern:
     """The shard-name rule: `<split>-<unit:05d>-<part:02d>.tar` (more digits past 99999 units)."""
-    return re.compile(re.escape(split) + r"-\d{5,}-\d{2,}\.tar")
+    return re.compile(re.escape(split) + "-" + SHARD_NAME_TAIL.pattern)
+
+
+def is_shard_name(split: str, name: str) -> bool:
+    """`shard_name_pattern(split).fullmatch(name)`, with no pattern made per split (a manifest may
+    hold a million splits: one compiled pattern each was 0.25 ms a split)."""
+    return name.startswith(split) and name[len(split) : len(split) + 1] == "-" and \
+        SHARD_NAME_TAIL.fullmatch(name, len(split) + 1) is not None
 
 
 @dataclass
@@ -326,13 +336,12 @@ def validate(data: dict, where: str, inline: bool = True) -> None:
         if not isinstance(entry, dict) or not isinstance(entry.get("shards"), list):
             raise ManifestError(f"{where}: splits.{split}.shards: expected a list of shard rows")
         _check_fields(where, f"splits.{split}.", entry, _TOTALS)
-        rule = shard_name_pattern(split)
         for index, row in enumerate(entry["shards"]):
             path = f"splits.{split}.shards[{index}]."
             if not isinstance(row, dict):
                 raise ManifestError(f"{where}: {path[:-1]}: expected a shard row object (got {row!r:.60})")
             _check_fields(where, path, row, _ROW)
-            if not rule.fullmatch(row["name"]):
+            if not is_shard_name(split, row["name"]):
                 raise ManifestError(f"{where}: {path}name: {row['name']!r:.80} breaks the shard-name rule "
                                     f"{split}-<unit:05d>-<part:02d>.tar")
             if row["name"] in names:

@@ -204,6 +204,13 @@ class SampleTable:
                 raise ManifestError(f"{self._where}: sample table is unreadable ({error})") from None
         return self._keys
 
+    @property
+    def longest_key(self) -> int:
+        """The length of the split's longest key, in UTF-8 bytes (0 for no sample)."""
+        if self._keys is None:
+            return int(np.diff(self._ends, prepend=0).max()) if len(self._ends) else 0
+        return max((len(key.encode("utf-8")) for key in self._keys), default=0)
+
     def positions(self) -> dict[str, int]:
         """key -> position in the split (built on first use)."""
         if self._positions is None:

@@ -27,12 +27,15 @@ from __future__ import annotations
 import importlib
 import re
 from dataclasses import replace
-from importlib import metadata
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from ..command import Command
 from ..errors import ConfigError
-from .base import Source
+
+if TYPE_CHECKING:  # imported where they are used: `import wdsprep` reads the list of ids alone
+    from importlib import metadata
+
+    from .base import Source
 
 BUILTIN = ("voxels", "minecraft", "deepreg", "rawnind", "noisebase", "generic")
 # the built-in ids with a public namespace `wdsprep.<id>`; `generic` backs tests and benchmarks
@@ -93,6 +96,8 @@ def register_source(name: str, source: Source | None = None) -> None:
     manifest names it. The Python form of `wdsprep show --plugin NAME`, for the whole process."""
     if source is None and not is_plugin(name):
         raise ConfigError(f"register_source({name!r}): give a Source, or a name of the form package.module:OBJECT")
+    from .base import Source
+
     if source is not None and not isinstance(source, Source):
         raise ConfigError(f"register_source({name!r}, ...): {type(source).__name__} is not a wdsprep.sources.base.Source")
     _registered[name] = source
@@ -138,6 +143,8 @@ def _load_builtin(source_id: str) -> Source:
 
 def _entry_point(source_id: str) -> metadata.EntryPoint | None:
     """The installed `wdsprep.sources` entry point named `source_id` or whose value it is."""
+    from importlib import metadata
+
     for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
         if source_id in (entry.name, entry.value):
             return entry
@@ -153,6 +160,8 @@ def _load_entry_point(entry: metadata.EntryPoint) -> Source:
 
 
 def _checked(source, where: str) -> Source:
+    from .base import Source
+
     if not isinstance(source, Source):
         raise ConfigError(f"{where} is {type(source).__name__}, not an instance of a wdsprep.sources.base.Source subclass")
     return source

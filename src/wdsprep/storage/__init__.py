@@ -4,6 +4,9 @@
     file    file.py    file://PATH                  read, write (the same `LocalStore`)
     http(s) http.py    http(s)://HOST/PATH          read (Range-resuming; byte ranges, pooled connections)
     s3      s3.py      s3://BUCKET/KEY              read (Range-resuming; byte ranges), write (`S3Store`)
+    gs      gcs.py     gs://BUCKET/KEY              read (ranged GETs over http.py's client), write (`GCSStore`)
+    az      azure.py   az://CONTAINER/BLOB          read (ranged GETs over http.py's client), write (`AzureStore`)
+    hf      hf.py      hf://datasets/ORG/NAME@REV/P read (ranged GETs of the Hub's resolve URLs; `pin`: revision -> commit)
     pipe    pipe.py    pipe:COMMAND                 read (a shell command's standard output)
 
 Reading (`open_url`, `open_from`, `read_range`, `read_url`, `local_path`, `exists`: shards, manifests, the cache)
@@ -25,7 +28,7 @@ from __future__ import annotations
 from typing import BinaryIO, Callable
 
 from ..errors import ConfigError, ShardError
-from . import file, http, local, pipe, s3
+from . import azure, file, gcs, hf, http, local, pipe, s3
 from .base import FunctionScheme, Scheme, Store
 from .files import BUFFER, file_sha256
 
@@ -35,6 +38,9 @@ SCHEMES: dict[str, Scheme] = {
     "http": http.SCHEME,
     "https": http.SCHEME,
     "s3": s3.SCHEME,
+    "gs": gcs.SCHEME,
+    "az": azure.SCHEME,
+    "hf": hf.SCHEME,
     "pipe": pipe.SCHEME,
 }
 
@@ -95,6 +101,17 @@ def read_url(url: str, options=None) -> bytes:
         return stream.read()
 
 
+def pin(url: str) -> str:
+    """`url` pinned to what it names now (`Scheme.pin`: a Hub revision resolved to its commit)."""
+    return scheme_for(url).pin(url)
+
+
+def unpinned(url: str) -> str:
+    """`url` without what `pin` fixed (`Scheme.unpinned`)."""
+    scheme = SCHEMES.get(scheme_of(url))
+    return url if scheme is None else scheme.unpinned(url)
+
+
 def local_path(url: str) -> str | None:
     """The local file behind `url`, or None for remote URLs (and unknown schemes)."""
     scheme = SCHEMES.get(scheme_of(url))
@@ -136,6 +153,8 @@ __all__ = [
     "open_from",
     "open_store",
     "open_url",
+    "pin",
+    "unpinned",
     "read_range",
     "read_url",
     "register_opener",

@@ -13,7 +13,8 @@ cannot do is declared by its capability flags, with a documented default that is
                        of an earlier conversion are then left in place)
 
 Required of every store: `publish`, `stat`, `read_bytes`, `write_bytes`, `delete`. Each write is
-atomic: an object is either absent or complete under its final name.
+atomic: an object is either absent or complete under its final name. `ObjectStore` is what the
+object stores (S3, GCS, Azure) share: keys under a prefix, publish-by-upload, sha256 metadata.
 """
 from __future__ import annotations
 
@@ -42,6 +43,30 @@ class NoLock:
     def __exit__(self, *exc) -> None:
         self.release()
 
+
+_clients: dict = {}  # (pid, what, ...) -> a client (credentials, SDK client) of this process
+_clients_lock = threading.RLock()  # reentrant: one make() may need another client (a client its credentials)
+
+
+def per_process(key: tuple, make: Callable[[], object]):
+    """`make()` once per process and `key` (what the client depends on: the environment's endpoint and
+    credentials): a forked DataLoader worker never uses its parent's sockets or tokens, it makes its own."""
+    key = (os.getpid(), *key)
+    held = _clients.get(key)
+    if held is None:
+        with _clients_lock:
+            held = _clients.get(key)
+            if held is None:
+                held = _clients[key] = make()
+    return held
+
+
+def _after_fork_in_child() -> None:
+    global _clients_lock
+    _clients_lock = threading.RLock()  # a parent thread may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 _staging: dict[int, str] = {}
 _staging_lock = threading.Lock()
@@ -164,6 +189,59 @@ class Store:
         holds only objects)."""
 
 
+class ObjectStore(Store):
+    """A "directory" `SCHEME://BUCKET/PREFIX` of an object store (S3, GCS, Azure): what they share.
+    A shard is uploaded from its staging file by `publish`, which then removes the file; every object
+    carries its sha256 as metadata, which `sha256` answers from (`recorded`); `content_sha256`
+    re-reads the object through `reader`, the scheme that reads the store's URLs. A subclass gives
+    `recorded(name)` and the writes (`upload_file`, `write_bytes`, `read_bytes`, `delete`, `list_names`)."""
+
+    supports_listing = True
+    reader: "Scheme"
+
+    def __init__(self, root: str, prefix: str):
+        self.root, self.prefix = root.rstrip("/"), prefix.strip("/")
+        super().__init__(f"{self.root}/{self.prefix}" if self.prefix else self.root)
+
+    def key(self, name: str) -> str:
+        return f"{self.prefix}/{name}" if self.prefix else name
+
+    def name_url(self, name: str) -> str:
+        return f"{self.root}/{self.key(name)}"
+
+    def recorded(self, name: str) -> tuple[int, str | None] | None:
+        """(size, the sha256 recorded at upload or None) of the object, or None if it is absent."""
+        raise NotImplementedError
+
+    def publish(self, local_path: str, name: str) -> None:
+        """Upload a finished local shard under `name`, then remove the local file."""
+        try:
+            self.upload_file(local_path, name)
+        finally:
+            remove_quietly(local_path)
+
+    def stat(self, name: str) -> int | None:
+        found = self.recorded(name)
+        return None if found is None else found[0]
+
+    def sha256(self, name: str) -> str | None:
+        """The sha256 recorded at upload; an object without one is hashed."""
+        found = self.recorded(name)
+        if found is None:
+            return None
+        return found[1] or self.content_sha256(name)
+
+    def content_sha256(self, name: str) -> str | None:
+        """Re-read the object and hash what is really there (None if it is absent)."""
+        if self.stat(name) is None:
+            return None
+        digest = hashlib.sha256()
+        with self.reader.open(self.name_url(name)) as stream:
+            while block := stream.read(BUFFER):
+                digest.update(block)
+        return digest.hexdigest()
+
+
 class Scheme:
     """How URLs of one scheme are read, and (when `writable`) opened as a `Store`.
 
@@ -214,6 +292,17 @@ class Scheme:
     def local_path(self, url: str) -> str | None:
         """The local file behind `url`, for random access (mmap, map-style datasets), or None."""
         return None
+
+    def pin(self, url: str) -> str:
+        """The URL naming what `url` names now, however the store moves on (a Hub revision resolved
+        to its commit): what a run reads and records. Default: `url` itself (a shard is held to its
+        manifest row's size and digest instead)."""
+        return url
+
+    def unpinned(self, url: str) -> str:
+        """`url` without what `pin` fixed (its revision): two URLs with one unpinned form name one
+        location at two moments. Default: `url` itself."""
+        return url
 
     def configured(self, options) -> "Scheme":
         """This scheme reading with `options` (a `wdsprep.readoptions.ReadOptions`: retries,

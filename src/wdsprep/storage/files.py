@@ -12,6 +12,9 @@ A whole file written at once (a manifest, the units record, the `wdsprep show` p
 atomically (`write_atomically`): to a temporary name beside it, `.NAME.XXXX.tmp` (what
 `LocalStore.clean_temporaries` removes), synced, then renamed over it; a reader sees the old file or
 the new one, never a part, and a failure leaves no temporary behind.
+
+A small file a user names to be read (a key file) is read by `read_regular`: a regular file only (a
+FIFO or device is refused without being waited on) and no more of it than its caller takes.
 """
 from __future__ import annotations
 
@@ -65,8 +68,13 @@ KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"), (stat.S_I
          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
 
 
+def kind_of(mode: int) -> str:
+    """What a file of `mode` (an `lstat` or `fstat` st_mode) is, in words: "a FIFO", "a symbolic link"."""
+    return next((name for test, name in KINDS if test(mode)), "not a regular file")
+
+
 def _not_regular(path: str, mode: int) -> OutputError:
-    kind = next((name for test, name in KINDS if test(mode)), "not a regular file")
+    kind = kind_of(mode)
     return OutputError(f"{path}: exists and is {kind}, not a regular file; wdsprep replaces only regular files "
                        "(remove it or choose another output)")
 
@@ -112,6 +120,27 @@ def open_regular(path: str, flags: int, mode: int = 0o666) -> int:
         raise _not_regular(path, status)
     os.set_blocking(fd, True)
     return fd
+
+
+def read_regular(path: str, limit: int) -> bytes:
+    """The bytes of the regular file `path` (a symlink to one is followed: a file the user names), at
+    most `limit + 1` of them, so the caller sees when it holds more than it takes. Anything else (a
+    FIFO, a device, a socket, a directory) is an `OSError` whose strerror names its kind, raised
+    before it is read or waited on (stat first; opened O_NONBLOCK and checked again with fstat)."""
+    mode = os.stat(path).st_mode
+    if stat.S_ISREG(mode):
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        try:
+            mode = os.fstat(fd).st_mode  # replaced since the stat: checked again before any read
+            if stat.S_ISREG(mode):
+                chunks, left = [], limit + 1
+                while left > 0 and (chunk := os.read(fd, min(left, BUFFER))):
+                    chunks.append(chunk)
+                    left -= len(chunk)
+                return b"".join(chunks)
+        finally:
+            os.close(fd)
+    raise OSError(errno.EINVAL, f"{kind_of(mode)}, not a regular file", path)
 
 
 def write_atomically(path: str, data: bytes) -> None:

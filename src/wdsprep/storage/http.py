@@ -97,18 +97,27 @@ class HttpBody:
         response.close()
 
 
-def _send(url: str, start: int, stop: int | None, timeout: float):
-    """One GET of `url` from `start` (to `stop`, exclusive), `timeout` seconds per connect and read:
-    (status, HttpBody, headers)."""
+def _send(url: str, start: int, stop: int | None, timeout: float, via: "HttpGetScheme"):
+    """One GET of the object `url` from `start` (to `stop`, exclusive), `timeout` seconds per connect
+    and read: (status, HttpBody, headers). `via` is the scheme that reaches it: `locate(url)` gives the
+    request's URL and headers, `explain` words a permanent error, `arrived` sees where redirects led,
+    `stale` says whether a permanent error of a remembered location is to be located again (then a
+    transient error: the retry asks `locate` anew)."""
+    target, extra = via.locate(url)
     wanted = range_header(start, stop)
-    headers = {"Range": wanted} if wanted else {}
+    headers = dict(extra)
+    if wanted:
+        headers["Range"] = wanted
     client = http_client()
-    request = client.build_request("GET", url, headers=headers, timeout=timeout)
+    request = client.build_request("GET", target, headers=headers, timeout=timeout)
     response = client.send(request, stream=True)
     status = response.status_code
     if status in PERMANENT:
+        body = _short_body(response)
         response.close()
-        raise ShardError(url, f"HTTP {status} {PERMANENT[status]}")
+        if via.stale(url, target):
+            raise ConnectionError(f"HTTP {status} from a remembered location: located again")
+        raise ShardError(url, via.explain(status, response.headers, body))
     if status >= 400:
         response.close()
         raise ConnectionError(f"HTTP {status} {response.reason_phrase}")  # transient: retried
@@ -117,7 +126,22 @@ def _send(url: str, start: int, stop: int | None, timeout: float):
         response.close()
         raise ShardError(url, f"the server sent it with Content-Encoding: {encoding} although identity was asked "
                               "for; serve it as it is stored (uncompressed by the server)")
+    if response.history:
+        via.arrived(url, target, str(response.url))
     return status, HttpBody(response), response.headers
+
+
+def _short_body(response, limit: int = 4096) -> bytes:
+    """The first bytes of an error's body (what a store says went wrong), never more."""
+    data = b""
+    try:
+        for chunk in response.iter_raw():
+            data += chunk
+            if len(data) >= limit:
+                break
+    except Exception:  # noqa: BLE001 -- a body that cannot be read explains nothing
+        pass
+    return data[:limit]
 
 
 def _total(headers, start: int) -> int | None:
@@ -128,14 +152,16 @@ def _total(headers, start: int) -> int | None:
     return start + int(length) if length is not None else None
 
 
-def http_open_at(url: str, end: int | None = None, *, timeout: float | None = None):
+def http_open_at(url: str, end: int | None = None, *, timeout: float | None = None, via: "HttpGetScheme | None" = None):
     """`open_at(offset)` for `ResumingStream`: one GET (with `Range` past 0, or up to `end`
     exclusive when it is given) -> (body, total, etag); `timeout` per connect and read (default:
-    the environment's now, `ReadOptions`)."""
+    the environment's now, `ReadOptions`); `via`: the scheme that reaches the object (default
+    `http(s)://`: the URL itself; gs://, az://, hf:// give their own, `HttpGetScheme`)."""
     timeout = ReadOptions.from_environment().timeout if timeout is None else timeout
+    via = SCHEME if via is None else via
 
     def open_at(offset: int):
-        status, body, headers = _send(url, offset, end, timeout)
+        status, body, headers = _send(url, offset, end, timeout, via)
         etag = headers.get("ETag")
         if offset and status != 206:
             # the server ignored Range: read past what we already have (still no disk, bounded by offset)
@@ -156,15 +182,37 @@ def _discard(body, count: int, url: str) -> None:
         count -= n
 
 
-class HttpScheme(ResumingScheme):
-    webdataset = True
-    example = "https://HOST/PATH"
+class HttpGetScheme(ResumingScheme):
+    """A scheme whose bytes are plain ranged HTTP GETs over this process's pooled client (so it
+    shares the read-ahead, retries and rate floor of every remote read). Its defaults are plain
+    http(s)'s; a store reached another way (gs://, az://, hf://) gives `locate(url) -> (request URL,
+    headers)` and `explain(status, headers, body) -> message`, and may remember where redirects led
+    (`arrived`) as long as it forgets a remembered location that fails (`stale`)."""
 
     def open_at(self, url: str, end: int | None = None):
-        return http_open_at(url, end, timeout=self.options.timeout)
+        return http_open_at(url, end, timeout=self.options.timeout, via=self)
 
     def connect(self, connections: int) -> None:
         http_client(connections)
+
+    def locate(self, url: str) -> tuple[str, dict]:
+        return url, {}
+
+    def explain(self, status: int, headers, body: bytes) -> str:
+        return f"HTTP {status} {PERMANENT[status]}"
+
+    def arrived(self, url: str, target: str, final: str) -> None:
+        """The request for `url` sent to `target` was redirected to `final`. Default: nothing kept."""
+
+    def stale(self, url: str, target: str) -> bool:
+        """Whether a permanent error of `target` means only that a remembered location expired (it is
+        then forgotten, and the request located again). Default: no (nothing is remembered)."""
+        return False
+
+
+class HttpScheme(HttpGetScheme):
+    webdataset = True
+    example = "https://HOST/PATH"
 
 
 SCHEME = HttpScheme()

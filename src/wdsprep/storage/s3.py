@@ -28,7 +28,7 @@ from typing import Iterator
 
 from ..errors import ConfigError, ShardError
 from ..readoptions import MIN_S3_PART_BYTES, ReadOptions
-from .base import Store
+from .base import ObjectStore
 from .files import file_sha256
 from .resuming import ResumingScheme, range_header
 
@@ -195,21 +195,18 @@ def _not_found(error: Exception) -> bool:
     return s3_error_code(error) in ("NoSuchKey", "404", "NotFound")
 
 
-class S3Store(Store):
+class S3Store(ObjectStore):
     """A "directory" `s3://bucket/prefix` holding shards and a manifest. No lock (S3 has none: one
     conversion per prefix is the caller's rule); `sha256` answers from the upload's metadata.
     `multipart_bytes` / `part_bytes` default to the environment's when the store is opened
     (`ReadOptions`: WDSPREP_S3_MULTIPART_BYTES, WDSPREP_S3_PART_BYTES)."""
-
-    supports_listing = True
 
     def __init__(self, url: str, *, multipart_bytes: int | None = None, part_bytes: int | None = None, **options):
         bucket, prefix = split_s3(url.rstrip("/"))
         if not bucket:
             raise ConfigError(f"{url}: expected s3://BUCKET/PREFIX")
         self.bucket = bucket
-        self.prefix = prefix.strip("/")
-        super().__init__(f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}")
+        super().__init__(f"s3://{bucket}", prefix)
         environment = ReadOptions.from_environment()  # checked before any request
         self.multipart_bytes = int(environment.s3_multipart_bytes if multipart_bytes is None else multipart_bytes)
         self.part_bytes = max(int(environment.s3_part_bytes if part_bytes is None else part_bytes), 1)
@@ -225,28 +222,11 @@ class S3Store(Store):
                 raise ConfigError(f"{url}: access denied to bucket {bucket!r}") from None
             raise ConfigError(f"{url}: cannot reach the S3 endpoint ({error})") from None
 
-    # -- names
-    def key(self, name: str) -> str:
-        return f"{self.prefix}/{name}" if self.prefix else name
-
-    def name_url(self, name: str) -> str:
-        return f"s3://{self.bucket}/{self.key(name)}"
-
     @property
     def client(self):
         return s3_client()
 
     # -- Store
-    def publish(self, local_path: str, name: str) -> None:
-        """Upload a finished local shard under `name`, then remove the local file."""
-        try:
-            self.upload_file(local_path, name)
-        finally:
-            try:
-                os.unlink(local_path)
-            except FileNotFoundError:
-                pass
-
     def upload_file(self, local_path: str, name: str, sha256: str | None = None) -> None:
         """Upload a local file (kept) as `name`, with its sha256 in the object metadata.
 
@@ -291,27 +271,11 @@ class S3Store(Store):
                 return None
             raise
 
-    def stat(self, name: str) -> int | None:
-        head = self.head(name)
-        return None if head is None else int(head["ContentLength"])
-
-    def sha256(self, name: str) -> str | None:
-        """The stored sha256 (metadata written with the upload); objects without it are hashed."""
+    def recorded(self, name: str) -> tuple[int, str | None] | None:
         head = self.head(name)
         if head is None:
             return None
-        stored = (head.get("Metadata") or {}).get(SHA256_METADATA)
-        return stored or self.content_sha256(name)
-
-    def content_sha256(self, name: str) -> str | None:
-        """Re-read the object and hash what is really there (None if it is absent)."""
-        if self.stat(name) is None:
-            return None
-        digest = hashlib.sha256()
-        with SCHEME.open(self.name_url(name)) as stream:
-            while block := stream.read(MIB):
-                digest.update(block)
-        return digest.hexdigest()
+        return int(head["ContentLength"]), (head.get("Metadata") or {}).get(SHA256_METADATA)
 
     def read_bytes(self, name: str) -> bytes | None:
         try:
@@ -470,3 +434,4 @@ class S3Scheme(ResumingScheme):
 
 
 SCHEME = S3Scheme()
+S3Store.reader = SCHEME

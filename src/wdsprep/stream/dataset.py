@@ -15,7 +15,9 @@ Resume. `state_dict()` saves this process's position (inside a DataLoader worker
 discards the outputs already delivered. Exact for stages that map, filter or expand samples one
 at a time (every reader stage of wdsprep), and for `.batched()` called on this object (batching is
 placed after the counting point). With DataLoader workers, use `wdsprep.Loader`, which records
-each worker's position in the main process.
+each worker's position in the main process. A state records the manifest's pinned location
+(`location`: a Hub revision's commit, storage/hf.py); a dataset of the same location whose branch
+moved since reads the recorded commit again when given the state (`_read_recorded`).
 
 Fusion. A `ReaderStage` (`wdsprep.decode()`, stream/decode.py) placed first runs inside the
 worker's reader; any other stage is applied to the reader's samples as webdataset would.
@@ -44,6 +46,7 @@ from ..checks import one_of, whole_number
 from ..readoptions import SETTINGS as READ_SETTINGS
 from ..readoptions import ReadOptions
 from ..shards.manifest import Manifest
+from ..storage import unpinned
 from .decode import ReaderStage
 from .manifests import load_manifest
 from .catalog import Catalog, catalog_of
@@ -145,7 +148,7 @@ class PlannedDataset(Epochs, wds.DataPipeline, FluidInterface):
             position = self._position.as_dict()
         else:  # not iterated since a load_state_dict: the loaded position, not the epoch's start
             position = self.position(self._resume.get(worker)).as_dict()
-        return encode_state(self.layout(), self.progress, num_workers, {worker: position})
+        return encode_state(self.layout(), self.progress, num_workers, {worker: position}, **self.provenance())
 
     def load_state_dict(self, state: dict | list, **options) -> None:
         """Resume from this rank's own state (same world and workers), or from the list of every
@@ -162,6 +165,11 @@ class PlannedDataset(Epochs, wds.DataPipeline, FluidInterface):
         return parse_state(state, self.layout(), num_workers, what, level_value=self.level_value)
 
     level_value = staticmethod(worker_level)  # what an elastic resume keeps of a worker's position
+
+    def provenance(self) -> dict:
+        """What a state records beside the layout and never matches (a dataset: its pinned location).
+        Default: nothing."""
+        return {}
 
     # -- the pass's plan, kept (the latest pass only)
     def planned(self, key: tuple, plan: Callable[[], Any]) -> Any:
@@ -251,13 +259,18 @@ class ShardDataset(PlannedDataset):
         self._init_reading(seed=seed, epoch=epoch, shuffle_shards=shuffle_shards, shuffle_buffer=shuffle_buffer,
                            equalize=equalize, rank=rank, world_size=world_size, handler=handler,
                            read_options=read_options, read=read)
-        self.manifest = manifest
         self.split = split
-        # the split's shards and what the selection keeps of them (stream/catalog.py)
-        self.catalog = catalog_of(manifest, split, seed=self.seed, keys=keys, select=select, fraction=fraction,
-                                  limit=limit)
+        self._selection = {"keys": keys, "select": select, "fraction": fraction, "limit": limit}
+        self._outputs_per_sample = outputs_per_sample
+        self._open(manifest)
+
+    def _open(self, manifest: Manifest) -> None:
+        """Read `manifest`'s split: its shards and what the selection keeps of them (stream/catalog.py)."""
+        self.manifest = manifest
+        self.catalog = catalog_of(manifest, self.split, seed=self.seed, **self._selection)
         self.rows, self.urls, self.counts = self.catalog.rows, self.catalog.urls, self.catalog.counts
-        self.shard_weights = shard_weights(self.catalog, outputs_per_sample)
+        self.shard_weights = shard_weights(self.catalog, self._outputs_per_sample)
+        self._planned = None
 
     @property
     def digest(self) -> str:
@@ -270,6 +283,27 @@ class ShardDataset(PlannedDataset):
         return {"dataset": self.digest, "split": self.split, "seed": self.seed, "shuffle_shards": self.shuffle_shards,
                 "shuffle_buffer": self.shuffle_buffer, "equalize": self.equalize, "rank": rank, "world_size": world,
                 "selection": self.catalog.selection_text}
+
+    def provenance(self) -> dict:
+        """Where the data was read from, recorded in a state beside the layout and not matched on
+        resume: the manifest's pinned `location` (`_read_recorded`)."""
+        return {"location": self.manifest.url}
+
+    def parse_state(self, state: dict | list, num_workers: int, what: str = "dataset") -> Resume:
+        """A state checked against this dataset (stream/state.py), after reading again the pinned
+        location it records where this dataset's own has moved on from it (`_read_recorded`)."""
+        self._read_recorded(state)
+        return super().parse_state(state, num_workers, what)
+
+    def _read_recorded(self, state: dict | list) -> None:
+        """A state saved from a pinned location (`storage.pin`: a Hub commit) of which this dataset's
+        is a later pin (its branch moved since): read the recorded one, so a resumed run reads the
+        bytes the interrupted one read, however the branch moved."""
+        first = state[0] if isinstance(state, list) and state else state
+        recorded = first.get("location") if isinstance(first, dict) else None
+        here = self.manifest.url
+        if isinstance(recorded, str) and here and recorded != here and unpinned(recorded) == unpinned(here):
+            self._open(load_manifest(recorded, self.read_options))
 
     @staticmethod
     def position(saved: dict | None) -> Position:

@@ -48,7 +48,7 @@ from webdataset.filters import default_collation_fn
 from ..checks import whole_number
 from ..errors import ConfigError
 from .dataset import PlannedDataset
-from .slabs import SlabRing
+from .slabs import SlabRing, default_collation
 from .state import EpochProgress, Epochs, encode_state
 
 
@@ -131,7 +131,8 @@ class _WorkerBatches(IterableDataset):
         """(a sample or batch -> (payload, slab); samples -> their batch's (payload, slab)): into this
         worker's slabs when there is a ring, the Loader's default collate stacking straight into them."""
         if self.ring is None or info is None:
-            return _unslabbed, lambda samples: (self.collate_fn(samples), None)
+            collate = default_collation if self.collate_fn is default_collation_fn else self.collate_fn
+            return _unslabbed, lambda samples: (collate(samples), None)
         if self._writer is None:
             self._writer = self.ring.writer(info.id)
         else:
@@ -210,6 +211,16 @@ def _forks(context: Any) -> bool:
     if context is None:
         return multiprocessing.get_start_method() == "fork"
     return (context if isinstance(context, str) else context.get_start_method()) == "fork"
+
+
+def _worker_line(error: ConfigError) -> str:
+    """A ConfigError's one line: a worker's, out of the traceback torch wraps it in ("Caught
+    ConfigError in DataLoader worker process 0.\nOriginal Traceback ... ConfigError: <line>")."""
+    text = str(error)
+    if "\n" not in text:
+        return text
+    last = text.rstrip().splitlines()[-1]
+    return last.split("ConfigError: ", 1)[1] if "ConfigError: " in last else text
 
 
 def _received(batch: Any) -> Any:
@@ -311,6 +322,9 @@ class Loader(Epochs):
                 self._positions[logical] = position
                 self._next_worker = (logical + 1) % self.logical_workers
                 yield batch
+        except ConfigError as error:  # raised in a worker: torch's wrapper holds its traceback; its one line
+            self._kept = None
+            raise ConfigError(_worker_line(error)) from None
         except Exception:
             self._kept = None  # a worker failed: the next pass starts new ones
             raise
@@ -320,7 +334,7 @@ class Loader(Epochs):
 
     def state_dict(self) -> dict:
         return encode_state(self.dataset.layout(), self.progress, self.logical_workers, self._positions,
-                            next_worker=self._next_worker)
+                            next_worker=self._next_worker, **self.dataset.provenance())
 
     def load_state_dict(self, state: dict | list, **options) -> None:
         """This rank's own state (same world size and num_workers), or the list of every old rank's

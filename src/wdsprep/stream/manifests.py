@@ -18,7 +18,7 @@ import os
 from ..errors import ManifestError, ShardError
 from ..shards import shardtable
 from ..shards.manifest import MANIFEST_NAME, Manifest, join_url
-from ..storage import local_path, read_url, scheme_of
+from ..storage import local_path, pin, read_url, scheme_of
 
 
 def manifest_location(url: str) -> str:
@@ -30,12 +30,14 @@ def manifest_location(url: str) -> str:
 
 def load_manifest(url: str, options=None) -> Manifest:
     """The manifest at `url` (or in the directory/prefix `url`), read with `options` (a dataset's
-    `ReadOptions`; None: the environment's, now)."""
-    location = manifest_location(str(url))
+    `ReadOptions`; None: the environment's, now), from its pinned URL (`storage.pin`), which is
+    the manifest's `url` from then on."""
+    asked = location = manifest_location(str(url))
     try:
+        location = pin(location)  # a Hub revision resolved to its commit, once: every shard URL names it
         text = read_url(location, options)
     except ShardError as error:
-        raise ManifestError(f"{location}: cannot read manifest ({error})") from None
+        raise ManifestError(f"{asked}: cannot read manifest ({error})") from None
     if scheme_of(location) == "file":
         location = location[len("file://") :]
     return Manifest.loads(text, location, tables=functools.partial(_split_table, location, options))

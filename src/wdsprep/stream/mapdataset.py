@@ -11,7 +11,8 @@ per-shard counts (a binary search over their running sums), the sample number fr
 shard is read for them. Negative positions count from the end, like a list's; any other position
 out of range is an `IndexError` naming the length.
 
-Reading. `ds[i]` reads one sample; `ds.__getitems__(indices)`, which torch's DataLoader calls with
+Reading. `ds[i]` reads one sample and `ds[a:b:c]` the list of a slice's samples, read together;
+`ds.__getitems__(indices)`, which torch's DataLoader calls with
 each batch of its sampler's indices, reads a batch in one call of `ShardAccess.read`
 (stream/access.py): per shard, the samples whose bytes lie next to each other (or at most
 `gap_bytes` apart remotely) come in ONE read, a bounded Range request remotely, the requests of
@@ -151,7 +152,16 @@ class MapDataset(_Base):
         return self.access.index(shard).names(number)
 
     # -- reading
-    def __getitem__(self, index: int):
+    def __getitem__(self, index: int | slice):
+        """The item at a position (negative: from the end), or at each position of a slice, as a
+        list read together (`__getitems__`: one batch). A key is `get(key)`."""
+        if isinstance(index, slice):
+            return self.__getitems__(range(*index.indices(len(self))))
+        try:
+            operator.index(index)
+        except TypeError:
+            what = f"the string {index!r} (a sample by key is ds.get(key))" if isinstance(index, str) else type(index).__name__
+            raise TypeError(f"MapDataset indices are positions (integers) or slices, not {what}") from None
         return self.__getitems__([index])[0]
 
     def __getitems__(self, indices: Sequence[int]) -> list:

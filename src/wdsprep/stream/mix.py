@@ -6,18 +6,25 @@ The rules (docs/mixing.md says them for users; tests/core/test_mix_oracle.py mod
 
 M1. Parts p = 0..P-1, each one split of one manifest narrowed by its selection (a `Catalog`), with
     its own reader stages and, when a stage turns a sample into several training samples, its
-    `outputs_per_sample`. A part's size is its samples, or its outputs when it declares them.
+    `outputs_per_sample`. A part's size is its samples, or its outputs when it declares them. Its
+    weight (repeat) is a real number > 0 that a float can hold (numpy scalars too), kept exactly as a
+    Fraction; its name a non-empty string. Two parts keeping the same samples of the same shards and
+    split (however their selections are written) are one part read twice: refused, naming both.
 M2. How many of each part an epoch holds (n_p, in the part's unit):
     - weighted: the shares q_p = w_p / sum(w). For a total S, n_p(S) is the largest-remainder
       apportionment of S by the shares (ties to the lower part index). S is `samples_per_epoch`
       when given; else with stop="first" the largest S with n_p(S) <= size_p for every part (the
       epoch ends when the first part runs out), with stop="all" the smallest S with n_p(S) >= size_p
-      for every part (smaller parts cycle until every part was seen whole).
-    - epochized: n_p = size_p * repeat_p, rounded half up.
+      for every part (smaller parts cycle until every part was seen whole). Those S are found in a
+      window computed in closed form (`_fitted`), at most MAX_TOTALS_TRIED totals, else refused.
+    - epochized: n_p = size_p * repeat_p, rounded half up (a part it rounds to 0 is warned about).
+    An epoch holds at most MAX_EPOCH_SAMPLES (2**32) samples of all parts: more is refused.
 M3. Part p's epoch sequence: passes j = 0, 1, ..., pass j being every sample of the part in the shard
     order of PCG64([seed, epoch, 0x5EED, p, j]) (pass 0 of part 0 uses (seed, epoch) like
     `wdsprep.dataset`, so a one-part mix is that dataset), cut after n_p samples (with outputs:
     after the first sample that brings the outputs to n_p). A sample's identity is (pass, shard, index).
+    It is held as the rule it is (stream/plan.py's `Passes`): a pass is made when a position in it
+    is dealt or read, so len(), the dealing and a worker's first sample cost no step per pass.
 M4. Each part's sequence is dealt to ranks and workers by stream/plan.py's rules 3-7 (equalize, the
     weighted cuts on outputs, elastic remainders), part by part: with equalize, worker k of every rank
     gets the same count c_p of each part. equalize="pad" gives a part with fewer samples in the epoch
@@ -29,7 +36,9 @@ M5. A worker's stream interleaves its parts' outputs by the earliest-deadline sc
     each block of B slots are permuted by PCG64([seed, epoch, rank, worker, block, 0x313C]) (the
     counts hold exactly at block ends), and each part's own stream is block-shuffled by rule 6 with
     its share of the buffer, B_p = max(1, round(B * n_p / sum(n))) (half up): the parts' blocks
-    together hold about B samples, as one dataset's buffer of B does.
+    together hold about B samples, as one dataset's buffer of B does. The schedule has no closed
+    form: it is made as the stream is read (kept when short), and a resumed worker makes its slots
+    before its position again (about half a microsecond each: why an epoch is bounded, M2).
 M6. Each output that is a dict names its part in `__part__`. Stages composed on the mix run on the
     mixed stream, past the counting point (as batching does): they must map one sample to one.
 
@@ -54,8 +63,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import json
 import math
+import numbers
+import warnings
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Callable, Iterator, Sequence as Sequence_
@@ -63,7 +75,7 @@ from typing import Any, Callable, Iterator, Sequence as Sequence_
 import numpy as np
 import webdataset as wds
 
-from ..checks import number, one_of, whole_number
+from ..checks import number, one_of, refuse, whole_number
 from ..errors import ConfigError, ManifestError
 from ..shards.manifest import Manifest
 from ..readoptions import ReadOptions
@@ -72,7 +84,7 @@ from .dataset import PlannedDataset, shard_weights
 from .decode import ReaderStage
 from .manifests import load_manifest
 from ..shards.shardtable import ShardTable
-from .plan import Level, Sequence, concat, epoch_order, remainder, sequence_weights
+from .plan import Level, Passes, Sequence, epoch_order, remainder
 from ..readoptions import MIN_RANGE
 from .remote import reads_ahead, worker_connections
 from .state import EpochProgress, Position, Resume, parse_state, worker_level
@@ -113,8 +125,9 @@ class _Planned:
     stages: list
     decode: ReaderStage | None
     size: int
-    share: Fraction  # its weight (weighted) or repeat (epochized)
+    share: Fraction  # its weight (weighted) or repeat (epochized), exactly
     where: str = field(default="")
+    given: str = field(default="")  # the weight or repeat as the user wrote it (what messages say)
 
     @property
     def bytes_per_sample(self) -> float:
@@ -124,48 +137,123 @@ class _Planned:
         total = int(rows.bytes.sum(dtype=np.uint64)) if isinstance(rows, ShardTable) else sum(row["bytes"] for row in rows)
         return total / max(1, int(sizes.sum()))
 
-    def outputs(self, sequence: Sequence) -> np.ndarray:
-        """Cumulative outputs (or samples) of a sequence's positions."""
-        if self.weights is None:
-            return np.arange(1, len(sequence) + 1, dtype=np.int64)
-        return np.cumsum(sequence_weights(sequence, self.weights))
-
 
 def _number(value: Any, what: str, where: str) -> Fraction:
+    """A weight or repeat, exactly: a real number (int, float, a numpy scalar, a Fraction), finite
+    as a float (so at most ~1.8e308) and > 0; anything else is one ConfigError line."""
     number(value, f"{where}: {what}", 0, above=True, text=False)
-    return Fraction(value)
+    return Fraction(int(value)) if isinstance(value, numbers.Integral) else Fraction(
+        value if isinstance(value, Fraction) else float(value))
+
+
+def _spelled(share: str) -> str:
+    """A weight as a state records it (an exact fraction, '5404319552844595/18014398509481984') the
+    way a user writes it: '0.3' (the float it is exactly), '2', or the fraction when no float is it."""
+    try:
+        exact = Fraction(share)
+        if exact.denominator == 1:
+            return str(exact.numerator)
+        return repr(float(exact)) if Fraction(float(exact)) == exact else share
+    except (ValueError, ZeroDivisionError, OverflowError):
+        return share
+
+
+# What an epoch may hold, and what planning it may try (rule M2). A worker resumed mid-epoch makes its
+# schedule again up to its position (rule M5, about half a microsecond a slot), so an epoch is bounded;
+# the search for stop's total tries each total of a window at most this many times.
+MAX_EPOCH_SAMPLES = 1 << 32
+MAX_TOTALS_TRIED = 100_000
 
 
 def apportion(total: int, shares: list[Fraction]) -> list[int]:
     """Largest-remainder apportionment of `total` by `shares` (ties to the lower index)."""
+    return _seats(total, *_scaled(shares))
+
+
+def _scaled(shares: list[Fraction]) -> tuple[list[int], int]:
+    """The shares as whole numbers over one denominator: (a_p, M) with a_p / M = share_p / sum(shares),
+    so that sum(a_p) = M and a quota S * a_p / M is split into whole seats and a remainder exactly."""
     whole = sum(shares)
-    exact = [total * share / whole for share in shares]
-    counts = [int(x) for x in exact]  # floor: every x >= 0
-    order = sorted(range(len(shares)), key=lambda p: (-(exact[p] - counts[p]), p))
-    for p in order[: total - sum(counts)]:
+    normal = [Fraction(share) / whole for share in shares]
+    denominator = math.lcm(*(fraction.denominator for fraction in normal))
+    return [fraction.numerator * (denominator // fraction.denominator) for fraction in normal], denominator
+
+
+def _seats(total: int, scaled: list[int], denominator: int) -> list[int]:
+    """`apportion` of shares already `_scaled`: each part the whole seats of its quota, one more to
+    the largest remainders (ties to the lower index)."""
+    floors, remainders = zip(*(divmod(total * a, denominator) for a in scaled))
+    counts = list(floors)
+    for p in sorted(range(len(scaled)), key=lambda p: (-remainders[p], p))[: total - sum(counts)]:
         counts[p] += 1
     return counts
 
 
 def epoch_counts(mode: str, sizes: list[int], shares: list[Fraction], stop: str,
                  samples_per_epoch: int | None) -> list[int]:
-    """Rule M2: how many samples (outputs) of each part an epoch holds."""
+    """Rule M2: how many samples (outputs) of each part an epoch holds (at most MAX_EPOCH_SAMPLES
+    together, else one ConfigError line)."""
     if mode == "epochized":
-        return [int(size * share + Fraction(1, 2)) for size, share in zip(sizes, shares)]
-    if samples_per_epoch is not None:
-        return apportion(samples_per_epoch, shares)
-    # a part's count is its quota S * share / sum(shares) rounded down or up, and may shrink as S
-    # grows (the Alabama paradox): so every S between the bounds where the rounding alone decides is tried
-    whole = sum(shares)
-    if stop == "first":  # from the largest S whose quotas round down within every size, downwards
-        total = min(sum(sizes), *(math.ceil((size + 1) * whole / share) - 1 for size, share in zip(sizes, shares)))
-        while total > 0 and any(n > size for n, size in zip(apportion(total, shares), sizes)):
-            total -= 1
-    else:  # from the smallest S whose quotas round up to every size, upwards
-        total = max(math.floor((size - 1) * whole / share) + 1 for size, share in zip(sizes, shares))
-        while any(n < size for n, size in zip(apportion(total, shares), sizes)):
-            total += 1
-    return apportion(total, shares)
+        counts = [int(size * share + Fraction(1, 2)) for size, share in zip(sizes, shares)]
+        what = f"repeats {[_spelled(str(share)) for share in shares]}"
+    elif samples_per_epoch is not None:
+        counts, what = apportion(samples_per_epoch, shares), f"samples_per_epoch={samples_per_epoch}"
+    else:
+        counts, what = _fitted(sizes, shares, stop), f"stop={stop!r} and weights {[_spelled(str(s)) for s in shares]}"
+    if sum(counts) > MAX_EPOCH_SAMPLES:
+        raise _too_large(what, f"{sum(counts)}")
+    return counts
+
+
+def _too_large(what: str, held: str) -> ConfigError:
+    return ConfigError(f"mix: with {what} an epoch holds {held} samples, more than the {MAX_EPOCH_SAMPLES} (2**32) "
+                       "an epoch may hold: make the epochs smaller (samples_per_epoch, repeat) and read more of them")
+
+
+def _fitted(sizes: list[int], shares: list[Fraction], stop: str) -> list[int]:
+    """Rule M2 without samples_per_epoch: the largest total S whose counts fit every part's size
+    (stop="first"), or the smallest whose counts cover every size (stop="all").
+
+    A part's count is its quota S * a_p / M rounded down, plus one when its remainder is among the
+    R = S - sum(floors) largest; so counts may shrink as S grows (the Alabama paradox) and S cannot be
+    found by bisection. But with P parts a remainder below 1/P never gets the extra seat (the R seats
+    go to remainders summing to R), and one above 1 - 1/P always does. So the answer lies in a window
+    where some part's remainder is between those two: below it a part short of its size cannot get
+    its missing seat (stop="all"), above it a part at its size gets one too many (stop="first"). The
+    window is found in closed form and tried total by total, in the order the rule says; it holds
+    about (1 - 2/P) / (the smallest share) totals: one or two for two parts, and past
+    MAX_TOTALS_TRIED (weights 10^6:1:1) the mix is refused in one line naming a total that fits."""
+    scaled, denominator = _scaled(shares)
+    parts = len(sizes)
+    bounds = [(parts * size, parts * a) for size, a in zip(sizes, scaled)]  # quotas in units of 1 / (P * M)
+    if stop == "all":
+        # below `low` some part short of its size has a remainder under 1/P; at `high` every part's
+        # remainder is above 1 - 1/P or its floor is its size
+        low = max(-(-(ps - parts + 1) * denominator // pa) for ps, pa in bounds)
+        high = max((ps - 1) * denominator // pa + 1 for ps, pa in bounds)
+        totals, holds = range(low, high + 1), (lambda counts: all(n >= size for n, size in zip(counts, sizes)))
+        what, sure = "the smallest epoch that holds every part whole", high
+    else:
+        # above `high` some part at its size has a remainder over 1 - 1/P; at `low` every part's
+        # remainder is under 1/P or its floor is below its size
+        most = sum(sizes)
+        high = min(most, *((ps + parts - 1) * denominator // pa for ps, pa in bounds))
+        low = min(most, *(-(-(ps + 1) * denominator // pa) - 1 for ps, pa in bounds))
+        totals, holds = range(high, low - 1, -1), (lambda counts: all(n <= size for n, size in zip(counts, sizes)))
+        what, sure = "the largest epoch in which no part runs out", low
+    weights = f"weights {[_spelled(str(share)) for share in shares]}"
+    if min(totals) > MAX_EPOCH_SAMPLES:
+        raise _too_large(f"stop={stop!r} and {weights}", f"at least {min(totals)}")
+    if len(totals) > MAX_TOTALS_TRIED:
+        hint = (f"samples_per_epoch={sure} {'covers every part' if stop == 'all' else 'runs no part out'}"
+                if sure <= MAX_EPOCH_SAMPLES else "one that covers every part holds more than 2**32")
+        raise ConfigError(f"mix: stop={stop!r} with {weights}: {what} is one of {len(totals)} totals, more than the "
+                          f"{MAX_TOTALS_TRIED} a plan tries; give samples_per_epoch ({hint})")
+    for total in totals:
+        counts = _seats(total, scaled, denominator)
+        if holds(counts):
+            return counts
+    raise AssertionError(f"rule M2: no total in [{totals.start}, {totals.stop}) fits")  # the window's end always does
 
 
 def pass_order(shards: int, seed: int, epoch: int, shuffle: bool, part: int, cycle: int) -> np.ndarray:
@@ -178,42 +266,70 @@ def pass_order(shards: int, seed: int, epoch: int, shuffle: bool, part: int, cyc
     return rng.permutation(shards).astype(np.int64)
 
 
-def part_sequence(part: _Planned, count: int, seed: int, epoch: int, shuffle: bool) -> Sequence:
-    """Rule M3: passes over the part, cut after `count` samples (outputs)."""
+@dataclass(frozen=True, eq=False)
+class _PassOrder:
+    """Rule M3's shard order of each pass over one part, its shards without samples left out: what
+    the part's `Passes` asks for pass j (a picklable function, so a spawned worker makes the same)."""
+
+    counts: np.ndarray
+    seed: int
+    epoch: int
+    shuffle: bool
+    part: int
+
+    def __call__(self, cycle: int) -> np.ndarray:
+        order = pass_order(len(self.counts), self.seed, self.epoch, self.shuffle, self.part, cycle)
+        return order[self.counts[order] > 0]
+
+
+def part_sequence(part: _Planned, count: int, seed: int, epoch: int, shuffle: bool) -> Sequence | Passes:
+    """Rule M3: passes over the part, cut after `count` samples (outputs). A `Passes` (stream/plan.py):
+    a pass is made only when one of its positions is asked for, so the epoch's size costs nothing."""
     counts = part.catalog.counts
-    passes, taken, cycle = [], 0, 0
-    while taken < count:
-        order = pass_order(len(counts), seed, epoch, shuffle, part.index, cycle)
-        order = order[counts[order] > 0]
-        one = Sequence(order, np.zeros(len(order), np.int64), counts[order], np.full(len(order), cycle, np.int64))
-        ends = part.outputs(one)
-        if not len(ends) or ends[-1] == 0:
-            break  # the part makes no outputs at all
-        if taken + int(ends[-1]) >= count:
-            cut = int(np.searchsorted(ends, count - taken, side="left")) + 1
-            passes.append(one.slice(0, cut))
-            break
-        passes.append(one)
-        taken += int(ends[-1])
-        cycle += 1
-    return concat(passes, merge=False)
+    if count <= 0:
+        return Sequence()
+    order = _PassOrder(counts, seed, epoch, shuffle, part.index)
+    if part.weights is None:
+        return Passes(counts, order, 0, count)
+    # every pass makes the part's size in outputs: whole passes, then the pass holding the count-th
+    # output, cut after the sample that brings the outputs to `count`
+    passes = Passes(counts, order, 0, 0)
+    last = (count - 1) // part.size
+    ends = np.cumsum(passes.pass_pieces(last, 0, passes.per_pass).weights(part.weights))
+    cut = int(np.searchsorted(ends, count - last * part.size, side="left")) + 1
+    return Passes(counts, order, 0, last * passes.per_pass + cut)
+
+
+# a worker's schedule of up to this many slots is made once and kept (the same counts recur every
+# epoch); a longer one is made SLOTS_AT_ONCE at a time as its stream is read
+KEPT_SLOTS = 1 << 20
+SLOTS_AT_ONCE = 1 << 14
 
 
 def schedule(counts: list[int], start: int = 0, block: int = 0, key: tuple = ()) -> Iterator[int]:
     """Rule M5: the part of each slot of a worker's stream, from slot `start` on (then, past the
-    counts, each remaining output of the lowest part that still has one: see `MixStream`)."""
-    labels = _labels(tuple(counts))
+    counts, each remaining output of the lowest part that still has one: see `MixStream`). The slots
+    before `start` are made again (the schedule has no closed form), never those after it before
+    they are read."""
+    counts = tuple(counts)
+    total = sum(counts)
+    labels = iter(_labels(counts).tolist()) if total <= KEPT_SLOTS else _made_slots(counts, total)
     if block <= 1:
-        return iter(labels[start:].tolist())
+        return itertools.islice(labels, start, None)
     return _blocks(labels, start, block, key)
 
 
-def _blocks(labels: np.ndarray, start: int, block: int, key: tuple) -> Iterator[int]:
+def _blocks(labels: Iterator[int], start: int, block: int, key: tuple) -> Iterator[int]:
     """The labels of each block of `block` slots permuted by (key, block) (rule M5), from `start` on."""
-    for first in range(start - start % block, len(labels), block):
-        chunk = labels[first : first + block]
+    first = start - start % block
+    labels = itertools.islice(labels, first, None)
+    while True:
+        chunk = np.fromiter(itertools.islice(labels, block), dtype=np.int64)
+        if not len(chunk):
+            return
         order = np.random.Generator(np.random.PCG64([*key, first // block, 0x313C])).permutation(len(chunk))
         yield from chunk[order][max(0, start - first):].tolist()
+        first += block
 
 
 @functools.lru_cache(maxsize=8)
@@ -222,6 +338,13 @@ def _labels(counts: tuple[int, ...]) -> np.ndarray:
     total = sum(counts)
     taken = [0] * len(counts)
     return np.asarray(_slots(counts, total, 0, total, taken), dtype=np.int32)
+
+
+def _made_slots(counts: tuple[int, ...], total: int) -> Iterator[int]:
+    """Every slot's part (rule M5), made SLOTS_AT_ONCE at a time as they are asked for."""
+    taken = [0] * len(counts)
+    for first in range(0, total, SLOTS_AT_ONCE):
+        yield from _slots(counts, total, first, min(total, first + SLOTS_AT_ONCE), taken)
 
 
 def _slots(counts: tuple[int, ...], total: int, first: int, stop: int, taken: list[int]) -> list[int]:
@@ -318,7 +441,8 @@ class MixDataset(PlannedDataset):
         one_of(mode, "mix: mode", MODES)
         one_of(stop, "mix: stop", STOPS)
         if samples_per_epoch is not None:
-            whole_number(samples_per_epoch, "mix: samples_per_epoch", 1, text=False)
+            whole_number(samples_per_epoch, "mix: samples_per_epoch", 1, "what an epoch may hold, 2**32",
+                         maximum=MAX_EPOCH_SAMPLES, text=False)
         if samples_per_epoch is not None and mode == "epochized":
             raise ConfigError("mix: samples_per_epoch is for mode='weighted' (an epochized mix is sized by each part's repeat)")
         self.mode, self.stop = mode, stop
@@ -329,6 +453,7 @@ class MixDataset(PlannedDataset):
         self._check_parts()
         self._saved_shares: tuple[int, list[Fraction]] | None = None  # (epoch, weights) of a reweighted state
         self._counts: dict[tuple, list[int]] = {}
+        self._check_counts()
         self._check_world()
 
     # -- parts
@@ -342,15 +467,19 @@ class MixDataset(PlannedDataset):
             if "location" not in part:
                 raise ConfigError(f"mix: part {index}: no location")
             part = Part(**part)
+        if part.name is not None and (not isinstance(part.name, str) or not part.name):
+            raise refuse(part.name, f"mix: part {index}: name", "must be a non-empty string", "what __part__ says")
         where = f"mix: part {index}" + (f" ({part.name})" if part.name else "")
         if self.mode == "weighted":
             if part.repeat is not None:
                 raise ConfigError(f"{where}: repeat is for mode='epochized' (a weighted part has a weight)")
-            share = _number(1 if part.weight is None else part.weight, "weight", where)
+            given = 1 if part.weight is None else part.weight
+            share = _number(given, "weight", where)
         else:
             if part.weight is not None:
                 raise ConfigError(f"{where}: weight is for mode='weighted' (an epochized part has a repeat)")
-            share = _number(1 if part.repeat is None else part.repeat, "repeat", where)
+            given = 1 if part.repeat is None else part.repeat
+            share = _number(given, "repeat", where)
         try:
             manifest = part.location if isinstance(part.location, Manifest) else load_manifest(str(part.location), self.read_options)
         except ManifestError as error:
@@ -374,19 +503,38 @@ class MixDataset(PlannedDataset):
         if size == 0:
             raise ConfigError(f"{where}: split {part.split!r} of {manifest.url or 'its manifest'} has no samples")
         name = part.name if part.name is not None else str(index)
-        return _Planned(index, name, catalog, weights, stages, decode, size, share, where)
+        return _Planned(index, name, catalog, weights, stages, decode, size, share, where, str(given))
 
     def _check_parts(self) -> None:
-        seen: dict[tuple, int] = {}
+        """Two parts reading the same samples (the same shards and split, and selections that keep the
+        same samples, however written) are one part read twice: refused, naming both. Parts whose
+        selections overlap but differ (a subset read again, to weigh it more) are a mix."""
+        seen: dict[tuple, _Planned] = {}
         for part in self.parts:
             identity = (part.catalog.digest, part.catalog.split, part.catalog.selection_text)
             if identity in seen:
-                raise ConfigError(f"{part.where}: the same part as part {seen[identity]} (same shards, split and "
+                raise ConfigError(f"{part.where}: the same part as part {seen[identity].index} (same shards, split and "
                                   "selection): give it one part with the sum of the weights")
-            seen[identity] = part.index
+            twin = next((other for other in seen.values() if other.catalog.same_samples(part.catalog)), None)
+            if twin is not None:
+                raise ConfigError(f"{part.where}: the same samples as {twin.where.removeprefix('mix: ')} (same shards and "
+                                  f"split; selections {_selection_words(twin)} and {_selection_words(part)} keep the same "
+                                  f"{part.catalog.total}): give it one part with the sum of the weights")
+            seen[identity] = part
         names = [part.name for part in self.parts]
         if len(set(names)) != len(names):
             raise ConfigError(f"mix: part names must differ (got {names})")
+
+    def _check_counts(self) -> None:
+        """Rule M2 planned now (bounded: an epoch too large, or a stop= total past the search, is one
+        ConfigError line); an epochized part whose repeat rounds to no sample is said (warned), as the
+        rule gives it none."""
+        counts = self.epoch_counts()
+        for part, count in zip(self.parts, counts):
+            if self.mode == "epochized" and count == 0:
+                warnings.warn(f"{part.where}: repeat={part.given} of its {part.size} samples rounds to 0 (size x "
+                              f"repeat, half up): the part is in no epoch; a repeat of at least "
+                              f"{1 / (2 * part.size):.3g} gives it one sample", UserWarning, stacklevel=4)
 
     def _check_world(self, progress: EpochProgress | None = None) -> None:
         """equalize="drop" drops the extra sample of the ranks that have one: a part with fewer samples
@@ -525,6 +673,10 @@ class MixDataset(PlannedDataset):
     def _configured_shares(self) -> list[Fraction]:
         return [part.share for part in self.parts]
 
+    def _given_shares(self) -> list[str]:
+        """The weights (repeats) as the user wrote them."""
+        return [part.given for part in self.parts]
+
     def parse_state(self, state: dict | list, num_workers: int, what: str = "mix", reweight: bool = False) -> Resume:
         """A state checked against this mix (each difference named: a part's data, split, selection,
         the mode, the weights), then as `wdsprep.dataset`'s. With `reweight`, the weights may differ:
@@ -536,12 +688,18 @@ class MixDataset(PlannedDataset):
             saved = one.get("mix") if isinstance(one, dict) else None
             if not isinstance(saved, dict):
                 raise ConfigError(f"state was not saved from a mix (no 'mix' entry); this {what} is a mix")
-            _check_mix(saved, here, reweight, what)
+            _check_mix(saved, here, reweight, what, self._given_shares())
         resume = parse_state(state, self.layout(), num_workers, what, level_value=self.level_value)
         saved = states[0]["mix"]
         reweighted = saved.get("reweighted") or {}
         shares = reweighted["shares"] if reweighted.get("epoch") == resume.epoch else saved["shares"]
-        self._saved_shares = (resume.epoch, [Fraction(share) for share in shares])
+        try:
+            exact = [Fraction(share) for share in shares]
+            if len(exact) != len(self.parts) or min(exact) <= 0:
+                raise ValueError
+        except (TypeError, ValueError, ZeroDivisionError):
+            raise ConfigError(f"state's weights {shares!r:.120} are not {len(self.parts)} numbers > 0") from None
+        self._saved_shares = (resume.epoch, exact)
         return resume
 
     def position(self, saved: dict | None) -> MixPosition:
@@ -578,8 +736,9 @@ class MixDataset(PlannedDataset):
                          key=(self.seed, progress.epoch, rank, worker), after=after, invoke=self.invoke)
 
 
-def _check_mix(saved: dict, here: dict, reweight: bool, what: str) -> None:
-    """One `ConfigError` line naming the first way a saved mix differs from this one."""
+def _check_mix(saved: dict, here: dict, reweight: bool, what: str, given: list[str]) -> None:
+    """One `ConfigError` line naming the first way a saved mix differs from this one (`given`: this
+    mix's weights as its user wrote them; the state's are written back from their exact fractions)."""
     for name in ("mode", "stop", "samples_per_epoch"):
         if saved.get(name) != here[name]:
             raise ConfigError(f"state was saved with {name}={saved.get(name)!r}, this {what} has {here[name]!r}")
@@ -594,8 +753,15 @@ def _check_mix(saved: dict, here: dict, reweight: bool, what: str) -> None:
                 raise ConfigError(f"part {now['name']!r}: its {thing} differs from the saved state's "
                                   f"({before.get(name)!r}, now {now[name]!r})")
     if saved.get("shares") != here["shares"] and not reweight:
-        raise ConfigError(f"state was saved with weights {saved.get('shares')}, this {what} has {here['shares']}; "
+        shares = saved.get("shares")
+        spelled = [_spelled(str(share)) for share in shares] if isinstance(shares, list) else shares
+        raise ConfigError(f"state was saved with weights {spelled}, this {what} has {given}; "
                           "load_state_dict(state, reweight=True) finishes the saved epoch with the saved weights")
+
+
+def _selection_words(part: _Planned) -> str:
+    selection = part.catalog.selection
+    return "(none)" if selection is None else f"({selection.describe()})"
 
 
 def _invoke(stage: Callable, source: Iterator) -> Iterator:

@@ -38,11 +38,20 @@ of what worker k has on any rank, so every rank makes the same batches without `
 
 A stream is a `Sequence` of pieces (shard index, first sample, end sample), held as numpy columns
 so that planning a split of a million shards makes no per-shard Python object; the same arguments
-give the same pieces on any machine.
+give the same pieces on any machine. A run of whole passes over a split's shards, each pass in its own
+shard order (a mix's part that cycles, stream/mix.py rule M3), is held as a rule instead: `Passes`,
+positions [lo, hi) of the endless run of passes, whose pass j is made (its order, one permutation)
+only when one of its positions is asked for. An epoch of 10^12 samples over a part of 8 is then a
+few numbers: its length, a rank's and a worker's share and the first sample cost no Python step per
+pass; pieces are made a pass at a time as a worker reads them (`chunked`). `Joined` is the few runs
+of either kind one after the other (a rank's share and its padding repeat, an elastic remainder).
+The three kinds answer the same questions (len, slice, sample, position_of, weights, blocks), so
+rules 3-7 above are written once, for any of them.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -138,13 +147,26 @@ class Sequence:
 
     def weights(self, shard_weights: list[np.ndarray]) -> np.ndarray:
         """Outputs still to come of each position (a sample with delivered outputs has fewer)."""
+        return _less_discards(self, self.base_weights(shard_weights))
+
+    def base_weights(self, shard_weights: list[np.ndarray]) -> np.ndarray:
+        """Outputs of each position's sample, delivered ones not taken off."""
         parts = [shard_weights[p.shard][p.start : p.stop] for p in self]
-        weights = np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
-        for (cycle, shard, index), done in self.discards.items():
-            at = self.position_of(cycle, shard, index)
-            if at is not None:
-                weights[at] = max(0, weights[at] - done)
-        return weights
+        return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+
+    def blocks(self):
+        """The pieces as explicit sequences, in order (here: this one)."""
+        if self.piece_count:
+            yield self
+
+    def pieces_between(self, first: int, last: int) -> "Sequence":
+        """Pieces first..last-1, as a sequence."""
+        return Sequence(self.shard[first:last], self.start[first:last], self.stop[first:last], self.cycle[first:last])
+
+    def resumed_at(self, skip: int) -> tuple["Sequence", int]:
+        """(what a worker that passed `skip` samples still iterates, the samples of it to skip): the
+        pieces as they are (a skipped piece is passed over unopened)."""
+        return self, skip
 
     def position_of(self, cycle: int, shard: int, index: int) -> int | None:
         """The position of a sample in this sequence, or None when it is not in it."""
@@ -158,10 +180,219 @@ class Sequence:
         return self.position_of(*sample) is not None
 
 
-def concat(sequences, merge: bool = True) -> Sequence:
+def _less_discards(sequence, weights: np.ndarray) -> np.ndarray:
+    """`weights` of a sequence's positions less the outputs its `discards` say were delivered."""
+    for (cycle, shard, index), done in sequence.discards.items():
+        at = sequence.position_of(cycle, shard, index)
+        if at is not None:
+            weights[at] = max(0, weights[at] - done)
+    return weights
+
+
+class _Blocks:
+    """What a sequence made block by block (`Passes`, `Joined`) answers from its `blocks()`,
+    `slice()`, `position_of()` and `base_weights()`."""
+
+    __slots__ = ()
+
+    def __iter__(self):
+        for block in self.blocks():
+            yield from block
+
+    @property
+    def pieces(self) -> list[Piece]:
+        return list(self)
+
+    def contains(self, sample: tuple[int, int, int]) -> bool:
+        return self.position_of(*sample) is not None
+
+    def weights(self, shard_weights: list[np.ndarray]) -> np.ndarray:
+        return _less_discards(self, self.base_weights(shard_weights))
+
+    def resumed_at(self, skip: int):
+        """Positions from `skip` on, none to skip: the passes before are never made."""
+        return self.slice(skip, len(self)), 0
+
+    def __add__(self, other):
+        return concat([self, other], merge=False)
+
+    def __eq__(self, other) -> bool:
+        return hasattr(other, "blocks") and self.pieces == list(other)
+
+
+class Passes(_Blocks):
+    """Positions [lo, hi) of the endless run of passes over a split's shards (see the module
+    docstring): pass j holds every shard with samples (`counts`, one per shard) in the order
+    `order(j)` (an array of those shards: a picklable function of j), each as one piece of cycle j.
+    A pass is made when a position in it is asked for, and the latest two are kept."""
+
+    __slots__ = ("counts", "order", "lo", "hi", "discards", "per_pass", "_made")
+
+    def __init__(self, counts: np.ndarray, order: Callable[[int], np.ndarray], lo: int, hi: int,
+                 discards: dict | None = None, made: dict | None = None):
+        self.counts, self.order = np.asarray(counts, dtype=np.int64), order
+        self.per_pass = int(self.counts.sum())
+        if self.per_pass <= 0 or not 0 <= lo <= hi:
+            raise ValueError(f"Passes over {self.per_pass} samples a pass, positions [{lo}, {hi})")
+        self.lo, self.hi = int(lo), int(hi)
+        self.discards = {} if discards is None else discards
+        self._made = {} if made is None else made  # pass -> (order, ends), shared by the slices of one run
+
+    def __len__(self) -> int:
+        return self.hi - self.lo
+
+    def made(self, cycle: int) -> tuple[np.ndarray, np.ndarray]:
+        """Pass `cycle`: (its shards in order, the end position of each within the pass)."""
+        found = self._made.get(cycle)
+        if found is None:
+            order = np.asarray(self.order(cycle), dtype=np.int64)
+            found = (order, np.cumsum(self.counts[order]))
+            if len(self._made) >= 2:
+                self._made.pop(next(iter(self._made)))
+            self._made[cycle] = found
+        return found
+
+    def slice(self, start: int, stop: int) -> "Passes | Sequence":
+        stop = min(stop, len(self))
+        if start >= stop:
+            return Sequence()
+        return Passes(self.counts, self.order, self.lo + start, self.lo + stop, made=self._made)
+
+    def pass_pieces(self, cycle: int, first: int, last: int) -> Sequence:
+        """Positions [first, last) of pass `cycle`, as explicit pieces."""
+        order, _ = self.made(cycle)
+        whole = Sequence(order, np.zeros(len(order), np.int64), self.counts[order], np.full(len(order), cycle, np.int64))
+        return whole.slice(first, last)
+
+    def blocks(self):
+        """The pieces a pass at a time (each pass made when it is reached)."""
+        if not len(self):
+            return
+        first, last = self.lo // self.per_pass, (self.hi - 1) // self.per_pass
+        for cycle in range(first, last + 1):
+            begin = cycle * self.per_pass
+            yield self.pass_pieces(cycle, max(self.lo, begin) - begin, min(self.hi, begin + self.per_pass) - begin)
+
+    def explicit(self) -> Sequence:
+        return concat(list(self.blocks()), merge=False)
+
+    def sample(self, position: int) -> tuple[int, int, int]:
+        cycle, offset = divmod(self.lo + position, self.per_pass)
+        order, ends = self.made(cycle)
+        i = int(np.searchsorted(ends, offset, side="right"))
+        shard = int(order[i])
+        return cycle, shard, offset - (int(ends[i]) - int(self.counts[shard]))
+
+    def position_of(self, cycle: int, shard: int, index: int) -> int | None:
+        if not (0 <= shard < len(self.counts) and 0 <= index < self.counts[shard] and cycle >= 0):
+            return None
+        if not self.lo // self.per_pass <= cycle <= max(self.lo, self.hi - 1) // self.per_pass:
+            return None  # a pass this window does not reach: not made
+        order, ends = self.made(cycle)
+        (at,) = np.flatnonzero(order == shard)
+        position = cycle * self.per_pass + int(ends[at]) - int(self.counts[shard]) + index
+        return position - self.lo if self.lo <= position < self.hi else None
+
+    def base_weights(self, shard_weights: list[np.ndarray]) -> np.ndarray:
+        parts = [block.base_weights(shard_weights) for block in self.blocks()]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+    def with_discards(self, discards: dict) -> "Passes":
+        return Passes(self.counts, self.order, self.lo, self.hi, discards, self._made)
+
+    def __repr__(self) -> str:
+        return f"Passes({self.per_pass} samples a pass, positions [{self.lo}, {self.hi}))"
+
+
+class Joined(_Blocks):
+    """Runs of either kind (`Sequence`, `Passes`) one after the other: a rank's share and its padding
+    repeat, or what an elastic resume left of a run of passes (a few runs, whatever the epoch)."""
+
+    __slots__ = ("runs", "ends", "discards")
+
+    def __init__(self, runs: list, discards: dict | None = None):
+        self.runs = runs
+        self.ends = np.cumsum([len(run) for run in runs]).astype(np.int64)
+        self.discards = {} if discards is None else discards
+
+    def __len__(self) -> int:
+        return int(self.ends[-1]) if len(self.ends) else 0
+
+    def _run_at(self, position: int) -> tuple[int, int]:
+        """(the run holding a position, the position's offset in it)."""
+        i = int(np.searchsorted(self.ends, position, side="right"))
+        return i, position - (int(self.ends[i - 1]) if i else 0)
+
+    def slice(self, start: int, stop: int):
+        stop = min(stop, len(self))
+        if start >= stop:
+            return Sequence()
+        parts, begin = [], 0
+        for run, end in zip(self.runs, self.ends.tolist()):
+            if begin < stop and start < end:
+                parts.append(run.slice(max(start, begin) - begin, min(stop, end) - begin))
+            begin = end
+        return concat(parts, merge=False)
+
+    def blocks(self):
+        for run in self.runs:
+            yield from run.blocks()
+
+    def sample(self, position: int) -> tuple[int, int, int]:
+        i, offset = self._run_at(position)
+        return self.runs[i].sample(offset)
+
+    def position_of(self, cycle: int, shard: int, index: int) -> int | None:
+        begin = 0
+        for run, end in zip(self.runs, self.ends.tolist()):
+            at = run.position_of(cycle, shard, index)
+            if at is not None:
+                return begin + at
+            begin = end
+        return None
+
+    def base_weights(self, shard_weights: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate([run.base_weights(shard_weights) for run in self.runs])
+
+    def with_discards(self, discards: dict) -> "Joined":
+        return Joined(self.runs, discards)
+
+    def __repr__(self) -> str:
+        return f"Joined({self.runs!r})"
+
+
+def chunked(sequence, first: int, size: int):
+    """The pieces of any sequence as explicit `Sequence`s of `first` pieces, then `size` at a time
+    (a `Passes` makes each pass as it is reached)."""
+    held: list[Sequence] = []
+    count, want = 0, first
+    for block in sequence.blocks():
+        at = 0
+        while at < block.piece_count:
+            take = min(want - count, block.piece_count - at)
+            held.append(block.pieces_between(at, at + take))
+            count, at = count + take, at + take
+            if count == want:
+                yield held[0] if len(held) == 1 else concat(held, merge=False)
+                held, count, want = [], 0, size
+    if held:
+        yield held[0] if len(held) == 1 else concat(held, merge=False)
+
+
+def concat(sequences, merge: bool = True):
     """The pieces of several sequences, one after the other (with `merge`, adjacent runs of a shard
-    in the same cycle become one piece)."""
-    sequences = [s for s in sequences if s.piece_count]
+    in the same cycle become one piece). Explicit sequences give one; a `Passes` among them, a
+    `Joined` of the runs (the explicit ones between them concatenated)."""
+    sequences = [s for s in sequences if len(s)]
+    if not all(isinstance(s, Sequence) for s in sequences):
+        runs: list = []
+        for one in sequences:
+            for run in (one.runs if isinstance(one, Joined) else [one]):
+                if isinstance(run, Sequence) and runs and isinstance(runs[-1], Sequence):
+                    runs[-1] = concat([runs[-1], run], merge)
+                else:
+                    runs.append(run)
+        return runs[0] if len(runs) == 1 else Joined(runs)
     if not sequences:
         return Sequence()
     shard = np.concatenate([s.shard for s in sequences])

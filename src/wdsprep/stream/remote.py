@@ -21,7 +21,8 @@ What is fetched: each piece's own bytes, and its shard's index, once.
 At the start, only the pieces the first shuffle block needs (`first_jobs`: a worker's first
 `shuffle_buffer` samples, at least one; one more when reader stages sit before the counting point,
 the sample the stream makes before it hands over the one before, stream/worker.py) are fetched; the
-reader `widen`s the window to every piece once that block is delivered. So a rank's first sample
+reader `widen`s the window to every piece as soon as the consumer, holding its first sample, asks for
+the next (at the latest once the block is made). So a rank's first sample
 waits for no request of a shard it reads later (manifest.json, the table, its first shard's index
 and body: four requests at most), and each rank of a large job starts with a handful of requests,
 not a budget's worth.
@@ -205,7 +206,7 @@ class _Engine:
         return ranges
 
     def widen(self) -> None:
-        """Every job may be fetched now (the first block was delivered)."""
+        """Every job may be fetched now (the consumer has its first sample)."""
         with self.cond:
             self.window = 1 << 62
             self.work.notify()

@@ -45,6 +45,8 @@ from torch.utils.data import default_collate
 from torch.utils.data._utils.collate import collate, default_collate_fn_map, default_convert
 from webdataset.filters import combine_values, default_collation_fn
 
+from ..errors import ConfigError
+
 ALIGN = 64  # every array starts at a multiple of this in its slab (any dtype's alignment)
 NUMERIC_KINDS = frozenset("biufc")  # numpy kinds a slab carries: bool, ints, unsigned, floats, complex
 # a tensor already in shared memory at least this large crosses by torch's transfer (one descriptor)
@@ -106,6 +108,42 @@ def _stackable(values: list) -> list[np.ndarray] | None:
     if any(a.shape != first.shape or a.dtype != first.dtype for a in arrays):
         return None
     return arrays
+
+
+def default_collation(samples: list) -> Any:
+    """webdataset's `default_collation_fn` (the Loader's default collate), except that a field whose
+    arrays differ in shape is one ConfigError line naming the field, two shapes and the samples (and
+    their parts, in a mix) that have them, where webdataset's is a bare AssertionError."""
+    first = samples[0] if samples else None
+    if isinstance(first, dict):
+        for key in first:
+            uneven_field([row.get(key) for row in samples], key, samples)
+    elif isinstance(first, (list, tuple)):
+        for key in range(len(first)):
+            uneven_field([row[key] if key < len(row) else None for row in samples], key, samples)
+    return default_collation_fn(samples)
+
+
+def uneven_field(values: list, key: Any, samples: list) -> None:
+    """The ConfigError of `default_collation` when `values` (field `key` of each sample) are arrays
+    that webdataset's collate would stack and their shapes differ."""
+    if not isinstance(values[0], (np.ndarray, torch.Tensor)):
+        return
+    shapes = [tuple(getattr(value, "shape", ())) for value in values]
+    other = next((i for i, shape in enumerate(shapes) if shape != shapes[0]), None)
+    if other is None:
+        return
+
+    def where(i: int) -> str:
+        sample = samples[i]
+        if not isinstance(sample, dict):
+            return f"sample {i} of the batch"
+        part = f"part {sample['__part__']!r} " if "__part__" in sample else ""
+        return f"{part}sample {sample.get('__key__', i)!r}"
+
+    raise ConfigError(f"batch field {key!r}: shapes differ, {shapes[0]} in {where(0)} and {shapes[other]} in "
+                      f"{where(other)}: the Loader's default collate stacks a field of one shape; give collate_fn= "
+                      "(one that pads, or that keeps a list)")
 
 
 def _deferred(original):
@@ -344,11 +382,13 @@ class SlabWriter:
         slab (no batch array made first)."""
         first = samples[0] if samples else None
         if first.__class__ is not dict or any(row.keys() != first.keys() for row in samples):
-            return self.write(default_collation_fn(samples))  # tuples, or rows that differ (it raises)
+            return self.write(default_collation(samples))  # tuples, or rows that differ (it raises)
         batch = {}
         for key in first:
             values = [row[key] for row in samples]
             arrays = _stackable(values) if all(v.__class__ is np.ndarray for v in values) else None
+            if arrays is None:
+                uneven_field(values, key, samples)
             batch[key] = combine_values(values) if arrays is None else _Stack(arrays)
         return self.write(batch)
 

@@ -13,7 +13,8 @@ A live position is an object (`Position`; a mix's `MixPosition`, one per part); 
 or sent between processes is its `as_dict()` (a state, a Loader worker's message, beside the batch
 and never a field of a sample, so a user's collate cannot lose it), made back into an object by the
 dataset's `position(saved)` where a pass starts. A state is a dict: the layout it was read with (`dataset` = digest of the split's shard rows,
-`split`, `seed`, `shuffle_shards`, `shuffle_buffer`, `equalize`, `rank`, `world_size`), `epoch`,
+`split`, `seed`, `shuffle_shards`, `shuffle_buffer`, `equalize`, `rank`, `world_size`), what it was
+read from (`provenance()`: a dataset's pinned manifest `location`, never compared), `epoch`,
 `num_workers`, `workers` (worker -> position) and `resumed_from` (the interrupted passes this one
 continues), plus what the saver adds (the Loader's `next_worker`). A state from another dataset,
 split, seed, shuffle or equalize is refused with the name that differs.

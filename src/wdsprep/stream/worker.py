@@ -18,14 +18,21 @@ Invariants.
   over as soon as it is read: nothing is read, or requested, past the output the consumer holds.
 - With `equalize="pad"` a worker that meets its target short replays its first outputs (the
   rank's, or the pass's, when its own samples make none); with "drop" it stops at its target.
+- A pass left open (a consumer that stopped iterating and kept the iterator, then exited) is closed
+  at interpreter exit, before the modules are torn down (`_close_open_passes`, atexit): its `finally`
+  and `except` clauses and its shards' descriptors are released while the names they use still
+  exist, instead of printing "Exception ignored" tracebacks as the garbage of a dying interpreter.
 - A worker's pieces stay numpy columns until it reads them: they become Piece objects, rows and
   read-ahead jobs a chunk at a time (`FIRST_CHUNK`, then `CHUNK` pieces; a chunk's read-ahead ends
   with it), so a share of 10^6 shards costs no Python before its first sample; the first chunk's
   read-ahead starts with the pieces of the first shuffle block only (with stages, and of the sample
-  after it, made before the block's last output is handed over; stream/remote.py).
+  after it, made before the block's last output is handed over; stream/remote.py), and reads ahead
+  over every piece once the consumer, holding its first output, asks for the next (`_Counter.start`).
 """
 from __future__ import annotations
 
+import atexit
+import weakref
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -39,16 +46,31 @@ from .plan import (
     Piece,
     Sequence,
     block_permutation,
+    chunked,
     output_targets,
     rank_share,
     sequence_weights,
-    stream_positions,
     worker_run,
 )
 from .catalog import Catalog
 from .read import LocalShard, read_samples
 from .remote import ReadAhead, reads_ahead
 from .state import Position
+
+
+_OPEN_PASSES: weakref.WeakSet = weakref.WeakSet()  # every pass's counted outputs (a generator), while it lives
+
+
+def _close_open_passes(passes: weakref.WeakSet = _OPEN_PASSES) -> None:
+    """At exit, before the modules are torn down: close each pass still open (not one running, if
+    the exit came from inside it), so its cleanup, and that of the stages and reads it holds, runs
+    in a whole interpreter."""
+    for generator in list(passes):
+        if not generator.gi_running:
+            generator.close()
+
+
+atexit.register(_close_open_passes)
 
 
 def _stamp(sample: dict, index: int, piece_start: int, epoch: int) -> dict:
@@ -113,19 +135,23 @@ def worker_plan(sequence: Sequence, rank: int, world: int, worker: int, num_work
 
 @dataclass
 class _Counter:
+    """What a worker's reader and its counting point share in a pass."""
+
     pulled: int = 0  # source samples this worker pulled in the pass
+    started: bool = False  # the start window has ended (`start`)
+    ahead: ReadAhead | None = None  # the read-ahead of the chunk being read, if any
+
+    def start(self) -> None:
+        """End the read-ahead's start window: from now on it reads ahead over every piece (within its
+        budget). The counting point calls it when the consumer, holding its first output, asks for the
+        next; the reader, when it has made the first block without that (stages that drop samples)."""
+        if not self.started:
+            self.started = True
+            if self.ahead is not None:
+                self.ahead.widen()
 
 
 FIRST_CHUNK, CHUNK = 64, 1024  # pieces materialised at a time: a small first chunk, then larger ones
-
-
-def _chunks(count: int):
-    """[begin, end) piece ranges: FIRST_CHUNK, then CHUNK at a time."""
-    begin = 0
-    while begin < count:
-        end = min(count, begin + (FIRST_CHUNK if begin == 0 else CHUNK))
-        yield begin, end
-        begin = end
 
 
 class ShardReader:
@@ -147,24 +173,27 @@ class ShardReader:
         self.key = key  # (seed, epoch, rank, worker[, part]): what keys this worker's shuffle blocks
         self.epoch = key[1]
 
-    def _iter_pieces(self, pieces: Sequence, skip: int, held: dict | None = None, keep: bool = True,
-                     made_ahead: int = 1) -> Iterator:
+    def _iter_pieces(self, pieces: Sequence, skip: int, counter: _Counter, held: dict | None = None,
+                     keep: bool = True, made_ahead: int = 1) -> Iterator:
         """This worker's raw samples, checked against their rows. With `held` (a dict), samples of
         local shards come as ints, `slot << 32 | sample number`, with `held[slot]` = (LocalShard,
         piece start): copied out when delivered (`samples`). Without `keep`, a shard's slot goes when
         the next shard is read (for a consumer that takes every int before asking for the next).
-        Remote pieces are fetched ahead of the reader (`_read_ahead`); `made_ahead`: samples the
-        consumer reads before it hands over the one before (see `samples`)."""
+        Remote pieces are fetched ahead of the reader (`_read_ahead`), at first those of the first
+        block only, until `counter.start()`; `made_ahead`: samples the consumer reads before it hands
+        over the one before (see `samples`)."""
         epoch = self.epoch
         slot = max(held, default=0) if held is not None else 0
-        # the read-ahead's start window: the first block (and the samples made before it is handed over)
-        widen_after = max(self.shuffle_buffer, 1) + made_ahead
+        # the read-ahead's start window: the first block (and the samples made before it is handed over);
+        # it ends when the consumer asks for its second output (`_Counter.start`), at the latest here
+        widen_after = 0 if counter.started else max(self.shuffle_buffer, 1) + made_ahead
         # pieces are materialised (Piece objects, rows, read-ahead jobs) a chunk at a time: a rank's
-        # share of 10^6 shards would otherwise cost seconds of Python before its first sample
-        for begin, end in _chunks(pieces.piece_count):
+        # share of 10^6 shards would otherwise cost seconds of Python before its first sample (and a
+        # run of passes is made a pass at a time: stream/plan.py's `Passes`)
+        pieces, skip = pieces.resumed_at(skip)
+        for chunk in chunked(pieces, FIRST_CHUNK, CHUNK):
             runs = []  # (piece, first sample to read): runs of consecutive sample numbers
-            for piece in Sequence(pieces.shard[begin:end], pieces.start[begin:end], pieces.stop[begin:end],
-                                  pieces.cycle[begin:end]):
+            for piece in chunk:
                 if skip >= piece.samples:
                     skip -= piece.samples
                     continue
@@ -174,7 +203,7 @@ class ShardReader:
                     runs += [(Piece(piece.shard, a, b, piece.cycle), a)
                              for a, b in self.catalog.runs(piece.shard, piece.start + skip, piece.stop)]
                 skip = 0
-            ahead = self._read_ahead(runs, widen_after)
+            ahead = counter.ahead = self._read_ahead(runs, 0 if counter.started else widen_after)
             stopped = False
             try:
                 for piece, first in runs:
@@ -203,10 +232,10 @@ class ShardReader:
                                     continue
                                 yield _stamp(sample, at, piece.start, epoch)
                                 at += 1
-                                if widen_after:  # asked for more: the first block was delivered
+                                if widen_after:  # asked for more: the first block was made
                                     widen_after -= 1
-                                    if not widen_after and ahead is not None:
-                                        ahead.widen()
+                                    if not widen_after:
+                                        counter.start()
                     except ShardError as error:
                         if self.handler(error):
                             continue
@@ -215,6 +244,7 @@ class ShardReader:
             finally:
                 if ahead is not None:
                     ahead.close()
+                counter.ahead = None
             if stopped:
                 return
 
@@ -233,7 +263,8 @@ class ShardReader:
             first_jobs = int(np.searchsorted(np.cumsum([stop - first for _, _, first, stop in jobs]), first_block)) + 1
         return ReadAhead(jobs, options=self.options, max_connections=self.max_connections, first_jobs=first_jobs)
 
-    def _block_shuffled(self, pieces: Sequence, skip: int, held: dict, made_ahead: int = 1) -> Iterator:
+    def _block_shuffled(self, pieces: Sequence, skip: int, held: dict, counter: _Counter,
+                        made_ahead: int = 1) -> Iterator:
         """Blocks of `shuffle_buffer` consecutive samples, each permuted. Samples of local shards are
         held as ints (checked already; see `_iter_pieces`) and copied out by the consumer only when
         delivered (before it asks for the next), so the buffer holds no sample bytes, gives the
@@ -241,7 +272,7 @@ class ShardReader:
         size = self.shuffle_buffer
         block = skip // size
         offset = skip - block * size
-        stream = self._iter_pieces(pieces, block * size, held, made_ahead=made_ahead)
+        stream = self._iter_pieces(pieces, block * size, counter, held, made_ahead=made_ahead)
         while True:
             buffer = [s for _, s in zip(range(size), stream)]
             if not buffer:
@@ -269,9 +300,9 @@ class ShardReader:
         point, `WorkerStream._count`; 0 when outputs are the samples): the read-ahead's start window."""
         held: dict = {}
         if self.shuffle_buffer > 1:
-            samples = self._block_shuffled(pieces, skip, held, made_ahead)
+            samples = self._block_shuffled(pieces, skip, held, counter, made_ahead)
         else:
-            samples = self._iter_pieces(pieces, skip, held, keep=False, made_ahead=made_ahead)
+            samples = self._iter_pieces(pieces, skip, counter, held, keep=False, made_ahead=made_ahead)
         counter.pulled = skip
         handler, epoch = self.handler, self.epoch
         strip, torch = (decode.strip, decode.torch) if decode is not None else (False, False)
@@ -319,9 +350,15 @@ class ShardReader:
                 found[position] = count
         if self.shuffle_buffer <= 1 or not found:
             return found
-        order = stream_positions(len(run), 0, len(run), shuffle_buffer=self.shuffle_buffer, key=self.key)
-        where = {q: p for p, q in enumerate(order)}
-        return {where[q]: count for q, count in found.items()}
+        return {self._stream_position(len(run), q): count for q, count in found.items()}
+
+    def _stream_position(self, run_length: int, q: int) -> int:
+        """Where run position `q` comes in this worker's block-shuffled stream (rule 6): its block's
+        permutation only, not the whole run's."""
+        block = q // self.shuffle_buffer
+        first = block * self.shuffle_buffer
+        order = block_permutation(*self.key, block, min(self.shuffle_buffer, run_length - first))
+        return first + int(np.flatnonzero(order == q - first)[0])
 
 
 class WorkerStream:
@@ -351,6 +388,7 @@ class WorkerStream:
         source = count(source, counter, self.reader.carried_discards(plan), limit)
         if plan.target is not None and self.equalize == "pad":
             source = self._pad_outputs(source)
+        _OPEN_PASSES.add(source)  # a generator of ours (the stages after it, batching, may be anything)
         for step in self.after:
             source = self.invoke(step, source)
         return source
@@ -394,6 +432,8 @@ class WorkerStream:
                 position.delivered += 1
                 holding = False
                 yield pending
+                if not counter.started:  # the consumer holds an output and asks for more
+                    counter.start()
             if seen > discards.get(sample, 0):
                 pending, pending_sample, pending_seen, holding = output, sample, seen, True
         if holding and (limit is None or position.delivered < limit):
@@ -421,6 +461,8 @@ class WorkerStream:
                 continue  # its one output was delivered before the resume
             position.delivered += 1
             yield output
+            if not counter.started:  # the consumer holds an output and asks for more
+                counter.start()
             if limit is not None and position.delivered >= limit:
                 return  # the position stays at the last output delivered
         position.skip, position.discard = counter.pulled, 0  # a finished pass: everything was delivered

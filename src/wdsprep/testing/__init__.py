@@ -6,6 +6,9 @@ so any layer above may use it (docs/layout.md).
   hold uploads at a gate (to kill an uploader "halfway" deterministically) and drop a GET body
   mid-stream (to exercise Range resume).
 - `RangeHTTPServer`: a plain HTTP file server with `Range` support and the same fault injection.
+- `GCSServer`, `AzuriteServer` (`emulators.py`): the clouds' own emulators (fake-gcs-server,
+  Azurite) as child processes; `HubServer` (`hubserver.py`): a Hugging Face Hub endpoint of a
+  local directory of repos (revisions, commits, `resolve` with Range and redirects, private repos).
 - `DataverseServer` (`dataverse.py`): a Dataverse-compatible server of a local directory, with the
   faults of a fault file (`Faults`), for rawnind's fetch.
 
@@ -21,7 +24,9 @@ child) are `wdsprep.conformance`, above the commands.
 from __future__ import annotations
 
 from .dataverse import DataverseServer, Faults
+from .emulators import AzuriteServer, GCSServer
 from .httpserver import RangeHTTPServer
+from .hubserver import HubServer
 from .s3server import S3Server
 
-__all__ = ["S3Server", "RangeHTTPServer", "DataverseServer", "Faults"]
+__all__ = ["S3Server", "RangeHTTPServer", "DataverseServer", "Faults", "GCSServer", "AzuriteServer", "HubServer"]

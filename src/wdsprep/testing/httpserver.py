@@ -3,7 +3,8 @@ a request and connection log, fault injection, and optional link shaping.
 
 `RangeHTTPServer(root)` serves the files under `root` on 127.0.0.1 (free port). With
 `upstream="http://HOST:PORT"` it serves nothing itself but forwards every request there (a reverse
-proxy: `S3Server` behind it is an S3 endpoint with the same shaping and the same log).
+proxy: `S3Server`, or a cloud emulator of `emulators.py`, behind it is an endpoint with the same
+shaping, the same log and the same faults, planned by the request's path).
 
 What it records: `requests`, one dict per request (method, name, range, status, `conn`: the number
 of the TCP connection it came on, `sent`: body bytes written, `cut`: the body was cut by a planned
@@ -16,7 +17,8 @@ client's sequential waits from the log.
 Faults (file mode): `drop_once(name, at_byte)` cuts the next response body of `name` after
 `at_byte` bytes and closes the connection (the client sees a dropped stream); `fail_next(name,
 status, times)` answers the next requests with an error status (and closes the connection);
-`trickle(name, rate)` sends every body of `name` at `rate` bytes/s (headers at once).
+`trickle(name, rate)` sends every body of `name` at `rate` bytes/s (headers at once). Proxy mode
+also holds writes at a gate (`hold_writes_after`).
 
 Shaping (`Shaping`, for benchmarks; all off by default): `rate` bytes/s per connection, `total`
 bytes/s over all connections, `latency` seconds before the first byte of every response, `setup`
@@ -240,13 +242,21 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _forward(self, record: dict) -> None:
         """The request sent on to `upstream` (one kept-alive connection per client connection), its
-        answer sent back shaped."""
+        answer sent back shaped; the faults planned for its path (`name`: the path, unquoted, without
+        its query) apply to GETs as in file mode."""
         owner = self.server.owner
         length = int(self.headers.get("Content-Length") or 0)
         if self.headers.get("Transfer-Encoding"):
             self._error(501, record)  # chunked request bodies are not forwarded
             return
         body = self.rfile.read(length) if length else None
+        failure = owner.faults.take_failure(record["name"]) if self.command == "GET" else None
+        if failure:
+            self._error(failure, record)
+            return
+        if self.command in ("PUT", "POST") and owner.faults.gate is not None and not owner.faults.pass_gate():
+            self._error(503, record)  # a write held at the gate, released failing
+            return
         headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
         headers["Host"] = self.headers.get("Host", owner.upstream_host)
         self._first_byte_wait()
@@ -278,8 +288,22 @@ class _Handler(BaseHTTPRequestHandler):
         if data is not None:
             self._write(data, record)
             return
-        while block := response.read(CHUNK):
+        rate = owner.faults.trickle_rate(record["name"]) if self.command == "GET" else None
+        if rate is not None:
+            for piece in trickled(response.read(), rate):
+                self._send_counted(record, piece)
+                self.wfile.flush()
+            return
+        cut = owner.faults.take_drop(record["name"], int(declared)) if self.command == "GET" else None
+        left = int(declared) if cut is None else min(cut, int(declared))
+        while left > 0 and (block := response.read(min(CHUNK, left))):
             self._write(block, record)
+            left -= len(block)
+        if cut is not None:
+            record["cut"] = True
+            self.upstream_conn.close()  # the rest of its answer is never read
+            self.upstream_conn = None
+            hang_up(self)
 
 
 class _Server(ThreadingHTTPServer):
@@ -337,6 +361,11 @@ class RangeHTTPServer(ServedInThread):
     def fail_next(self, name: str, status: int = 503, times: int = 1) -> None:
         """Answer the next `times` requests for `name` with `status` (and close the connection)."""
         self.faults.fail_next(name, status, times)
+
+    def hold_writes_after(self, after: int, timeout: float = 60.0):
+        """Proxy mode: writes (PUT, POST) beyond the first `after` wait at the returned gate until its
+        `release()` (to kill an uploader halfway, deterministically)."""
+        return self.faults.hold_after(after, timeout)
 
     def shape(self, shaping: Shaping) -> None:
         """Shape the link like `shaping` from the next byte written on (open connections included)."""

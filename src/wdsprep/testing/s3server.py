@@ -16,6 +16,7 @@ from typing import Callable, Iterator
 from urllib.parse import parse_qs, unquote
 
 from ._faults import FaultPlan, trickled
+from ._environment import WithEnvironment
 from ._threaded import ServedInThread
 
 AWS_ENV = {
@@ -29,7 +30,7 @@ AWS_ENV = {
 }
 
 
-class S3Server(ServedInThread):
+class S3Server(ServedInThread, WithEnvironment):
     """`with S3Server() as s3: ...` — `s3.endpoint`, `s3.env`, `s3.environment()`, `s3.client()`."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0):
@@ -64,20 +65,6 @@ class S3Server(ServedInThread):
     @property
     def env(self) -> dict[str, str]:
         return {**AWS_ENV, "AWS_ENDPOINT_URL": self.endpoint}
-
-    @contextlib.contextmanager
-    def environment(self) -> Iterator[dict[str, str]]:
-        """Point boto3 (this process and children) at this server for the duration."""
-        saved = {name: os.environ.get(name) for name in self.env}
-        os.environ.update(self.env)
-        try:
-            yield self.env
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
 
     def client(self):
         import boto3
