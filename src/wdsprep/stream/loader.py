@@ -231,6 +231,8 @@ def _received(batch: Any) -> Any:
 class Loader(Epochs):
     """Iterate batches of a `wdsprep.dataset(...)` pipeline with DataLoader workers, resumably."""
 
+    progress: EpochProgress  # the Loader's own epoch and interrupted passes (`Epochs`: epoch, set_epoch)
+
     def __init__(
         self,
         dataset: PlannedDataset,
