@@ -57,12 +57,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_selection(parser)
 
 
-def _is_mix_file(location: str) -> bool:
-    return location.endswith(".toml") and os.path.isfile(location)
-
-
 def check(args: argparse.Namespace) -> None:
-    if not _is_mix_file(args.location):
+    try:
+        mix = _is_mix_file(args.location)
+    except ConfigError:  # a file that is neither: said when the command runs, as an input it cannot read (exit 1)
+        mix = False
+    if not mix:
         return check_selection(args)
     if any(value is not None for value in (args.keys, args.select, args.fraction, args.limit)) or args.splits:
         raise ConfigError(f"{args.location}: a mix file's parts carry their own split and selection "
@@ -105,7 +105,6 @@ def _is_mix_file(location: str) -> bool:
     or a dataset (a directory or prefix, or its manifest `.json`, any scheme). A local file with
     neither suffix is neither: one line saying what inspect reads, not a manifest error about
     `<file>/manifest.json`."""
-    from ..errors import ConfigError
     from ..storage import local_path
 
     path = local_path(location)
