@@ -11,7 +11,7 @@ samples it keeps, in how many shards, and the samples shown are the first it kee
 are listed with their samples, share, samples in the epoch, passes and shuffle buffer. A location of
 a scheme wdsprep does not read, a negative count or a selection that cannot be made (a fraction
 outside (0, 1], a limit below 1, an expression that does not parse) is a bad argument, exit status 2
-(`check_selection`, shared with `wdsprep show`).
+(`check_selection`, shared with `wdsprep show`); a key file is an input, read when the command runs.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from ..storage import check_url, describe
 
 def add_selection(parser: argparse.ArgumentParser) -> None:
     """The flags of a selection (docs/selecting.md), as `wdsprep.dataset` takes them (here and in
-    `wdsprep show`); `check_selection` makes them one `Selection` (or None)."""
+    `wdsprep show`); `check_selection` judges them, `selection_of` makes them one `Selection` (or None)."""
     group = parser.add_argument_group("selection (docs/selecting.md)")
     group.add_argument("--keys", metavar="FILE", help="only the samples whose keys the file lists, one per line")
     group.add_argument("--select", metavar="EXPR", help="only the samples an expression over indexed fields keeps, "
@@ -37,13 +37,20 @@ def add_selection(parser: argparse.ArgumentParser) -> None:
 
 
 def check_selection(args: argparse.Namespace) -> None:
-    """The location's scheme and `add_selection`'s flags judged before any work: `args.selection`,
-    the `Selection` they make (the fraction chosen by `args.seed`), or None."""
+    """The location's scheme and `add_selection`'s flags judged before any work (a fraction, a limit,
+    an expression); a key file is read when the command runs (`selection_of`), as any input is."""
     from ..stream.catalog import Selection
 
     check_url(args.location)
-    args.selection = Selection.of(keys=args.keys, select=args.select, fraction=args.fraction, limit=args.limit,
-                                  seed=getattr(args, "seed", 0))
+    Selection.of(select=args.select, fraction=args.fraction, limit=args.limit, seed=getattr(args, "seed", 0))
+
+
+def selection_of(args: argparse.Namespace):
+    """The `Selection` of `add_selection`'s flags (the fraction chosen by `args.seed`), or None."""
+    from ..stream.catalog import Selection
+
+    return Selection.of(keys=args.keys, select=args.select, fraction=args.fraction, limit=args.limit,
+                        seed=getattr(args, "seed", 0))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     from ..stream import load_manifest
     from ..stream.catalog import Catalog
 
-    selection = args.selection
+    selection = selection_of(args)
     manifest = load_manifest(args.location)
     chosen = list(dict.fromkeys(args.splits)) if args.splits else sorted(manifest.splits)
     catalogs = {split: Catalog(manifest, split, selection) for split in chosen}  # a bad split or selection: one line

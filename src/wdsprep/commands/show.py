@@ -21,7 +21,7 @@ from ..show import report
 from ..show.defaults import default_show
 from ..sources.registry import ENTRY_POINT_GROUP, manifest_source
 from ..storage import describe
-from .inspect import add_selection, check_selection
+from .inspect import add_selection, check_selection, selection_of
 
 
 def source_hook(source_id: str, plugins: Sequence[str] = ()) -> tuple[Callable, str]:
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
 
     refuse_unless_regular(args.out)  # before any work
     drawn = build_report(args.location, args.splits, args.samples, args.seed, quiet=args.quiet, plugins=args.plugins,
-                         selection=args.selection)
+                         selection=selection_of(args))
     if drawn.source_note:
         print(f"wdsprep: warning: {drawn.source_note}", file=sys.stderr)
     report.write_report(drawn, args.out)
