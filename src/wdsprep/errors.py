@@ -56,7 +56,7 @@ class ShardError(FormatError):
     """A shard is unreadable, truncated or does not match its manifest row."""
 
     def __init__(self, url: str, message: str):
-        self.url = url
+        self.url, self.reason = url, message
         super().__init__(f"{url}: {message}")
 
 

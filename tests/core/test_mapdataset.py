@@ -96,6 +96,37 @@ def test_any_index_list_gives_the_reference_samples_in_its_order(generic, data):
         same_raw(sample, reference[i])
 
 
+def test_a_read_of_some_members_gives_exactly_those_members(converted):
+    """`read(indices, members)` (what the map-style classes read with) for every subset of a sample's
+    member names, plus a name no sample holds: each sample asked for has exactly the asked members it
+    holds, byte for byte as `tarfile` reads them (none cut short or left out, none added), alone, in a
+    batch of neighbours (their spans merge into one read) and from `by_shard`; every source."""
+    source, out, split, reference = converted
+    ds = wdsprep.MapDataset(out, split, decode=False)
+    names = sorted({name for sample in reference for name in sample if not name.startswith("__")})
+    assert len(names) >= 2, names
+    subsets = [[name for bit, name in enumerate(names) if mask >> bit & 1] for mask in range(1, 1 << len(names))]
+    if len(subsets) > 63:  # many members: each alone, each run of neighbours, each leaving one out
+        subsets = [names[a:b] for a in range(len(names)) for b in range(a + 1, len(names) + 1)]
+        subsets += [names[:i] + names[i + 1 :] for i in range(len(names))]
+    shard = reference[len(reference) // 2]["__shard__"]
+    batch = [i for i, sample in enumerate(reference) if sample["__shard__"] == shard]  # one shard's neighbours
+
+    def check(i: int, sample: dict, subset: list[str]) -> None:
+        assert sample["__key__"] == reference[i]["__key__"], (source, subset, i)
+        got = {name: bytes(value) for name, value in sample.items() if not name.startswith("__")}
+        assert got == {name: reference[i][name] for name in subset if name in reference[i]}, (source, subset, i)
+
+    for subset in [*subsets, ["no-such-member.npy"], [*names, "no-such-member.npy"]]:
+        for i, sample in zip(batch, ds.read(batch, subset), strict=True):
+            check(i, sample, subset)
+        for i in (0, batch[0], len(reference) - 1):
+            check(i, ds.read([i], subset)[0], subset)
+    for positions, samples in ds.by_shard(names[:-1]):  # the last member left out: each sample's up to it
+        for i, sample in zip(positions, samples, strict=True):
+            check(i, sample, names[:-1])
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_a_slice_is_the_list_of_its_positions_samples(generic, data):

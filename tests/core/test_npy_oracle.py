@@ -6,9 +6,11 @@ stage of its own, in order and through a shuffle buffer.
   converted by `wdsprep convert generic` (both codecs), decode to numpy's array: same dtype (byte
   order included), shape, memory order and values, writable.
 - Every byte of a member's `.npy` header malformed, each in several ways (members written raw into
-  a shard, plain and zstd-framed): where numpy refuses the bytes, the reader refuses the sample with
-  a ShardError naming the shard and the member; where numpy reads them, the reader gives numpy's
-  array. Nothing is decoded differently, and nothing numpy refuses is yielded.
+  a shard, plain and zstd-framed): where numpy refuses the bytes, or where its header declares other
+  than the bytes after it (numpy reads a shorter array and ignores the rest; the format refuses it:
+  docs/format.md), the reader refuses the sample with a ShardError naming the shard and the member;
+  where numpy reads them, the reader gives numpy's array. Nothing is decoded differently, and nothing
+  numpy refuses is yielded.
 """
 import io
 import os
@@ -111,10 +113,16 @@ def _malformed():
 
 
 def _numpy_reads(data):
+    """numpy's array of `data`, or None where numpy refuses it or its header declares other than the
+    bytes after the header (numpy's own header reader says where the header ends)."""
     try:
-        return np.load(io.BytesIO(data), allow_pickle=False)
+        array = np.load(io.BytesIO(data), allow_pickle=False)
     except Exception:  # noqa: BLE001 -- any refusal by numpy is a refusal
         return None
+    stream = io.BytesIO(data)
+    version = np.lib.format.read_magic(stream)
+    (np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0)(stream)
+    return array if len(data) - stream.tell() == array.nbytes else None
 
 
 @pytest.fixture(scope="module")

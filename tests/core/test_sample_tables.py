@@ -222,6 +222,108 @@ def test_verify_checks_the_tables_bytes_and_its_keys_against_the_shards(labelled
         f"BAD {work}/valid.samples: sample 0 of split 'valid' is {keys[1]!r} in the sample table, {keys[0]!r} in the shards"]
 
 
+def _rewritten(work, split: str, edit) -> None:
+    """`edit(stored)` the split's table as msgpack, written back with its size and sha256 recorded
+    in the manifest anew: an edit only the shards themselves can tell."""
+    stored = msgpack.unpackb(zstandard.decompress((work / f"{split}.samples").read_bytes()), raw=False)
+    edit(stored)
+    packed = zstandard.compress(msgpack.packb(stored, use_bin_type=True))
+    (work / f"{split}.samples").write_bytes(packed)
+    manifest = read_manifest(work)
+    manifest["tables"]["sample_tables"][split].update(bytes=len(packed), sha256=hashlib.sha256(packed).hexdigest())
+    (work / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("name", ["meta.label", "meta.tag", "meta.score", "meta.flag", "meta.rare"])
+def test_verify_checks_each_rows_field_values_against_the_shards(labelled, tmp_path, name):
+    """A table edited consistently (a field's values shifted by one sample, its size and sha256
+    recorded in the manifest) selected the wrong samples and `verify` said 0 bad: now one BAD line
+    names the table, the first sample whose value differs from its shard's (the input's own value
+    here) and the field."""
+    _, values, output = labelled
+    work = tmp_path / "out"
+    shutil.copytree(output, work)
+    keys, _ = read_sample_table(output, "valid")
+    field = name.removeprefix("meta.")
+    column = [field_of(values["valid"][key], field) for key in keys]  # the input's values (-1: no rare), in table order
+
+    def shift(stored):
+        entry = stored["fields"][name]
+        if "codes" in entry:
+            codes = np.frombuffer(entry["codes"], "<u4")
+            entry["codes"] = np.roll(codes, 1).tobytes()
+        else:
+            data = np.frombuffer(entry["data"], entry["dtype"])
+            entry["data"] = np.roll(data, 1).tobytes()
+
+    _rewritten(work, "valid", shift)
+    shifted = [column[-1], *column[:-1]]
+    at = next(i for i, (a, b) in enumerate(zip(shifted, column)) if a != b)
+    selected = [s["__key__"] for s in wdsprep.dataset(str(work), "valid", select=f"{name} == {shifted[at]!r}",
+                                                      shuffle_shards=False)]
+    assert keys[at] in selected  # the edit is what a selection sees
+    status, out, err = run_cli("verify", work, "--quiet")
+    assert status == 1 and "1 bad" in out, out + err
+    assert err.strip().splitlines() == [
+        f"BAD {work}/valid.samples: sample {at} ({keys[at]!r}) of split 'valid': field {name!r} is "
+        f"{shifted[at]!r} in the sample table, {column[at]!r} in the shards"]
+
+
+def test_verify_names_a_field_the_shards_do_not_hold_and_one_of_another_kind(labelled, tmp_path):
+    _, _, output = labelled
+    work = tmp_path / "out"
+    shutil.copytree(output, work)
+    keys, _ = read_sample_table(output, "valid")
+
+    def add_field(stored):
+        stored["fields"]["meta.ghost"] = {"dtype": "<i8", "data": np.arange(len(keys), dtype="<i8").tobytes()}
+
+    _rewritten(work, "valid", add_field)
+    manifest = read_manifest(work)
+    manifest["tables"]["sample_tables"]["valid"]["fields"].append("meta.ghost")
+    (work / "manifest.json").write_text(json.dumps(manifest))
+    status, out, err = run_cli("verify", work, "--quiet")
+    assert status == 1 and err.strip().splitlines() == [
+        f"BAD {work}/valid.samples: field 'meta.ghost' of split 'valid' is in the sample table, but no sample of "
+        "the shards holds it"], out + err
+
+    shutil.rmtree(work)
+    shutil.copytree(output, work)
+
+    def labels_as_floats(stored):
+        entry = stored["fields"]["meta.label"]
+        entry.update(dtype="<f8", data=np.frombuffer(entry["data"], "<i8").astype("<f8").tobytes())
+
+    _rewritten(work, "valid", labels_as_floats)
+    status, out, err = run_cli("verify", work, "--quiet")
+    assert status == 1 and err.strip().splitlines() == [
+        f"BAD {work}/valid.samples: field 'meta.label' of split 'valid' holds numbers in the sample table, "
+        "integers in the shards"], out + err
+
+
+def test_verify_says_when_the_source_that_derives_the_values_is_not_loaded(labelled, tmp_path):
+    """The values are derived with the manifest's source (`Source.index_values`), loaded through the
+    plugin gate: a manifest naming a plugin that is not allowed leaves them unchecked, in one warning
+    line (keys and bytes are still checked); `--plugin` naming it asks for it, and one that cannot be
+    loaded is an error."""
+    _, _, output = labelled
+    work = tmp_path / "out"
+    shutil.copytree(output, work)
+    manifest = read_manifest(work)
+    manifest["source"] = "nosuch_plugin_module:SOURCE"
+    (work / "manifest.json").write_text(json.dumps(manifest))
+    status, out, err = run_cli("verify", work, "--quiet")
+    assert status == 0 and "0 bad" in out, out + err
+    assert err.strip().splitlines() == [
+        "wdsprep: warning: the manifest names source 'nosuch_plugin_module:SOURCE', which is not built in, registered "
+        "or an installed 'wdsprep.sources' entry point, so it was not loaded (data never chooses the code wdsprep "
+        "runs); to use it: --plugin nosuch_plugin_module:SOURCE (or wdsprep.register_source('nosuch_plugin_module:SOURCE'))"
+        "; the sample tables' field values are not checked against the shards"]
+    status, out, err = run_cli("verify", work, "--quiet", "--plugin", "nosuch_plugin_module:SOURCE")
+    assert status == 1 and err.strip().splitlines() == [
+        "wdsprep: error: cannot load source plugin 'nosuch_plugin_module:SOURCE': No module named 'nosuch_plugin_module'"]
+
+
 def test_reindex_gives_an_older_conversion_tables_of_keys(labelled, tmp_path):
     _, _, output = labelled
     work = tmp_path / "older"

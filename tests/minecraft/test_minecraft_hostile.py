@@ -100,6 +100,33 @@ def test_a_structure_shared_20_deep_is_refused_before_it_is_expanded():
     assert peak < 4 << 20, peak
 
 
+def _nested(depth: int) -> list:
+    nested: list = [0]
+    for _ in range(depth - 1):
+        nested = [nested]
+    return nested
+
+
+def test_a_deep_structure_of_few_objects_is_refused_by_its_depth():
+    """Depth alone: lists nested 28 and 40 deep (29 and 41 objects, nothing shared: the object and
+    byte counts are far from their limits) under an extra key of an otherwise good frame, which the
+    frame's checks never look at, and a list nested 100,000 deep (opcodes written out: 100,000
+    objects, under the 300,000 limit) are refused by the depth limit (32 levels, the frame's own
+    included) before anything is built; the same frame with the list nested 27 deep loads."""
+    assert len(_nested(28)) == 1 and str(_nested(3)) == "[[[0]]]"
+    for depth in (28, 40):
+        message = refusal(frame_bytes({**GOOD, "notes": _nested(depth)}))
+        assert "nested deeper than 32 levels" in message, message
+    deep = 100_000
+    message, peak = refusal_and_peak(_opcodes(b"]" * deep, b"a" * (deep - 1)))
+    assert "nested deeper than 32 levels" in message, message
+    assert peak < 256 << 20, peak
+    # 32 levels: the frame's own four (the object array's reduce, its state, its list of items, the
+    # dict), 27 lists and the 0 they end in
+    frame = load_frame(MEMBER, frame_bytes({**GOOD, "notes": _nested(27)}))
+    assert frame.action.tolist() == [0, 1, 0]
+
+
 def test_a_list_holding_itself_is_refused():
     looped: list = [0]
     looped.append(looped)

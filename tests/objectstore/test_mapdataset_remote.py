@@ -6,6 +6,7 @@ none at all once the shard cache holds the shards; the read side's settings take
 are counted by the RangeHTTPServer (in front of the S3 test server for s3://); byte spans come from
 `tarfile`."""
 import collections
+import hashlib
 import pathlib
 import shutil
 import tarfile
@@ -178,6 +179,51 @@ def test_the_cache_serves_every_pass_after_the_first(generic, tmp_path, s3_serve
         loader = DataLoader(again, batch_size=10, num_workers=2, collate_fn=lambda batch: len(batch))
         assert sum(loader) == len(reference)
         assert _asked(server.requests) == []
+
+
+def test_a_damaged_cache_entry_is_named_dropped_and_downloaded_again(generic, tmp_path, s3_server):
+    """A cached shard whose member was altered on disk (same size) was reported under the server's
+    URL and never downloaded again. Now the read that meets it drops it with one warning line naming
+    the cached file, downloads the shard again (one request) and returns the reference's samples; the
+    new entry is the server's bytes. A shard altered on the server still fails, naming its URL."""
+    from tests.objectstore.test_objectstore_cache import _flip_member
+
+    out, split, reference = generic
+    cache = tmp_path / "cache"
+    with _remote("http", out, s3_server) as (base, server):
+        ds = wdsprep.MapDataset(f"{base}/manifest.json", split, decode=False, cache_dir=cache)
+        for i, expected in enumerate(reference):
+            same_raw(ds[i], expected)
+        k = next(i for i in range(1, len(reference) - 1)
+                 if reference[i - 1]["__shard__"] == reference[i]["__shard__"] == reference[i + 1]["__shard__"])
+        shard = reference[k]["__shard__"]
+        entry = cache / f"{hashlib.sha256((out / shard).read_bytes()).hexdigest()}.tar"  # named by its content
+        _flip_member(entry, reference[k]["__key__"])
+        server.clear_log()
+        again = wdsprep.MapDataset(f"{base}/manifest.json", split, decode=False, cache_dir=cache)
+        same_raw(again[k - 1], reference[k - 1])  # its index and this sample check out: read from the entry
+        assert _asked(server.requests) == []
+        with pytest.warns(UserWarning) as warned:
+            for sample, i in zip(again.__getitems__([k - 1, k, k + 1]), (k - 1, k, k + 1)):
+                same_raw(sample, reference[i])
+        url = f"{base}/{shard}"
+        assert [str(w.message) for w in warned] == [
+            f"{entry}: cached copy of {url} failed its check (member {reference[k]['__key__']}.array.npy.zst: corrupt "
+            f"(its header, data or padding differ from the shard's index)); dropped it, reading the shard from {url} again"]
+        assert [(name, first) for name, first, _ in _asked(server.requests)] == [(shard, 0)]  # downloaded whole, once
+        assert entry.read_bytes() == (out / shard).read_bytes()
+        for i in (k - 1, k, k + 1):
+            same_raw(again[i], reference[i])
+        assert len(_asked(server.requests)) == 1
+
+        served = next(i for i, sample in enumerate(reference) if sample["__shard__"] != shard)  # not cached yet here
+        _flip_member(out / reference[served]["__shard__"], reference[served]["__key__"])
+        try:
+            fresh = wdsprep.MapDataset(f"{base}/manifest.json", split, decode=False, cache_dir=tmp_path / "other")
+            with pytest.raises(ShardError, match=rf"^{base}/{reference[served]['__shard__']}: sha256 differs"):
+                fresh[served]
+        finally:
+            _flip_member(out / reference[served]["__shard__"], reference[served]["__key__"])  # flipped back
 
 
 def test_distributed_sampler_and_workers_over_http(generic, s3_server):

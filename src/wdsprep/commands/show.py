@@ -52,10 +52,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--samples", type=checked(whole_number, 0), default=4, help="samples drawn per split (default 4)")
     parser.add_argument("--seed", type=int, default=0, help="which samples are drawn: any integer (default 0)")
     parser.add_argument("--out", default="report.html", help="the HTML file to write (default report.html)")
+    add_plugin_argument(parser)
+    add_selection(parser)
+
+
+def add_plugin_argument(parser: argparse.ArgumentParser) -> None:
+    """`--plugin`: the plugin sources a manifest may name (the gate, `sources.registry.manifest_source`)."""
     parser.add_argument("--plugin", action="append", dest="plugins", default=[], metavar="package.module:OBJECT",
                         help="let the manifest's source be this plugin (repeatable): a manifest alone loads only "
                              f"built-in sources and installed '{ENTRY_POINT_GROUP}' entry points")
-    add_selection(parser)
 
 
 def run(args: argparse.Namespace) -> int:

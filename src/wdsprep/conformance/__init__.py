@@ -53,6 +53,14 @@ The contract (one test each):
   read and inflated less than a quarter of what the object would expand to (counted: the bytes of
   read(2) calls plus the bytes Python's zlib produced, never the clock) and grown its resident
   memory by less than that too; each hostile object expands to at least `HOSTILE_MIN_BYTES`.
+- A hostile member of every kind (`hostile.KINDS`: zstd and zip bombs of 1.5 GiB, headers declaring a
+  TiB the bytes do not hold, JSON and msgpack nested 10^5 deep, NaN and a key given twice in JSON, a
+  tar header declaring 7 GiB in a shard without an index), planted in a shard of one of the source's
+  converted samples (`hostile.plant`), is refused by every reader (`measured.READERS`: `wdsprep.
+  dataset` with `wdsprep.decode()`, `wdsprep.MapDataset`, `wdsprep inspect`, `verify` and `show`), run
+  in one child process: each reader a `ShardError` (a command: exit 1) in one line naming the shard,
+  the member and the rule broken, never a traceback, its peak memory less than
+  `HOSTILE_READ_BYTES` above what it held after reading the clean conversion.
 - Every kind of input the source reads (`input_kinds`: per file suffix among the inputs
   `Source.inputs` names for the planned units, a zip archive and its members apart, and the
   `plan_files` read while planning), broken (`break_file`: cut to half its size; a zip member: its
@@ -93,8 +101,10 @@ from ..commands.convert import convert_options_from, source_parser
 from ..sources.base import PlanContext
 from ..sources.registry import load_source
 from ..testing.edits import corrupt_zip_member, overwrite_keeping_size, rewritten_shards, shard_identities
+from . import hostile
 
 HOSTILE_MIN_BYTES = 1 << 30  # a hostile object expands at least this far: bounded work is then told apart
+HOSTILE_READ_BYTES = 256 << 20  # what reading a hostile member may cost a reader at most, above its baseline
 
 
 @dataclass(frozen=True)
@@ -471,6 +481,20 @@ class SourceTests:
         cls().convert(native, output)
         return output
 
+    @pytest.fixture(scope="class")
+    @classmethod
+    def hostile_reads(cls, converted, tmp_path_factory) -> dict:
+        """Every kind of hostile member planted in a dataset of one converted sample (`hostile.plant_all`),
+        each read by every reader in one child process after the clean conversion (`measured.run_readers`):
+        {"planted": {kind: hostile.Planted}, "baseline": {reader: read}, "results": {kind: {reader: read}}}."""
+        from .measured import run_readers  # here, not at import: its child runs that module as __main__
+
+        planted = hostile.plant_all(converted, tmp_path_factory.mktemp(f"{cls()._name()}-hostile"))
+        split = next(iter(planted.values())).split
+        found, status, err = run_readers((str(converted), split), {kind: (where.folder, split) for kind, where in planted.items()})
+        assert status == 0 and found, f"the readers' child died (status {status}):\n{err}"
+        return {"planted": planted, **found}
+
     def _name(self) -> str:
         return "".join(c if c.isalnum() else "-" for c in self.source)[:40]
 
@@ -653,6 +677,22 @@ class SourceTests:
         left = sorted(os.listdir(output)) if output.is_dir() else []
         assert not [name for name in left if name == "manifest.json" or name.endswith(".tmp")], left
 
+    @pytest.mark.parametrize("kind", hostile.KINDS)
+    def test_a_hostile_member_is_one_line_from_every_reader_in_bounded_memory(self, hostile_reads, kind):
+        clean = {reader: read for reader, read in hostile_reads["baseline"].items() if read["status"] != 0}
+        assert not clean, f"a reader fails on the clean conversion: {clean}"
+        planted = hostile_reads["planted"][kind]
+        rule = hostile.MEMBERS[kind].refusal if kind in hostile.MEMBERS else hostile.TAR_REFUSAL
+        wrong = []
+        for reader, read in hostile_reads["results"][kind].items():
+            line, growth = read["error"], read["rss_growth"]
+            api = reader in ("dataset", "MapDataset")
+            if not (read["status"] == 1 and (line.startswith("ShardError: ") if api else "Traceback" not in line)
+                    and planted.shard in line and planted.member in line and re.search(rule, line)
+                    and growth < HOSTILE_READ_BYTES):
+                wrong.append(f"{reader}: status {read['status']}, memory +{growth >> 20} MB:\n{line}")
+        assert not wrong, f"{kind} ({planted.member}):\n" + "\n".join(wrong)
+
     def test_a_broken_input_of_each_kind_is_one_line_naming_it(self, native, tmp_path):
         kinds = self.input_kinds(native)
         assert kinds, "input_kinds found nothing to break"
@@ -738,5 +778,5 @@ class SourceTests:
         assert read_manifest(incremental)["timing"]["units_built"] == len(changed_units)
 
 
-__all__ = ["HOSTILE_MIN_BYTES", "Hostile", "SourceTests", "assert_rows_index_their_shards", "assert_same_shards", "balanced_units", "failing_convert", "run_cli", "read_manifest",
+__all__ = ["HOSTILE_MIN_BYTES", "HOSTILE_READ_BYTES", "Hostile", "SourceTests", "assert_rows_index_their_shards", "assert_same_shards", "balanced_units", "failing_convert", "run_cli", "read_manifest",
            "shard_bytes", "shard_rows", "tar_samples", "unit_of"]

@@ -1,4 +1,5 @@
-"""`wdsprep ARGS` in a child process that counts what it did: `run_measured(argv)`.
+"""`wdsprep ARGS` in a child process that counts what it did: `run_measured(argv)`; and every reader
+of shards on a list of datasets, in one child process that measures each read: `run_readers(plan)`.
 
 The conformance suite's hostile-input tests judge a refusal by what the conversion did, never by
 the clock: the bytes it read (`rchar` of /proc/self/io: every read(2), from files, archives or
@@ -13,18 +14,38 @@ does expand a bomb fails inside its child instead of taking the machine's memory
 
 writes `{"status", "read_bytes", "inflated_bytes", "rss_growth"}` to RESULT.json (status: main's
 return value); the command's stderr is the child's.
+
+The readers (`READERS`: `wdsprep.dataset` with `wdsprep.decode()`, `wdsprep.MapDataset`, `wdsprep
+inspect`, `wdsprep verify`, `wdsprep show`) are run on each dataset of a plan in turn by one child
+(`python -m wdsprep.conformance.measured --readers`), kept for the life of the process that started
+it: it takes one plan per line on its stdin and answers each when its results are written, so the
+suite's classes share its imports (torch's among them). For each plan, each reader first reads a
+clean dataset (its imports and caches are its baseline), then the child's address space is capped at
+what it uses plus `READ_HEADROOM` (a reader that allocates what a bomb declares fails there, not in
+the machine's memory; the cap is lifted again for the next plan's baseline), and each read of a
+plan's dataset is measured alone: its peak RSS (`VmHWM`, reset before it) over its RSS before it,
+what it raised (a wdsprep error as its one line; anything else, or an error of more than one line,
+as the traceback) and what a command wrote to stderr.
 """
 from __future__ import annotations
 
+import atexit
+import contextlib
+import io
 import json
 import os
 import resource
+import select
 import subprocess
 import sys
 import tempfile
+import time
+import traceback
 import zlib
+from typing import Callable
 
 ADDRESS_SPACE_LIMIT = 8 << 30  # far above a conversion of the suite's inputs, below the machine
+READ_HEADROOM = 1 << 30  # address space a reader may map beyond its baseline (far above a refusal's needs)
 HANG_GUARD = 600 * float(os.environ.get("WDSPREP_TEST_TIMEOUT_SCALE", "1"))  # seconds; never a speed check
 
 
@@ -121,5 +142,163 @@ def run_measured(argv: list[str]) -> tuple[dict, int, str]:
     return counts, child.returncode, child.stderr
 
 
+# -- every reader of shards, measured
+def _read_dataset(location: str, split: str, scratch: str) -> None:
+    import wdsprep
+
+    for _ in wdsprep.dataset(location, split, shuffle_buffer=0).compose(wdsprep.decode()):
+        pass
+
+
+def _read_mapdataset(location: str, split: str, scratch: str) -> None:
+    import wdsprep
+
+    samples = wdsprep.MapDataset(location, split, decode=True)
+    for position in range(len(samples)):
+        samples[position]
+
+
+def _command(*argv: str) -> Callable:
+    def run(location: str, split: str, scratch: str) -> tuple[int, str]:
+        from ..cli import main
+
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = main([arg.format(location=location, split=split, scratch=scratch) for arg in argv])
+        return status, err.getvalue()
+
+    return run
+
+
+READERS: dict[str, Callable] = {  # name -> run(location, split, scratch): None, or a command's (status, stderr)
+    "dataset": _read_dataset,
+    "MapDataset": _read_mapdataset,
+    "inspect": _command("inspect", "{location}", "--split", "{split}", "--samples", "1"),
+    "verify": _command("verify", "{location}", "--quiet"),
+    "show": _command("show", "{location}", "--split", "{split}", "--samples", "1", "--out", "{scratch}/show.html", "--quiet"),
+}
+
+
+def _read(reader: Callable, location: str, split: str, scratch: str) -> dict:
+    """One reader on one dataset: {"status": 0 | 1 | "traceback", "error": its line(s), "rss_growth"}."""
+    from ..errors import WdsprepError
+
+    _reset_peak()
+    before = _status_bytes("VmRSS")
+    try:
+        done = reader(location, split, scratch)
+        status, error = done if done is not None else (0, "")
+        error = "\n".join(line for line in error.splitlines() if not line.startswith("wdsprep: warning: "))
+        if status not in (0, 1) or len(error.strip().splitlines()) > 1:
+            status = "traceback"
+    except WdsprepError as caught:
+        status, error = 1, f"{type(caught).__name__}: {caught}"
+    except BaseException:  # noqa: BLE001 - MemoryError, RecursionError, ...: what the user would see
+        status, error = "traceback", traceback.format_exc()
+    growth = max(0, _status_bytes("VmHWM") - before)
+    return {"status": status, "error": error.strip(), "rss_growth": growth}
+
+
+def _read_plan(plan: dict) -> dict:
+    """A plan's reads (`run_readers`): the baseline with the address space the child started with,
+    the datasets' with `READ_HEADROOM` above what the baseline left mapped."""
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+    scratch = plan["scratch"]
+    baseline = {name: _read(reader, *plan["clean"], scratch) for name, reader in READERS.items()}
+    resource.setrlimit(resource.RLIMIT_AS, (min(_status_bytes("VmSize") + READ_HEADROOM, hard), hard))
+    results = {kind: {name: _read(reader, location, split, scratch) for name, reader in READERS.items()}
+               for kind, (location, split) in plan["datasets"].items()}
+    return {"baseline": baseline, "results": results}
+
+
+DONE = "wdsprep-readers-done"  # the child's answer to a plan, one line on its stdout
+
+
+def _readers_child() -> int:
+    """The reader child's loop: a line `[plan path, result path]` (JSON) in, the plan's reads written
+    to the result path, a line `[DONE, result path]` out; until its stdin closes."""
+    for line in sys.stdin:
+        plan_path, result_path = json.loads(line)
+        with open(plan_path) as handle:
+            found = _read_plan(json.load(handle))
+        with open(result_path, "w") as handle:
+            json.dump(found, handle)
+        print(json.dumps([DONE, result_path]), flush=True)
+    return 0
+
+
+_reader_child: tuple[subprocess.Popen, object] | None = None  # (the child, the file its stderr goes to)
+
+
+def _started_reader_child() -> tuple[subprocess.Popen, object]:
+    """The reader child of this process: started at first use (and again if it died), its stdin closed
+    at exit (its loop then ends)."""
+    global _reader_child
+    if _reader_child is None or _reader_child[0].poll() is not None:
+        log = tempfile.TemporaryFile("w+")
+        child = subprocess.Popen([sys.executable, "-m", "wdsprep.conformance.measured", "--readers"], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1, preexec_fn=_limit_address_space)
+        atexit.register(child.stdin.close)
+        _reader_child = (child, log)
+    return _reader_child
+
+
+def _stderr_of(log) -> str:
+    log.seek(0)
+    text = log.read()
+    log.seek(0, io.SEEK_END)
+    return text[-20000:]
+
+
+def run_readers(clean: tuple[str, str], datasets: dict[str, tuple[str, str]]) -> tuple[dict, int, str]:
+    """Every reader of `READERS` on each of `datasets` ({name: (location, split)}), in this process's
+    reader child, after reading `clean` (location, split) as its baseline: ({"baseline": {reader: read},
+    "results": {name: {reader: read}}}, or {} if the child died or hung; its exit status, or 0 while it
+    lives; what it wrote to stderr), each read being {"status": 0, 1 or "traceback", "error",
+    "rss_growth"} (see the module docstring). A child that hangs past `HANG_GUARD` is killed."""
+    if not os.path.exists("/proc/self/status"):
+        import pytest
+
+        pytest.skip("measuring a child's peak memory needs Linux's /proc/self/status")
+    child, log = _started_reader_child()
+    with tempfile.TemporaryDirectory() as scratch:
+        result, plan = os.path.join(scratch, "result.json"), os.path.join(scratch, "plan.json")
+        with open(plan, "w") as handle:
+            json.dump({"clean": list(clean), "datasets": {name: list(where) for name, where in datasets.items()},
+                       "scratch": scratch}, handle)
+        try:
+            child.stdin.write(json.dumps([plan, result]) + "\n")
+            child.stdin.flush()
+        except OSError:  # it died between plans
+            return {}, child.wait(), _stderr_of(log)
+        if not _answered(child, json.dumps([DONE, result]).encode()):
+            return {}, child.wait(), _stderr_of(log)
+        with open(result) as handle:
+            return json.load(handle), 0, _stderr_of(log)
+
+
+def _answered(child: subprocess.Popen, answer: bytes) -> bool:
+    """Whether the child wrote the line `answer` (among any others) before it died or `HANG_GUARD`
+    passed (then it is killed: a hang guard, never a speed check)."""
+    deadline, pending = time.monotonic() + HANG_GUARD, b""
+    fd = child.stdout.fileno()
+    while True:
+        lines = pending.split(b"\n")
+        if any(line.strip() == answer for line in lines[:-1]):
+            return True
+        pending = lines[-1]
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            child.kill()
+            return False
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return False
+        pending += chunk
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "--readers":
+        sys.exit(_readers_child())
     sys.exit(_child(sys.argv[1], sys.argv[2:]))

@@ -17,6 +17,22 @@ dict of plain arrays to every reader, never a structured record dtype, which Arr
 `CODECS` (extension -> `MemberCodec`) is the one table of member extensions: the writer's field
 names, the reader's extension split, the decoders and the `--codec` choices (`ARRAY_CODECS`) all
 derive from it. A new member codec is one encode function, one decode function and one entry.
+
+What a member may hold (docs/format.md#what-a-reader-refuses), written and read alike: at most
+`MAX_MEMBER_BYTES` once decoded (an array, the arrays of an `.npz` together, a zstd frame's content),
+an `.npz` of at most `MAX_NPZ_ENTRIES` arrays, values nested at most `MAX_DEPTH` deep. A decoder
+refuses a member before it allocates or inflates more than that: a zstd frame declaring more is
+refused unread, one that does not declare its size is inflated in pieces and refused as soon as it
+passes the cap (`inflate`); a `.npy` header must declare exactly the bytes that follow it (in the
+member, or in the frame's declared content) and no more than the cap (`npy_size_problem`); an
+`.npz`'s entry count (read from its end record, before the zip's directory is parsed), each entry's
+header against the entry's declared size and the sum of those sizes are checked before an entry is
+inflated (zipfile never inflates past an entry's declared size). JSON, in members as in manifests and
+JSON inputs, is read by one rule (`parse_json_text`): standard JSON only (NaN and Infinity are not
+JSON), no key twice in one object, nested at most `MAX_DEPTH` deep; msgpack members nest as deep at
+most. The writer refuses (one line naming the sample and field) a value it could not read back.
+Each refusal is a `FormatError` whose sentence is written once, here (`beyond`, `NESTED`,
+`npy_size_problem`); the readers add the shard and member to it.
 """
 from __future__ import annotations
 
@@ -27,6 +43,7 @@ import math
 import re
 import threading
 import zipfile
+import zlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -37,6 +54,26 @@ import zstandard
 from ..errors import ConfigError, FormatError, ShardError
 
 NPY_MAGIC = b"\x93NUMPY"
+
+# -- the caps (module docstring); `beyond` and `NESTED` are their one wording
+MAX_MEMBER_BYTES = 1 << 30  # a member's data once decoded: an array, an .npz's arrays, a zstd frame's content
+MAX_NPZ_ENTRIES = 1024  # the arrays of one .npz member
+MAX_DEPTH = 100  # containers within containers: a .json or .mp member, a manifest, a JSON input, a selection
+MEMBER = "a member"  # what MAX_MEMBER_BYTES bounds, as `beyond` says it
+NESTED = f"nested deeper than {MAX_DEPTH} levels"
+
+
+def beyond(amount: str, what: str, limit: int) -> str:
+    """The one sentence of a size above its cap: "<amount>, more than <what> may hold (<limit> bytes)"
+    (members here; sample tables, shard table extras and native inputs alike)."""
+    return f"{amount}, more than {what} may hold ({limit} bytes)"
+
+
+def too_many_arrays(count: int) -> str:
+    """The one sentence of an .npz of more than `MAX_NPZ_ENTRIES` arrays (written or read)."""
+    return f"{count} arrays, more than an .npz member may hold ({MAX_NPZ_ENTRIES})"
+
+
 _header_cache: dict[bytes, tuple] = {}
 _header_lock = threading.Lock()
 
@@ -53,6 +90,8 @@ def encode_npy(array: np.ndarray) -> bytes:
     """
     if array.__class__ is not np.ndarray:
         array = np.asarray(array)
+    if array.nbytes > MAX_MEMBER_BYTES:
+        raise ValueError(npy_size_problem(array.dtype, array.shape, None))
     flags = array.flags
     fortran = not flags.c_contiguous and flags.f_contiguous
     signature = (array.dtype, array.shape, fortran)
@@ -81,15 +120,26 @@ _packers = threading.local()  # one msgpack Packer per thread (a Packer holds a 
 
 
 def encode_msgpack(value: Any) -> bytes:
-    """msgpack.packb's bytes (a Packer resets its buffer after a value that fails to pack)."""
+    """msgpack.packb's bytes (a Packer resets its buffer after a value that fails to pack); a value
+    nested deeper than `MAX_DEPTH` is a ValueError (readers refuse it)."""
     packer = getattr(_packers, "packer", None)
     if packer is None:
         packer = _packers.packer = msgpack.Packer(default=_msgpack_default, use_bin_type=True, strict_types=False)
-    return packer.pack(value)
+    data = packer.pack(value)
+    if isinstance(value, (dict, list, tuple)):
+        check_nesting(value, _msgpack_containers(data))
+    return data
 
 
 def encode_json(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+    """Standard JSON (NaN and Infinity are a ValueError: readers refuse them), nested at most `MAX_DEPTH` deep."""
+    try:
+        data = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+    except RecursionError:
+        raise ValueError(NESTED) from None
+    if isinstance(value, (dict, list, tuple)):
+        check_nesting(value, _json_containers(data))
+    return data
 
 
 class Columns(dict):
@@ -107,6 +157,11 @@ _COLUMN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_\-]*")
 def encode_npz(columns: dict) -> bytes:
     """A standard `.npz` (`np.load` reads it): one stored (uncompressed) `<name>.npy` entry per
     column in the dict's order, dated 1980-01-01, made on "Unix": equal columns, equal bytes."""
+    if len(columns) > MAX_NPZ_ENTRIES:
+        raise ValueError(too_many_arrays(len(columns)))
+    total = sum(np.asarray(array).nbytes for array in columns.values())
+    if total > MAX_MEMBER_BYTES:
+        raise ValueError(beyond(f"its columns hold {total} bytes", MEMBER, MAX_MEMBER_BYTES))
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
         for name, array in columns.items():
@@ -234,6 +289,19 @@ def npy_meta(header: bytes) -> tuple[np.dtype, tuple, bool, int]:
     return parsed
 
 
+def npy_size_problem(dtype: np.dtype, shape: tuple, present: int | None) -> str | None:
+    """What is wrong with a .npy header declaring a `dtype` array of `shape` over `present` bytes of
+    data (None: not known yet), or None: more than a member may hold, or other than the bytes that
+    follow it. The one rule of .npy members and .npy inputs (`sources.base.check_npy_bytes`)."""
+    declared = math.prod(shape) * dtype.itemsize
+    what = f"its header declares a {dtype} array of shape {tuple(shape)}, {declared} bytes"
+    if present is not None and present != declared:
+        return f"truncated or malformed .npy ({what}, but {present} bytes follow it)"
+    if declared > MAX_MEMBER_BYTES:
+        return beyond(what, MEMBER, MAX_MEMBER_BYTES)
+    return None
+
+
 _recent_prefixes: list[tuple[bytes, tuple]] = []  # (.npy bytes up to the array data, parsed): a shard repeats a few
 
 
@@ -251,7 +319,8 @@ def _npy_prefix(data: bytearray) -> tuple:
 
 
 def decode_npy(data: bytes | bytearray | memoryview) -> np.ndarray:
-    """A writable array over `data` itself when it is a bytearray (else over one copy of it)."""
+    """A writable array over `data` itself when it is a bytearray (else over one copy of it); its
+    header must declare exactly the bytes after it (`npy_size_problem`)."""
     if data.__class__ is not bytearray:
         data = bytearray(data)  # writable arrays; one copy
     for prefix, parsed in _recent_prefixes:
@@ -260,8 +329,8 @@ def decode_npy(data: bytes | bytearray | memoryview) -> np.ndarray:
     else:
         parsed = _npy_prefix(data)
     shape, dtype, offset, fortran, nbytes = parsed
-    if len(data) - offset < nbytes:
-        raise FormatError(f"truncated .npy data ({len(data) - offset} bytes for {shape} {dtype})")
+    if len(data) - offset != nbytes or nbytes > MAX_MEMBER_BYTES:
+        raise FormatError(npy_size_problem(dtype, shape, len(data) - offset))
     if fortran:
         return np.ndarray(shape, dtype, data, offset, None, "F")
     return np.ndarray(shape, dtype, data, offset)  # shaped at once, no reshape
@@ -276,11 +345,13 @@ def _read_exact(readinto: Callable, view: memoryview, what: str) -> None:
         filled += n
 
 
-def read_npy(readinto: Callable, leading: int | None = None) -> np.ndarray:
+def read_npy(readinto: Callable, leading: int | None = None, size: int | None = None) -> np.ndarray:
     """An array read from a stream of .npy bytes (`readinto(view) -> count`), straight into its buffer.
 
-    With `leading`, only the first `leading` rows along axis 0 are read (C order only); the rest of
-    the stream is left unread.
+    `size`: the stream's length, when known (an .npz entry's, a zstd frame's declared content): the
+    header must declare exactly the bytes after it, and never more than a member may hold
+    (`npy_size_problem`), checked before the array is allocated. With `leading`, only the first
+    `leading` rows along axis 0 are read (C order only); the rest of the stream is left unread.
     """
     prefix = bytearray(12)
     _read_exact(readinto, memoryview(prefix)[:10], ".npy header")
@@ -289,7 +360,10 @@ def read_npy(readinto: Callable, leading: int | None = None) -> np.ndarray:
     start, length = npy_header_span(prefix)
     header = bytearray(length)
     _read_exact(readinto, memoryview(header), ".npy header")
-    dtype, shape, fortran, _ = npy_meta(bytes(header))
+    dtype, shape, fortran, count = npy_meta(bytes(header))
+    present = None if size is None else size - start - length
+    if count * dtype.itemsize > MAX_MEMBER_BYTES or (present is not None and present != count * dtype.itemsize):
+        raise FormatError(npy_size_problem(dtype, shape, present))
     if leading is not None and shape:
         if fortran:
             raise FormatError("a partial read of a Fortran-ordered array")
@@ -311,56 +385,178 @@ def decompressor() -> zstandard.ZstdDecompressor:
     return dctx
 
 
+def frame_size(data: bytes | bytearray | memoryview, limit: int = MAX_MEMBER_BYTES, what: str = MEMBER) -> int | None:
+    """The content size the zstd frame `data` declares (None when it does not), refused (`FormatError`)
+    above `limit` before anything is inflated; raises `zstandard.ZstdError` for what is no frame."""
+    size = zstandard.get_frame_parameters(data).content_size
+    if size == zstandard.CONTENTSIZE_UNKNOWN:
+        return None
+    if size > limit:
+        raise FormatError(beyond(f"its zstd frame declares {size} bytes", what, limit))
+    return size
+
+
+def inflate(data: bytes | bytearray | memoryview, limit: int = MAX_MEMBER_BYTES, what: str = MEMBER) -> bytes:
+    """The content of the zstd frame `data`, never more than `limit` bytes inflated: a frame declaring
+    more is refused unread; one declaring its size is inflated into exactly that (zstd refuses a frame
+    that holds other than it declares; bytes after it are refused); one that does not is read in pieces,
+    refused as soon as it passes `limit`. `FormatError` for the cap, `zstandard.ZstdError` for bad data."""
+    if frame_size(data, limit, what) is not None:
+        return decompressor().decompress(data, allow_extra_data=False)
+    reader = decompressor().stream_reader(data)
+    out = bytearray()
+    while chunk := reader.read(1 << 20):
+        out += chunk
+        if len(out) > limit:
+            raise FormatError(beyond(f"its zstd frame holds more than {len(out) - len(chunk)} bytes", what, limit))
+    return bytes(out)
+
+
 def decode_npy_zst(data: bytes | memoryview) -> np.ndarray:
     """Decompress straight into the array's own buffer (no intermediate copy of the payload).
 
-    The frame is read to its end, so its content checksum (written by `Encoder.compress`) is
-    checked before the array is returned; frames written without one (older shards) read as before.
-    Bytes of the frame's content after the array are ignored, as numpy's `np.load` and `decode_npy`
-    ignore bytes after an `.npy`'s array; bytes after the frame are refused (garbage fails to decode,
-    a second frame makes the content longer than the size the first frame declares).
+    The .npy header must declare exactly the content the frame declares (or, for a frame that does not
+    declare its size, no content may follow the array), never more than a member may hold: checked
+    before the array is allocated. The frame is read to its end, so its content checksum (written by
+    `Encoder.compress`) is checked before the array is returned; frames written without one (older
+    shards) read as before. Bytes after the frame are refused (garbage fails to decode, a second frame
+    is content after the array).
     """
     try:
         reader = decompressor().stream_reader(data)
-        array = read_npy(reader.readinto)
-        read = reader.tell()
-        while chunk := reader.read(1 << 16):  # to the frame's end: its checksum
-            read += len(chunk)
-        declared = zstandard.get_frame_parameters(data).content_size
-        if declared not in (0, zstandard.CONTENTSIZE_UNKNOWN) and read != declared:
-            raise FormatError(f"bytes after the zstd frame ({read} bytes of content, the frame declares {declared})")
+        array = read_npy(reader.readinto, size=frame_size(data))
+        if reader.read(1):  # to the frame's end (its checksum): nothing may follow the array
+            raise FormatError("content after its .npy array (the zstd frame holds more than the .npy header declares)")
         return array
     except zstandard.ZstdError as error:
         raise FormatError(f"corrupt zstd data: {error}") from None
 
 
+_ZIP_END = b"PK\x05\x06"  # the zip's end of central directory record: 22 bytes and a comment of at most 65535
+
+
+def _npz_entries(data: bytes | bytearray | memoryview) -> None:
+    """Refuse an .npz whose end record counts more than `MAX_NPZ_ENTRIES` entries, before zipfile
+    makes an object of every entry of its directory (a zip64 archive counts 65535 there)."""
+    tail = bytes(data[max(0, len(data) - 22 - 65535):])
+    at = tail.rfind(_ZIP_END)
+    if at >= 0 and at + 22 <= len(tail):
+        count = int.from_bytes(tail[at + 10 : at + 12], "little")
+        if count > MAX_NPZ_ENTRIES:
+            raise FormatError(too_many_arrays(count))
+
+
 def decode_npz(data: bytes | bytearray | memoryview) -> dict[str, np.ndarray]:
-    """`{name: writable array}` of an `.npz` (stored or deflated entries, CRC-checked; never pickle)."""
+    """`{name: writable array}` of an `.npz` (stored or deflated entries, CRC-checked; never pickle).
+
+    Its entry count, each entry's size against its .npy header and the entries' sizes together are
+    checked before an entry is inflated or its array allocated (module docstring); each array is read
+    straight into its own buffer."""
+    _npz_entries(data)
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            entries = archive.infolist()
+            total = sum(info.file_size for info in entries)
+            if total > MAX_MEMBER_BYTES:
+                raise FormatError(beyond(f"its .npz entries declare {total} bytes", MEMBER, MAX_MEMBER_BYTES))
             columns = {}
-            for info in archive.infolist():
+            for info in entries:
                 if not info.filename.endswith(".npy"):
                     raise FormatError(f".npz entry {info.filename!r} is not an .npy array")
-                columns[info.filename[:-4]] = decode_npy(bytearray(archive.read(info)))
+                with archive.open(info) as entry:
+                    try:
+                        columns[info.filename[:-4]] = read_npy(entry.readinto, size=info.file_size)
+                    except FormatError as error:
+                        raise FormatError(f".npz entry {info.filename!r}: {error}") from None
+                    entry.read(1)  # at the entry's end: its CRC checked
             return columns
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError, OSError) as error:
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError, OSError, zlib.error) as error:
         raise FormatError(f"not a readable .npz ({error})") from None
 
 
 def decode_npz_zst(data: bytes | memoryview) -> dict[str, np.ndarray]:
     try:
-        return decode_npz(decompressor().decompress(data))  # the frame states its size; a cut frame fails
+        return decode_npz(inflate(data))
     except zstandard.ZstdError as error:
         raise FormatError(f"corrupt zstd data: {error}") from None
 
 
-def decode_msgpack(data: bytes) -> Any:
-    return msgpack.unpackb(data, raw=False, strict_map_key=False)
+# -- values: msgpack and JSON, nested at most MAX_DEPTH deep
+_MSGPACK_CONTAINERS = bytes([*range(0x80, 0xA0), 0xDC, 0xDD, 0xDE, 0xDF])  # fixmap, fixarray, array/map 16/32
+
+
+def _msgpack_containers(data: bytes | bytearray | memoryview) -> int:
+    """At least the number of arrays and maps in msgpack `data` (each starts with one of these bytes)."""
+    if len(data) <= MAX_DEPTH:
+        return len(data)
+    raw = data if data.__class__ is bytes else bytes(data)
+    return len(raw) - len(raw.translate(None, _MSGPACK_CONTAINERS))
+
+
+def _json_containers(data: bytes | bytearray | str) -> int:
+    """At least the number of arrays and objects in JSON text `data`."""
+    if isinstance(data, str):
+        return data.count("[") + data.count("{")
+    return data.count(b"[") + data.count(b"{")
+
+
+def check_nesting(value: Any, containers: int) -> None:
+    """ValueError(NESTED) when `value` (decoded JSON or msgpack: dicts, lists and tuples) nests deeper
+    than `MAX_DEPTH`; `containers`, at least how many it holds, spares the walk when there are too few
+    (what nearly every value has). The walk is iterative: no recursion limit, whatever the nesting."""
+    if containers <= MAX_DEPTH:
+        return
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        for child in (node.values() if isinstance(node, dict) else node):
+            if isinstance(child, (dict, list, tuple)):
+                if depth >= MAX_DEPTH:
+                    raise ValueError(NESTED)
+                stack.append((child, depth + 1))
+
+
+def decode_msgpack(data: bytes | bytearray | memoryview) -> Any:
+    try:
+        value = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except msgpack.StackError:  # msgpack's own limit (1024 levels), met before ours
+        raise FormatError(NESTED) from None
+    if isinstance(value, (dict, list)):
+        check_nesting(value, _msgpack_containers(data))
+    return value
+
+
+def unique_keys(pairs: list) -> dict:
+    """`json.loads`' `object_pairs_hook` that refuses a field given twice in one object (plain
+    `json` keeps the last silently)."""
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        seen: set = set()
+        duplicate = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise ValueError(f"duplicate key {duplicate!r} in one object")
+    return data
+
+
+def _not_json(name: str) -> None:
+    raise ValueError(f"{name} is not JSON (a number must be finite)")
+
+
+def parse_json_text(data: bytes | bytearray | str) -> Any:
+    """The one JSON rule of the format and its inputs (`.json` members, manifests, `sources.base.
+    parse_json`): standard JSON only (NaN and Infinity are not JSON), no key given twice in one object
+    (plain `json` keeps the last silently), nested at most `MAX_DEPTH` deep. Anything else is a
+    ValueError (JSONDecodeError, UnicodeDecodeError alike) naming the problem."""
+    try:
+        value = json.loads(data, object_pairs_hook=unique_keys, parse_constant=_not_json)
+    except RecursionError:  # json's own limit (the interpreter's), met before ours
+        raise ValueError(NESTED) from None
+    if isinstance(value, (dict, list)):
+        check_nesting(value, _json_containers(data))
+    return value
 
 
 def decode_json(data: bytes | bytearray | memoryview) -> Any:
-    return json.loads(bytes(data) if data.__class__ is memoryview else data)
+    return parse_json_text(bytes(data) if data.__class__ is memoryview else data)
 
 
 # ------------------------------------------------------------------------------------- the table

@@ -24,9 +24,12 @@ checked on load: `plain_names`). Loading it makes one str per key and nothing pe
 are read in place (memoryviews), so a 20,000-sample index loads in about a millisecond instead of
 the ~15 ms that per-sample lists cost (`wdsprep-index/1`: `{"format", "digest", "samples":
 [[key, offset, [member, size, digest, ...]], ...]}`, still read). So every byte of the shard is
-covered: the samples tile `[0, index_offset)` exactly (checked as they are read), the index member
-is covered by the row's `index_digest`, and the end-of-archive blocks must be the 1024 zero bytes
-that end the file at the row's `bytes`.
+covered: the samples tile `[0, index_offset)` exactly (checked when the index is loaded: each
+sample's members, a header, data and padding each, end where the next sample starts, the last where
+the index member does), the index member is covered by the row's `index_digest`, and the
+end-of-archive blocks must be the 1024 zero bytes that end the file at the row's `bytes`. So no
+size an index gives exceeds the shard's bytes before it, and no reader allocates more for a member
+or a sample than the shard holds (the index member itself was read at `index_offset`).
 
 Why xxh3_64: it is a corruption check, read on every sample (not a defence against tampering:
 `wdsprep verify` checks sha256). Measured on 16 KiB: zlib.crc32 ~16 us, zlib.adler32 ~9 us,
@@ -227,6 +230,29 @@ class ShardIndex:
             raise ValueError(f"columns disagree ({len(keys)} keys, {len(offsets)} offsets, {len(layout)} layouts, "
                              f"{first[-1]} members named, {len(sizes)} sizes, {len(digests)} digests)")
         self.first = memoryview(first)
+        if len(ids):
+            self._check_tiling(first)
+
+    def _check_tiling(self, first: np.ndarray) -> None:
+        """The samples tile [0, index_offset): each one's members (header, data, padding) end where
+        the next sample starts (the last: where the index member does), so no size here exceeds the
+        shard. Whole columns at once (spans clipped past the shard, their sum bounded: no overflow)."""
+        end = self.index_offset
+        sizes = np.minimum(np.asarray(self.sizes, np.uint64), np.uint64(end + 1)).astype(np.int64)
+        spans = sizes + BLOCK + (-sizes % BLOCK)
+        if float(spans.sum(dtype=np.float64)) > 2.0**62:
+            raise ShardError(self.url, f"index: its member sizes add up to more than the shard's {end} bytes")
+        sums = np.zeros(len(spans) + 1, np.int64)
+        np.cumsum(spans, out=sums[1:])
+        starts = np.minimum(np.asarray(self.offsets, np.uint64), np.uint64(end + 1)).astype(np.int64)
+        ends = starts + sums[first[1:]] - sums[first[:-1]]
+        following = np.append(starts[1:], end)
+        if starts[0] != 0:
+            raise ShardError(self.url, f"index: the first sample starts at byte {self.offsets[0]}, not 0")
+        wrong = np.flatnonzero(ends != following)
+        if wrong.size:
+            i = int(wrong[0])
+            raise ShardError(self.url, tiling_problem(self.keys[i], int(ends[i]), int(following[i])))
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -290,6 +316,11 @@ class ShardIndex:
     def sample_end(self, i: int) -> int:
         """Where sample i's bytes end (the next sample's, or the index member's, first header)."""
         return self.offsets[i + 1] if i + 1 < len(self.offsets) else self.index_offset
+
+
+def tiling_problem(key: str, end: int, following: int) -> str:
+    """The one wording of a sample that does not end where the next one (or the index member) starts."""
+    return f"index: sample {key!r:.80} ends at byte {end}, the next one starts at {following}"
 
 
 def _unpack_paused(data: bytes) -> dict:

@@ -21,20 +21,24 @@ import sys
 
 import zstandard
 
+from ..errors import FormatError
 from ..storage.gopen import when_imported
-from .codec import decompressor
+from .codec import inflate
 
 
 def zst_handler(key: str, data: bytes):
-    """A webdataset decoder handler: `<field>.<ext>.zst` -> webdataset `Continue(<field>.<ext>, bytes)`."""
+    """A webdataset decoder handler: `<field>.<ext>.zst` -> webdataset `Continue(<field>.<ext>, bytes)`;
+    a frame that would inflate beyond what a member may hold is a `FormatError` (`codec.inflate`)."""
     if not key.endswith(".zst"):
         return None
     from webdataset.autodecode import Continue
 
     try:
-        raw = decompressor().decompress(data)
-    except zstandard.ZstdError:  # a frame that does not state its size (not written by wdsprep)
-        raw = decompressor().stream_reader(data).read()
+        raw = inflate(data)
+    except zstandard.ZstdError as error:
+        raise FormatError(f"member {key!r}: corrupt zstd data: {error}") from None
+    except FormatError as error:
+        raise FormatError(f"member {key!r}: {error}") from None
     return Continue(key[:-4], raw)
 
 

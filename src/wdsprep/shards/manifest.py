@@ -7,8 +7,9 @@ overall totals that add up. A violation is one `ManifestError` line naming the m
 field. A row's sample index fields (`index_offset`, `index_bytes`, `index_digest`) must describe the
 shard's last bytes (`index.index_fields_problem`), so no offset read from a manifest points outside
 its shard. A split's sample table record names that split's table file and nothing else
-(`samples.entry_problem`). No JSON field may be given twice. Shard rows may carry further optional fields; those are
-kept as they are.
+(`samples.entry_problem`). The JSON is read by the format's one rule (`codec.parse_json_text`: no field
+given twice, no NaN or Infinity, nested at most `codec.MAX_DEPTH` deep), and written so that it holds.
+Shard rows may carry further optional fields; those are kept as they are.
 
 Where the shard rows live. `Manifest.write` writes each split's shard table (`<split>.shards`,
 shards/shardtable.py: the rows as binary columns, 62 bytes a shard) and records it in
@@ -38,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError, ManifestError
+from .codec import parse_json_text
 from .index import ROW_FIELDS, index_fields_problem
 from .samples import TABLE as SAMPLE_TABLES
 from .samples import entry_problem
@@ -152,7 +154,7 @@ class Manifest:
         }
 
     def dumps(self, inline: bool = True) -> bytes:
-        return (json.dumps(self.to_dict(inline), indent=1, sort_keys=True) + "\n").encode()
+        return (json.dumps(self.to_dict(inline), indent=1, sort_keys=True, allow_nan=False) + "\n").encode()
 
     def write(self, store, inline_shards: int = INLINE_SHARDS) -> None:
         """Write each split's shard table, then `manifest.json` (last: a reader finds the tables it
@@ -204,8 +206,8 @@ class Manifest:
     @classmethod
     def loads(cls, text: bytes | str, url: str | None = None, tables=None) -> "Manifest":
         try:
-            data = json.loads(text, object_pairs_hook=unique_keys)
-        except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, a duplicate key
+            data = parse_json_text(text)
+        except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, a duplicate key, NaN, nesting
             raise ManifestError(f"{url or 'manifest'}: not valid JSON ({error})") from None
         return cls.from_dict(data, url, tables)
 
@@ -269,17 +271,6 @@ def _local_table(url: str | None, where: str, split: str, record: dict) -> Shard
 
 
 # -- the schema
-def unique_keys(pairs: list) -> dict:
-    """`json.loads`' `object_pairs_hook` that refuses a field given twice in one object (plain
-    `json` keeps the last silently): manifests, and JSON inputs (`sources.base.parse_json`)."""
-    data = dict(pairs)
-    if len(data) != len(pairs):
-        seen: set = set()
-        duplicate = next(key for key, _ in pairs if key in seen or seen.add(key))
-        raise ValueError(f"duplicate key {duplicate!r} in one object")
-    return data
-
-
 def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 

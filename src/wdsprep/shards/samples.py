@@ -16,8 +16,8 @@ The manifest records each split's table in `tables["sample_tables"][split]` = {`
 `sha256`, `fields`: [names]}; a table whose bytes do not match is refused (`ManifestError`). Compressed
 because most of it is regular (key ends, small integers, keys with a common stem: 24 MB of a 10^6-sample
 table become 0.9 MB), and it is one request on every rank of a remote dataset with a selection. Read
-back, it is inflated at most to a bound from its sample count and fields (`inflate_bound`), so a frame
-that expands further is refused unread; its keys are decoded into strings only when asked for (a
+back, it is inflated at most to a bound from its sample count and fields (`inflate_bound`, by the
+format's one bounded inflate, `codec.inflate`), so a frame that expands further is refused unread; its keys are decoded into strings only when asked for (a
 `select=` alone reads its columns, not its keys).
 
 An indexed field is a small scalar of each sample (a label, an ISO value, a sensor name): the
@@ -42,8 +42,8 @@ import msgpack
 import numpy as np
 import zstandard
 
-from ..errors import ConfigError, ManifestError
-from .codec import decompressor
+from ..errors import ConfigError, FormatError, ManifestError
+from .codec import inflate
 
 FORMAT = "wdsprep-samples/1"
 TABLE = "sample_tables"  # manifest.tables key (not "samples": a source may name its own table so)
@@ -133,6 +133,30 @@ def _column(name: str, values: list) -> dict:
     raise ConfigError(f"index field {name!r} mixes strings and numbers ({', '.join(sorted(k.__name__ for k in kinds))})")
 
 
+def _read_column(name: str, column: dict, count: int) -> np.ndarray:
+    """A column of the table file as the reader holds it (one value per sample); a ValueError says
+    what does not add up."""
+    if "codes" in column:
+        codes = np.frombuffer(column["codes"], "<u4")
+        values = np.array(column["values"], dtype=object)
+        if len(codes) != count or (len(codes) and codes.max() >= len(values)):
+            raise ValueError(f"field {name!r}: codes do not match")
+        return values[codes].astype(str) if len(values) else np.zeros(count, dtype=str)
+    if column["dtype"] not in ("|b1", "<i8", "<f8"):
+        raise ValueError(f"field {name!r}: dtype {column['dtype']!r} is not allowed")
+    values = np.frombuffer(column["data"], column["dtype"])
+    if len(values) != count:
+        raise ValueError(f"field {name!r}: {len(values)} values for {count} samples")
+    return values
+
+
+def column_of(name: str, values: list) -> np.ndarray:
+    """The column a table holds for a field of these values (one per sample, None: absent), as a
+    reader holds it: what a conversion that derived them writes and `SampleTable` reads back
+    (`wdsprep verify` compares a table with it)."""
+    return _read_column(name, _column(name, list(values)), len(values))
+
+
 def encode_table(split: str, keys: list[str], fields: Mapping[str, list]) -> bytes:
     """The table file's bytes: `keys` in manifest order, `fields` {name: one value (or None) per key}."""
     encoded = [key.encode("utf-8") for key in keys]
@@ -152,21 +176,6 @@ def inflate_bound(count: int, fields: int) -> int:
     256 bytes and its end, a value of up to 256 bytes (a string column's distinct values) per field
     and sample, and 1 MiB for the rest."""
     return (1 << 20) + count * (264 + 264 * fields)
-
-
-def _inflate(data: bytes, bound: int) -> bytes:
-    """The frame's content, read to its end (its checksum checked) and refused beyond `bound` bytes
-    (never allocated from the size the frame declares)."""
-    reader = decompressor().stream_reader(data)
-    out = bytearray()
-    while chunk := reader.read(1 << 20):
-        out += chunk
-        if len(out) > bound:
-            raise ValueError(f"it inflates to more than {bound} bytes")
-    declared = zstandard.get_frame_parameters(data).content_size
-    if declared != zstandard.CONTENTSIZE_UNKNOWN and declared != len(out):
-        raise ValueError(f"its frame declares {declared} bytes and holds {len(out)}")
-    return bytes(out)
 
 
 def table_entry(manifest, split: str) -> dict | None:
@@ -221,7 +230,7 @@ class SampleTable:
     def decode(cls, data: bytes, where: str, count: int, fields: int = 0) -> "SampleTable":
         """The table file's bytes, for a split of `count` samples whose record names `fields` fields."""
         try:
-            table = msgpack.unpackb(_inflate(data, inflate_bound(count, fields)), raw=False)
+            table = msgpack.unpackb(inflate(data, inflate_bound(count, fields), "this sample table"), raw=False)
             if not isinstance(table, dict) or table.get("format") != FORMAT:
                 raise ValueError(f"unknown format {table.get('format') if isinstance(table, dict) else None!r}")
             blob, ends = table["keys"], np.frombuffer(table["key_ends"], "<u8").astype(np.int64)
@@ -231,23 +240,9 @@ class SampleTable:
                 raise ValueError(f"{len(ends)} keys for {count} samples")
             if len(ends) and (ends[0] < 0 or (np.diff(ends) < 0).any()):
                 raise ValueError("key ends go backwards")
-            fields = {}
-            for name, column in table["fields"].items():
-                if "codes" in column:
-                    codes = np.frombuffer(column["codes"], "<u4")
-                    values = np.array(column["values"], dtype=object)
-                    if len(codes) != count or (len(codes) and codes.max() >= len(values)):
-                        raise ValueError(f"field {name!r}: codes do not match")
-                    fields[name] = values[codes].astype(str) if len(values) else np.zeros(count, dtype=str)
-                else:
-                    if column["dtype"] not in ("|b1", "<i8", "<f8"):
-                        raise ValueError(f"field {name!r}: dtype {column['dtype']!r} is not allowed")
-                    values = np.frombuffer(column["data"], column["dtype"])
-                    if len(values) != count:
-                        raise ValueError(f"field {name!r}: {len(values)} values for {count} samples")
-                    fields[name] = values
+            fields = {name: _read_column(name, column, count) for name, column in table["fields"].items()}
         except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError, msgpack.ExtraData,
-                msgpack.FormatError, msgpack.StackError, zstandard.ZstdError) as error:
+                msgpack.FormatError, msgpack.StackError, zstandard.ZstdError, FormatError) as error:
             raise ManifestError(f"{where}: sample table is unreadable ({error})") from None
         return cls(fields=fields, blob=blob, ends=ends, where=where)
 

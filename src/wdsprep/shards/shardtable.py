@@ -54,7 +54,8 @@ import numpy as np
 import zstandard
 
 from ..errors import ManifestError
-from .codec import decompressor
+from ..storage.files import open_to_read
+from .codec import inflate
 
 FORMAT = "wdsprep-shards/1"
 MAGIC = b"WDSSHRD1"
@@ -205,10 +206,13 @@ def entry_problem(split: Any, entry: Any) -> str | None:
 class ShardTable:
     """A split's shard rows as columns over the table's bytes (a read-only mmap or bytes). A
     sequence of row dicts too (`table[i]`, iteration, `len`), built on demand, so code that reads
-    rows works unchanged; planning uses the columns (`samples`, `bytes`, `name(i)`)."""
+    rows works unchanged; planning uses the columns (`samples`, `bytes`, `name(i)`). A table mapped
+    from `path` keeps the manifest's `record` of it, so a process it is pickled to (a spawned
+    DataLoader worker) checks the file it maps again before trusting it (the file may have been
+    replaced since: a cache entry)."""
 
-    def __init__(self, buffer, where: str, path: str | None = None):
-        self.where, self.path = where, path
+    def __init__(self, buffer, where: str, path: str | None = None, record: dict | None = None):
+        self.where, self.path, self.record = where, path, record
         self._buffer = buffer
         data = memoryview(buffer)
         if len(data) < len(MAGIC) + 4 or bytes(data[: len(MAGIC)]) != MAGIC:
@@ -273,7 +277,7 @@ class ShardTable:
     # -- pickling: a worker process maps the same file (no manifest read), or gets the bytes
     def __reduce__(self):
         if self.path is not None:
-            return (_mapped, (self.path, self.where))
+            return (_mapped, (self.path, self.where, self.record))
         return (ShardTable, (bytes(memoryview(self._buffer)), self.where))
 
     def buffer(self):
@@ -310,7 +314,7 @@ class ShardTable:
                 offset, size = self._start + int(entry["offset"]), int(entry["bytes"])
                 frame = bytes(memoryview(self._buffer)[offset : offset + size])
                 try:
-                    data = decompressor().decompress(frame, max_output_size=_MAX_EXTRAS)
+                    data = inflate(frame, _MAX_EXTRAS, "shard table extras")
                     extras = msgpack.unpackb(data, raw=False, strict_map_key=False)
                 except Exception as error:  # zstd or msgpack: a damaged frame
                     raise ManifestError(f"{self.where}: shard table extras cannot be read ({error})") from None
@@ -396,38 +400,60 @@ def _expand(runs, count: int) -> list:
     return values
 
 
-def _map(path: str):
-    with open(path, "rb") as file:
-        size = os.fstat(file.fileno()).st_size
-        return mmap.mmap(file.fileno(), size, access=mmap.ACCESS_READ) if size else b""
+def map_descriptor(fd: int):
+    """The open file `fd` mapped read-only (b"" when empty): its pages are shared with every process
+    that maps the same file."""
+    size = os.fstat(fd).st_size
+    return mmap.mmap(fd, size, access=mmap.ACCESS_READ) if size else b""
 
 
-def _mapped(path: str, where: str) -> ShardTable:
-    return ShardTable(_map(path), where, path)
+def _map(path: str, where: str):
+    """The file at `path` mapped, refused in one line unless it is a regular file (a FIFO or device
+    named like a table is never read or waited on: `files.open_to_read`)."""
+    try:
+        fd = open_to_read(path)
+    except FileNotFoundError:
+        raise ManifestError(f"{where}: shard table listed in the manifest is missing") from None
+    except OSError as error:
+        raise ManifestError(f"{where}: cannot read shard table ({error.strerror or error})") from None
+    try:
+        return map_descriptor(fd)
+    except OSError as error:
+        raise ManifestError(f"{where}: cannot read shard table ({error.strerror or error})") from None
+    finally:
+        os.close(fd)
+
+
+def _mapped(path: str, where: str, record: dict | None = None) -> ShardTable:
+    buffer = _map(path, where)
+    if record is not None:
+        checked_bytes(buffer, record, where)
+    return ShardTable(buffer, where, path, record)
+
+
+def table_problem(data, entry: dict) -> str | None:
+    """What differs between a table's bytes and its manifest record (size, then sha256), or None."""
+    if len(data) != entry["bytes"]:
+        return f"shard table is {len(data)} bytes, the manifest says {entry['bytes']}"
+    if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+        return "shard table sha256 does not match the manifest"
+    return None
 
 
 def checked_bytes(data, entry: dict, where: str) -> None:
     """Refuse a table whose size or sha256 differ from its manifest record (one line naming it)."""
-    if len(data) != entry["bytes"]:
-        raise ManifestError(f"{where}: shard table is {len(data)} bytes, the manifest says {entry['bytes']} "
-                            "(truncated or replaced); re-convert or fetch it again")
-    if hashlib.sha256(data).hexdigest() != entry["sha256"]:
-        raise ManifestError(f"{where}: shard table sha256 does not match the manifest (altered or replaced); "
-                            "re-convert or fetch it again")
+    problem = table_problem(data, entry)
+    if problem is not None:
+        raise ManifestError(f"{where}: {problem} (truncated, altered or replaced); re-convert or fetch it again")
 
 
 def map_file(path: str, entry: dict, where: str | None = None) -> ShardTable:
     """The table at a local `path`, mapped read-only (shared with every process that maps it) and
     checked against its record before any of it is trusted."""
     where = where or path
-    try:
-        buffer = _map(path)
-    except FileNotFoundError:
-        raise ManifestError(f"{where}: shard table listed in the manifest is missing") from None
-    except OSError as error:
-        raise ManifestError(f"{where}: cannot read shard table ({error.strerror or error})") from None
+    buffer = _map(path, where)
     checked_bytes(buffer, entry, where)
-    return ShardTable(buffer, where, path)
+    return ShardTable(buffer, where, path, entry)
 
 
 def from_bytes(data: bytes, entry: dict, where: str) -> ShardTable:

@@ -16,7 +16,10 @@ what other writers produce: GNU long names (`L`), PAX `path`/`size` records (`x`
 records are ignored), base-256 numbers, typeflag `7` (contiguous file) as a regular file. Every
 defect -- a checksum mismatch, a bad number, a stream cut short -- is a `ShardError` naming the
 shard, the byte offset and the member it follows. Member data lands in bytearrays, so decoders
-build writable arrays without another copy.
+build writable arrays without another copy. A header's size is never trusted beyond the bytes
+there are: in a file (whose size is known) a header declaring more than follows it is refused as it
+is read, and from a stream of unknown length a member larger than `GROW` is read in pieces of that
+size, so a header declaring gigabytes costs at most what the stream holds.
 
 Member names. A sample member is named `<key>.<field>` (`split_key`): the key has no dot, no `/`,
 no `\\`, no NUL and does not start with `__`; the field is dot-separated non-empty parts without
@@ -163,20 +166,27 @@ def parse_header(block: bytes, url: str, where: int) -> tuple[bytes, int, bytes]
 
 
 def _pax_records(data: bytes, url: str, where: int) -> dict[bytes, bytes]:
+    """The records of a PAX header: `<length> <key>=<value>\\n` each, its length counting itself; a
+    record that does not (a length of 0 would never advance) or a `size` that is not a number is corrupt."""
     records, pos = {}, 0
     while pos < len(data) and data[pos:pos + 1] != b"\0":
         space = data.find(b" ", pos)
         try:
-            length = int(data[pos:space])
+            length = int(data[pos:space]) if space > pos else 0
+            if length <= space - pos or pos + length > len(data):
+                raise ValueError(length)
+            key, _, value = data[space + 1 : pos + length - 1].partition(b"=")
+            if key == b"size" and not value.isdigit():
+                raise ValueError(value)
         except ValueError:
             raise ShardError(url, f"corrupt PAX header at byte {where}") from None
-        key, _, value = data[space + 1 : pos + length - 1].partition(b"=")
         records[key] = value
         pos += length
     return records
 
 
 SEEK_OVER = 1 << 20  # skips longer than this seek (when the stream can); shorter ones read through
+GROW = 16 << 20  # a member read from a stream of unknown length is read in pieces of this size
 
 
 def _is_file(stream: BinaryIO) -> bool:
@@ -215,19 +225,23 @@ class TarCursor:
         self._seekable = _seekable(stream)
         self._local = _is_file(stream)
         self._length: int | None = None
+        self.limit = self._stream_length() if self._local else None  # the archive's size, where it is known
         self._block = bytearray(BLOCK)
         self.header = b""
 
     def _what(self) -> str:
         return f"after member {self.member.name!r}" if self.member else "at the start"
 
-    def _fill(self, view: memoryview | bytearray, what: str) -> None:
+    def _fill(self, view: memoryview | bytearray, what: str, before: int = 0, total: int | None = None) -> None:
+        """Fill `view` from the stream; `before` and `total`: what the error counts (the bytes of `what`
+        read before `view`, all of them), when `view` is part of it."""
         view = memoryview(view)
         filled = 0
         while filled < len(view):
             n = self.stream.readinto(view[filled:])
             if not n:
-                raise ShardError(self.url, f"truncated shard: {what} ends after {filled} of {len(view)} bytes")
+                raise ShardError(self.url, f"truncated shard: {what} ends after {before + filled} of "
+                                           f"{len(view) if total is None else total} bytes")
             filled += n
         self.offset += len(view)
 
@@ -272,9 +286,19 @@ class TarCursor:
         return count
 
     def read(self, count: int | None = None) -> bytearray:
-        """The member's next `count` data bytes (all that is left by default), in a new bytearray."""
-        data = bytearray(self.left if count is None else min(count, self.left))
-        self.readinto(data)
+        """The member's next `count` data bytes (all that is left by default), in a new bytearray: at
+        once where the header's size was checked against the file's, else in pieces of `GROW` bytes."""
+        want = self.left if count is None else min(count, self.left)
+        if want <= GROW or self.limit is not None:
+            data = bytearray(want)
+            self.readinto(data)
+            return data
+        data = bytearray()
+        while len(data) < want:  # what the header declares is not known to be there
+            piece = bytearray(min(GROW, want - len(data)))
+            self._fill(piece, f"member {self.member.name!r}", len(data), want)
+            self.left -= len(piece)
+            data += piece
         return data
 
     def _header(self) -> tuple[bytes, int, bytes, int] | None:
@@ -306,6 +330,9 @@ class TarCursor:
             name, size, typeflag, where = parsed
             if b"size" in pax:
                 size = int(pax[b"size"])
+            if self.limit is not None and self.offset + size > self.limit:
+                raise ShardError(self.url, f"truncated shard: the tar header at byte {where} ({name.decode('utf-8', 'replace')!r:.80}) "
+                                           f"declares {size} bytes, the shard holds {self.limit - self.offset} after it")
             pad = -size % BLOCK
             if typeflag in (b"L", b"x", b"g", b"K"):  # records about the next member
                 self.member, self.left, self._pad = Member(name.decode("utf-8", "replace"), size, self.offset, where), size, pad

@@ -39,7 +39,6 @@ from __future__ import annotations
 import abc
 import argparse
 import importlib
-import json
 import os
 import zipfile
 from dataclasses import dataclass, field
@@ -49,9 +48,9 @@ import numpy as np
 
 from ..command import Command
 from ..errors import ConfigError, ConversionError, InputError
-from ..shards.codec import encode_msgpack
+from ..shards.codec import beyond, encode_msgpack, npy_size_problem, parse_json_text
 from ..options import DEFAULT_ON_ERROR, ON_ERROR, ConvertOptions  # noqa: F401 (ON_ERROR: the sources' name for it)
-from ..shards.manifest import check_split_name, unique_keys  # noqa: F401 (check_split_name: the sources' name for it)
+from ..shards.manifest import check_split_name  # noqa: F401 (the sources' name for it)
 
 if TYPE_CHECKING:
     from ..show.model import ShowContext, Shown
@@ -363,7 +362,7 @@ def check_input_size(where: str, size: int, limit: int | None, what: str = "this
     `read`: `size` is what was read (at most limit + 1: the file grew, or a member lied about its size)."""
     if limit is not None and size > limit:
         amount = f"more than {limit} bytes read" if read else f"{size} bytes"
-        raise InputError(f"{where}: {amount}, more than {what} may hold ({limit} bytes)")
+        raise InputError(f"{where}: {beyond(amount, what, limit)}")
 
 
 def read_input_bytes(path: str, limit: int | None = None, what: str = "this input") -> bytes:
@@ -416,13 +415,13 @@ def npy_header(stream, where: str) -> tuple[tuple, bool, np.dtype]:
 
 
 def check_npy_bytes(where: str, shape: tuple, dtype: np.dtype, present: int) -> int:
-    """The data bytes a .npy header declares, which must be the `present` bytes after it: a header
-    declaring more (or less) than the file holds is refused before its array is allocated."""
-    declared = int(np.prod(shape, dtype=object)) * dtype.itemsize
-    if declared != present:
-        raise InputError(f"{where}: truncated or malformed .npy (its header declares a {dtype} array of shape "
-                         f"{tuple(shape)}, {declared} bytes, but {present} bytes follow it)")
-    return declared
+    """The data bytes a .npy header declares, which must be the `present` bytes after it and no more
+    than a shard member may hold (the format's rule, `codec.npy_size_problem`): a header declaring more
+    (or less) than the file holds is refused before its array is allocated."""
+    problem = npy_size_problem(dtype, shape, present)
+    if problem is not None:
+        raise InputError(f"{where}: {problem}")
+    return present
 
 
 def read_npz_file(path: str, member_limit: int, what: str = "an array of this file") -> dict[str, np.ndarray]:
@@ -550,15 +549,14 @@ def _strict_yaml_loader():
 
 
 def parse_json(data: bytes | str, where: str, what: str = "") -> Any:
-    """The one JSON parser of native inputs: `data` parsed, with a key given twice in one object, a
-    nesting deeper than Python's recursion limit or malformed text an InputError naming `where`
-    ("`where`: [`what` is ]not valid JSON (duplicate key 'x' in one object)")."""
+    """The JSON parser of native inputs: `data` read by the format's one JSON rule (`codec.
+    parse_json_text`), a key given twice in one object, NaN or Infinity, a nesting deeper than
+    `codec.MAX_DEPTH` or malformed text an InputError naming `where` ("`where`: [`what` is ]not valid
+    JSON (duplicate key 'x' in one object)")."""
     prefix = f"{what} is " if what else ""
     try:
-        return json.loads(data, object_pairs_hook=unique_keys)
-    except RecursionError:
-        raise InputError(f"{where}: {prefix}not valid JSON here (nested deeper than Python's recursion limit)") from None
-    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError and duplicate keys alike
+        return parse_json_text(data)
+    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, duplicate keys, NaN and nesting alike
         raise InputError(f"{where}: {prefix}not valid JSON ({error})") from None
 
 

@@ -3,10 +3,11 @@ hashing, removing, filling a buffer from a stream, turning a failed write into o
 line, the one rule for what a write may replace, and the one atomic write of a whole small file.
 
 Writes replace only what is ours: a local output path (a shard, a manifest, the units record, the
-lock file, a temporary name, `wdsprep show --out`) that exists and is not a regular file (a symlink,
-even to a regular file; a FIFO, a device node, a socket, a directory) is refused with one line
-naming it, never followed, written into or renamed over (`refuse_unless_regular`,
-`refuse_special_entries` before any work, `open_regular` for a file opened in place).
+lock file, a temporary name, `wdsprep show --out`, an entry of the node-local table cache and its
+lock) that exists and is not a regular file (a symlink, even to a regular file; a FIFO, a device
+node, a socket, a directory) is refused with one line naming it, never followed, written into,
+waited on or renamed over (`refuse_unless_regular`, `refuse_special_entries` before any work,
+`open_regular` for a file opened in place, or read where wdsprep also writes it: a cache entry).
 
 A whole file written at once (a manifest, the units record, the `wdsprep show` page) is written
 atomically (`write_atomically`): to a temporary name beside it, `.NAME.XXXX.tmp` (what
@@ -14,7 +15,8 @@ atomically (`write_atomically`): to a temporary name beside it, `.NAME.XXXX.tmp`
 the new one, never a part, and a failure leaves no temporary behind.
 
 A small file a user names to be read (a key file) is read by `read_regular`: a regular file only (a
-FIFO or device is refused without being waited on) and no more of it than its caller takes.
+FIFO or device is refused without being waited on: `open_to_read`, which a local shard table is
+mapped through too) and no more of it than its caller takes.
 """
 from __future__ import annotations
 
@@ -104,15 +106,22 @@ def refuse_special_entries(directory: str, owned: Callable[[str], bool]) -> None
 
 
 def open_regular(path: str, flags: int, mode: int = 0o666) -> int:
-    """A file descriptor of `path` opened with `flags` (`O_CREAT` and the like), refused unless it is
-    (or becomes) a regular file: a symlink is not followed (O_NOFOLLOW) and a FIFO or device is
-    never waited on (O_NONBLOCK, checked with fstat before anything is written)."""
+    """A file descriptor of `path` opened with `flags` (`O_CREAT` and the like, or `O_RDONLY` for a
+    file wdsprep also writes: a cache entry), refused unless it is (or becomes) a regular file: a
+    symlink is not followed (O_NOFOLLOW: nothing is created through it either) and a FIFO or device
+    is never waited on (O_NONBLOCK, checked with fstat before anything is read or written). Without
+    `O_CREAT`, a path that does not exist is `FileNotFoundError` (the caller's to handle)."""
     refuse_unless_regular(path)
     try:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK, mode)
     except OSError as error:
         if error.errno in (errno.ELOOP, errno.ENXIO):  # a symlink or a FIFO that appeared since the check
             refuse_unless_regular(path)
+        if not flags & os.O_CREAT:
+            if error.errno == errno.ENOENT:
+                raise
+            if not flags & (os.O_WRONLY | os.O_RDWR):
+                raise OutputError(f"{path}: cannot read ({error.strerror or error})") from None
         raise output_error(path, error) from None
     status = os.fstat(fd).st_mode
     if not stat.S_ISREG(status):
@@ -122,25 +131,33 @@ def open_regular(path: str, flags: int, mode: int = 0o666) -> int:
     return fd
 
 
-def read_regular(path: str, limit: int) -> bytes:
-    """The bytes of the regular file `path` (a symlink to one is followed: a file the user names), at
-    most `limit + 1` of them, so the caller sees when it holds more than it takes. Anything else (a
-    FIFO, a device, a socket, a directory) is an `OSError` whose strerror names its kind, raised
-    before it is read or waited on (stat first; opened O_NONBLOCK and checked again with fstat)."""
+def open_to_read(path: str) -> int:
+    """A read-only descriptor of the regular file `path` (a symlink to one is followed: a file the
+    user names, a dataset's own table). Anything else (a FIFO, a device, a socket, a directory) is an
+    `OSError` whose strerror names its kind, raised before it is read or waited on (stat first;
+    opened O_NONBLOCK and checked again with fstat)."""
     mode = os.stat(path).st_mode
     if stat.S_ISREG(mode):
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-        try:
-            mode = os.fstat(fd).st_mode  # replaced since the stat: checked again before any read
-            if stat.S_ISREG(mode):
-                chunks, left = [], limit + 1
-                while left > 0 and (chunk := os.read(fd, min(left, BUFFER))):
-                    chunks.append(chunk)
-                    left -= len(chunk)
-                return b"".join(chunks)
-        finally:
-            os.close(fd)
+        mode = os.fstat(fd).st_mode  # replaced since the stat: checked again before any read
+        if stat.S_ISREG(mode):
+            return fd
+        os.close(fd)
     raise OSError(errno.EINVAL, f"{kind_of(mode)}, not a regular file", path)
+
+
+def read_regular(path: str, limit: int) -> bytes:
+    """The bytes of the regular file `path` (`open_to_read`), at most `limit + 1` of them, so the
+    caller sees when it holds more than it takes."""
+    fd = open_to_read(path)
+    try:
+        chunks, left = [], limit + 1
+        while left > 0 and (chunk := os.read(fd, min(left, BUFFER))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def write_atomically(path: str, data: bytes) -> None:

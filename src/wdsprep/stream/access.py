@@ -38,7 +38,9 @@ call that does not ask for it.
 Cache. With a `ShardCache` (stream/cache.py), a remote shard is downloaded whole into the cache at its
 first use (one request, the entry admitted only once the shard's size and sha256 match its row), and
 read from there: its index and samples then cost no request, in this process or any other sharing
-the directory, until the entry is evicted. A shard larger than the whole cache is read remotely.
+the directory, until the entry is evicted. A shard larger than the whole cache is read remotely. An
+entry that fails a check as it is read is dropped (one warning line naming it) and the call made
+again, the shard downloaded again (`_healing`); a shard whose fresh copy fails too is its URL's error.
 
 Processes and threads. Calls may come from several threads at once (noisebase's batch threads). Open
 descriptors (at most `OPEN_FILES`; one closes when the last read using it is done), the thread
@@ -58,10 +60,11 @@ from typing import Sequence
 
 from ..errors import ShardError
 from ..readoptions import ReadOptions
-from ..shards.index import ShardIndex, digest_of, has_index, member_span
+from ..shards.index import ShardIndex, digest_of, has_index, member_span, tiling_problem
 from ..shards.tarformat import BLOCK, index_samples
 from ..storage import local_path, scheme_for, scheme_of
 from ..storage.resuming import ObjectCheck
+from .cache import Entry
 from .read import UNINDEXED_REMOTE, IndexCache, check_whole, load_index
 from .read import _corrupt as corrupt_member  # the one wording of a member that fails its digest
 
@@ -176,6 +179,9 @@ class ShardAccess:
 
     def indexes(self, shards) -> dict[int, ShardIndex]:
         """The indexes of `shards` (shard -> index), the missing ones loaded together (remote ones in parallel)."""
+        return self._healing(self._load_indexes, shards)
+
+    def _load_indexes(self, shards) -> dict[int, ShardIndex]:
         self._process()
         found = self._cached(shards)
         missing = [shard for shard in dict.fromkeys(shards) if shard not in found]
@@ -279,6 +285,45 @@ class ShardAccess:
         """The raw samples asked for, in that order: for each (shard, sample number, member names or
         None for all), `__key__`, `__url__` and each wanted member's bytes (a member the sample lacks
         is left out), every member read checked first (see the module docstring)."""
+        return self._healing(self._read, wanted)
+
+    def _healing(self, call, *arguments):
+        """`call(*arguments)`, made again when it failed on a shard read from its cache entry: the
+        entry dropped (`ShardCache.drop`: one warning line naming it), the shard then downloaded
+        into the cache again. Once per shard and call: a shard whose fresh copy fails too is the
+        shard's error, naming its URL."""
+        healed = set()
+        while True:
+            try:
+                return call(*arguments)
+            except ShardError as error:
+                shard = self._cached_shard(error.url)
+                if shard is None or shard in healed:
+                    raise
+                healed.add(shard)
+                self._drop_entry(shard, error)
+
+    def _cached_shard(self, url: str) -> int | None:
+        """The shard at `url` when it is read from its cache entry, else None."""
+        try:
+            shard = self.shard(url)
+        except ShardError:
+            return None
+        path = self._paths.get(shard)
+        return shard if path is not None and path != local_path(url) else None
+
+    def _drop_entry(self, shard: int, error: ShardError) -> None:
+        with self._lock:
+            path, file = self._paths.pop(shard, None), self._files.pop(shard, None)
+        if path is None:  # another thread dropped it meanwhile
+            return
+        try:
+            status = os.fstat(file.fd) if file is not None else os.lstat(path)
+        except FileNotFoundError:
+            return
+        self.cache.drop(Entry(path, status.st_dev, status.st_ino), self.urls[shard], error)
+
+    def _read(self, wanted: Sequence[tuple[int, int, Sequence[str] | None]]) -> list[dict]:
         indexes = self.indexes([shard for shard, _, _ in wanted])
         spans = [_Span(indexes[shard], shard, int(number), names) for shard, number, names in wanted]
         runs = self._runs(spans)
@@ -337,8 +382,7 @@ class ShardAccess:
             if span.wanted is None or name in span.wanted:
                 sample[name] = bytearray(part[BLOCK : BLOCK + size])
         if span.whole and span.high != index.sample_end(span.number):
-            raise ShardError(url, f"index: sample {key!r} ends at byte {span.high}, "
-                                  f"the next one starts at {index.sample_end(span.number)}")
+            raise ShardError(url, tiling_problem(key, span.high, index.sample_end(span.number)))
         return sample
 
     # -- parallel requests

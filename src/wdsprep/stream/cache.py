@@ -19,6 +19,15 @@ per epoch (plus at most `DRAIN_BYTES` drained by a head piece that tries to comp
 Random access (`wdsprep.MapDataset`, stream/access.py) asks for a shard's entry with `fetch`: on a
 miss the whole shard is read through the same tee (one request) before its first sample, then the
 entry is read in place.
+
+An entry is checked as it is read, like any shard (its index against the row, every member against
+its digest: stream/read.py), not hashed whole on every hit. One that fails (a disk error, a file
+altered or put under its name since it was admitted) is the cache's fault, not the server's: the
+reader drops it (`drop`: removed, with one warning line naming the cached file and what failed) and
+reads the rest of the shard from its URL, through the cache again; only if that copy fails too is
+it the shard's error, naming the URL (the dataset: `ShardReader`; random access: `ShardAccess`).
+An entry is only ever a regular file (storage/files.py's rule): one that is a symlink, FIFO,
+device or directory is refused in one line naming it, never followed or waited on.
 """
 from __future__ import annotations
 
@@ -26,11 +35,14 @@ import hashlib
 import io
 import os
 import tempfile
+import warnings
+from dataclasses import dataclass
 from typing import BinaryIO
 
 from ..checks import size
-from ..errors import ConfigError, ShardError
+from ..errors import ConfigError, OutputError, ShardError
 from ..storage import BUFFER, local_path, open_url
+from ..storage.files import open_regular
 
 SUFFIX = ".tar"
 DRAIN_BYTES = 1 << 20  # on close, read at most this much more to complete an entry (the tar end blocks)
@@ -56,23 +68,49 @@ class ShardCache:
 
     def open(self, url: str, sha256: str | None = None, size: int | None = None) -> BinaryIO:
         """A stream over the shard: from the cache on a hit, else from `url`, teed into the cache."""
+        return self.open_entry(url, sha256, size)[0]
+
+    def open_entry(self, url: str, sha256: str | None = None, size: int | None = None) -> tuple[BinaryIO, Entry | None]:
+        """(`open`'s stream, the cache entry it reads on a hit, else None): a reader whose check of
+        the entry fails hands it to `drop`."""
         if local_path(url) is not None:
-            return open_url(url, self.options)
+            return open_url(url, self.options), None
         path = os.path.join(self.directory, self.entry_name(url, sha256))
         try:
-            if size is None or os.path.getsize(path) == size:
-                handle = open(path, "rb", buffering=BUFFER)
-                os.utime(path)  # most recently used
-                self.hits += 1
-                return handle
+            fd = open_regular(path, os.O_RDONLY)  # a symlink, FIFO or device there: refused, never waited on
         except FileNotFoundError:
-            pass
+            fd = None
+        except OutputError as error:
+            raise ConfigError(f"cache_dir {self.directory}: {error}") from None
+        if fd is not None:
+            status = os.fstat(fd)
+            if size is None or status.st_size == size:
+                os.utime(fd)  # most recently used
+                self.hits += 1
+                return open(fd, "rb", buffering=BUFFER), Entry(path, status.st_dev, status.st_ino)
+            os.close(fd)
         self.misses += 1
         if size is not None and size > self.max_bytes:
-            return open_url(url, self.options)  # would never fit: stream it without caching
+            return open_url(url, self.options), None  # would never fit: stream it without caching
         # not wrapped in another BufferedReader: `open_url` is buffered already, and an outer buffer
         # would be dropped and refilled on every seek of a piece that skips members (a tail piece)
-        return _TeeStream(open_url(url, self.options), self, path, sha256, size)
+        return _TeeStream(open_url(url, self.options), self, path, sha256, size), None
+
+    def drop(self, entry: Entry, url: str, error: ShardError) -> None:
+        """Remove `entry`, whose check failed as it was read (`error`), with one warning line naming
+        it: the shard is read from `url` again. Only the file that was read is removed (one admitted
+        since under its name stays), and said once."""
+        if entry.dropped:
+            return
+        entry.dropped = True
+        try:
+            status = os.lstat(entry.path)
+            if (status.st_dev, status.st_ino) == (entry.device, entry.inode):
+                os.unlink(entry.path)
+        except FileNotFoundError:
+            pass
+        warnings.warn(f"{entry.path}: cached copy of {url} failed its check ({error.reason}); "
+                      f"dropped it, reading the shard from {url} again", UserWarning)
 
     def fetch(self, url: str, sha256: str | None, size: int | None) -> tuple[str | None, bool]:
         """(the path of the shard's entry, whether it was downloaded now) for random access
@@ -82,7 +120,8 @@ class ShardCache:
         if local_path(url) is not None or (size is not None and size > self.max_bytes):
             return None, False
         path = os.path.join(self.directory, self.entry_name(url, sha256))
-        with self.open(url, sha256, size) as stream:
+        stream, _ = self.open_entry(url, sha256, size)
+        with stream:
             downloaded = isinstance(stream, _TeeStream)
             if downloaded:  # a miss: read it all (a hit is a file, read in place)
                 while stream.read(BUFFER):
@@ -125,6 +164,16 @@ class ShardCache:
     def _admit(self, temporary: str, path: str) -> None:
         os.replace(temporary, path)
         self.evict(keep=path)
+
+
+@dataclass
+class Entry:
+    """A cache entry a reader opened: its path, and the file it was (device, inode) when opened."""
+
+    path: str
+    device: int
+    inode: int
+    dropped: bool = False
 
 
 class _TeeStream(io.RawIOBase):

@@ -50,6 +50,7 @@ from ..errors import ConfigError
 from .dataset import PlannedDataset
 from .slabs import SlabRing, default_collation
 from .state import EpochProgress, Epochs, encode_state
+from .worker import closed_at_exit
 
 
 @dataclass(frozen=True)
@@ -313,6 +314,9 @@ class Loader(Epochs):
         return loader, ring
 
     def __iter__(self) -> Iterator[Any]:
+        return closed_at_exit(self._batches())
+
+    def _batches(self) -> Iterator[Any]:
         loader, ring = self._dataloader(_Pass(self._next_worker, self.progress, dict(self._positions)))
         inline = self._inline()
         try:

@@ -8,17 +8,30 @@ table under its sha256 (the one the manifest records, so a table that changed is
 no request needs to ask whether it did), fetched by one process of the node while the others wait
 on a lock file beside it (`<sha256>.shards.lock`), written atomically, then mapped like a local
 one by every process. Every table is checked against its record (size, sha256) before use.
+
+The cache's directory is not trusted (another user or a crash may have left anything there):
+- its names are only ever regular files (storage/files.py's rule, `open_regular`): an entry or a lock
+  file that is a symlink, FIFO, device, socket or directory is refused with one line naming it, never
+  followed, created through, waited on (opened O_NOFOLLOW | O_NONBLOCK, checked with fstat) or
+  renamed over;
+- an entry is written to an unpredictable temporary name created O_EXCL (`files.write_atomically`:
+  `.<sha256>.shards.<random>.tmp`, never through a link planted there), then renamed;
+- an entry whose size or sha256 differs from the record (cut, altered, or another file put under its
+  name) is dropped and fetched again by the process holding the lock, with one warning line naming
+  it: a bad entry costs one fetch, never every later run.
 """
 from __future__ import annotations
 
 import fcntl
 import functools
 import os
+import warnings
 
-from ..errors import ManifestError, ShardError
+from ..errors import ManifestError, OutputError, ShardError
 from ..shards import shardtable
 from ..shards.manifest import MANIFEST_NAME, Manifest, join_url
 from ..storage import local_path, pin, read_url, scheme_of
+from ..storage.files import open_regular, remove_quietly, write_atomically
 
 
 def manifest_location(url: str) -> str:
@@ -63,22 +76,61 @@ def shard_table(manifest_url: str, record: dict, options=None) -> shardtable.Sha
     if cache_dir is None:
         return shardtable.from_bytes(_fetch(url, options), record, url)
     cached = table_cache_path(cache_dir, record)
-    if not os.path.exists(cached):
+    table = _cached_table(cache_dir, cached, record, url)  # the common case: there and whole, no lock
+    if table is None:
         try:
             os.makedirs(cache_dir, exist_ok=True)
-            lock = os.open(f"{cached}.lock", os.O_RDWR | os.O_CREAT, 0o666)
         except OSError as error:
             raise ManifestError(f"table_cache_dir {cache_dir}: cannot use it ({error.strerror or error})") from None
+        lock = _in_cache(cache_dir, open_regular, f"{cached}.lock", os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)  # the node's processes: one fetches, the others wait and map it
-            if not os.path.exists(cached):
+            table = _cached_table(cache_dir, cached, record, url, drop=True)
+            if table is None:
                 data = _fetch(url, options)
                 shardtable.checked_bytes(data, record, url)
-                _cache(cache_dir, cached, data)
+                _in_cache(cache_dir, write_atomically, cached, data)
+                table = _cached_table(cache_dir, cached, record, url)  # mapped: one copy for the node
+                if table is None:  # replaced since it was written: the bytes fetched (checked) serve
+                    table = shardtable.ShardTable(data, url)
                 del data
         finally:
             os.close(lock)  # releases the lock
-    return shardtable.map_file(cached, record, f"{url} (cached as {cached})")
+    return table
+
+
+def _in_cache(cache_dir: str, action, *arguments):
+    """`action(*arguments)` on a name of the cache, its `OutputError` (a name that is not a regular
+    file, a failed write) one `ManifestError` line naming the cache."""
+    try:
+        return action(*arguments)
+    except OutputError as error:
+        raise ManifestError(f"table_cache_dir {cache_dir}: {error}") from None
+
+
+def _cached_table(cache_dir: str, path: str, record: dict, url: str, drop: bool = False) -> shardtable.ShardTable | None:
+    """The cache's entry at `path` of the table at `url`, mapped and checked against its record; None
+    when there is none or it does not match (with `drop`, under the lock: removed, with a warning
+    line saying so)."""
+    where = f"{url} (cached as {path})"
+    try:
+        fd = _in_cache(cache_dir, open_regular, path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        buffer = shardtable.map_descriptor(fd)
+    except OSError as error:
+        raise ManifestError(f"{where}: cannot read shard table ({error.strerror or error})") from None
+    finally:
+        os.close(fd)
+    problem = shardtable.table_problem(buffer, record)
+    if problem is None:
+        return shardtable.ShardTable(buffer, where, path, record)
+    if drop:
+        remove_quietly(path)
+        warnings.warn(f"{path}: cache entry of {url} does not match the manifest ({problem}); "
+                      "removed it, fetching the table again", UserWarning)
+    return None
 
 
 def _fetch(url: str, options) -> bytes:
@@ -86,20 +138,6 @@ def _fetch(url: str, options) -> bytes:
         return read_url(url, options)
     except ShardError as error:
         raise ManifestError(f"{url}: cannot read shard table ({error})") from None
-
-
-def _cache(cache_dir: str, path: str, data: bytes) -> None:
-    temporary = f"{path}.{os.getpid()}.tmp"
-    try:
-        with open(temporary, "wb") as file:
-            file.write(data)
-        os.replace(temporary, path)  # atomic: a process mapping it sees the whole table or none
-    except OSError as error:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        raise ManifestError(f"table_cache_dir {cache_dir}: cannot write {path} ({error.strerror or error})") from None
 
 
 def urls(manifest_url: str, split: str = "train") -> list[str]:

@@ -64,7 +64,8 @@ from typing import BinaryIO, Iterator
 
 from ..errors import ShardError
 from ..shards.codec import DECODE_ERRORS, member_decoder
-from ..shards.index import ROW_FIELDS, ShardIndex, check_index_fields, digest_of, has_index, member_span, xxh3_64
+from ..shards.index import (ROW_FIELDS, ShardIndex, check_index_fields, digest_of, has_index, member_span, tiling_problem,
+                            xxh3_64)
 from ..shards.tarformat import BLOCK, TarCursor, group_samples
 from ..storage import BUFFER, open_from, open_url, read_range
 from ..storage.files import fill
@@ -168,8 +169,6 @@ def _indexed(url: str, row: dict, start: int, stop: int, stream: BinaryIO, lazy:
     stop = min(stop, len(index))
     if start >= stop:
         return
-    if start == 0 and index.offsets[0] != 0:
-        raise ShardError(url, f"index: the first sample starts at byte {index.offsets[0]}, not 0")
     if fd is not None:
         # local or cached: read with pread from a descriptor of the shard's own (it outlives this
         # loop and the stream: lazy samples are taken after it), closed when the LocalShard goes
@@ -384,7 +383,7 @@ class LocalShard:
                     k += 1
                 at += begin
             if at != next_at:
-                raise ShardError(url, f"index: sample {index.keys[i]!r} ends at byte {at}, the next one starts at {next_at}")
+                raise ShardError(url, tiling_problem(index.keys[i], at, next_at))
             yield tag | i
 
     def take(self, i: int) -> dict:
@@ -463,7 +462,7 @@ def _streamed(url: str, index: ShardIndex, i: int, end: int, stream: BinaryIO, s
         sample[name] = data
         at += BLOCK + size + pad
     if at != end:
-        raise ShardError(url, f"index: sample {key!r} ends at byte {at}, the next one starts at {end}")
+        raise ShardError(url, tiling_problem(key, at, end))
     return sample
 
 

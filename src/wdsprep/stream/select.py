@@ -5,8 +5,10 @@ An expression is parsed with `ast` and only these forms are accepted: comparison
 (`label`, or a dotted path `meta.iso` as it was indexed) and a literal (a number, a string, `True`,
 `False`, `None`, or a tuple/list of them after `in`), joined by `and`, `or` and `not`, with
 parentheses. Anything else (a call, arithmetic, a subscript, two fields compared, a bare name) is one
-`ConfigError` line naming what is not allowed. Evaluation is on whole numpy columns: one boolean
-array per expression, nothing per sample in Python.
+`ConfigError` line naming what is not allowed, and so is an expression nested deeper than
+`codec.MAX_DEPTH` levels (`not not ... x == 1`: the parser and the checks below recurse once a
+level). Evaluation is on whole numpy columns: one boolean array per expression, nothing per sample
+in Python.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import numpy as np
 
 from ..checks import refuse
 from ..errors import ConfigError
+from ..shards.codec import MAX_DEPTH, NESTED
 
 _COMPARE: dict[type, Callable] = {
     ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
@@ -39,6 +42,10 @@ class Expression:
             tree = ast.parse(text.strip(), mode="eval")
         except SyntaxError as error:
             raise ConfigError(f"select {text!r}: not an expression ({error.msg})") from None
+        except (RecursionError, MemoryError):  # the parser's own limits, met before ours
+            tree = None
+        if tree is None or _deeper_than(tree.body, MAX_DEPTH):
+            raise ConfigError(f"select {text!r:.80}: {NESTED}") from None
         self.source = text
         self._tree = tree.body
         self.fields: set[str] = set()
@@ -112,6 +119,17 @@ class Expression:
                 column, literal, kind = columns[_field_name(right)], self._literal(left), _FLIPPED[type(op)]
             result = np.logical_and(result, _compare(column, kind, literal, self.source))
         return result
+
+
+def _deeper_than(node: ast.AST, limit: int) -> bool:
+    """Whether the expression tree under `node` is more than `limit` nodes deep (walked iteratively)."""
+    stack = [(node, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return False
 
 
 def _is_field(node: ast.AST) -> bool:

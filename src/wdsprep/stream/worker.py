@@ -53,7 +53,7 @@ from .plan import (
     worker_run,
 )
 from .catalog import Catalog
-from .read import LocalShard, read_samples
+from .read import LocalShard, read_samples, sample_at
 from .remote import ReadAhead, reads_ahead
 from .state import Position
 
@@ -71,6 +71,13 @@ def _close_open_passes(passes: weakref.WeakSet = _OPEN_PASSES) -> None:
 
 
 atexit.register(_close_open_passes)
+
+
+def closed_at_exit(generator: Iterator) -> Iterator:
+    """`generator`, closed at exit with the open passes if it is still open then (its `except` and
+    `finally` clauses name module globals, which a torn-down interpreter has set to None)."""
+    _OPEN_PASSES.add(generator)
+    return generator
 
 
 def _stamp(sample: dict, index: int, piece_start: int, epoch: int) -> dict:
@@ -177,8 +184,10 @@ class ShardReader:
                      keep: bool = True, made_ahead: int = 1) -> Iterator:
         """This worker's raw samples, checked against their rows. With `held` (a dict), samples of
         local shards come as ints, `slot << 32 | sample number`, with `held[slot]` = (LocalShard,
-        piece start): copied out when delivered (`samples`). Without `keep`, a shard's slot goes when
-        the next shard is read (for a consumer that takes every int before asking for the next).
+        piece start, the cache entry it reads or None): copied out when delivered (`samples`). A cache
+        entry that fails its check is dropped (`ShardCache.drop`) and the piece read on from its URL.
+        Without `keep`, a shard's slot goes when the next shard is read (for a consumer that takes
+        every int before asking for the next).
         Remote pieces are fetched ahead of the reader (`_read_ahead`), at first those of the first
         block only, until `counter.start()`; `made_ahead`: samples the consumer reads before it hands
         over the one before (see `samples`)."""
@@ -208,38 +217,50 @@ class ShardReader:
             try:
                 for piece, first in runs:
                     url = self.urls[piece.shard]
-                    try:
-                        row = self.rows[piece.shard]
-                        index = None
-                        if ahead is not None and reads_ahead(url, row):
-                            stream = ahead.open(url, first, piece.stop)
-                            index = stream.index
-                        elif self.cache:
-                            stream = self.cache.open(url, row.get("sha256"), row.get("bytes"))
-                        else:
-                            stream = open_url(url, self.options)
-                        with stream:
-                            # every sample is checked against the row before it is yielded (stream/read.py)
-                            at = first
-                            for sample in read_samples(url, row, first, piece.stop, stream, lazy=held is not None,
-                                                       in_order=not keep, index=index):
-                                if sample.__class__ is LocalShard:
-                                    if not keep:
-                                        held.clear()
-                                    slot += 1
-                                    held[slot] = (sample, piece.start)
-                                    yield from sample.checked(slot << 32)
-                                    continue
-                                yield _stamp(sample, at, piece.start, epoch)
-                                at += 1
-                                if widen_after:  # asked for more: the first block was made
-                                    widen_after -= 1
-                                    if not widen_after:
-                                        counter.start()
-                    except ShardError as error:
-                        if self.handler(error):
-                            continue
-                        stopped = True
+                    at = first  # the next sample of the piece to read
+                    entry = None  # the cache entry read, if any: a check it fails drops it, and `at` on is read again
+                    while True:
+                        try:
+                            row = self.rows[piece.shard]
+                            index = None
+                            if ahead is not None and reads_ahead(url, row):
+                                stream = ahead.open(url, first, piece.stop)
+                                index = stream.index
+                            elif self.cache:
+                                stream, entry = self.cache.open_entry(url, row.get("sha256"), row.get("bytes"))
+                            else:
+                                stream = open_url(url, self.options)
+                            with stream:
+                                # every sample is checked against the row before it is yielded (stream/read.py)
+                                for sample in read_samples(url, row, at, piece.stop, stream, lazy=held is not None,
+                                                           in_order=not keep, index=index):
+                                    if sample.__class__ is LocalShard:
+                                        if not keep:
+                                            held.clear()
+                                        slot += 1
+                                        held[slot] = (sample, piece.start, entry)
+                                        if entry is None:
+                                            yield from sample.checked(slot << 32)
+                                            continue
+                                        for tagged in sample.checked(slot << 32):  # how far the entry checked out
+                                            yield tagged
+                                            at = (tagged & 0xFFFFFFFF) + 1
+                                        continue
+                                    yield _stamp(sample, at, piece.start, epoch)
+                                    at += 1
+                                    if widen_after:  # asked for more: the first block was made
+                                        widen_after -= 1
+                                        if not widen_after:
+                                            counter.start()
+                            break
+                        except ShardError as error:
+                            if entry is not None and not entry.dropped:  # the cache's copy, not the shard
+                                self.cache.drop(entry, url, error)
+                                entry = None
+                                continue
+                            stopped = not self.handler(error)
+                            break
+                    if stopped:
                         break
             finally:
                 if ahead is not None:
@@ -309,31 +330,45 @@ class ShardReader:
         kept = decode.kept if decode is not None else frozenset()
         for item in samples:
             counter.pulled += 1
-            if item.__class__ is dict:  # a whole sample (remote or cached shard)
-                sample = item if decode is None else decode.decoded(item)
-                if sample is END:
-                    return
-                if sample is not None:
-                    yield sample
-                continue
-            shard, piece_start = held[item >> 32]
-            index = item & 0xFFFFFFFF
-            try:  # copied out of the shard's buffer: raw, or only located there when fused
-                sample = shard.take(index) if decode is None else shard.members(index)
-            except ShardError as error:
-                if handler(error):
+            if item.__class__ is not dict:  # a sample of a local (or cached) shard, checked, to take
+                shard, piece_start, entry = held[item >> 32]
+                index = item & 0xFFFFFFFF
+                try:  # copied out of the shard's buffer: raw, or only located there when fused
+                    sample = shard.take(index) if decode is None else shard.members(index)
+                except ShardError as error:
+                    try:
+                        item = self._read_again(entry, shard, index, piece_start, error)
+                    except ShardError as failed:
+                        if handler(failed):
+                            continue
+                        return
+                else:
+                    if decode is None:
+                        yield _stamp(sample, index, piece_start, epoch)
+                        continue
+                    try:
+                        sample = shard.decode_members(index, sample, strip, torch)
+                    except ShardError as error:  # as the stage would: its handler skips the sample or ends the stream
+                        if decode.skips(error):
+                            continue
+                        return
+                    yield _stamp_kept(sample, kept, index, piece_start, epoch) if kept else _unstamped(sample)
                     continue
+            # a whole sample (of a remote shard, or read again from its URL)
+            sample = item if decode is None else decode.decoded(item)
+            if sample is END:
                 return
-            if decode is None:
-                yield _stamp(sample, index, piece_start, epoch)
-                continue
-            try:
-                sample = shard.decode_members(index, sample, strip, torch)
-            except ShardError as error:  # as the stage would: its handler skips the sample or ends the stream
-                if decode.skips(error):
-                    continue
-                return
-            yield _stamp_kept(sample, kept, index, piece_start, epoch) if kept else _unstamped(sample)
+            if sample is not None:
+                yield sample
+
+    def _read_again(self, entry, shard: LocalShard, index: int, piece_start: int, error: ShardError) -> dict:
+        """Sample `index` of `shard`, whose cache `entry` failed its check as the sample was taken
+        (`error`): the entry dropped, the sample read alone from the shard's URL (one request) and
+        stamped. Without an entry, `error` is the shard's."""
+        if entry is None:
+            raise error
+        self.cache.drop(entry, shard.url, error)
+        return _stamp(sample_at(shard.url, shard.index, index), index, piece_start, self.epoch)
 
     def carried_discards(self, plan: WorkerPlan) -> dict[int, int]:
         """Stream positions of this worker's samples whose outputs were partly delivered before an
@@ -388,7 +423,7 @@ class WorkerStream:
         source = count(source, counter, self.reader.carried_discards(plan), limit)
         if plan.target is not None and self.equalize == "pad":
             source = self._pad_outputs(source)
-        _OPEN_PASSES.add(source)  # a generator of ours (the stages after it, batching, may be anything)
+        closed_at_exit(source)  # a generator of ours (the stages after it, batching, may be anything)
         for step in self.after:
             source = self.invoke(step, source)
         return source

@@ -17,21 +17,22 @@ import msgpack
 import zstandard
 
 from ...errors import FormatError, ShardError
-from ...shards.codec import decompressor, read_npy
+from ...shards.codec import decompressor, frame_size, read_npy
 from ...stream.access import ShardAccess
 
 
 def decode_member(url: str, key: str, member: str, data: bytearray, leading: int | None):
     """Decode one `.npy` / `.npy.zst` member's (checked) bytes; with `leading`, only the first rows
-    of axis 0 (only what they need is decompressed)."""
-    if member.endswith(".npy.zst"):
-        readinto = decompressor().stream_reader(data, read_size=1 << 16).readinto
-    elif member.endswith(".npy"):
-        readinto = io.BytesIO(data).readinto
-    else:
-        raise ShardError(url, f"member {key}.{member}: expected a .npy or .npy.zst member")
+    of axis 0 (only what they need is decompressed). Its header is checked against the member's size
+    (or its frame's declared content) and the member cap before anything is allocated (`read_npy`)."""
     try:
-        return read_npy(readinto, leading)
+        if member.endswith(".npy.zst"):
+            readinto, size = decompressor().stream_reader(data, read_size=1 << 16).readinto, frame_size(data)
+        elif member.endswith(".npy"):
+            readinto, size = io.BytesIO(data).readinto, len(data)
+        else:
+            raise ShardError(url, f"member {key}.{member}: expected a .npy or .npy.zst member")
+        return read_npy(readinto, leading, size)
     except zstandard.ZstdError as error:
         raise ShardError(url, f"member {key}.{member}: corrupt zstd data ({error})") from None
     except FormatError as error:
