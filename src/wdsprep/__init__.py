@@ -6,6 +6,7 @@ exception of `wdsprep.errors`, and one
 namespace per source (`wdsprep.voxels`, `wdsprep.minecraft`, `wdsprep.deepreg`, `wdsprep.rawnind`,
 `wdsprep.noisebase`), imported on first use. For tools that drive a conversion themselves (not in
 `__all__`): `wdsprep.Conversion`, the step-by-step driver, and `wdsprep.ConvertOptions`, its options;
+`wdsprep.ReadOptions`, the read side's settings (`read_options=` of `dataset`, `mix`, `MapDataset`);
 and `wdsprep.register_source`, which lets manifests naming a plugin source be drawn with it
 (a manifest alone never makes wdsprep import code).
 
@@ -102,6 +103,8 @@ _LAZY = {
     # public for such tools, outside `__all__` (what `from wdsprep import *` gives is the training side)
     "Conversion": ("wdsprep.conversion", "Conversion"),
     "ConvertOptions": ("wdsprep.options", "ConvertOptions"),
+    # the read side's settings, for `read_options=` of dataset, mix and MapDataset: outside `__all__` too
+    "ReadOptions": ("wdsprep.readoptions", "ReadOptions"),
     # plugin sources that manifests may name (wdsprep show): outside `__all__` as well
     "register_source": ("wdsprep.sources.registry", "register_source"),
 }

@@ -16,26 +16,31 @@ a source never imports the driver's module).
 
 One convention for what goes wrong, every command alike: an error is one `wdsprep: error: ...` line
 on stderr; exit status 1 for an error while a command runs (a `WdsprepError`, an `OSError` the code
-did not wrap: raised by the command, printed only here) and 2 for a command line wdsprep cannot take
-(no command, an unknown one, named with the list of commands, or a bad argument of a command:
-`command.CommandParser`). A warning wdsprep gives while a command runs (a `UserWarning` from the
-package) is one `wdsprep: warning: ...` line. `wdsprep --version` prints the installed version.
-Ctrl-C is one line, which asks for a re-run only of a command whose re-run resumes.
+did not wrap: raised by the command, printed only here) and 2 for a command line wdsprep cannot take,
+judged before any work: no command, an unknown one (named with the list of commands; a second word
+that is no plugin name, a URL say, is never loaded as one), a plugin named after a verb that does
+not load, or a bad argument of a command (what argparse finds, `command.CommandParser`, and what the
+command's `check` refuses: an unknown source, a size or number out of its rule, a selection that
+does not parse; a bad `WDSPREP_*` variable it meets there is the environment's, exit status 1). `--help`, of wdsprep and of every command, prints on stdout, exit status 0. A
+warning wdsprep gives while a command runs (a `UserWarning` from the package) is one
+`wdsprep: warning: ...` line. `wdsprep --version` prints the installed version. Ctrl-C is one line,
+which asks for a re-run only of a command whose re-run resumes.
 """
 from __future__ import annotations
 
 import importlib.metadata
 import os
+import re
 import signal
 import sys
 import warnings
 from typing import Sequence
 
 from ._version import __version__
-from .command import USAGE_ERROR, Command
+from .command import USAGE_ERROR, Command, bad_argument
 from .commands import convert, index, inspect, pipeline, reindex, serve, show, synth, upload, verify
-from .errors import WdsprepError
-from .sources.registry import mounted_commands
+from .errors import ConfigError, WdsprepError
+from .sources.registry import is_plugin, mounted_commands
 
 COMMANDS: tuple[Command, ...] = tuple(module.COMMAND for module in (convert, synth, inspect, verify, show, pipeline,
                                                                     upload, reindex, index, serve))
@@ -58,33 +63,56 @@ def usage() -> str:
     return "usage: wdsprep {" + ",".join(verbs(table)) + "} ...\n" + "\n".join(f"  {words:<29} {text}" for words, text in rows)
 
 
-def find(argv: Sequence[str]) -> tuple[Command | None, list[Command]]:
-    """The command `argv` calls (by its first word, or its first two), and every command under its
-    first word (none: an unknown command). A core command is found without loading any source."""
+def find(argv: Sequence[str]) -> tuple[Command | None, list[Command], str]:
+    """The command `argv` calls (by its first word, or its first two), every command under its
+    first word (none: an unknown command), and the line saying why there is none when the plugin
+    named second does not load (else ""). A core command is found without loading any source; the
+    second word is loaded as a plugin only when it is one's name (`package.module:OBJECT`)."""
     for command in COMMANDS:
         if command.name == argv[0]:
-            return command, [command]
-    under = [command for command in commands(argv[1] if len(argv) > 1 else None) if command.verb == argv[0]]
+            return command, [command], ""
+    plugin = argv[1] if len(argv) > 1 and is_plugin(argv[1]) else None
+    try:
+        table = commands(plugin)
+    except ConfigError as error:  # the plugin does not load: it mounts no command, and says why
+        return None, [], str(error) if argv[0] in verbs(commands()) else f"{_unknown(argv[0])}; {error}"
+    under = [command for command in table if command.verb == argv[0]]
     named = " ".join(argv[:2])
-    return next((command for command in under if command.name == named), None), under
+    return next((command for command in under if command.name == named), None), under, ""
 
 
 def run(command: Command, argv: Sequence[str]) -> int:
-    """`command` with the words after its name; a command a source mounts is handed the driver."""
+    """`command` with the words after its name, checked (`Command.check`: a `ConfigError` there is a
+    bad argument, exit status 2) before it runs; a command a source mounts is handed the driver."""
     parser = command.parser()
     if command not in COMMANDS:
         from .conversion import Conversion
 
         parser.set_defaults(driver=Conversion)
-    return int(command.run(parser.parse_args(argv[len(command.name.split()):])) or 0)
+    args = parser.parse_args(argv[len(command.name.split()):])
+    if command.check is not None:
+        try:
+            command.check(args)
+        except ConfigError as error:
+            if args.debug or _VARIABLE.match(str(error)):  # a WDSPREP_* variable: the environment, exit 1
+                raise
+            print(bad_argument(parser.prog, str(error)), file=sys.stderr)
+            return USAGE_ERROR
+    return int(command.run(args) or 0)
+
+
+_VARIABLE = re.compile(r"WDSPREP_[A-Z0-9_]+=")
+
+
+def _unknown(verb: str) -> str:
+    return f"unknown command {verb!r} (commands: {', '.join(verbs(commands()))}; wdsprep --help describes them)"
 
 
 def no_command(argv: Sequence[str], under: Sequence[Command]) -> int:
     """A command line that calls no command: an unknown verb, or a verb without (or with an unknown)
     NAME, one line each; `wdsprep VERB --help` prints the help of every command under the verb."""
     if not under:
-        print(f"wdsprep: error: unknown command {argv[0]!r} (commands: {', '.join(verbs(commands()))}; "
-              "wdsprep --help describes them)", file=sys.stderr)
+        print(f"wdsprep: error: {_unknown(argv[0])}", file=sys.stderr)
         return USAGE_ERROR
     if argv[1:2] in (["-h"], ["--help"]):
         print("\n\n".join(command.parser().format_help().rstrip() for command in under))
@@ -122,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     if not argv or argv[0] in ("-h", "--help"):
-        print(usage(), file=sys.stderr)
+        print(usage(), file=sys.stdout if argv else sys.stderr)  # asked for: stdout; no command: an error
         return 0 if argv else USAGE_ERROR
     if argv[0] == "--version":
         print(f"wdsprep {version()}")
@@ -131,7 +159,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _warning_line
-            command, under = find(argv)
+            command, under, problem = find(argv)
+            if problem:
+                print(f"wdsprep: error: {problem}", file=sys.stderr)
+                return USAGE_ERROR
             return no_command(argv, under) if command is None else run(command, argv)
     except WdsprepError as error:
         if debug:

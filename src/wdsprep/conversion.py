@@ -56,6 +56,7 @@ import os
 import threading
 import time
 import warnings
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from .errors import ConversionError, OutputError
@@ -71,7 +72,7 @@ from .shards.samples import TABLE as SAMPLE_TABLES
 from .shards.samples import file_name as table_file_name
 from .shards.samples import sample_values, split_table
 from .shards.writer import ShardWriter
-from .sources.base import Plan, PlanContext, Unit, UnitContext, check_converted, check_plan
+from .sources.base import Plan, PlanContext, Source, Unit, UnitContext, check_converted, check_plan
 from .sources.registry import load_source
 from .storage import Store, open_store
 
@@ -290,23 +291,47 @@ def convert(source_id: str, input: str, output: str, *, quiet: bool = True, opti
     The core's options are `options` (a `ConvertOptions`) or its fields as keywords (`shard_bytes`,
     `codec`, `zstd_level`, `on_error`, `workers`, `executor`, `executor_options`, `fingerprint`,
     `splits`; a keyword overrides `options`); every other keyword is the source's own option."""
-    started = time.time()
-    source = load_source(source_id)
-    core, source_options = ConvertOptions.split(keywords, options)
-    core = core.checked()  # every option is checked (wdsprep.options) before the output is opened or the input read
-    runner = check_run_options(core, input=input, output=output)
-    source.check_options(source_options)
-    if "://" not in str(input):
-        input = os.path.abspath(input)  # units carry paths that workers on other nodes can resolve
-    store = open_store(output)
-    with store.lock():
-        store.check_replaceable(written_by_conversion)  # before the input is planned and fingerprinted
-        try:
-            return _convert(source_id, source, input, store, core, source_options, runner=runner, quiet=quiet,
-                            started=started)
-        except KeyboardInterrupt:  # Ctrl-C at any moment: leave no temporary file (the lock keeps others out)
-            store.clean_temporaries()
-            raise
+    return CheckedConversion.of(source_id, input, output, options, **keywords).convert(quiet=quiet)
+
+
+@dataclass(frozen=True)
+class CheckedConversion:
+    """A conversion whose every option was checked (`of`), not started: what `wdsprep convert`
+    judges before any work (a bad option there is a bad argument) and then runs (`convert`)."""
+
+    source_id: str
+    source: Source
+    input: str
+    output: str
+    core: ConvertOptions
+    source_options: dict
+    runner: Any  # the executor (executors.py)
+
+    @classmethod
+    def of(cls, source_id: str, input: str, output: str, options: ConvertOptions | None = None,
+           **keywords: Any) -> "CheckedConversion":
+        """Every option checked before the output is opened or the input read: the source loaded,
+        the core's options (wdsprep.options), where the output lies and the executor, the source's
+        own options; a bad one is one ConfigError line naming it."""
+        source = load_source(source_id)
+        core, source_options = ConvertOptions.split(keywords, options)
+        core = core.checked()
+        runner = check_run_options(core, input=input, output=output)
+        source.check_options(source_options)
+        return cls(source_id, source, input, output, core, source_options, runner)
+
+    def convert(self, quiet: bool = True) -> Manifest:
+        started = time.time()
+        input = self.input if "://" in str(self.input) else os.path.abspath(self.input)  # units carry paths
+        store = open_store(self.output)  # that workers on other nodes can resolve
+        with store.lock():
+            store.check_replaceable(written_by_conversion)  # before the input is planned and fingerprinted
+            try:
+                return _convert(self.source_id, self.source, input, store, self.core, self.source_options,
+                                runner=self.runner, quiet=quiet, started=started)
+            except KeyboardInterrupt:  # Ctrl-C at any moment: leave no temporary file (the lock keeps others out)
+                store.clean_temporaries()
+                raise
 
 
 def _convert(source_id, source, input, store, core: ConvertOptions, source_options: dict, *, runner, quiet,

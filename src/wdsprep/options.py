@@ -40,7 +40,7 @@ from .inputs import MODES as FINGERPRINT_MODES
 from .shards.codec import Encoder
 from .shards.manifest import check_split_name
 from .sizes import parse_size
-from .storage import local_path
+from .storage import check_url, local_path
 
 MIN_ZSTD_LEVEL = -(1 << 17)  # zstd's ZSTD_minCLevel(): negative levels trade size for speed
 MAX_ZSTD_LEVEL = 22  # zstd's ZSTD_maxCLevel()
@@ -141,8 +141,10 @@ def check_index_fields(fields: Any) -> tuple[str, ...] | None:
 
 
 def check_run_options(options: ConvertOptions, *, input: str, output: str):
-    """Where the output lies, and the executor, made here so that its entry's rules (`--workers` at
-    least 1, the Ray options) also apply before any work; returns the executor."""
+    """Where the output lies (a scheme that writes, outside the input), and the executor, made here
+    so that its entry's rules (`--workers` at least 1, the Ray options) also apply before any work;
+    returns the executor."""
+    check_url(str(output), writable=True)
     check_output_outside_input(input, output)
     return get_executor(options.executor, workers=options.workers, **options.executor_options)
 

@@ -28,8 +28,8 @@ import sys
 from typing import Any, Callable, Iterator, Sequence
 
 from . import errors  # UnitFailedError is named through its home: this module re-exports no exception
+from .checks import whole_number
 from .errors import ConfigError
-from .readoptions import whole_number
 
 try:
     import ray

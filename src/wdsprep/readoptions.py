@@ -3,10 +3,13 @@ variables and their rules.
 
 `ReadOptions` is a frozen dataclass: the dataset's read-ahead (`prefetch_bytes`, `max_connections`),
 every remote read (`retries`, `timeout`, the rate floor `min_rate` over `rate_window`,
-`skip_by_reading`), the part sizes of S3 uploads (`s3_multipart_bytes`, `s3_part_bytes`) and the
-dataset's local shard cache (`cache_dir`, `cache_bytes`) and the node-local cache of remote shard
-tables (`table_cache_dir`: stream/manifests.py). Every field but the shard cache's has an
-environment variable (`VARIABLES`); docs/objectstore.md#settings is their one table.
+`skip_by_reading`), the part sizes of S3 uploads (`s3_multipart_bytes`, `s3_part_bytes`), the
+dataset's local shard cache (`cache_dir`, `cache_bytes`), how far apart two samples of a remote
+shard may lie for `MapDataset` to read them by one request (`gap_bytes`) and the node-local cache of
+remote shard tables (`table_cache_dir`: stream/manifests.py). Every field but the shard cache's and
+`gap_bytes` has an environment variable (`VARIABLES`); docs/objectstore.md#settings is their one
+table. Every reader takes them the same way (`ReadOptions.given`): `read_options=` (a
+`ReadOptions`; None: the environment's) and the fields as keywords, each overriding it.
 
 When they are read. Never at import. `ReadOptions.from_environment(**keywords)` reads the
 environment when it is called: once when a dataset is made (`wdsprep.dataset`, whose keywords
@@ -21,8 +24,8 @@ Checked in one place. Every value, a variable's text or a keyword's value, is ch
 field's rule (`SETTINGS`), and a bad one is one `ConfigError` line naming the variable or keyword,
 the value and the rule: `WDSPREP_RETRIES='abc': must be a whole number >= 0 (retries of a failed
 remote read; default 5)`. A variable set to the empty string is a bad value, not an unset one. The
-same checkers (`whole_number`, `size`, `number`) check the dataset's dealing options and the Ray
-executor's `WDSPREP_RAY_RETRIES`.
+checkers are the ground floor's (wdsprep/checks.py), which the stream's own options, the Ray
+executor's `WDSPREP_RAY_RETRIES` and the command line use too.
 
 Invariants of a `ReadOptions` (its `__post_init__` checks them, so no unchecked one exists):
 `prefetch_bytes` is 0 (no read-ahead) or at least two requests of `MIN_RANGE`; `max_connections`
@@ -30,105 +33,34 @@ None (the worker's share of a rank's, stream/remote.py) or 1..`MAX_CONNECTIONS` 
 is a thread of the read-ahead: 10^6 of them would start 10^6 threads); `retries` >= 0; `timeout` and
 `rate_window` finite and > 0; `min_rate` finite and >= 0 (0: no floor); `skip_by_reading` >= 0;
 `s3_multipart_bytes` >= 1; `s3_part_bytes` >= `MIN_S3_PART_BYTES` (S3's smallest part);
-`cache_bytes` > 0. Every time and size has a maximum too, far above any useful value and below what
+`cache_bytes` > 0; `gap_bytes` >= 0. Every time and size has a maximum too, far above any useful value and below what
 would overflow or stand for "forever" (`WDSPREP_TIMEOUT=1e23`): `timeout` and `rate_window` at most
 `MAX_SECONDS` (an hour), `min_rate` at most `MAX_RATE` (100 GB/s), `prefetch_bytes` and
 `skip_by_reading` at most `MAX_READ_BYTES` (64 GiB: memory or bytes read through per worker),
 `s3_multipart_bytes` and `s3_part_bytes` at most `MAX_S3_PART_BYTES` (S3's largest part and single
-PUT, 5 GiB), `cache_bytes` at most `MAX_CACHE_BYTES` (1 PiB).
+PUT, 5 GiB), `cache_bytes` at most `MAX_CACHE_BYTES` (1 PiB), `gap_bytes` at most `MAX_READ_BYTES`.
 """
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from .errors import ConfigError
-from .sizes import parse_size
+from .checks import number, refuse, size, whole_number
 
 MIB = 1 << 20
 MAX_CONNECTIONS = 256  # Range requests at once per worker: each is a thread of the read-ahead (stream/remote.py)
 MIN_RANGE = 64 << 10  # the read-ahead's smallest Range request (stream/remote.py)
 MIN_S3_PART_BYTES = 5 * MIB  # S3's minimum for every part of a multipart upload but the last
 DEFAULT_CACHE_BYTES = 10 * 10**9
+GAP_BYTES = 256 << 10  # the read-ahead's first range, whose transfer costs about what one more round trip does
 # the maxima (module docstring): a value above is a mistake, never a setting that means something
 MAX_SECONDS = 3600.0
 MAX_RATE = 1e11
 MAX_READ_BYTES = 64 << 30
 MAX_S3_PART_BYTES = 5 << 30  # S3's largest part, and its largest single PUT
 MAX_CACHE_BYTES = 1 << 50
-
-
-def _label(name: str, value: Any) -> str:
-    return f"{name}={value!r}"
-
-
-def whole_number(value: Any, name: str, minimum: int, meaning: str = "", maximum: int | None = None) -> int:
-    """`value` (an int, or its decimal text) as an int >= `minimum` (and <= `maximum`); else one
-    ConfigError line naming `name` (a variable or a keyword), the value and the rule."""
-    meaning = meaning if maximum is None else f"{meaning}; at most {maximum}" if meaning else f"at most {maximum}"
-    rule = f"must be a whole number >= {minimum}{f' ({meaning})' if meaning else ''}"
-    if isinstance(value, bool):
-        raise ConfigError(f"{_label(name, value)}: {rule}")
-    number = None
-    if isinstance(value, str):
-        try:
-            number = int(value.strip(), 10)
-        except ValueError:
-            pass
-    elif isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
-        number = int(value)
-    if number is None or number < minimum or (maximum is not None and number > maximum):
-        raise ConfigError(f"{_label(name, value)}: {rule}")
-    return number
-
-
-def size(value: Any, name: str, minimum: int, meaning: str = "", *, zero: str = "", maximum: int | None = None) -> int:
-    """`value` (bytes: an int, or a size as `parse_size` reads it, `64MiB`) as an int >= `minimum`
-    (and <= `maximum`), or 0 when `zero` says what 0 means; else one ConfigError line naming `name`
-    and the rule."""
-    floor = f"a size of at least {_spelled(minimum)}" if minimum > 1 else f"a size >= {minimum} bytes"
-    ceiling = f" and at most {_spelled(maximum)}" if maximum is not None else ""
-    rule = f"must be {f'0 ({zero}) or ' if zero else ''}{floor}{ceiling}, e.g. 64MiB{f' ({meaning})' if meaning else ''}"
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ConfigError(f"{_label(name, value)}: {rule}")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{_label(name, value)}: {rule}")
-    try:
-        number = int(value) if isinstance(value, float) else parse_size(value)
-    except ConfigError:
-        raise ConfigError(f"{_label(name, value)}: {rule}") from None
-    if (number < minimum and not (zero and number == 0)) or (maximum is not None and number > maximum):
-        raise ConfigError(f"{_label(name, value)}: {rule}")
-    return number
-
-
-def _spelled(count: int) -> str:
-    """`131072` -> `128KiB`: a byte count as a user would write it."""
-    for unit, power in (("PiB", 50), ("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if count % (1 << power) == 0:
-            return f"{count >> power}{unit}"
-    return f"{count} bytes"
-
-
-def number(value: Any, name: str, minimum: float, meaning: str = "", *, above: bool = False,
-           maximum: float | None = None) -> float:
-    """`value` (a finite number, or its text: `30`, `0.5`, `1e3`) as a float >= `minimum` (> it
-    with `above`) and <= `maximum`; else one ConfigError line naming `name` and the rule."""
-    ceiling = f" and <= {maximum:g}" if maximum is not None else ""
-    rule = f"must be a number {'>' if above else '>='} {minimum:g}{ceiling}{f' ({meaning})' if meaning else ''}"
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ConfigError(f"{_label(name, value)}: {rule}")
-    try:
-        result = float(value)
-    except ValueError:
-        raise ConfigError(f"{_label(name, value)}: {rule}") from None
-    if not math.isfinite(result) or result < minimum or (above and result == minimum) or \
-            (maximum is not None and result > maximum):
-        raise ConfigError(f"{_label(name, value)}: {rule}")
-    return result
 
 
 @dataclass(frozen=True)
@@ -169,6 +101,9 @@ SETTINGS: dict[str, Setting] = {
         value, name, "the node-local cache of remote shard tables, by sha256; default: none, kept in memory")),
     "cache_bytes": Setting(None, lambda value, name: size(value, name, 1, "the shard cache's bound; default 10GB",
                                                           maximum=MAX_CACHE_BYTES)),
+    "gap_bytes": Setting(None, lambda value, name: size(
+        value, name, 0, "MapDataset: samples of one remote shard at most this far apart are read by one request; "
+                        "default 256KiB", maximum=MAX_READ_BYTES)),
 }
 
 VARIABLES: dict[str, str] = {field: setting.variable for field, setting in SETTINGS.items() if setting.variable}
@@ -179,7 +114,7 @@ def _directory(value: Any, name: str, meaning: str = "the local shard cache") ->
         return None
     if isinstance(value, (str, os.PathLike)) and os.fspath(value):
         return os.fspath(value)
-    raise ConfigError(f"{_label(name, value)}: must be a directory path ({meaning})")
+    raise refuse(value, name, "must be a directory path", meaning)
 
 
 @dataclass(frozen=True)
@@ -197,6 +132,7 @@ class ReadOptions:
     s3_part_bytes: int = 16 * MIB
     cache_dir: str | None = None
     cache_bytes: int = DEFAULT_CACHE_BYTES
+    gap_bytes: int = GAP_BYTES  # MapDataset: samples of a remote shard this close are one Range request
     table_cache_dir: str | None = None  # remote shard tables kept here by sha256, mapped by every process
 
     def __post_init__(self) -> None:
@@ -232,7 +168,21 @@ class ReadOptions:
                 values[name] = value
         return cls(**values)
 
+    @classmethod
+    def given(cls, read_options: "ReadOptions | None" = None, **keywords: Any) -> "ReadOptions":
+        """What a reader that takes `read_options=` and the read keywords reads with (`wdsprep.dataset`,
+        `wdsprep.mix`, `wdsprep.MapDataset`): `read_options`, else the environment's (read now), each
+        keyword given (not None) overriding it."""
+        if read_options is None:
+            return cls.from_environment(**keywords)
+        if not isinstance(read_options, ReadOptions):
+            raise refuse(read_options, "read_options", "must be a wdsprep.ReadOptions (or None: the environment's)")
+        return read_options.replace(**{name: value for name, value in keywords.items() if value is not None})
+
     def replace(self, **changes: Any) -> "ReadOptions":
+        unknown = set(changes) - set(SETTINGS)
+        if unknown:
+            raise TypeError(f"unexpected keyword argument {sorted(unknown)[0]!r} (read options: {', '.join(SETTINGS)})")
         return dataclasses.replace(self, **changes)
 
 

@@ -32,7 +32,7 @@ from .shards.samples import SUFFIX as TABLE_SUFFIX
 from .shards.shardtable import SUFFIX as SHARD_TABLE_SUFFIX
 from .shards.shardtable import TABLE as SHARD_TABLES
 from .shards.samples import TABLE as SAMPLE_TABLES
-from .storage import Store, describe, file_sha256, local_path, open_store
+from .storage import Store, file_sha256, local_path, open_store
 
 
 @dataclass
@@ -45,6 +45,15 @@ class UploadReport:
     bytes_uploaded: int = 0
     manifest_written: bool = False
     seconds: float = 0.0
+
+    def record(self, row: dict, uploaded: bool) -> None:
+        """A file now checked at the destination: a shard `uploaded` now (or already there), verified;
+        or a sample table."""
+        if _what(row) != "shard":
+            self.tables.append(row["name"])
+            return
+        (self.uploaded if uploaded else self.skipped).append(row["name"])
+        self.verified.append(row["name"])
 
     def summary(self) -> str:
         return (
@@ -170,11 +179,7 @@ def upload(
     progress = Progress(f"upload to {store.url}", len(rows), sum(r["bytes"] for r in rows), quiet=quiet)
     for row, there in zip(rows, present):
         if there:
-            if _what(row) == "shard":
-                report.skipped.append(row["name"])
-                report.verified.append(row["name"])
-            else:
-                report.tables.append(row["name"])
+            report.record(row, uploaded=False)
             progress.advance(1, row["bytes"])
     with futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="wdsprep-upload") as pool:
         pending = {
@@ -186,11 +191,7 @@ def upload(
                 row = pending[future]
                 future.result()
                 report.bytes_uploaded += row["bytes"]
-                if _what(row) == "shard":
-                    report.uploaded.append(row["name"])
-                    report.verified.append(row["name"])
-                else:
-                    report.tables.append(row["name"])
+                report.record(row, uploaded=True)
                 progress.advance(1, row["bytes"])
         except BaseException:
             for future in pending:

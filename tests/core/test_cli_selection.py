@@ -45,7 +45,7 @@ def test_convert_index_fields_names_the_sample_tables_fields(noisebase):
     status, _, err = run_cli("convert", "noisebase", noisebase / "native", noisebase / "shards-keys", "--quiet", "--index-fields", "")
     assert status == 0 and read_sample_table(noisebase / "shards-keys", "train")[1] == {}
     status, _, err = run_cli("convert", "noisebase", noisebase / "native", noisebase / "bad", "--index-fields", "a b")
-    assert status == 1 and err.count("\n") == 1 and "--index-fields" in err and not (noisebase / "bad").exists()
+    assert status == 2 and err.count("\n") == 1 and "--index-fields" in err and not (noisebase / "bad").exists()
 
 
 def test_inspect_select_counts_and_shows_the_kept_samples_in_order(noisebase):
@@ -67,7 +67,7 @@ def test_inspect_keys_fraction_limit(noisebase):
     status, out, _ = run_cli("inspect", shards, "--fraction", "0.25", "--samples", "0")
     assert f"keeps {round(0.25 * len(everything))} of {len(everything)}" in out
     status, _, err = run_cli("inspect", shards, "--select", "meta.frame ==")
-    assert status == 1 and err.startswith("wdsprep: error:") and err.count("\n") == 1
+    assert status == 2 and err.startswith("wdsprep: error: wdsprep inspect: select") and err.count("\n") == 1
 
 
 def test_show_select_draws_only_kept_samples(noisebase, tmp_path):

@@ -1,11 +1,13 @@
-"""The command line's own answers: `--version`, an unknown command, the help of the sources'
-commands, every command's errors in one convention, and the warning when `--shard-bytes` makes
-shards of one sample.
+"""The command line's own answers: `--version`, an unknown command, the help of every command (on
+stdout), every command's errors in one convention (a command line it cannot take: one line, exit
+status 2; a failure while it runs: one line, exit status 1), and the warning when `--shard-bytes`
+makes shards of one sample.
 
 Each runs `python -m wdsprep` in a child process, as a user does, and is judged against something
 outside the code under test: pyproject.toml's version, the command list of `wdsprep --help`, the
 options of each `wdsprep VERB NAME --help`, the shards counted with `tarfile`, and for errors the
-rule itself (one line, `wdsprep: error:` and the command's name, the same exit status everywhere).
+rule itself (one line, `wdsprep: error:` and the command's name, the same exit status everywhere,
+nothing written).
 """
 import pathlib
 import re
@@ -35,27 +37,38 @@ def test_version_is_the_installed_package_version():
 
 
 def _commands() -> list[str]:
-    """The commands `wdsprep --help` lists: `usage: wdsprep {convert,synth,...} ...`."""
+    """The commands `wdsprep --help` lists on stdout: `usage: wdsprep {convert,synth,...} ...`."""
     result = _run("--help")
-    assert result.returncode == 0
-    match = re.match(r"usage: wdsprep \{([a-z,]+)\} \.\.\.", result.stderr)
-    assert match, result.stderr
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    match = re.match(r"usage: wdsprep \{([a-z,]+)\} \.\.\.", result.stdout)
+    assert match, result.stdout
     return match.group(1).split(",")
 
 
-def test_an_unknown_command_is_named_with_the_list_of_commands():
-    result = _run("nosuchcmd", "x")
+@pytest.mark.parametrize("second", ["x", "http://host/a.tar", "s3://bucket/key.tar", "pkg.absent:SOURCE"])
+def test_an_unknown_command_is_named_with_the_list_of_commands(second):
+    """Whatever follows it (a URL is never taken for a plugin's name; a plugin that does not load
+    is named too): one line naming the unknown command and the commands, exit status 2."""
+    result = _run("nosuchcmd", second)
     commands = _commands()
     assert result.returncode == 2 and result.stdout == ""
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("wdsprep: error: unknown command 'nosuchcmd' (commands: "), lines
     listed = re.search(r"\(commands: ([a-z, ]+);", lines[0]).group(1).split(", ")
     assert listed == commands and {"convert", "verify", "fetch", "serve"} <= set(listed)
+    assert ("cannot load source plugin" in lines[0]) == (second == "pkg.absent:SOURCE"), lines  # a URL: no plugin tried
+    if second == "pkg.absent:SOURCE":
+        assert "cannot load source plugin 'pkg.absent:SOURCE'" in lines[0], lines
+
+
+def test_no_command_is_the_usage_on_stderr_with_status_2():
+    result = _run()
+    assert result.returncode == 2 and result.stdout == "" and result.stderr.startswith("usage: wdsprep {")
 
 
 def _listed() -> list[str]:
     """The command names of `wdsprep --help`'s rows (`  convert SOURCE INPUT OUTPUT   native ...`)."""
-    rows = _run("--help").stderr.splitlines()[1:]
+    rows = _run("--help").stdout.splitlines()[1:]
     return [" ".join(re.match(r"  ((?:[a-z]+(?: |$))+)", row).group(1).split()) for row in rows]
 
 
@@ -68,12 +81,18 @@ def test_the_help_lists_every_command_once_and_each_answers_its_own_help():
     for name in listed:
         result = _run(*name.split(), "--help")
         assert result.returncode == 0 and result.stdout.startswith(f"usage: wdsprep {name} "), (name, result.stderr)
+        assert result.stderr == "", (name, result.stderr)
+
+
+def test_a_source_s_help_is_on_stdout():
+    result = _run("convert", "generic", "--help")
+    assert (result.returncode, result.stderr) == (0, "") and result.stdout.startswith("usage: wdsprep convert generic ")
 
 
 # one way to make each command fail while it runs: an input that does not exist
 FAILING_RUNS = {
     "convert": ["generic", "/nonexistent/in", "{tmp}/out"],
-    "synth": ["no-such-source", "{tmp}/synth"],
+    "synth": ["generic", "/dev/null/nonexistent/synth"],
     "inspect": ["/nonexistent/shards"],
     "verify": ["/nonexistent/shards"],
     "show": ["/nonexistent/shards", "--out", "{tmp}/report.html"],
@@ -103,11 +122,65 @@ def test_every_command_refuses_a_bad_argument_in_one_line_with_status_2(name):
 def test_every_command_fails_in_one_line_with_status_1(name, tmp_path):
     result = _run(*name.split(), *(arg.format(tmp=tmp_path) for arg in FAILING_RUNS[name]))
     line = _one_error_line(result, "wdsprep: error: ")
-    assert result.returncode == 1 and ("/nonexistent/" in line or "no-such-source" in line), line
+    assert result.returncode == 1 and "/nonexistent" in line, line
 
 
 def test_every_listed_command_has_a_failing_run():
     assert sorted(_listed()) == sorted(FAILING_RUNS)
+
+
+# one value each command cannot take (not an unknown option: a value of one of its arguments), and
+# what the line must name
+BAD_VALUES = {
+    "convert": (["nosuch", "{tmp}/in", "{tmp}/out"], "unknown source 'nosuch'"),
+    "synth": (["generic", "{tmp}/synth", "--seed", "-1"], "argument --seed: '-1': must be a whole number >= 0"),
+    "inspect": (["{tmp}/shards", "--fraction", "2"], "fraction=2.0: must be a number > 0 and <= 1"),
+    "verify": (["ftp://host/shards"], "ftp://host/shards: cannot read ftp://"),
+    "show": (["{tmp}/shards", "--samples", "-1", "--out", "{tmp}/page.html"], "argument --samples: '-1'"),
+    "pipeline": (["{tmp}/spec.toml", "--workers", "0"], "argument --workers: '0': must be a whole number >= 1"),
+    "upload": (["{tmp}/shards", "{tmp}/up", "--part-bytes", "banana"], "argument --part-bytes: 'banana': must be a size"),
+    "reindex": (["http://host/shards"], "http://host/shards: cannot write to http://"),
+    "index": (["{tmp}/a.tar", "--out", "{tmp}/out", "--workers", "0"], "argument --workers: '0': must be a whole number >= 1"),
+    "serve dataverse": (["{tmp}/dataverse", "--port", "70000"], "argument --port: '70000': must be a whole number >= 0 (at most 65535)"),
+    "fetch rawnind": (["{tmp}/dest", "--concurrency", "0"], "argument --concurrency: '0'"),
+}
+# ... and the command lines the README says are bad arguments, and a few more of each kind
+MORE_BAD_VALUES = [
+    (["convert", "generic", "{tmp}/in", "{tmp}/out", "--shard-bytes", "banana"], "--shard-bytes: cannot read size 'banana'"),
+    (["convert", "generic", "{tmp}/in", "{tmp}/out", "--workers", "0"], "--workers must be at least 1"),
+    (["convert", "generic", "{tmp}/in", "ftp://host/out"], "ftp://host/out: cannot write to ftp://"),
+    (["synth", "nosuch", "{tmp}/synth"], "unknown source 'nosuch'"),
+    (["inspect", "{tmp}/shards", "--limit", "0"], "limit=0: must be a whole number >= 1"),
+    (["inspect", "{tmp}/shards", "--select", "label =="], "select 'label ==': not an expression"),
+    (["inspect", "{tmp}/shards", "--samples", "-2"], "argument --samples: '-2'"),
+    (["show", "{tmp}/shards", "--fraction", "0", "--out", "{tmp}/page.html"], "fraction=0.0: must be a number > 0"),
+    (["upload", "{tmp}/shards", "{tmp}/up", "--retries", "-1"], "argument --retries: '-1'"),
+    (["fetch", "rawnind", "{tmp}/dest", "--max-raw-bytes", "lots"], "argument --max-raw-bytes: 'lots'"),
+    (["index", "{tmp}/a.tar", "--out", "ftp://host/out"], "ftp://host/out: cannot write to ftp://"),
+]
+
+
+def _bad_value(argv: list[str], named: str, tmp_path: pathlib.Path, name: str) -> None:
+    result = _run(*(arg.format(tmp=tmp_path) for arg in argv))
+    line = _one_error_line(result, f"wdsprep: error: wdsprep {name}: ")
+    assert result.returncode == 2 and named in line and line.endswith(f"(wdsprep {name} --help shows its options)"), line
+    assert list(tmp_path.iterdir()) == []  # judged before any work: nothing written
+
+
+@pytest.mark.parametrize("name", sorted(BAD_VALUES))
+def test_every_command_refuses_a_value_it_cannot_take_in_one_line_with_status_2(name, tmp_path):
+    argv, named = BAD_VALUES[name]
+    _bad_value([*name.split(), *argv], named, tmp_path, name)
+
+
+@pytest.mark.parametrize("argv, named", MORE_BAD_VALUES, ids=lambda value: value if isinstance(value, str) else " ".join(value[:2]))
+def test_more_command_lines_wdsprep_cannot_take_are_one_line_with_status_2(argv, named, tmp_path):
+    name = " ".join(argv[:2]) if argv[0] == "fetch" else argv[0]
+    _bad_value(argv, named, tmp_path, name)
+
+
+def test_every_listed_command_has_a_bad_value():
+    assert sorted(_listed()) == sorted(BAD_VALUES)
 
 
 def test_a_source_s_own_option_error_names_the_source():

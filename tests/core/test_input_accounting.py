@@ -144,10 +144,11 @@ def test_a_split_whose_every_item_is_skipped_is_reported_and_all_skipped_is_an_e
     ("voxels", ["--levels", "one"], "--levels must be integers"),
 ])
 def test_an_option_value_is_checked_before_any_work(tmp_path, source, options, message):
+    """A value an option cannot take is a bad argument of the command line: one line, exit status 2."""
     output = tmp_path / "out"
     status, out, err = run_cli("convert", source, tmp_path / "missing-input", output, "--quiet", *options)
     lines = err.strip().splitlines()
-    assert status == 1 and len(lines) == 1 and lines[0].startswith(f"wdsprep: error: {message}"), lines
+    assert status == 2 and len(lines) == 1 and lines[0].startswith(f"wdsprep: error: wdsprep convert: {message}"), lines
     assert not output.exists(), "the output was touched before the options were checked"
 
 
@@ -168,8 +169,8 @@ def test_an_output_directory_inside_the_input_is_refused(tmp_path, where):
     output = {"inside": native / "shards", "same": native, "through a link": tmp_path / "link" / "shards"}[where]
     before = sorted(os.listdir(native))
     status, lines = _convert(native, output)
-    assert status == 1 and len(lines) == 1, lines
-    assert lines[0].startswith(f"wdsprep: error: {output}: the output directory lies inside the input {native}")
+    assert status == 2 and len(lines) == 1, lines  # two arguments wdsprep cannot take together
+    assert lines[0].startswith(f"wdsprep: error: wdsprep convert: {output}: the output directory lies inside the input {native}")
     assert sorted(os.listdir(native)) == before  # not even an empty output folder
 
 

@@ -82,7 +82,7 @@ def test_bookkeeping_comes_when_asked_for(manifest):
 
 
 def test_asking_for_a_name_that_is_not_bookkeeping_is_one_line():
-    with pytest.raises(wdsprep.errors.ConfigError, match="'__label__' is not one of __url__"):
+    with pytest.raises(wdsprep.errors.ConfigError, match="decode\\(bookkeeping=\\.\\.\\.\\)='__label__': must be one of '__url__'"):
         wdsprep.decode(bookkeeping=("__label__",))
 
 

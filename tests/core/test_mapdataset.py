@@ -212,11 +212,11 @@ def test_bad_positions_and_keys_are_one_clear_line(generic):
         ds[1.5]
     with pytest.raises(KeyError, match=r"'no-such-key' is not in split 'train' of .*manifest\.json"):
         ds.get("no-such-key")
-    with pytest.raises(ConfigError, match="decode must be True, False or a wdsprep.decode"):
+    with pytest.raises(ConfigError, match=r"decode='yes': must be True, False or a wdsprep\.decode"):
         wdsprep.MapDataset(out, split, decode="yes")
     with pytest.raises(ConfigError, match="a MapDataset item cannot be skipped"):
         wdsprep.MapDataset(out, split, decode=wdsprep.decode(handler=lambda error: True))
-    with pytest.raises(ConfigError, match="max_connections must be >= 1"):
+    with pytest.raises(ConfigError, match="max_connections=0: must be a whole number >= 1"):
         wdsprep.MapDataset(out, split, max_connections=0)
     with pytest.raises(wdsprep.ManifestError, match="no split 'holdout'"):
         wdsprep.MapDataset(out, "holdout")

@@ -598,8 +598,8 @@ BAD_SCHEDULES = {  # the schedule, options, what the one line says
     "starts of two kinds": ([(0, [1, 1]), (0.5, [1, 0]), (10, [0, 1])], {},
                             "mix: schedule phase 2: starts are all sample positions (whole numbers) or all fractions"),
     "weights too few": ([(0, [1])], {}, "mix: schedule phase 0: 1 weights for 2 parts (0, 1)"),
-    "weight negative": ([(0, [1, -1])], {}, "mix: schedule phase 0: the weight of part 1 (1) must be a number >= 0, got -1"),
-    "weight nan": ([(0, [1, float("nan")])], {}, "the weight of part 1 (1) must be a number >= 0, got nan"),
+    "weight negative": ([(0, [1, -1])], {}, "mix: schedule phase 0: the weight of part 1 (1)=-1: must be a number >= 0"),
+    "weight nan": ([(0, [1, float("nan")])], {}, "the weight of part 1 (1)=nan: must be a number >= 0"),
     "weights all 0": ([(0, [1, 1]), (0.5, [0, 0])], {}, "mix: schedule phase 1: every weight is 0"),
     "a part never weighed": ([(0, [1, 0]), (0.5, [2, 0])], {},
                              "mix: part 1 (1): weight 0 in every phase of the schedule (it would never be read)"),
@@ -828,4 +828,4 @@ def test_inspect_shows_each_phases_counts_per_part_for_a_world_size(mix_file):
     bad = subprocess.run([sys.executable, "-m", "wdsprep", "inspect", str(path), "--world-size", "0"],
                          capture_output=True, text=True, timeout=SUBPROCESS)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
-    assert "wdsprep: error:" in bad.stderr and "--world-size: must be a whole number >= 1, got '0'" in bad.stderr
+    assert "wdsprep: error:" in bad.stderr and "argument --world-size: '0': must be a whole number >= 1" in bad.stderr

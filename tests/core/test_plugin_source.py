@@ -81,10 +81,13 @@ def test_a_plugin_source_bad_line_stops_or_is_skipped(tmp_path):
 
 
 def test_a_plugin_object_that_is_no_source_is_refused_in_one_line(tmp_path):
-    failed = run("synth", "plugin_source:LINE_BYTES", tmp_path / "x", expect=1)
+    """A source the command line names that does not load is a bad argument: one line, exit status 2."""
+    failed = run("synth", "plugin_source:LINE_BYTES", tmp_path / "x", expect=2)
     assert failed.stderr.strip() == (
-        "wdsprep: error: plugin_source:LINE_BYTES is int, not an instance of a wdsprep.sources.base.Source subclass")
-    failed = run("convert", "plugin_source:NOPE", tmp_path, tmp_path / "out", expect=1)
+        "wdsprep: error: wdsprep synth: plugin_source:LINE_BYTES is int, not an instance of a "
+        "wdsprep.sources.base.Source subclass (wdsprep synth --help shows its options)")
+    assert not (tmp_path / "x").exists()
+    failed = run("convert", "plugin_source:NOPE", tmp_path, tmp_path / "out", expect=2)
     assert "cannot load source plugin 'plugin_source:NOPE'" in failed.stderr
 
 

@@ -256,14 +256,24 @@ def test_a_keyword_overrides_its_variable(shards, monkeypatch):
     assert attempts == 1
 
 
+def test_read_options_given_to_the_dataset_are_what_it_reads_with(shards, monkeypatch):
+    """`read_options=wdsprep.ReadOptions(retries=2)`: the environment is not read (a bad
+    WDSPREP_RETRIES included), and a keyword beside it overrides it."""
+    attempts, _ = _attempts_until_given_up(shards, monkeypatch, "abc", read_options=wdsprep.ReadOptions(retries=2))
+    assert attempts == 3
+    attempts, _ = _attempts_until_given_up(shards, monkeypatch, "4", read_options=wdsprep.ReadOptions(retries=2),
+                                           retries=0)
+    assert attempts == 1
+
+
 @pytest.mark.parametrize("keywords, message", [
     ({"shuffle_buffer": -1}, "shuffle_buffer=-1: must be a whole number >= 0"),
     ({"shuffle_buffer": "many"}, "shuffle_buffer='many': must be a whole number >= 0"),
     ({"seed": -1}, "seed=-1: must be a whole number >= 0"),
     ({"epoch": -2}, "epoch=-2: must be a whole number >= 0"),
     ({"world_size": 0, "rank": 0}, "world_size=0: must be a whole number >= 1"),
-    ({"world_size": 2, "rank": 2}, "rank=2: must be below world_size (2)"),
-    ({"rank": -1, "world_size": 2}, "rank=-1: must be a whole number >= 0"),
+    ({"world_size": 2, "rank": 2}, "rank=2: must be a whole number >= 0 (below world_size=2; at most 1)"),
+    ({"rank": -1, "world_size": 2}, "rank=-1: must be a whole number >= 0 (below world_size=2; at most 1)"),
     ({"prefetch_bytes": -1}, "prefetch_bytes=-1: must be 0 (no read-ahead) or a size of at least 128KiB"),
     ({"max_connections": 0}, "max_connections=0: must be a whole number >= 1"),
     ({"retries": -1}, "retries=-1: must be a whole number >= 0"),
@@ -271,7 +281,7 @@ def test_a_keyword_overrides_its_variable(shards, monkeypatch):
     ({"min_rate": -1}, "min_rate=-1: must be a number >= 0"),
     ({"rate_window": 0}, "rate_window=0: must be a number > 0"),
     ({"cache_dir": "x", "cache_bytes": 0}, "cache_bytes=0: must be a size >= 1 bytes"),
-    ({"equalize": "some"}, "equalize='some': must be 'pad', 'drop' or None"),
+    ({"equalize": "some"}, "equalize='some': must be one of None, 'pad', 'drop'"),
 ])
 def test_every_keyword_of_the_dataset_is_checked_with_one_line(shards, keywords, message):
     with pytest.raises(ConfigError) as raised:

@@ -254,7 +254,7 @@ def test_reindex_of_a_read_only_url_is_one_line(conversions):
     native, current, older = conversions
     with RangeHTTPServer(older.parent) as server:
         status, _, err = reindex(server.url_of("older"))
-    assert status == 1 and len(err.strip().splitlines()) == 1 and "cannot write" in err, err
+    assert status == 2 and len(err.strip().splitlines()) == 1 and "cannot write" in err, err  # a bad argument
     assert os.path.exists(older / "manifest.json")
 
 

@@ -309,8 +309,8 @@ def test_a_field_that_was_not_indexed_names_the_indexed_fields(labelled):
     (dict(keys=[]), "keys: the list of keys is empty"),
     (dict(keys=["k001", "nope", "nada"]), "keys: 'nope' (and 1 more) not in split 'train' of "),
     (dict(keys=["k001"], split="valid", select="meta.label == 99"), "keeps no sample of split 'valid'"),
-    (dict(limit=0), "limit must be a whole number >= 1, got 0"),
-    (dict(fraction=1.5), "fraction must be in (0, 1], got 1.5"),
+    (dict(limit=0), "limit=0: must be a whole number >= 1 (the first samples kept)"),
+    (dict(fraction=1.5), "fraction=1.5: must be a number > 0 and <= 1 (the share of the samples kept)"),
 ])
 def test_a_selection_that_cannot_be_kept_is_one_line(labelled, selection, message):
     manifest, _, _ = labelled

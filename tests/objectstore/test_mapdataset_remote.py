@@ -1,8 +1,10 @@
 """`wdsprep.MapDataset` over HTTP and S3: every source's samples against `tarfile` (the reference of
 tests/core/mapsources.py), a flipped byte, and what the server saw: one Range request per contiguous
 run of a batch within a shard, requests of different shards at once, one index request per shard,
-none at all once the shard cache holds the shards. Requests and connections are counted by the
-RangeHTTPServer (in front of the S3 test server for s3://); byte spans come from `tarfile`."""
+none at all once the shard cache holds the shards; the read side's settings taken as
+`wdsprep.dataset` takes them (`read_options=`, keywords, the environment). Requests and connections
+are counted by the RangeHTTPServer (in front of the S3 test server for s3://); byte spans come from
+`tarfile`."""
 import collections
 import hashlib
 import pathlib
@@ -16,6 +18,7 @@ import wdsprep
 from tests.core.mapsources import SOURCES, convert_source, same_raw, tar_reference
 from tests.objectstore.test_read_ahead import _layout, _remote
 from wdsprep.errors import ShardError
+from wdsprep.testing import RangeHTTPServer
 from wdsprep.testing.httpserver import Shaping
 
 KINDS = ["http", "s3"]
@@ -235,3 +238,101 @@ def test_distributed_sampler_and_workers_over_http(generic, s3_server):
                                 collate_fn=lambda batch: [s["__key__"] for s in batch])
             seen += [key for batch in loader for key in batch]
         assert collections.Counter(seen) == collections.Counter(s["__key__"] for s in reference)
+
+
+# ------------------------------------------------------- the read side's settings, as wdsprep.dataset takes them
+def _batch_of_one_shard(out, reference):
+    """(shard, a batch of positions a+4, a, a+3, a+1 in it, the byte spans `tarfile` gives its samples)."""
+    shard = next(name for name, count in collections.Counter(s["__shard__"] for s in reference).items() if count >= 5)
+    a = next(i for i, s in enumerate(reference) if s["__shard__"] == shard)
+    return shard, [a + 4, a, a + 3, a + 1], _spans(out / shard)[0]
+
+
+def test_read_options_and_keywords_set_what_a_batch_costs(generic):
+    """`read_options=ReadOptions(gap_bytes=0)`: two requests for the two runs of the batch, as the
+    keyword `gap_bytes=0` gives; a keyword overrides the options given (1 MiB: one request)."""
+    out, split, reference = generic
+    shard, batch, spans = _batch_of_one_shard(out, reference)
+    two_runs = [(shard, spans[0][0], spans[1][1]), (shard, spans[3][0], spans[4][1])]
+    made = {
+        "read_options": dict(read_options=wdsprep.ReadOptions(gap_bytes=0)),
+        "keyword over read_options": dict(read_options=wdsprep.ReadOptions(gap_bytes=1 << 20), gap_bytes=0),
+        "keyword over the default": dict(gap_bytes="1MiB"),
+    }
+    expected = {"read_options": two_runs, "keyword over read_options": two_runs,
+                "keyword over the default": [(shard, spans[0][0], spans[4][1])]}
+    with RangeHTTPServer(out) as server:
+        for case, keywords in made.items():
+            ds = wdsprep.MapDataset(server.url_of("manifest.json"), split, decode=False, **keywords)
+            ds.access.index(ds.locate(batch[0])[0])  # read beforehand: only the batch is counted
+            server.clear_log()
+            for sample, i in zip(ds.__getitems__(batch), batch):
+                same_raw(sample, reference[i])
+            assert sorted(_asked(server.requests)) == expected[case], case
+
+
+def test_read_options_retries_override_the_environment(generic, monkeypatch):
+    """WDSPREP_RETRIES=0 and a shard that answers 503 twice, at its index and again at its samples:
+    the environment alone gives up at the first answer (one request); `read_options=ReadOptions(
+    retries=2)` or `retries=2` reads both through the third attempt (counted by the server)."""
+    out, split, reference = generic
+    shard = reference[0]["__shard__"]
+    monkeypatch.setenv("WDSPREP_RETRIES", "0")
+    with RangeHTTPServer(out) as server:
+        url = server.url_of("manifest.json")
+        for keywords in (dict(read_options=wdsprep.ReadOptions(retries=2)), dict(retries=2)):
+            ds = wdsprep.MapDataset(url, split, decode=False, **keywords)
+            server.clear_log()
+            server.fail_next(shard, 503, times=2)
+            ds.access.index(0)
+            server.fail_next(shard, 503, times=2)
+            same_raw(ds[0], reference[0])
+            assert len(server.requests_for(shard)) == 6, keywords  # (2 refused + 1) for the index, and for the sample
+        ds = wdsprep.MapDataset(url, split, decode=False)
+        server.clear_log()
+        server.fail_next(shard, 503, times=1)
+        with pytest.raises(ShardError, match=shard):
+            ds[0]
+        assert len(server.requests_for(shard)) == 1
+
+
+def test_cache_bytes_takes_a_size_and_bounds_the_cache(generic, tmp_path):
+    """`cache_bytes="10GB"`: the shard is downloaded whole into the cache once; `cache_bytes="1KB"`
+    (given in `read_options`) is smaller than any shard, which is then read remotely, never cached."""
+    out, split, reference = generic
+    with RangeHTTPServer(out) as server:
+        url = server.url_of("manifest.json")
+        roomy = wdsprep.MapDataset(url, split, decode=False, cache_dir=tmp_path / "a", cache_bytes="10GB")
+        same_raw(roomy[0], reference[0])
+        assert roomy.stats["downloads"] == 1 and roomy.stats["requests"] == 0
+        tiny = wdsprep.MapDataset(url, split, decode=False,
+                                  read_options=wdsprep.ReadOptions(cache_dir=str(tmp_path / "b"), cache_bytes="1KB"))
+        same_raw(tiny[0], reference[0])
+        assert tiny.stats["downloads"] == 0 and tiny.stats["requests"] == 1
+        assert not [p for p in (tmp_path / "b").rglob("*.tar")]
+
+
+@pytest.mark.parametrize("keywords, environment, message", [
+    (dict(cache_bytes="banana"), {}, "cache_bytes='banana': must be a size >= 1 bytes and at most 1PiB, e.g. 64MiB ("),
+    (dict(gap_bytes=-1), {}, "gap_bytes=-1: must be a size >= 0 bytes and at most 64GiB, e.g. 64MiB ("),
+    (dict(max_connections=0), {}, "max_connections=0: must be a whole number >= 1 ("),
+    (dict(timeout="soon"), {}, "timeout='soon': must be a number > 0 and <= 3600 ("),
+    (dict(read_options="fast"), {}, "read_options='fast': must be a wdsprep.ReadOptions"),
+    ({}, {"WDSPREP_MAX_CONNECTIONS": "0"}, "WDSPREP_MAX_CONNECTIONS='0': must be a whole number >= 1 ("),
+], ids=["cache_bytes", "gap_bytes", "max_connections", "timeout", "read_options", "environment"])
+def test_a_bad_setting_is_one_config_error_line_before_anything_is_read(generic, monkeypatch, keywords, environment,
+                                                                        message):
+    out, split, _ = generic
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    with RangeHTTPServer(out) as server:
+        with pytest.raises(wdsprep.ConfigError) as raised:
+            wdsprep.MapDataset(server.url_of("manifest.json"), split, **keywords)
+        assert server.requests == []
+    assert "\n" not in str(raised.value) and str(raised.value).startswith(message), str(raised.value)
+
+
+def test_an_unknown_keyword_is_a_type_error_naming_it(generic):
+    out, split, _ = generic
+    with pytest.raises(TypeError, match="unexpected keyword argument 'gap_byte'"):
+        wdsprep.MapDataset(out, split, gap_byte=0)

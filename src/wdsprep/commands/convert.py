@@ -3,7 +3,9 @@
 `wdsprep convert SOURCE --help` shows a source's options: the core's flags take their defaults from
 `options.ConvertOptions`, each executor of `executors.EXECUTORS` declares its own, and the source
 adds its own (`Source.add_arguments`). They are handed to `conversion.convert` apart: the core's
-options and the source's own (`convert_options_from`). `print_summary` is what a conversion prints
+options and the source's own (`convert_options_from`). All of it is judged before any work
+(`check`: `conversion.CheckedConversion.of`), so a source that does not load, an option value out of its
+rule or an output inside the input is a bad argument, exit status 2. `print_summary` is what a conversion prints
 (counts per split; what the input held and the shards do not, as warning lines), here and in
 `wdsprep pipeline`.
 """
@@ -69,13 +71,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("arguments", nargs=argparse.REMAINDER, help="INPUT OUTPUT and the options of the source")
 
 
-def run(args: argparse.Namespace) -> int:
-    from ..conversion import convert
+def check(args: argparse.Namespace) -> None:
+    """The source's own command line parsed (`args.parsed`) and every option checked before any work
+    (`args.conversion`, a `conversion.CheckedConversion`)."""
+    from ..conversion import CheckedConversion
 
-    parsed = source_parser(args.source).parse_args(args.arguments)
-    core, own = convert_options_from(parsed)
-    manifest = convert(args.source, parsed.input, parsed.output, quiet=parsed.quiet, options=core, **own)
-    print_summary(manifest)
+    args.parsed = source_parser(args.source).parse_args(args.arguments)
+    core, own = convert_options_from(args.parsed)
+    args.conversion = CheckedConversion.of(args.source, args.parsed.input, args.parsed.output, core, **own)
+
+
+def run(args: argparse.Namespace) -> int:
+    print_summary(args.conversion.convert(quiet=args.parsed.quiet))
     return 0
 
 
@@ -103,4 +110,4 @@ def print_summary(manifest, shown: int = 10) -> None:
 
 
 COMMAND = Command("convert", "native data -> shards + manifest.json", add_arguments, run,
-                  usage="SOURCE INPUT OUTPUT", resumable=True)
+                  usage="SOURCE INPUT OUTPUT", resumable=True, check=check)

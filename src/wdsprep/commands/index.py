@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..command import Command
-from ..storage import describe
+from ..checks import whole_number
+from ..command import Command, checked
+from ..storage import check_url, describe
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -15,7 +16,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split", default="train", help="the split these shards make (default train)")
     parser.add_argument("--index-fields", default="", metavar="F1,F2",
                         help="per-sample fields to select on, from small json/cls/txt members: cls, txt, json.label, ...")
-    parser.add_argument("--workers", type=int, default=4, help="shards read at once (default 4)")
+    parser.add_argument("--workers", type=checked(whole_number, 1), default=4, help="shards read at once (default 4)")
+
+
+def check(args: argparse.Namespace) -> None:
+    check_url(args.out, writable=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,4 +34,4 @@ def run(args: argparse.Namespace) -> int:
 
 
 COMMAND = Command("index", "adopt existing WebDataset tars where they are: a manifest, nothing rewritten",
-                  add_arguments, run, usage="SHARDS... --out OUT", resumable=True)
+                  add_arguments, run, usage="SHARDS... --out OUT", resumable=True, check=check)

@@ -10,7 +10,11 @@ samples it keeps, in how many shards, and the samples shown are the first it kee
 (docs/mixing.md) is loaded as `wdsprep.mix` loads it, so a bad part is the same one line; its parts
 are listed with their samples, share, samples in the epoch, passes and shuffle buffer; then, for a
 mix with a schedule (or with `--world-size`), each phase: where it starts and its samples of each
-part, in the epoch and per rank at that world size (`wdsprep.mix(..., world_size=N)`'s counts).
+part, in the epoch and per rank at that world size (`wdsprep.mix(..., world_size=N)`'s counts). A
+location of a scheme wdsprep does not read, a negative count or a selection that cannot be made (a
+fraction outside (0, 1], a limit below 1, an expression that does not parse) is a bad argument, exit
+status 2 (`check_selection`, shared with `wdsprep show`); a key file is an input, read when the
+command runs.
 """
 from __future__ import annotations
 
@@ -18,20 +22,30 @@ import argparse
 import json
 import os
 
-from ..command import Command
-from ..storage import describe
+from ..checks import whole_number
+from ..command import Command, checked
+from ..errors import ConfigError
+from ..storage import check_url, describe
 
 
 def add_selection(parser: argparse.ArgumentParser) -> None:
     """The flags of a selection (docs/selecting.md), as `wdsprep.dataset` takes them (here and in
-    `wdsprep show`); `selection_of`
-    makes them one `Selection` (or None)."""
+    `wdsprep show`); `check_selection` judges them, `selection_of` makes them one `Selection` (or None)."""
     group = parser.add_argument_group("selection (docs/selecting.md)")
     group.add_argument("--keys", metavar="FILE", help="only the samples whose keys the file lists, one per line")
     group.add_argument("--select", metavar="EXPR", help="only the samples an expression over indexed fields keeps, "
                                                         "e.g. 'label == 3 and iso >= 800'")
     group.add_argument("--fraction", type=float, help="exactly round(F * n) of the samples kept so far, chosen by --seed")
     group.add_argument("--limit", type=int, help="the first N samples kept, in manifest order")
+
+
+def check_selection(args: argparse.Namespace) -> None:
+    """The location's scheme and `add_selection`'s flags judged before any work (a fraction, a limit,
+    an expression); a key file is read when the command runs (`selection_of`), as any input is."""
+    from ..stream.catalog import Selection
+
+    check_url(args.location)
+    Selection.of(select=args.select, fraction=args.fraction, limit=args.limit, seed=getattr(args, "seed", 0))
 
 
 def selection_of(args: argparse.Namespace):
@@ -44,13 +58,27 @@ def selection_of(args: argparse.Namespace):
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("location", help=f"shard directory or manifest.json, as {describe()}; or a mix file (.toml)")
-    parser.add_argument("--samples", type=int, default=2, help="how many samples to show per split")
+    parser.add_argument("--samples", type=checked(whole_number, 0), default=2, help="how many samples to show per split")
     parser.add_argument("--split", action="append", dest="splits", help="only this split (repeatable; default all)")
-    parser.add_argument("--epoch", type=int, default=0, help="the epoch a mix file is shown for (default 0)")
-    parser.add_argument("--world-size", type=_whole_number, default=None, metavar="N",
+    parser.add_argument("--epoch", type=checked(whole_number, 0), default=0,
+                        help="the epoch a mix file is shown for (default 0)")
+    parser.add_argument("--world-size", type=checked(whole_number, 1), default=None, metavar="N",
                         help="a mix file's counts per rank at N ranks, in each phase (default 1)")
-    parser.add_argument("--seed", type=int, default=0, help="the seed of --fraction, as wdsprep.dataset's (default 0)")
+    parser.add_argument("--seed", type=checked(whole_number, 0), default=0,
+                        help="the seed of --fraction, as wdsprep.dataset's (default 0)")
     add_selection(parser)
+
+
+def check(args: argparse.Namespace) -> None:
+    try:
+        mix = _is_mix_file(args.location)
+    except ConfigError:  # a file that is neither: said when the command runs, as an input it cannot read (exit 1)
+        mix = False
+    if not mix:
+        return check_selection(args)
+    if any(value is not None for value in (args.keys, args.select, args.fraction, args.limit)) or args.splits:
+        raise ConfigError(f"{args.location}: a mix file's parts carry their own split and selection "
+                          "(--split, --keys, --select, --fraction and --limit are for a dataset)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -80,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         if selection is not None:
             print(f"{split:>8}: {catalog.selection.describe()} keeps {catalog.total} of {manifest.samples(split)} samples, "
                   f"in {int((catalog.counts > 0).sum())} of {len(catalog.rows)} shards")
-        _show_samples(manifest, split, catalog.positions()[: max(args.samples, 0)].tolist())
+        _show_samples(manifest, split, catalog.positions()[: args.samples].tolist())
     return 0
 
 
@@ -89,7 +117,6 @@ def _is_mix_file(location: str) -> bool:
     or a dataset (a directory or prefix, or its manifest `.json`, any scheme). A local file with
     neither suffix is neither: one line saying what inspect reads, not a manifest error about
     `<file>/manifest.json`."""
-    from ..errors import ConfigError
     from ..storage import local_path
 
     path = local_path(location)
@@ -112,12 +139,8 @@ def _show_samples(manifest, split: str, numbers: list[int]) -> None:
 
 
 def _inspect_mix(args: argparse.Namespace) -> int:
-    from ..errors import ConfigError
     from ..mixfile import mix
 
-    if any(value is not None for value in (args.keys, args.select, args.fraction, args.limit)) or args.splits:
-        raise ConfigError(f"{args.location}: a mix file's parts carry their own split and selection "
-                          "(--split, --keys, --select, --fraction and --limit are for a dataset)")
     world = args.world_size or 1
     mixed = mix(args.location, epoch=args.epoch, rank=0, world_size=world)
     counts, buffers = mixed.epoch_counts(args.epoch), mixed.part_buffers(args.epoch)
@@ -160,17 +183,6 @@ def _show_phases(mixed, epoch: int, world: int) -> None:
         print(f"  {k:>5} {start_words:>14} {bounds[k + 1] - bounds[k]:>9}  " + "  ".join(f"{cell:>14}" for cell in cells))
 
 
-def _whole_number(text: str) -> int:
-    """--world-size: a whole number >= 1 (else the one `wdsprep: error:` line, exit 2)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
-    return value
-
-
 def _describe(value) -> str:
     import numpy as np
 
@@ -182,4 +194,4 @@ def _describe(value) -> str:
 
 
 COMMAND = Command("inspect", "splits, counts, sizes, sample fields; a selection's; a mix file's parts",
-                  add_arguments, run, usage="DIR_OR_URL | MIX.toml")
+                  add_arguments, run, usage="DIR_OR_URL | MIX.toml", check=check)

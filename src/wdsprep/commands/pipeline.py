@@ -18,7 +18,8 @@ import argparse
 import os
 import tomllib
 
-from ..command import Command
+from ..checks import whole_number
+from ..command import Command, checked
 from ..errors import ConversionError
 from ..sources.registry import load_source, mounted_commands
 from ..testing.dataverse import LISTING_NAME, DataverseServer
@@ -64,7 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec")
     parser.add_argument("--input", help="override the spec's native input (e.g. real data)")
     parser.add_argument("--output", help="override the spec's output")
-    parser.add_argument("--workers", type=int, default=None)
+    parser.add_argument("--workers", type=checked(whole_number, 1), default=None,
+                        help="parallel unit builders (default: the spec's, else the conversion's)")
 
 
 def run(args: argparse.Namespace) -> int:

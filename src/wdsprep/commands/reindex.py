@@ -7,11 +7,15 @@ import argparse
 import sys
 
 from ..command import Command
-from ..storage import describe
+from ..storage import check_url, describe
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("location", help=f"a converted shard directory: {describe(writable=True)}")
+
+
+def check(args: argparse.Namespace) -> None:
+    check_url(args.location, writable=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -25,4 +29,4 @@ def run(args: argparse.Namespace) -> int:
 
 
 COMMAND = Command("reindex", "give older shards their sample index (fast, checked reads)", add_arguments, run,
-                  usage="DIR_OR_URL", resumable=True)
+                  usage="DIR_OR_URL", resumable=True, check=check)

@@ -8,7 +8,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..command import Command
+from ..checks import number, whole_number
+from ..command import Command, checked
 from ..errors import ConfigError, InputError
 from ..testing.dataverse import DataverseServer, Faults
 
@@ -16,8 +17,9 @@ from ..testing.dataverse import DataverseServer, Faults
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("directory", help="directory with dataverse_dataset.json and the files it lists")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8080, help="port (0 picks a free one)")
-    parser.add_argument("--rate-limit", type=float, default=None, metavar="BYTES_PER_S",
+    parser.add_argument("--port", type=checked(whole_number, 0, maximum=65535), default=8080,
+                        help="port (0 picks a free one)")
+    parser.add_argument("--rate-limit", type=checked(number, 0, above=True), default=None, metavar="BYTES_PER_S",
                         help="limit each connection to this many bytes per second")
     parser.add_argument("--faults", default=None, metavar="JSON", help="fault injection table (JSON file)")
     parser.add_argument("--log", default=None, metavar="PATH", help="append one JSON line per request here")

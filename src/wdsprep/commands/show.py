@@ -15,14 +15,15 @@ import argparse
 import sys
 from typing import Callable, Sequence
 
-from ..command import Command
+from ..checks import whole_number
+from ..command import Command, checked
 from ..errors import ConfigError
 from ..shards.manifest import ADOPTED_SOURCE
 from ..show import report
 from ..show.defaults import default_show
 from ..sources.registry import ENTRY_POINT_GROUP, manifest_source
 from ..storage import describe
-from .inspect import add_selection, selection_of
+from .inspect import add_selection, check_selection, selection_of
 
 
 def source_hook(source_id: str, plugins: Sequence[str] = ()) -> tuple[Callable, str]:
@@ -52,7 +53,7 @@ def build_report(location: str, splits: list[str] | None = None, count: int = 4,
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("location", help=f"shard directory or manifest.json, as {describe()}")
     parser.add_argument("--split", action="append", dest="splits", help="show only this split (repeatable; default all)")
-    parser.add_argument("--samples", type=int, default=4, help="samples drawn per split (default 4)")
+    parser.add_argument("--samples", type=checked(whole_number, 0), default=4, help="samples drawn per split (default 4)")
     parser.add_argument("--seed", type=int, default=0, help="which samples are drawn: any integer (default 0)")
     parser.add_argument("--out", default="report.html", help="the HTML file to write (default report.html)")
     add_plugin_argument(parser)
@@ -81,4 +82,5 @@ def run(args: argparse.Namespace) -> int:
     return 1 if drawn.problems else 0
 
 
-COMMAND = Command("show", "samples drawn as pictures, one HTML file", add_arguments, run, usage="DIR_OR_URL")
+COMMAND = Command("show", "samples drawn as pictures, one HTML file", add_arguments, run, usage="DIR_OR_URL",
+                  check=check_selection)

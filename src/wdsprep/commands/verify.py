@@ -12,12 +12,17 @@ from typing import Callable, Sequence
 
 from ..command import Command
 from ..errors import ConfigError
+from ..storage import check_url, describe
 from .show import add_plugin_argument
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("location")
+    parser.add_argument("location", help=f"shard directory or manifest.json, as {describe()}")
     add_plugin_argument(parser)
+
+
+def check(args: argparse.Namespace) -> None:
+    check_url(args.location)
 
 
 def index_values(manifest, plugins: Sequence[str] = ()) -> Callable | None:
@@ -57,4 +62,4 @@ def run(args: argparse.Namespace) -> int:
 
 
 COMMAND = Command("verify", "sha256, counts, every member decodes, sample tables against the shards", add_arguments,
-                  run, usage="DIR_OR_URL [--plugin package.module:OBJECT]")
+                  run, usage="DIR_OR_URL [--plugin package.module:OBJECT]", check=check)

@@ -25,6 +25,7 @@ imports nothing, wherever `evil.py` lies (the current directory, which `python -
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import replace
 from typing import TYPE_CHECKING, Iterable
 
@@ -45,8 +46,12 @@ ENTRY_POINT_GROUP = "wdsprep.sources"
 _registered: dict[str, Source | None] = {}
 
 
+_PLUGIN = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+
+
 def is_plugin(source_id: str) -> bool:
-    return ":" in source_id
+    """Whether `source_id` is a plugin's name, `package.module:OBJECT` (a URL is not)."""
+    return _PLUGIN.fullmatch(source_id) is not None
 
 
 def load_source(source_id: str) -> Source:

@@ -123,14 +123,21 @@ def exists(url: str) -> bool:
     return scheme is not None and scheme.exists(url)
 
 
+def check_url(url: str, *, writable: bool = False) -> Scheme:
+    """The scheme that reads `url` (and writes it, with `writable`); else one ConfigError line naming
+    the schemes that do (what a command judges of a location before any work)."""
+    name = scheme_of(url)
+    scheme = SCHEMES.get(name)
+    if scheme is None or (writable and not scheme.writable):
+        verb = "write to" if writable else "read"
+        raise ConfigError(f"{url}: cannot {verb} {_spelled(name)} (supported: {describe(writable=writable)})")
+    return scheme
+
+
 def open_store(url: str, **options) -> Store:
     """The store at `url`, for conversion output or as an upload destination; `options` are transfer
     settings (`multipart_bytes`, `part_bytes`) a store uses where they apply."""
-    name = scheme_of(url)
-    scheme = SCHEMES.get(name)
-    if scheme is None or not scheme.writable:
-        raise ConfigError(f"{url}: cannot write to {_spelled(name)} (supported: {describe(writable=True)})")
-    return scheme.store(url, **options)
+    return check_url(url, writable=True).store(url, **options)
 
 
 __all__ = [
@@ -138,6 +145,7 @@ __all__ = [
     "Scheme",
     "Store",
     "BUFFER",
+    "check_url",
     "describe",
     "exists",
     "file_sha256",

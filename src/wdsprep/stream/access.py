@@ -18,16 +18,18 @@ have the size and mtime it was indexed with (remotely: its ETag, on every respon
 
 Reads. Each sample asked for is a span of its shard: its bytes from the header of its first wanted
 member to the padding of its last (the whole sample when all members are wanted). A call's spans of
-one shard, sorted by offset, that touch (or, in a remote shard, lie at most `gap_bytes` apart:
-`GAP_BYTES` by default, 256 KiB, the read-ahead's first range, whose transfer costs about what one
-more round trip does) are merged, and each merged span is ONE read: an `os.pread`
+one shard, sorted by offset, that touch (or, in a remote shard, lie at most the `ReadOptions`'
+`gap_bytes` apart: 256 KiB by default, the read-ahead's first range, whose transfer costs about what
+one more round trip does) are merged, and each merged span is ONE read: an `os.pread`
 of a local (or cached) shard, ONE bounded Range request of a remote one (`Scheme.read_into`,
 storage/resuming.py: resumed at its first missing byte after a drop, every response checked for the
 row's size and, per shard, one ETag). The bytes between two samples of a merged span are read and
 dropped: never checked, never returned. A call's remote requests (of different shards, or of runs
 of one shard too far apart to merge) go in parallel, at most `max_connections` at once (default:
 the read-ahead's share per DataLoader worker, `remote.worker_connections`), over the scheme's pooled
-keep-alive connections (storage/http.py, storage/s3.py: the ones the read-ahead uses).
+keep-alive connections (storage/http.py, storage/s3.py: the ones the read-ahead uses), with the
+`ReadOptions` given (`options`: retries, timeouts, the rate floor; None: the environment's, read when
+the `ShardAccess` is made).
 
 Checks. Every member in a sample's span, header, data and padding, is checked against its digest in
 the index before the sample is returned, and a whole sample must end where the next one starts. A
@@ -45,7 +47,7 @@ again, the shard downloaded again (`_healing`); a shard whose fresh copy fails t
 Processes and threads. Calls may come from several threads at once (noisebase's batch threads). Open
 descriptors (at most `OPEN_FILES`; one closes when the last read using it is done), the thread
 pool and the counters belong to the process: a pickled `ShardAccess` (DataLoader workers that
-spawn) carries only its URLs, rows and settings, and a forked one opens its own, keeping the indexes
+spawn) carries only its URLs, rows, cache and options, and a forked one opens its own, keeping the indexes
 the parent loaded. `stats` counts what this process did: `requests` (data Range requests),
 `index_requests`, `downloads` (whole shards fetched into the cache), `bytes` (received by all of
 them), `reads` (preads of local or cached shards).
@@ -58,7 +60,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
-from ..errors import ConfigError, ShardError
+from ..errors import ShardError
+from ..readoptions import ReadOptions
 from ..shards.index import ShardIndex, adopted, digest_of, has_index, member_span, tiling_problem
 from ..shards.tarformat import BLOCK, index_samples
 from ..storage import local_path, scheme_for, scheme_of
@@ -67,7 +70,6 @@ from .cache import Entry
 from .read import UNINDEXED_REMOTE, IndexCache, check_identity, check_whole, load_index, object_check
 from .read import _corrupt as corrupt_member  # the one wording of a member that fails its digest
 
-GAP_BYTES = 256 << 10  # samples of one shard at most this far apart are read by one request
 INDEX_CACHE = 1024  # shard indexes kept per process
 OPEN_FILES = 64  # descriptors of local or cached shards kept open per process
 
@@ -115,18 +117,12 @@ class _Span:
 class ShardAccess:
     """Random access to the samples of shards `urls` (their manifest `rows`): see the module docstring."""
 
-    def __init__(self, urls: Sequence[str], rows: Sequence[dict], *, cache=None, max_connections: int | None = None,
-                 gap_bytes: int = GAP_BYTES):
+    def __init__(self, urls: Sequence[str], rows: Sequence[dict], *, cache=None, options: ReadOptions | None = None):
         self.urls, self.rows = list(urls), list(rows)
         if len(self.urls) != len(self.rows):
             raise ValueError(f"{len(self.urls)} shard URLs for {len(self.rows)} rows")
-        if max_connections is not None and (isinstance(max_connections, bool) or int(max_connections) < 1):
-            raise ConfigError(f"max_connections must be >= 1, got {max_connections!r}")
-        if isinstance(gap_bytes, bool) or int(gap_bytes) < 0:
-            raise ConfigError(f"gap_bytes must be >= 0, got {gap_bytes!r}")
         self.cache = cache
-        self.max_connections = None if max_connections is None else int(max_connections)
-        self.gap_bytes = int(gap_bytes)
+        self.options = ReadOptions.from_environment() if options is None else options  # checked when made
         self._numbers: dict[str, int] | None = None  # URL -> shard (built by the first `shard` call)
         self._indexes = IndexCache(INDEX_CACHE)  # the shards' indexes (by URL and index digest)
         self._start_process()
@@ -144,8 +140,7 @@ class ShardAccess:
         self.stats = dict.fromkeys(("requests", "index_requests", "downloads", "bytes", "reads"), 0)
 
     def __getstate__(self) -> dict:
-        return {"urls": self.urls, "rows": self.rows, "cache": self.cache, "max_connections": self.max_connections,
-                "gap_bytes": self.gap_bytes}
+        return {"urls": self.urls, "rows": self.rows, "cache": self.cache, "options": self.options}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -273,7 +268,7 @@ class ShardAccess:
             return load_index(url, row, file.fd, cache=None)  # kept by `indexes`
         tail = bytearray(row["bytes"] - row["index_offset"])
         self._count(index_requests=1, bytes=len(tail))
-        got = scheme_for(url).read_into(url, row["index_offset"], memoryview(tail), self._check(shard))
+        got = scheme_for(url).configured(self.options).read_into(url, row["index_offset"], memoryview(tail), self._check(shard))
         if got != len(tail):
             raise ShardError(url, f"truncated shard: it ends at byte {row['index_offset'] + got}, "
                                   f"manifest says {row['bytes']} bytes")
@@ -355,7 +350,7 @@ class ShardAccess:
         order = sorted((span.shard, span.low, span.high, item) for item, span in enumerate(spans) if span.members)
         runs: list[tuple[int, int, int, list[int]]] = []
         for shard, low, high, item in order:
-            gap = self.gap_bytes if self._is_remote(shard) else 0  # a local read costs no round trip
+            gap = self.options.gap_bytes if self._is_remote(shard) else 0  # a local read costs no round trip
             if runs and runs[-1][0] == shard and low <= runs[-1][2] + gap:
                 last = runs[-1]
                 runs[-1] = (shard, last[1], max(last[2], high), last[3] + [item])
@@ -376,7 +371,7 @@ class ShardAccess:
         else:
             data = bytearray(high - low)
             self._count(requests=1, bytes=high - low)
-            got = scheme_for(url).read_into(url, low, memoryview(data), self._check(shard))
+            got = scheme_for(url).configured(self.options).read_into(url, low, memoryview(data), self._check(shard))
             data = memoryview(data)[:got]
         if len(data) != high - low:
             raise ShardError(url, f"truncated shard: bytes {low}-{high - 1} end at byte {low + len(data)}")
@@ -422,7 +417,7 @@ class ShardAccess:
                 from .remote import worker_connections
 
                 _, workers = worker_info()
-                self._connections = worker_connections(self.max_connections, workers)
+                self._connections = worker_connections(self.options.max_connections, workers)
                 for name in {scheme_of(url) for url in self.urls}:  # the clients' pools, room for them all
                     scheme_for(f"{name}://" if name else ".").connect(self._connections)
                 self._pool = ThreadPoolExecutor(self._connections, thread_name_prefix="wdsprep-access")

@@ -39,6 +39,7 @@ import warnings
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from ..checks import size
 from ..errors import ConfigError, OutputError, ShardError
 from ..storage import BUFFER, local_path, open_url
 from ..storage.files import open_regular
@@ -53,10 +54,8 @@ class ShardCache:
 
     def __init__(self, directory: str | os.PathLike, max_bytes: int | float, options=None):
         self.directory = os.path.abspath(os.fspath(directory))
-        self.max_bytes = int(max_bytes)
+        self.max_bytes = size(max_bytes, "cache_bytes", 1, "the shard cache's bound")
         self.options = options
-        if self.max_bytes <= 0:
-            raise ConfigError(f"cache_bytes must be positive (got {max_bytes})")
         try:
             os.makedirs(self.directory, exist_ok=True)
         except OSError as error:

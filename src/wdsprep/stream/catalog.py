@@ -38,6 +38,7 @@ from typing import Sequence as Sequence_
 
 import numpy as np
 
+from ..checks import number, refuse, whole_number
 from ..errors import ConfigError
 from ..shards.manifest import Manifest, join_url
 from ..shards.shardtable import ShardTable, rows_digest
@@ -113,9 +114,9 @@ def _keys(keys) -> tuple[str, ...] | KeyFile | None:
         path = os.fspath(keys)
         _read_key_bytes(path, 0)  # a file that is not there, or not a regular file: refused before any read
         return KeyFile(path)
-    keys = list(keys)
+    given, keys = keys, list(keys)
     if not all(isinstance(key, str) for key in keys):
-        raise ConfigError("keys must be a list of key strings, or the path of a file with one key per line")
+        raise refuse(given, "keys", "must be a list of key strings, or the path of a file with one key per line")
     if not keys:
         raise ConfigError("keys: the list of keys is empty (a selection keeping no sample)")
     return tuple(keys)
@@ -177,23 +178,12 @@ def _shown(key: str) -> str:
 
 
 def _fraction(fraction) -> float | None:
-    if fraction is None:
-        return None
-    try:
-        value = float(fraction)
-    except (TypeError, ValueError):
-        raise ConfigError(f"fraction must be a number in (0, 1], got {fraction!r}") from None
-    if not 0 < value <= 1:
-        raise ConfigError(f"fraction must be in (0, 1], got {fraction!r}")
-    return value
+    return None if fraction is None else number(fraction, "fraction", 0, "the share of the samples kept", above=True,
+                                                maximum=1)
 
 
 def _limit(limit) -> int | None:
-    if limit is None:
-        return None
-    if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 1:
-        raise ConfigError(f"limit must be a whole number >= 1, got {limit!r}")
-    return int(limit)
+    return None if limit is None else whole_number(limit, "limit", 1, "the first samples kept", text=False)
 
 
 class Catalog:

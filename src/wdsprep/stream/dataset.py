@@ -42,16 +42,17 @@ import webdataset as wds
 from webdataset.compat import FluidInterface
 
 from ..errors import ConfigError
+from ..checks import one_of, whole_number
 from ..readoptions import SETTINGS as READ_SETTINGS
-from ..readoptions import ReadOptions, whole_number
+from ..readoptions import ReadOptions
 from ..shards.manifest import Manifest
 from ..storage import unpinned
 from .decode import ReaderStage, as_bytes
 from .manifests import load_manifest
 from .catalog import Catalog, catalog_of
-from .plan import Sequence, epoch_sequence, remainder
+from .plan import EQUALIZE, Sequence, epoch_sequence, remainder
 from .remote import worker_connections
-from .state import EpochProgress, Position, Resume, encode_state, parse_state, worker_level
+from .state import EpochProgress, Epochs, Position, Resume, encode_state, parse_state, worker_level
 from .worker import ShardReader, WorkerPlan, WorkerStream, worker_plan
 
 
@@ -90,7 +91,7 @@ class ShardSource:
         raise RuntimeError("ShardSource is driven by ShardDataset")
 
 
-class PlannedDataset(wds.DataPipeline, FluidInterface):
+class PlannedDataset(Epochs, wds.DataPipeline, FluidInterface):
     """What `wdsprep.dataset(...)` and `wdsprep.mix(...)` return: a webdataset pipeline whose samples
     are planned per (seed, epoch) before the rank/worker split, with the epoch, the state and the
     iteration they share. A subclass says what a pass reads: `stream(worker, num_workers, progress=,
@@ -110,12 +111,8 @@ class PlannedDataset(wds.DataPipeline, FluidInterface):
                       read_options: ReadOptions | None, read: dict) -> None:
         # the read side's settings, checked now (wdsprep/readoptions.py): the environment's (or
         # `read_options`), each keyword given overriding it
-        if read_options is None:
-            self.read_options = ReadOptions.from_environment(**read)
-        else:
-            self.read_options = read_options.replace(**{name: value for name, value in read.items() if value is not None})
-        if equalize not in (None, "pad", "drop"):
-            raise ConfigError(f"equalize={equalize!r}: must be 'pad', 'drop' or None")
+        self.read_options = ReadOptions.given(read_options, **read)
+        one_of(equalize, "equalize", EQUALIZE)
         self.seed = whole_number(seed, "seed", 0)
         epoch = None if epoch is None else whole_number(epoch, "epoch", 0)
         self.progress = EpochProgress(0 if epoch is None else epoch, epoch is None)
@@ -125,9 +122,8 @@ class PlannedDataset(wds.DataPipeline, FluidInterface):
         if world_size is not None:
             world_size = whole_number(world_size, "world_size", 1)
         if rank is not None:
-            rank = whole_number(rank, "rank", 0)
-            if world_size is not None and rank >= world_size:
-                raise ConfigError(f"rank={rank!r}: must be below world_size ({world_size})")
+            below = {} if world_size is None else {"meaning": f"below world_size={world_size}", "maximum": world_size - 1}
+            rank = whole_number(rank, "rank", 0, **below)
         self.rank_arg, self.world_arg = rank, world_size
         self.handler = handler
         self._resume: dict[int, dict] = {}  # worker -> where its next pass starts (load_state_dict)
@@ -141,18 +137,7 @@ class PlannedDataset(wds.DataPipeline, FluidInterface):
             self.cache = ShardCache(self.read_options.cache_dir, self.read_options.cache_bytes, self.read_options)
         self.append(ShardSource())
 
-    # -- epochs and state (stream/state.py)
-    @property
-    def epoch(self) -> int:
-        return self.progress.epoch
-
-    @property
-    def auto_epoch(self) -> bool:
-        return self.progress.auto_epoch
-
-    def set_epoch(self, epoch: int) -> None:
-        self.progress = self.progress.at_epoch(epoch)
-
+    # -- epochs (`Epochs`) and state (stream/state.py)
     @property
     def is_batched(self) -> bool:
         """Whether `.batched()` was called on this pipeline (outputs are counted before it)."""
@@ -420,9 +405,10 @@ def dataset(manifest_url: str | Manifest, split: str = "train", **options) -> Sh
     `ShardDataset(manifest, split, **options)`, the manifest loaded from any location first. The
     options are ShardDataset's keywords (seed, epoch, shuffle_shards, shuffle_buffer, equalize, rank,
     world_size, handler, outputs_per_sample; the selection: keys, select, fraction, limit, see
-    stream/catalog.py) and the read side's settings (`wdsprep.readoptions.
-    ReadOptions`: prefetch_bytes, max_connections, retries, timeout, min_rate, rate_window,
-    skip_by_reading, cache_dir, cache_bytes, ...), each overriding its `WDSPREP_*` variable. The
+    stream/catalog.py) and the read side's settings: `read_options=` (a `wdsprep.ReadOptions`; None:
+    the environment's) and its fields as keywords (prefetch_bytes, max_connections, retries, timeout,
+    min_rate, rate_window, skip_by_reading, cache_dir, cache_bytes, ...), each overriding it and its
+    `WDSPREP_*` variable. The
     environment is read now, once, and every value is checked before the manifest is fetched: a bad
     one is one `ConfigError` line naming the keyword or variable (docs/objectstore.md#settings).
 
@@ -441,6 +427,6 @@ def dataset(manifest_url: str | Manifest, split: str = "train", **options) -> Sh
     read (default 64 MiB, `WDSPREP_PREFETCH_BYTES`); `prefetch_bytes=0` reads each piece as one
     sequential stream instead (see stream/remote.py and docs/objectstore.md)."""
     read = {name: options.pop(name) for name in list(options) if name in READ_SETTINGS}
-    read_options = ReadOptions.from_environment(**read)
+    read_options = ReadOptions.given(options.pop("read_options", None), **read)
     manifest = manifest_url if isinstance(manifest_url, Manifest) else load_manifest(manifest_url, read_options)
     return ShardDataset(manifest, split, read_options=read_options, **options)

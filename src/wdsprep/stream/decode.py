@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
-from ..errors import ConfigError, ShardError
+from ..checks import one_of
+from ..errors import ShardError
 from ..shards.codec import decode_sample
 
 
@@ -43,10 +44,7 @@ def bookkeeping_kept(bookkeeping: bool | str | Iterable[str]) -> frozenset[str]:
     if bookkeeping is True or bookkeeping is False:
         return frozenset(BOOKKEEPING if bookkeeping else ())
     names = (bookkeeping,) if isinstance(bookkeeping, str) else tuple(bookkeeping)
-    unknown = [name for name in names if name not in BOOKKEEPING]
-    if unknown:
-        raise ConfigError(f"decode(bookkeeping=...): {unknown[0]!r} is not one of {', '.join(BOOKKEEPING)}")
-    return frozenset(names)
+    return frozenset(one_of(name, "decode(bookkeeping=...)", BOOKKEEPING) for name in names)
 
 
 class ReaderStage:

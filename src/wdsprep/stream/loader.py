@@ -33,7 +33,7 @@ import collections.abc
 import functools
 import multiprocessing
 import pickle
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -45,10 +45,11 @@ from torch.utils.data import DataLoader, IterableDataset, default_collate, get_w
 from torch.utils.data._utils.collate import default_convert
 from webdataset.filters import default_collation_fn
 
+from ..checks import whole_number
 from ..errors import ConfigError
 from .dataset import PlannedDataset
 from .slabs import SlabRing, default_collation
-from .state import EpochProgress, encode_state
+from .state import EpochProgress, Epochs, encode_state
 from .worker import closed_at_exit
 
 
@@ -88,21 +89,20 @@ class _PassChannel:
         return pickle.loads(view[8 : 8 + size])
 
 
+@dataclass(eq=False)
 class _WorkerBatches(IterableDataset):
     """What each DataLoader worker iterates: its logical worker's `ShardDataset.stream`, batched,
     each batch sent with the worker's position after it. The pass comes as a `_Pass` (fresh
     workers) or through a `_PassChannel` (persistent workers, which iterate this once per pass)."""
 
-    def __init__(self, dataset: PlannedDataset, num_workers: int, this_pass: _Pass | _PassChannel,
-                 batch_size, collate_fn, partial, ring: SlabRing | None = None):
-        self.ring = ring  # the slabs (stream/slabs.py), or None: torch's transfer
-        self.dataset = dataset
-        self.num_workers = num_workers
-        self.this_pass = this_pass
-        self.batch_size = batch_size
-        self.collate_fn = collate_fn
-        self.partial = partial
-        self._writer = None  # this worker's SlabWriter: its slabs live as long as the worker
+    dataset: PlannedDataset
+    num_workers: int
+    this_pass: _Pass | _PassChannel
+    batch_size: int | None
+    collate_fn: Callable
+    partial: bool
+    ring: SlabRing | None = None  # the slabs (stream/slabs.py), or None: torch's transfer
+    _writer: Any = field(default=None, init=False, repr=False)  # this worker's SlabWriter: lives as long as the worker
 
     def __iter__(self):
         info = get_worker_info()
@@ -229,8 +229,10 @@ def _received(batch: Any) -> Any:
     return _top_level(batch, convert, lambda value: value)
 
 
-class Loader:
+class Loader(Epochs):
     """Iterate batches of a `wdsprep.dataset(...)` pipeline with DataLoader workers, resumably."""
+
+    progress: EpochProgress  # the Loader's own epoch and interrupted passes (`Epochs`: epoch, set_epoch)
 
     def __init__(
         self,
@@ -260,9 +262,7 @@ class Loader:
         # one the loop holds and the one before it; 0: torch's transfer
         if slabs is None:
             slabs = (dataloader_options.get("prefetch_factor") or 2) + 2
-        if not isinstance(slabs, int) or isinstance(slabs, bool) or slabs < 0:
-            raise ConfigError(f"slabs={slabs!r}: must be a whole number >= 0 (shared-memory slabs per worker; 0: none)")
-        self.slabs = slabs
+        self.slabs = whole_number(slabs, "slabs", 0, "shared-memory slabs per worker; 0: none", text=False)
         # the epoch and the interrupted passes an elastic resume continues (stream/state.py)
         self.progress = EpochProgress(dataset.epoch if epoch is None else int(epoch), epoch is None)
         self._positions: dict[int, dict] = {}  # logical worker -> its position after its latest batch
@@ -270,19 +270,11 @@ class Loader:
         self._kept = None  # persistent workers: (DataLoader, its SlabRing or None, its _PassChannel)
 
     @property
-    def epoch(self) -> int:
-        return self.progress.epoch
-
-    @property
-    def auto_epoch(self) -> bool:
-        return self.progress.auto_epoch
-
-    @property
     def logical_workers(self) -> int:
         return max(1, self.num_workers)
 
     def set_epoch(self, epoch: int) -> None:
-        self.progress = self.progress.at_epoch(epoch)
+        super().set_epoch(epoch)
         self._positions = {}
         self._next_worker = 0
 

@@ -16,8 +16,10 @@ Reading. `ds[i]` reads one sample and `ds[a:b:c]` the list of a slice's samples,
 each batch of its sampler's indices, reads a batch in one call of `ShardAccess.read`
 (stream/access.py): per shard, the samples whose bytes lie next to each other (or at most
 `gap_bytes` apart remotely) come in ONE read, a bounded Range request remotely, the requests of
-different shards in parallel over the pooled connections the read-ahead uses; each shard's index is
-loaded at its first use and kept; every member is checked against its digest in the index before the
+different shards in parallel over the pooled connections the read-ahead uses, with the dataset's
+`ReadOptions` (`read_options=` and the read keywords, as `wdsprep.dataset` takes them: retries,
+timeouts, `max_connections`, `gap_bytes`, the cache); each shard's index is loaded at its first use
+and kept; every member is checked against its digest in the index before the
 sample is returned (a `ShardError` naming the shard and the member otherwise); with `cache_dir`,
 remote shards are read from the local shard cache, downloaded whole at first use. `ds.stats` counts
 this process's requests. `ds.read(indices, members)` gives raw samples with only some members, and
@@ -44,15 +46,17 @@ from __future__ import annotations
 import bisect
 import operator
 import os
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from ..checks import function, refuse
 from ..errors import ConfigError
+from ..readoptions import ReadOptions
 from ..shards.manifest import Manifest
 from ..shards.samples import SampleTable as StoredTable
 from ..shards.samples import table_entry
-from .access import GAP_BYTES, ShardAccess
+from .access import ShardAccess
 from .catalog import catalog_of
 from .decode import Decode, ReaderStage
 from .manifests import load_manifest, shard_row
@@ -68,24 +72,24 @@ class MapDataset(_Base):
 
     `location`: a manifest location (its file or directory, any scheme) or a loaded `Manifest`; or a
     list of shard paths or URLs (each one's row from the manifest beside it; no selection then).
-    `cache_dir` / `cache_bytes`: the local shard cache (stream/cache.py; default 10 GB when only
-    `cache_dir` is given). `max_connections`: remote requests at once (default: the read-ahead's share
-    per DataLoader worker). `gap_bytes`: samples of one remote shard at most this many bytes apart are
-    read by one request (the bytes between are dropped); locally, touching samples are.
+    The read side's settings as `wdsprep.dataset` takes them (`ReadOptions.given`): `read_options=`
+    (a `wdsprep.ReadOptions`; None: the `WDSPREP_*` environment's) and its fields as keywords, each
+    overriding it: among them `cache_dir` / `cache_bytes` (the local shard cache, stream/cache.py;
+    default 10 GB when only `cache_dir` is given), `max_connections` (remote requests at once;
+    default: the read-ahead's share per DataLoader worker), `gap_bytes` (samples of one remote shard
+    at most this many bytes apart are read by one request, the bytes between dropped; locally,
+    touching samples are), `retries`, `timeout`. Every value is checked before anything is read.
     """
 
     def __init__(self, location, split: str = "train", *, keys=None, select: str | None = None,
                  fraction: float | None = None, limit: int | None = None, seed: int = 0,
                  decode: bool | ReaderStage = True, stage: Callable | None = None,
-                 transform: Callable | None = None, cache_dir: str | os.PathLike | None = None,
-                 cache_bytes: int | float | None = None, max_connections: int | None = None,
-                 gap_bytes: int = GAP_BYTES):
+                 transform: Callable | None = None, read_options: ReadOptions | None = None, **read: Any):
+        self.read_options = ReadOptions.given(read_options, **read)
         self.split = split
         self.decoder = _decoder(decode)
-        for name, value in (("stage", stage), ("transform", transform)):
-            if value is not None and not callable(value):
-                raise ConfigError(f"{name} must be callable, got {value!r}")
-        self.stage, self.transform = stage, transform
+        self.stage = function(stage, "stage", "a reader stage run on each sample", optional=True)
+        self.transform = function(transform, "transform", "applied to each item last", optional=True)
         selection = dict(keys=keys, select=select, fraction=fraction, limit=limit)
         if _is_shard_list(location):
             if any(value is not None for value in selection.values()):
@@ -100,16 +104,16 @@ class MapDataset(_Base):
             self.where = "the shards given"
             counts = np.array([row["samples"] for row in rows], dtype=np.int64)
         else:
-            self.manifest = location if isinstance(location, Manifest) else load_manifest(os.fspath(location))
+            self.manifest = location if isinstance(location, Manifest) else load_manifest(os.fspath(location), self.read_options)
             self.catalog = catalog_of(self.manifest, split, seed=seed, **selection)
             urls, rows, counts = self.catalog.urls, self.catalog.rows, self.catalog.counts
             self.where = self.manifest.url or "the manifest"
         cache = None
-        if cache_dir is not None:
+        if self.read_options.cache_dir is not None:
             from .cache import ShardCache
 
-            cache = ShardCache(cache_dir, cache_bytes if cache_bytes is not None else 10e9)
-        self.access = ShardAccess(urls, rows, cache=cache, max_connections=max_connections, gap_bytes=gap_bytes)
+            cache = ShardCache(self.read_options.cache_dir, self.read_options.cache_bytes, self.read_options)
+        self.access = ShardAccess(urls, rows, cache=cache, options=self.read_options)
         self.counts = counts
         self._ends = np.cumsum(counts).tolist()  # positions before the end of each shard
         self._keys: list[str] | None = None  # position -> key (built by the first key lookup)
@@ -248,7 +252,7 @@ def _decoder(decode) -> Decode | None:
             raise ConfigError("decode=wdsprep.decode(handler=...): a MapDataset item cannot be skipped; a sample "
                               "that does not decode raises ShardError (give the stage without a handler)")
         return decode
-    raise ConfigError(f"decode must be True, False or a wdsprep.decode(...) stage, got {decode!r}")
+    raise refuse(decode, "decode", "must be True, False or a wdsprep.decode(...) stage")
 
 
 def _is_shard_list(location) -> bool:

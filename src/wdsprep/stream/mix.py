@@ -98,7 +98,6 @@ import itertools
 import json
 import math
 import numbers
-import sys
 import warnings
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -107,6 +106,7 @@ from typing import Any, Callable, Iterator, Sequence as Sequence_
 import numpy as np
 import webdataset as wds
 
+from ..checks import number, one_of, refuse, shown, whole_number
 from ..errors import ConfigError, ManifestError
 from ..shards.manifest import Manifest
 from ..readoptions import ReadOptions
@@ -173,26 +173,9 @@ def _number(value: Any, what: str, where: str, zero: bool = False) -> Fraction:
     """A weight or repeat, exactly: a real number (int, float, a numpy scalar, a Fraction), finite
     as a float (so at most ~1.8e308) and > 0 (>= 0 with `zero`: a phase's weight); anything else is
     one ConfigError line."""
-    rule = f"{where}: {what} must be a number {'>= 0' if zero else '> 0'}"
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ConfigError(f"{rule}, got {_shown(value)}")
-    try:
-        exact = Fraction(int(value)) if isinstance(value, numbers.Integral) else Fraction(value if isinstance(
-            value, Fraction) else float(value))
-        float(exact)  # OverflowError past the largest float
-    except (OverflowError, ValueError):  # inf, nan, 10**400
-        raise ConfigError(f"{rule}, got {_shown(value)} (a finite one: at most {sys.float_info.max:.3g})") from None
-    if exact < 0 or (exact == 0 and not zero):
-        raise ConfigError(f"{rule}, got {_shown(value)}")
-    return exact
-
-
-def _shown(value: Any) -> str:
-    """A value for an error line: an integer too long to print by its digits (Python refuses to make
-    text of one past 4300 digits), anything else by its repr, cut."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and abs(int(value)).bit_length() > 64:
-        return f"an integer of about {int(abs(int(value)).bit_length() * 0.30103) + 1} digits"
-    return f"{value!r:.80}"
+    number(value, f"{where}: {what}", 0, above=not zero, text=False)
+    return Fraction(int(value)) if isinstance(value, numbers.Integral) else Fraction(
+        value if isinstance(value, Fraction) else float(value))
 
 
 def _spelled(share: str) -> str:
@@ -262,7 +245,7 @@ def schedule_of(value: Any, names: list[str]) -> Schedule:
     list of one number >= 0 per part or a dict of part name -> weight (a part left out weighs 0).
     Anything wrong is one ConfigError line naming the phase."""
     if isinstance(value, (str, bytes, dict)) or not isinstance(value, Sequence_) or not value:
-        raise ConfigError(f"mix: schedule must be a non-empty list of (start, weights) phases, got {_shown(value)}")
+        raise ConfigError(f"mix: schedule must be a non-empty list of (start, weights) phases, got {shown(value)}")
     if len(value) > MAX_PHASES:
         raise ConfigError(f"mix: schedule has {len(value)} phases, more than the {MAX_PHASES} a mix plans")
     starts, shares, given = [], [], []
@@ -271,7 +254,7 @@ def schedule_of(value: Any, names: list[str]) -> Schedule:
         if isinstance(phase, dict) and set(phase) <= {"start", "weights"} and "weights" in phase:
             phase = (phase.get("start", 0 if k == 0 else None), phase["weights"])  # a mix file's [[phase]] table
         if isinstance(phase, (str, bytes, dict)) or not isinstance(phase, Sequence_) or len(phase) != 2:
-            raise ConfigError(f"{where}: a (start, weights) pair, got {_shown(phase)}")
+            raise ConfigError(f"{where}: a (start, weights) pair, got {shown(phase)}")
         start, weights = phase
         starts.append(_start(start, k, where, starts))
         shares.append(_phase_weights(weights, names, where))
@@ -288,30 +271,30 @@ def _start(start: Any, k: int, where: str, before: list) -> int | Fraction:
     as the decimal it prints as (0.3 is 3/10); the first is 0, the rest increase, all of one kind."""
     rule = "a sample position (a whole number >= 0) or a fraction of the epoch (0 < start < 1)"
     if isinstance(start, bool) or not isinstance(start, numbers.Real):
-        raise ConfigError(f"{where}: start must be {rule}, got {_shown(start)}")
+        raise ConfigError(f"{where}: start must be {rule}, got {shown(start)}")
     if isinstance(start, numbers.Integral):
         exact: int | Fraction = int(start)
     else:
         try:
             exact = start if isinstance(start, Fraction) else Fraction(str(float(start)))
         except (OverflowError, ValueError):
-            raise ConfigError(f"{where}: start must be {rule}, got {_shown(start)}") from None
+            raise ConfigError(f"{where}: start must be {rule}, got {shown(start)}") from None
         if exact == 0 and k == 0:
             exact = 0
         elif not 0 < exact < 1:
-            raise ConfigError(f"{where}: start must be {rule}, got {_shown(start)}")
+            raise ConfigError(f"{where}: start must be {rule}, got {shown(start)}")
     if k == 0:
         if exact != 0:
-            raise ConfigError(f"{where}: the first phase starts at 0 (the epoch's start), got {_shown(start)}")
+            raise ConfigError(f"{where}: the first phase starts at 0 (the epoch's start), got {shown(start)}")
         return 0
     if isinstance(exact, int) and exact < 0:
-        raise ConfigError(f"{where}: start must be {rule}, got {_shown(start)}")
+        raise ConfigError(f"{where}: start must be {rule}, got {shown(start)}")
     kinds = {isinstance(s, Fraction) for s in [*before[1:], exact]}
     if len(kinds) > 1:
         raise ConfigError(f"{where}: starts are all sample positions (whole numbers) or all fractions of the epoch "
-                          f"(0 < start < 1), got {_shown(start)} after {_shown_start(before[-1])}")
+                          f"(0 < start < 1), got {shown(start)} after {_shown_start(before[-1])}")
     if exact <= before[-1]:
-        raise ConfigError(f"{where}: starts must increase, got {_shown(start)} after {_shown_start(before[-1])}")
+        raise ConfigError(f"{where}: starts must increase, got {shown(start)} after {_shown_start(before[-1])}")
     return exact
 
 
@@ -319,7 +302,7 @@ def _shown_start(start: Any) -> str:
     """A start as the user wrote it (a Fraction as the decimal it is, when it is one)."""
     if isinstance(start, Fraction):
         return _spelled_decimal(start)
-    return _shown(start) if not isinstance(start, (int, float, np.integer, np.floating)) else str(start)
+    return shown(start) if not isinstance(start, (int, float, np.integer, np.floating)) else str(start)
 
 
 def _spelled_decimal(value: Fraction) -> str:
@@ -344,7 +327,7 @@ def _phase_weights(weights: Any, names: list[str], where: str) -> tuple[Fraction
             raise ConfigError(f"{where}: no part named {unknown[0]!r} (parts: {', '.join(names)})")
     elif isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence_):
         raise ConfigError(f"{where}: weights must be a list of one number per part or a dict of part names, "
-                          f"got {_shown(weights)}")
+                          f"got {shown(weights)}")
     elif len(weights) != len(names):
         raise ConfigError(f"{where}: {len(weights)} weights for {len(names)} parts ({', '.join(names)})")
     exact = tuple(_number(weight, f"the weight of part {p} ({names[p]})", where, zero=True)
@@ -779,14 +762,11 @@ class MixDataset(PlannedDataset):
         self._init_reading(seed=seed, epoch=epoch, shuffle_shards=shuffle_shards, shuffle_buffer=shuffle_buffer,
                            equalize=equalize, rank=rank, world_size=world_size, handler=handler,
                            read_options=read_options, read=read)
-        if mode not in MODES:
-            raise ConfigError(f"mix: mode must be 'weighted' or 'epochized', got {mode!r}")
-        if stop not in STOPS:
-            raise ConfigError(f"mix: stop must be 'first' or 'all', got {stop!r}")
-        if samples_per_epoch is not None and (isinstance(samples_per_epoch, bool) or not isinstance(
-                samples_per_epoch, (int, np.integer)) or not 1 <= samples_per_epoch <= MAX_EPOCH_SAMPLES):
-            raise ConfigError(f"mix: samples_per_epoch must be a whole number >= 1 and at most {MAX_EPOCH_SAMPLES} "
-                              f"(2**32, what an epoch may hold), got {_shown(samples_per_epoch)}")
+        one_of(mode, "mix: mode", MODES)
+        one_of(stop, "mix: stop", STOPS)
+        if samples_per_epoch is not None:
+            whole_number(samples_per_epoch, "mix: samples_per_epoch", 1, "what an epoch may hold, 2**32",
+                         maximum=MAX_EPOCH_SAMPLES, text=False)
         if samples_per_epoch is not None and mode == "epochized":
             raise ConfigError("mix: samples_per_epoch is for mode='weighted' (an epochized mix is sized by each part's repeat)")
         if schedule is not None and mode != "weighted":
@@ -820,8 +800,7 @@ class MixDataset(PlannedDataset):
                 raise ConfigError(f"mix: part {index}: no location")
             part = Part(**part)
         if part.name is not None and (not isinstance(part.name, str) or not part.name):
-            raise ConfigError(f"mix: part {index}: name must be a non-empty string (what __part__ says), "
-                              f"got {_shown(part.name)}")
+            raise refuse(part.name, f"mix: part {index}: name", "must be a non-empty string", "what __part__ says")
         where = f"mix: part {index}" + (f" ({part.name})" if part.name else "")
         if self.scheduled:
             if part.weight is not None or part.repeat is not None:

@@ -55,7 +55,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..checks import one_of, whole_number
 
 EQUALIZE = (None, "pad", "drop")
 
@@ -449,10 +449,8 @@ def share(total: int, parts: int, index: int) -> tuple[int, int]:
 
 
 def _check(rank: int, world_size: int, equalize: str | None) -> None:
-    if equalize not in EQUALIZE:
-        raise ConfigError(f"equalize must be 'pad', 'drop' or None (got {equalize!r})")
-    if not 0 <= rank < world_size:
-        raise ConfigError(f"rank {rank} is outside world size {world_size}")
+    one_of(equalize, "equalize", EQUALIZE)
+    whole_number(rank, "rank", 0, f"below world_size={world_size}", maximum=world_size - 1)
 
 
 def weighted_cuts(weights: np.ndarray, parts: int) -> list[int]:

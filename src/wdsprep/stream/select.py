@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from ..checks import refuse
 from ..errors import ConfigError
 from ..shards.codec import MAX_DEPTH, NESTED
 
@@ -36,7 +37,7 @@ class Expression:
 
     def __init__(self, text: str):
         if not isinstance(text, str) or not text.strip():
-            raise ConfigError(f"select must be a non-empty expression string (got {text!r})")
+            raise refuse(text, "select", "must be a non-empty expression string")
         try:
             tree = ast.parse(text.strip(), mode="eval")
         except SyntaxError as error:

@@ -77,6 +77,24 @@ class EpochProgress:
         return EpochProgress(state.epoch, self.auto_epoch, state.levels)
 
 
+class Epochs:
+    """The epoch of whatever holds an `EpochProgress` as `progress` (the dataset, a mix, the Loader):
+    `epoch`, `auto_epoch`, and `set_epoch`, which fixes an epoch from its start."""
+
+    progress: EpochProgress
+
+    @property
+    def epoch(self) -> int:
+        return self.progress.epoch
+
+    @property
+    def auto_epoch(self) -> bool:
+        return self.progress.auto_epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        self.progress = self.progress.at_epoch(epoch)
+
+
 @dataclass(frozen=True)
 class Resume:
     """What a loaded state says: the epoch, its interrupted passes, each worker's position (as dicts)."""

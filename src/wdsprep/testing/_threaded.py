@@ -12,6 +12,14 @@ class ServedInThread:
     _server = None
     _thread: threading.Thread | None = None
 
+    def _serve_http(self, server_class, handler_class, name: str):
+        """A `server_class` HTTP server on (`self.host`, `self.port`) whose handlers find this object
+        as the server's `owner`, served from a thread; `self.port` becomes the port it got (0: a free one)."""
+        server = server_class((self.host, self.port), handler_class)
+        server.owner = self
+        self.port = server.server_address[1]
+        return self._serve(server, name)
+
     def _serve(self, server, name: str):
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, args=(0.05,), name=name, daemon=True)

@@ -339,10 +339,7 @@ class RangeHTTPServer(ServedInThread):
         self.peak_requests = 0
 
     def start(self) -> "RangeHTTPServer":
-        server = _Server((self.host, self.port), _Handler)
-        server.owner = self
-        self.port = server.server_address[1]
-        return self._serve(server, "http-test-server")
+        return self._serve_http(_Server, _Handler, "http-test-server")
 
     @property
     def url(self) -> str:

@@ -230,10 +230,7 @@ class HubServer(ServedInThread, WithEnvironment):
         self.lock = threading.Lock()
 
     def start(self) -> "HubServer":
-        server = _Server((self.host, self.port), _Handler)
-        server.owner = self
-        self.port = server.server_address[1]
-        return self._serve(server, "hub-test-server")
+        return self._serve_http(_Server, _Handler, "hub-test-server")
 
     @property
     def url(self) -> str:

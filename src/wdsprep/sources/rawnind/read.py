@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -69,14 +69,11 @@ def crop_pair(
     crop_size: int = 256,
     num_crops: int = 4,
     min_valid: float = 0.5,
-    match_gain: bool = False,
-    to_torch: bool = True,
-    gain_key: str | None = None,
-    legacy_values: bool = False,
-    input: str = "bayer",
     pairing: str = "x_y",
+    **options,
 ) -> dict | None:
-    """The legacy sample of pair `n` of a decoded tile; None if no crop set is valid."""
+    """The legacy sample of pair `n` of a decoded tile; None if no crop set is valid. `options`:
+    the rest of `crops_at`'s (match_gain, to_torch, gain_key, legacy_values, input)."""
     mask = tile_mask(sample, n)
     if pairing != "x_y":
         mask = np.ones_like(mask)  # the legacy x_x / y_y pairings use an all-valid mask
@@ -86,8 +83,7 @@ def crop_pair(
     origins = _draw_crops(rng, mask, crop_size, num_crops, min_valid)
     if origins is None:
         return None
-    return crops_at(sample, n, origins, crop_size=crop_size, match_gain=match_gain, to_torch=to_torch,
-                    gain_key=gain_key, legacy_values=legacy_values, input=input, pairing=pairing, mask=mask)
+    return crops_at(sample, n, origins, crop_size=crop_size, pairing=pairing, mask=mask, **options)
 
 
 def is_mosaic(sample: dict) -> bool:
@@ -428,14 +424,21 @@ def _trim_256(height: int, width: int) -> tuple[int, int]:
     return height - height % 256, width - width % 256
 
 
-def _evaluation_options(match_gain, to_torch, legacy_values, input, pairing, max_alignment_loss, min_mask_mean,
-                        min_msssim_score, max_msssim_score, clean_clean, second_references):
-    if pairing not in PAIRINGS:
-        raise ConfigError(f"pairing={pairing!r} is not one of {', '.join(PAIRINGS)}")
-    options = dict(match_gain=match_gain, to_torch=to_torch, legacy_values=legacy_values, input=input, pairing=pairing)
-    filters = dict(max_alignment_loss=max_alignment_loss, min_mask_mean=min_mask_mean, min_msssim_score=min_msssim_score,
-                   max_msssim_score=max_msssim_score, clean_clean=clean_clean, second_references=second_references)
-    return options, filters
+def _evaluation_stage(settings: dict, middle_only: bool, crops) -> Callable:
+    """The curried stage of an evaluation loader (`validation`, `evaluation`), from its keyword
+    `settings` (checked here: the pairing) and `crops(sample, n, aligned pre-crop (y0, x0, height,
+    width), options)`, the items of pair `n` of a tile, for each pair passing the filters."""
+    if settings["pairing"] not in PAIRINGS:
+        raise ConfigError(f"pairing={settings['pairing']!r} is not one of {', '.join(PAIRINGS)}")
+    options = {name: settings[name] for name in ("match_gain", "to_torch", "legacy_values", "input", "pairing")}
+    filters = {name: settings[name] for name in ("max_alignment_loss", "min_mask_mean", "min_msssim_score",
+                                                 "max_msssim_score", "clean_clean", "second_references")}
+
+    def stage(source: Iterable[dict]) -> Iterator[dict]:
+        for sample, n in _evaluation_items(source, filters, options["input"], middle_only=middle_only):
+            yield from crops(sample, n, aligned_precrop(sample["meta"], n, options["pairing"]), options)
+
+    return stage
 
 
 def validation(crop_size: int = 256, match_gain: bool = False, max_alignment_loss: float | None = 0.035,
@@ -450,23 +453,21 @@ def validation(crop_size: int = 256, match_gain: bool = False, max_alignment_los
     pre-crop trimmed to multiples of 256. No batch dimension. `position` is the y crop's origin in
     the image, `gt_position` the clean target's.
     """
-    options, filters = _evaluation_options(match_gain, to_torch, legacy_values, input, pairing, max_alignment_loss,
-                                           min_mask_mean, min_msssim_score, max_msssim_score, clean_clean, second_references)
+    settings = dict(locals())
 
-    def stage(source: Iterable[dict]) -> Iterator[dict]:
-        for sample, n in _evaluation_items(source, filters, input, middle_only=True):
-            y0, x0, height, width = aligned_precrop(sample["meta"], n, pairing)
-            if crop_size == 0:
-                shape, origin = _trim_256(height, width), (y0, x0)
-            else:
-                shape = (crop_size, crop_size)
-                cy, cx = height // 2 - crop_size // 2, width // 2 - crop_size // 2
-                origin = (y0 + cy - cy % 2, x0 + cx - cx % 2)
-            if min(shape) == 0 or shape[0] > height or shape[1] > width:
-                continue  # the legacy loader drops a pre-crop too small for the crop
-            yield _evaluation_sample(sample, n, origin, shape, options, batch=False)
+    def centre(sample: dict, n: int, precrop: tuple, options: dict) -> Iterator[dict]:
+        y0, x0, height, width = precrop
+        if crop_size == 0:
+            shape, origin = _trim_256(height, width), (y0, x0)
+        else:
+            shape = (crop_size, crop_size)
+            cy, cx = height // 2 - crop_size // 2, width // 2 - crop_size // 2
+            origin = (y0 + cy - cy % 2, x0 + cx - cx % 2)
+        if min(shape) == 0 or shape[0] > height or shape[1] > width:
+            return  # the legacy loader drops a pre-crop too small for the crop
+        yield _evaluation_sample(sample, n, origin, shape, options, batch=False)
 
-    return stage
+    return _evaluation_stage(settings, True, centre)
 
 
 def evaluation(crop_size: int = 256, match_gain: bool = False, max_alignment_loss: float | None = 0.035,
@@ -480,22 +481,20 @@ def evaluation(crop_size: int = 256, match_gain: bool = False, max_alignment_los
     a grid stepping by `crop_size` from its origin that fit in it, or with `crop_size=0` the whole
     aligned pre-crop trimmed to multiples of 256; each with a batch dimension of 1.
     """
-    options, filters = _evaluation_options(match_gain, to_torch, legacy_values, input, pairing, max_alignment_loss,
-                                           min_mask_mean, min_msssim_score, max_msssim_score, clean_clean, second_references)
+    settings = dict(locals())
 
-    def stage(source: Iterable[dict]) -> Iterator[dict]:
-        for sample, n in _evaluation_items(source, filters, input, middle_only=False):
-            y0, x0, height, width = aligned_precrop(sample["meta"], n, pairing)
-            if crop_size == 0:
-                shape = _trim_256(height, width)
-                if min(shape):
-                    yield _evaluation_sample(sample, n, (y0, x0), shape, options, batch=True)
-                continue
-            for y in range(0, height - crop_size + 1, crop_size):
-                for x in range(0, width - crop_size + 1, crop_size):
-                    yield _evaluation_sample(sample, n, (y0 + y, x0 + x), (crop_size, crop_size), options, batch=True)
+    def grid(sample: dict, n: int, precrop: tuple, options: dict) -> Iterator[dict]:
+        y0, x0, height, width = precrop
+        if crop_size == 0:
+            shape = _trim_256(height, width)
+            if min(shape):
+                yield _evaluation_sample(sample, n, (y0, x0), shape, options, batch=True)
+            return
+        for y in range(0, height - crop_size + 1, crop_size):
+            for x in range(0, width - crop_size + 1, crop_size):
+                yield _evaluation_sample(sample, n, (y0 + y, x0 + x), (crop_size, crop_size), options, batch=True)
 
-    return stage
+    return _evaluation_stage(settings, False, grid)
 
 
 def _overexposure_mask(sample: dict, input: str, legacy: bool, x_tile: np.ndarray | None) -> np.ndarray:

@@ -16,8 +16,8 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from ....command import Command
-from ....sizes import parse_size
+from ....checks import number, size, whole_number
+from ....command import Command, checked
 from ...base import DEFAULT_ON_ERROR, ON_ERROR
 from ..index import DEFAULT_DOI
 
@@ -41,20 +41,25 @@ def add_fetch_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--doi", default=DEFAULT_DOI, help=f"dataset persistent id (default {DEFAULT_DOI})")
     parser.add_argument("--listing", default=None, metavar="PATH_OR_URL",
                         help="the Dataverse dataset JSON (default: fetched from --dataverse)")
-    parser.add_argument("--concurrency", type=int, default=5, help="downloads at once (default 5)")
-    parser.add_argument("--max-scenes", type=int, default=None, metavar="N", help="only the first N scenes")
+    parser.add_argument("--concurrency", type=checked(whole_number, 1), default=5, help="downloads at once (default 5)")
+    parser.add_argument("--max-scenes", type=checked(whole_number, 1), default=None, metavar="N",
+                        help="only the first N scenes")
     parser.add_argument("--cfa", choices=["Bayer", "X-Trans"], default=None, help="only this sensor type")
     parser.add_argument("--scenes", nargs="+", default=None, metavar="SCENE", help="only these scenes")
     parser.add_argument("--dry-run", action="store_true", help="print the plan, download nothing")
     parser.add_argument("--no-metadata", dest="metadata", action="store_false",
                         help="skip alignment/gain/mask computation")
-    parser.add_argument("--metadata-workers", type=int, default=4, help="CPU workers for metadata (default 4)")
-    parser.add_argument("--attempts", type=int, default=3, help="download attempts per file (default 3)")
-    parser.add_argument("--backoff", type=float, default=1.0, help="first retry delay in seconds, doubling (default 1)")
-    parser.add_argument("--timeout", type=float, default=60.0, help="network timeout in seconds (default 60)")
+    parser.add_argument("--metadata-workers", type=checked(whole_number, 1), default=4,
+                        help="CPU workers for metadata (default 4)")
+    parser.add_argument("--attempts", type=checked(whole_number, 1), default=3, help="download attempts per file (default 3)")
+    parser.add_argument("--backoff", type=checked(number, 0), default=1.0,
+                        help="first retry delay in seconds, doubling (default 1)")
+    parser.add_argument("--timeout", type=checked(number, 0, above=True), default=60.0,
+                        help="network timeout in seconds (default 60)")
     parser.add_argument("--progress", choices=["auto", "bar", "log", "none"], default="auto",
                         help="live display on a terminal, log lines otherwise (default auto)")
-    parser.add_argument("--log-interval", type=float, default=10.0, help="seconds between log lines (default 10)")
+    parser.add_argument("--log-interval", type=checked(number, 0, above=True), default=10.0,
+                        help="seconds between log lines (default 10)")
     parser.add_argument("--report", default=None, metavar="PATH", help="JSON report (default DEST/fetch_report.json)")
     parser.add_argument("--rehash", action="store_true", help="re-verify the SHA-1 of files already present")
     parser.add_argument("--json", action="store_true", help="with --dry-run: also print the plan as one JSON line")
@@ -63,12 +68,13 @@ def add_fetch_arguments(parser: argparse.ArgumentParser) -> None:
                          help="convert each scene as soon as it is verified into shards at OUTPUT (a directory or "
                               "s3://bucket/prefix), then remove its raw files")
     convert.add_argument("--keep-raw", action="store_true", help="with --convert: keep the raw files")
-    convert.add_argument("--max-raw-bytes", default=None, metavar="SIZE",
+    convert.add_argument("--max-raw-bytes", type=checked(size, 1), default=None, metavar="SIZE",
                          help="with --convert: raw bytes of scenes in flight on local disk, e.g. 2GB "
                               "(at least one scene; default: no bound)")
     convert.add_argument("--tile-size", type=int, default=1024, help="with --convert: tile edge (default 1024)")
     convert.add_argument("--layout", choices=["mosaic", "legacy"], default="mosaic", help="with --convert: shard layout")
-    convert.add_argument("--shard-bytes", default="256MB", help="with --convert: target shard size (default 256MB)")
+    convert.add_argument("--shard-bytes", type=checked(size, 1), default="256MB",
+                         help="with --convert: target shard size (default 256MB)")
     convert.add_argument("--on-error", choices=ON_ERROR, default=DEFAULT_ON_ERROR,
                          help="with --convert: skip (and report) an unreadable scene instead of failing it")
 
@@ -83,7 +89,7 @@ def options_from_args(args: argparse.Namespace) -> FetchOptions:
         attempts=args.attempts, backoff=args.backoff, timeout=args.timeout, progress=args.progress,
         log_interval=args.log_interval, report=args.report, rehash=args.rehash,
         convert=args.convert, keep_raw=args.keep_raw, driver=getattr(args, "driver", None),
-        max_raw_bytes=parse_size(args.max_raw_bytes) if args.max_raw_bytes else None,
+        max_raw_bytes=args.max_raw_bytes,
         convert_options={"tile_size": args.tile_size, "layout": args.layout, "shard_bytes": args.shard_bytes,
                          "on_error": args.on_error},
     )
