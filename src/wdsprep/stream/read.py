@@ -77,6 +77,7 @@ from ..shards.tarformat import BLOCK, TarCursor, group_samples
 from ..storage import BUFFER, local_path, open_from, open_url, read_range
 from ..storage.files import fill
 from ..storage.resuming import ObjectCheck
+from .unpack import entry_sample, read_packed
 
 
 # a remote shard without an index: refused (module docstring), on every read path
@@ -201,12 +202,16 @@ def read_samples(url: str, row: dict, start: int, stop: int, stream: BinaryIO, *
 
 
 def _indexed(url: str, row: dict, start: int, stop: int, stream: BinaryIO, lazy: bool, in_order: bool,
-             index: ShardIndex | None) -> Iterator:
+             index: ShardIndex | None, entries: bool = False) -> Iterator:
     fd = _fileno(stream)
     if fd is not None and adopted(row) and local_path(url) is not None:  # a cached copy matched its sha256
         check_identity(url, row, fd)
     if index is None:
         index = load_index(url, row, fd)
+    if index.pack is not None and not entries:  # packed blocks: the entries holding [start, stop) (stream/unpack.py)
+        yield from read_packed(url, index, start, stop, lambda first, end: _indexed(
+            url, row, first, end, stream, lazy, in_order, index, entries=True))
+        return
     stop = min(stop, len(index))
     if start >= stop:
         return
@@ -517,10 +522,13 @@ def _streamed(url: str, index: ShardIndex, i: int, end: int, stream: BinaryIO, s
 
 def sample_at(url: str, index: ShardIndex, i: int) -> dict:
     """Raw sample i of an indexed shard, fetched alone: one bounded read of exactly its bytes (a
-    Range request remotely), checked against the index like every streamed sample."""
-    start, end = index.offsets[i], index.sample_end(i)
+    Range request remotely; of a packed shard, of the entry holding it: stream/unpack.py), checked
+    against the index like every streamed sample."""
+    entry, row = (i, None) if index.pack is None else index.pack.locate(i)
+    start, end = index.offsets[entry], index.sample_end(entry)
     data = read_range(url, start, end - start)
-    return _streamed(url, index, i, end, io.BytesIO(data), memoryview(bytearray(BLOCK)))
+    sample = _streamed(url, index, entry, end, io.BytesIO(data), memoryview(bytearray(BLOCK)))
+    return entry_sample(url, index, entry, sample, row)
 
 
 def _corrupt(url: str, key: str, name: str) -> ShardError:

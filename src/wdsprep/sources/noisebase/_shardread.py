@@ -80,7 +80,7 @@ class SequenceReader:
         """(arrays, meta) of `frame`; `wanted` maps field -> leading rows (None: all)."""
         shard, number = self._locate(frame)
         index, url = self.access.index(shard), self.access.urls[shard]
-        key, found = self.keys[frame], index.keys[number]
+        key, found = self.keys[frame], index.sample_keys()[number]
         if found != key:
             raise ShardError(url, f"expected sample {key!r} of {self.file}, found {found!r}")
         members = {name.split(".", 1)[0]: name for name in index.names(number)}
