@@ -1489,3 +1489,25 @@ MUTATIONS += [
              (("        spans = sizes + np.asarray(self.heads, np.int64) + (-sizes % BLOCK)", "        spans = sizes + BLOCK + (-sizes % BLOCK)"),),
              ("tests/core/test_adopt.py",)),
 ]
+# -- issue 48: packed members (small samples as blocks, one member each)
+PACKED_TESTS = ("tests/core/test_packed.py",)
+MUTATIONS += [
+    Mutation("packed-row-offset-off-by-one", "a block's fixed-size rows are read one byte late after the first "
+             "(each row's slice of its column starts past its offset)",
+             "src/wdsprep/shards/packed.py",
+             (("            low, high = r * size, (r + 1) * size\n",
+               "            low, high = r * size + (r > 0), (r + 1) * size + (r > 0)\n"),),
+             PACKED_TESTS),
+    Mutation("packed-block-digest-skipped", "a packed block's member is not checked against its digest in the index "
+             "(its samples are parsed and yielded from bytes nobody checked)",
+             "src/wdsprep/stream/read.py",
+             (("                    if digest_of(view[at:stop]) != digests[k]:\n",
+               "                    if digest_of(view[at:stop]) != digests[k] and index.names(i) != (\"wdsprep-pack.mp\",):\n"),),
+             PACKED_TESTS),
+    Mutation("packed-resume-at-block-start", "a run that starts inside a block (a resumed state) starts at the block's "
+             "first sample instead of its own",
+             "src/wdsprep/stream/unpack.py",
+             (("            for i in range(max(self.start, held.start), min(self.stop, held.stop)):\n",
+               "            for i in range(held.start, min(self.stop, held.stop)):\n"),),
+             PACKED_TESTS),
+]

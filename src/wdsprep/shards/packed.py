@@ -149,7 +149,7 @@ class Block:
             value = decode_msgpack(data) if isinstance(data, (bytes, bytearray, memoryview)) else data
             return cls._checked(value)
         except (*DECODE_ERRORS, KeyError, TypeError) as error:
-            raise FormatError(f"{what}: not a packed block ({error})") from None
+            raise FormatError(f"{what}: not a packed block ({str(error) or type(error).__name__})") from None
 
     @classmethod
     def _checked(cls, value: Any) -> "Block":
