@@ -39,13 +39,15 @@ breaks one is one `ShardError` naming the shard and the member.
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import msgpack
 import numpy as np
 
 from ..errors import FormatError, ShardError
-from .codec import DECODE_ERRORS, MAX_MEMBER_BYTES, beyond, decode_msgpack, member_decoder
+from .codec import (DECODE_ERRORS, MAX_DEPTH, MAX_MEMBER_BYTES, beyond, check_nesting, decode_msgpack, decode_npy,
+                    member_decoder, npy_header_span, npy_meta)
 from .tarformat import FIELD, KEY
 
 PACK_FIELD = "wdsprep-pack"  # reserved when packing: the block member's field
@@ -107,36 +109,37 @@ class PackMap:
         np.cumsum(np.maximum(np.asarray(rows, np.int64), 1), out=starts[1:])
         if starts[-1] != len(keys):
             raise ValueError(f"its entries hold {int(starts[-1])} samples, it lists {len(keys)} keys")
-        self.starts = starts
+        self.starts = starts.tolist()  # plain ints: `locate` bisects them once per sample
 
     def __len__(self) -> int:
         return len(self.keys)
 
     def locate(self, i: int) -> tuple[int, int]:
         """(entry, row) of sample i."""
-        entry = int(np.searchsorted(self.starts, i, "right")) - 1
-        return entry, i - int(self.starts[entry])
+        entry = bisect_right(self.starts, i) - 1
+        return entry, i - self.starts[entry]
 
     def entries(self, start: int, stop: int) -> tuple[int, int]:
         """The entries [first, end) that hold samples [start, stop) (stop > start)."""
         return self.locate(start)[0], self.locate(stop - 1)[0] + 1
 
     def samples(self, entry: int) -> range:
-        return range(int(self.starts[entry]), int(self.starts[entry + 1]))
+        return range(self.starts[entry], self.starts[entry + 1])
 
     def entry_keys(self) -> tuple:
         """Each entry's own key: its first sample's (a block's member is named after it)."""
-        return tuple(self.keys[int(at)] for at in self.starts[:-1])
+        return tuple(self.keys[at] for at in self.starts[:-1])
 
 
 class Block:
     """A block member parsed and checked (`parse`): `keys`, `names` (member names), and row r's bytes
     of member m as a fresh bytearray (`member(r, m)`) or decoded (`decoded`)."""
 
-    __slots__ = ("keys", "names", "columns")
+    __slots__ = ("keys", "names", "columns", "values")
 
     def __init__(self, keys: list, names: tuple, columns: list):
         self.keys, self.names, self.columns = keys, names, columns
+        self.values: dict = {}  # (strip, torch) -> (fields, per column the rows' values): `decoded`
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -219,16 +222,122 @@ class Block:
         return sample
 
     def decoded(self, r: int, url: str, strip: bool, torch: bool) -> dict:
-        """Row r decoded (each member by its extension); a member that does not decode is the shard's error."""
+        """Row r decoded (each member by its extension, as `member_decoder` decodes it); a member that
+        does not decode is the shard's error, raised for its row only. The block's columns are
+        decoded once, for all its rows, at the first row asked for (`_column_values`)."""
+        decoded = self.values.get((strip, torch))
+        if decoded is None:
+            decoded = self.values[strip, torch] = self._column_values(strip, torch)
         key = self.keys[r]
         sample = {"__key__": key, "__url__": url}
+        for field, values in decoded:
+            value = values[r]
+            if value.__class__ is _Failed:
+                raise ShardError(url, f"member {key}.{value.name}: {value.error}")
+            sample[field] = value
+        return sample
+
+    def _column_values(self, strip: bool, torch: bool) -> list:
+        """(field, each row's value) per column: a `.npy` column of same-shaped rows as ONE array
+        (each row a view of it: writable, its own rows), any other member row by row."""
+        out = []
         for m, name in enumerate(self.names):
             field, decode = member_decoder(name, strip, torch)
-            try:
-                sample[field] = decode(self.member(r, m))
-            except DECODE_ERRORS as error:
-                raise ShardError(url, f"member {key}.{name}: {error}") from None
-        return sample
+            plain = member_decoder(name, strip)[1]
+            if plain is decode_npy:
+                values = self._stacked(m, torch)
+            elif decode is decode_msgpack:
+                values = self._unpacked(m)
+            else:
+                values = None
+            if values is None:
+                values = []
+                for r in range(len(self.keys)):
+                    try:
+                        values.append(decode(self.member(r, m)))
+                    except DECODE_ERRORS as error:
+                        values.append(_Failed(name, error))
+            out.append((field, values))
+        return out
+
+    def _unpacked(self, m: int) -> list | None:
+        """The rows of a `.mp` column, unpacked in one pass over their bytes back to back (each
+        value must end where its row does; nested at most `MAX_DEPTH` deep), or None: decoded row by
+        row (then a row that does not decode is that row's error)."""
+        head, size, bounds, data = self.columns[m]
+        n = len(self.keys)
+        if bounds is not None:
+            ends = (bounds[1:] + np.arange(1, n + 1) * len(head)).tolist()
+            if head:
+                data = b"".join(head + data[low:high] for low, high in zip(bounds[:-1].tolist(), bounds[1:].tolist()))
+        elif size or head:
+            ends = range(size + len(head), (size + len(head)) * n + 1, size + len(head))
+            if head:
+                table = np.frombuffer(data, np.uint8).reshape(n, size)
+                data = np.concatenate([np.broadcast_to(np.frombuffer(head, np.uint8), (n, len(head))), table], axis=1).tobytes()
+        else:
+            return None
+        unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=max(len(data), 1))
+        unpacker.feed(data)
+        values = []
+        try:
+            for end in ends:
+                values.append(unpacker.unpack())
+                if unpacker.tell() != end:
+                    return None
+            containers = _containers(data, ends)
+            for value in values:
+                if isinstance(value, (dict, list)):
+                    check_nesting(value, containers)
+        except Exception:  # noqa: BLE001 -- any failure: the rows are decoded one by one, each naming its own error
+            return None
+        return values
+
+    def _stacked(self, m: int, torch: bool):
+        """The rows of a fixed-size `.npy` column whose common head is their whole header, as one
+        array (n, *shape), or None (any other column: decoded row by row)."""
+        head, size, bounds, data = self.columns[m]
+        if bounds is not None or len(head) < 10:
+            return None
+        try:
+            start, length = npy_header_span(head)
+            if start + length != len(head):
+                return None
+            dtype, shape, fortran, count = npy_meta(bytes(head[start:]))
+        except FormatError:
+            return None
+        if fortran or count * dtype.itemsize != size:
+            return None
+        array = np.frombuffer(bytearray(data), dtype).reshape((len(self.keys), *shape))
+        if torch:
+            import torch as torch_module
+
+            return torch_module.from_numpy(array)
+        return array
+
+
+_CONTAINER_BYTES = np.zeros(256, bool)
+_CONTAINER_BYTES[[*range(0x80, 0xA0), 0xDC, 0xDD, 0xDE, 0xDF]] = True  # fixmap, fixarray, array/map 16/32
+
+
+def _containers(data: bytes, ends) -> int:
+    """At least the arrays and maps any one row of msgpack `data` holds (rows end at `ends`):
+    `codec.check_nesting`'s hint, so that no row with fewer than MAX_DEPTH of them is walked."""
+    if len(data) <= MAX_DEPTH:
+        return len(data)
+    counts = np.zeros(len(data) + 1, np.int64)
+    np.cumsum(_CONTAINER_BYTES[np.frombuffer(data, np.uint8)], out=counts[1:])
+    at = counts[np.asarray([0, *ends], np.int64)]
+    return int(np.diff(at).max(initial=0))
+
+
+class _Failed:
+    """A row's member that did not decode (raised when that row is asked for)."""
+
+    __slots__ = ("name", "error")
+
+    def __init__(self, name: str, error: Exception):
+        self.name, self.error = name, error
 
 
 def block_of(url: str, entry_key: str, data: Any, keys: Sequence[str] | None = None) -> Block:

@@ -79,12 +79,13 @@ class PackedShard:
     block was parsed and checked: before any of its samples); blocks are kept until `release()`
     (a shuffle block was delivered), the one being read past it."""
 
-    __slots__ = ("shard", "url", "index", "pack", "start", "stop", "blocks")
+    __slots__ = ("shard", "url", "index", "pack", "start", "stop", "blocks", "span")
 
     def __init__(self, shard, index: ShardIndex, start: int, stop: int):
         self.shard, self.url, self.index, self.pack = shard, shard.url, index, index.pack
         self.start, self.stop = start, stop
         self.blocks: dict[int, Block] = {}  # entry -> its block, parsed and checked
+        self.span = (0, 0, 0, False)  # the entry last located: (its first sample, its end, entry, a block)
 
     def release(self, keep_newest: bool = True) -> None:
         newest = max(self.blocks, default=None) if keep_newest else None
@@ -111,8 +112,13 @@ class PackedShard:
                 yield tag | i
 
     def _locate(self, i: int) -> tuple[int, int | None]:
-        entry, row = self.pack.locate(i)
-        return entry, (row if self.pack.rows[entry] else None)
+        first, end, entry, block = self.span
+        if not first <= i < end:  # samples come in runs of one entry: most need no search
+            entry = self.pack.locate(i)[0]
+            held = self.pack.samples(entry)
+            first, block = held.start, bool(self.pack.rows[entry])
+            self.span = (first, held.stop, entry, block)
+        return entry, (i - first if block else None)
 
     def take(self, i: int) -> dict:
         entry, row = self._locate(i)
