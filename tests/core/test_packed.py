@@ -381,3 +381,33 @@ def test_encoded_blocks_give_back_every_row_byte_for_byte():
     block = Block.parse(encode_block(keys, ["a.npy", "b.mp"], rows))
     assert block.keys == keys
     assert [[bytes(block.member(r, m)) for m in range(2)] for r in range(len(rows))] == rows
+
+
+@pytest.mark.parametrize("torch", [False, True])
+def test_decoded_rows_equal_each_member_decoded_alone(torch):
+    """A block's columns decoded at once (one array per .npy column, one pass per .mp column) give
+    what `wdsprep.decode_sample` gives for each row's members alone: values, dtypes, shapes, types."""
+    from wdsprep.shards.codec import Encoder, decode_sample
+
+    encoder = Encoder("none")
+    rows, keys = [], []
+    for i in range(9):
+        fields = {"image": np.full((2, 3), i, np.int16), "scalar": np.float64(i), "meta": {"i": i, "deep": [[i]] * (i % 3)},
+                  "label": i % 4, "fortran": np.asfortranarray(np.arange(6.0).reshape(2, 3) + i)}
+        members = encoder.encode_fields(f"k{i}", {k: (np.asarray(v) if k == "scalar" else v) for k, v in fields.items()})
+        rows.append(members)
+        keys.append(f"k{i}")
+    names = [name for name, _ in rows[0]]
+    block = Block.parse(encode_block(keys, names, [[data for _, data in members] for members in rows]))
+    for r, members in enumerate(rows):
+        alone = decode_sample({"__key__": keys[r], "__url__": "u", **dict(members)}, strip=True, torch=torch)
+        together = block.decoded(r, "u", True, torch)
+        assert together.keys() == alone.keys()
+        for name, value in alone.items():
+            other = together[name]
+            assert type(other) is type(value), name
+            if hasattr(value, "shape"):
+                assert other.dtype == value.dtype and tuple(other.shape) == tuple(value.shape), name
+                np.testing.assert_array_equal(np.asarray(other), np.asarray(value))
+            else:
+                assert other == value, name

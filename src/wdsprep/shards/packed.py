@@ -306,7 +306,7 @@ class Block:
             dtype, shape, fortran, count = npy_meta(bytes(head[start:]))
         except FormatError:
             return None
-        if fortran or count * dtype.itemsize != size:
+        if fortran or not shape or count * dtype.itemsize != size:  # a 0-d row would come out a scalar: row by row
             return None
         array = np.frombuffer(bytearray(data), dtype).reshape((len(self.keys), *shape))
         if torch:
