@@ -411,3 +411,14 @@ def test_decoded_rows_equal_each_member_decoded_alone(torch):
                 np.testing.assert_array_equal(np.asarray(other), np.asarray(value))
             else:
                 assert other == value, name
+
+
+def test_hugging_face_datasets_unpacks_a_packed_split_with_one_map(converted, tmp_path):
+    datasets = pytest.importorskip("datasets")
+    urls = [url for url in wdsprep.urls(_manifest(converted), "train")]
+    blocks = datasets.load_dataset("webdataset", data_files={"train": urls}, split="train", cache_dir=str(tmp_path))
+    rows = blocks.map(wdsprep.unpack_rows, batched=True, remove_columns=blocks.column_names)
+    assert sorted(rows["__key__"]) == [_key(i) for i in range(SMALL)]
+    for row in rows.select(range(0, SMALL, 37)):
+        if row["__key__"] != _key(HUGE):  # stored whole: Hugging Face keeps only the first shard's columns (docs/format.md)
+            _same(converted, {"__key__": row["__key__"], "data": np.asarray(row["data.npy"], np.uint8), "label": row["label.mp"]})

@@ -377,17 +377,23 @@ def unpacked(sample: dict) -> list[dict]:
 
 def unpack_rows(batch: dict) -> dict:
     """Hugging Face datasets' batched `map` over a packed split: each block's rows, decoded by their
-    extensions (`ds.map(wdsprep.unpack_rows, batched=True, remove_columns=ds.column_names)`)."""
+    extensions, and each sample stored whole as it came
+    (`ds.map(wdsprep.unpack_rows, batched=True, remove_columns=ds.column_names)`)."""
     from .codec import decode_value
 
-    out: dict[str, list] = {}
-    for block_value in batch[PACK_MEMBER]:
+    rows = []
+    for j, block_value in enumerate(batch.get(PACK_MEMBER) or [None] * len(batch["__key__"])):
+        if block_value is None:  # a sample stored whole (too large to pack): its own columns
+            rows.append({name: values[j] for name, values in batch.items()
+                         if name == "__key__" or not (name.startswith("__") or name == PACK_MEMBER)})
+            continue
         block = Block.parse(block_value)
         for r in range(len(block)):
-            out.setdefault("__key__", []).append(block.keys[r])
-            for m, name in enumerate(block.names):
-                out.setdefault(name, []).append(decode_value(name, bytes(block.member(r, m))))
-    return out
+            row = {"__key__": block.keys[r]}
+            row.update((name, decode_value(name, bytes(block.member(r, m)))) for m, name in enumerate(block.names))
+            rows.append(row)
+    names = list(dict.fromkeys(name for row in rows for name in row))
+    return {name: [row.get(name) for row in rows] for name in names}
 
 
 def iter_unpacked(samples: Iterable[dict]) -> Iterator[dict]:
