@@ -24,7 +24,6 @@ import pathlib
 import shutil
 import subprocess
 import sys
-import time
 
 import numpy as np
 
@@ -99,15 +98,7 @@ def child(job: dict) -> dict:
         return {}
     import bench_peers
 
-    loader = (bench_peers._litdata_loader if job["system"] == "litdata" else bench_peers._wdsprep_loader)(job["directory"], job["mode"])
-    cpu, wall = bench_peers._cpu(), time.perf_counter()
-    count = 0
-    for item in loader:
-        count += bench_peers._count(item)
-    wall = time.perf_counter() - wall
-    del loader
-    cpu = bench_peers._cpu() - cpu
-    return {"samples": count, "rate": count / wall, "cpu_us": cpu / max(count, 1) * 1e6}
+    return bench_peers.child({**job, "system": "litdata" if job["system"] == "litdata" else "wdsprep"})
 
 
 def _spawn(job: dict) -> dict:

@@ -26,7 +26,7 @@ from wdsprep.shards.writer import ShardFile
 
 from .shardsets import keys_until_error, write_counted_shards
 from .test_loader_oracle import COUNTS as LOADER_COUNTS
-from .test_loader_oracle import _as_lists, _loader, _saved, batches_and_states, model_epoch
+from .test_loader_oracle import check_every_batch_resumes
 from .test_plan_oracle import model_global, model_worker_stream, real_worker_stream
 
 SMALL = 300  # tiny samples: 256 uint8 values and an int label
@@ -190,14 +190,7 @@ def test_ranks_and_workers_deliver_the_model(packed_counted, world, buffer):
 @pytest.mark.parametrize("buffer", [0, 3])
 @pytest.mark.parametrize("workers", [0, 2])
 def test_the_loader_resumes_from_every_batch_inside_blocks(packed_counted, workers, buffer):
-    manifest = packed_counted(LOADER_COUNTS)
-    expected = model_epoch(1, workers=workers, buffer=buffer)
-    got, states = batches_and_states(_loader(manifest, workers, buffer, epoch=1), _saved)
-    assert _as_lists(got) == expected
-    for done, state in enumerate(states):
-        resumed = _loader(manifest, workers, buffer, epoch=1)
-        resumed.load_state_dict(state)
-        assert _as_lists(list(resumed)) == expected[done:], done
+    check_every_batch_resumes(packed_counted(LOADER_COUNTS), workers, buffer)
 
 
 @pytest.mark.parametrize("buffer", [0, 5])
