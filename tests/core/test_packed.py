@@ -415,3 +415,51 @@ def test_hugging_face_datasets_unpacks_a_packed_split_with_one_map(converted, tm
     for row in rows.select(range(0, SMALL, 37)):
         if row["__key__"] != _key(HUGE):  # stored whole: Hugging Face keeps only the first shard's columns (docs/format.md)
             _same(converted, {"__key__": row["__key__"], "data": np.asarray(row["data.npy"], np.uint8), "label": row["label.mp"]})
+
+
+# ------------------------------------------------------------------ conversion: bytes, balance, resume, workers
+def _shard_bytes(directory: pathlib.Path) -> dict:
+    return {p.name: p.read_bytes() for p in sorted(directory.glob("*.tar"))}
+
+
+def test_packed_conversions_are_byte_identical_across_workers_and_a_resumed_run(converted, tmp_path):
+    first = _shard_bytes(converted / "out")
+    status, _, err = run_cli("convert", "generic", converted / "in", tmp_path / "two", "--quiet", "--pack", "--codec", "none",
+                             "--shard-bytes", "40KB", "--workers", "2")
+    assert status == 0, err
+    assert _shard_bytes(tmp_path / "two") == first
+    victim = sorted((tmp_path / "two").glob("*.tar"))[1]
+    victim.unlink()
+    status, _, err = run_cli("convert", "generic", converted / "in", tmp_path / "two", "--quiet", "--pack", "--codec", "none",
+                             "--shard-bytes", "40KB")
+    assert status == 0, err
+    assert _shard_bytes(tmp_path / "two") == first
+    manifest = json.loads((tmp_path / "two" / "manifest.json").read_text())
+    assert manifest["config"]["pack"] is True
+
+
+def test_a_unit_that_rolls_over_balances_whole_blocks_within_the_target(tmp_path):
+    from wdsprep.shards.codec import Encoder
+    from wdsprep.shards.writer import ShardWriter
+
+    rng = np.random.default_rng(3)
+    values = {f"k{i:04d}": rng.integers(0, 256, 200, dtype=np.uint8) for i in range(400)}
+    rows = []
+    for attempt in range(2):  # twice: the same bytes
+        directory = tmp_path / str(attempt)
+        directory.mkdir()
+        with ShardWriter(str(directory), "train-00000", shard_bytes=30_000, encoder=Encoder("none"), pack=True) as writer:
+            for key, value in values.items():
+                writer.write(key, {"data": value, "label": int(value[0])})
+        rows.append([row.as_dict() for row in writer.rows])
+    assert rows[0] == rows[1] and _shard_bytes(tmp_path / "0") == _shard_bytes(tmp_path / "1")
+    assert len(rows[0]) >= 3 and all(row["bytes"] <= 30_000 for row in rows[0])
+    assert abs(rows[0][-1]["bytes"] - rows[0][-2]["bytes"]) < 30_000 / 2  # the last two balanced
+    assert sum(row["samples"] for row in rows[0]) == len(values)
+    manifest = Manifest("generic", {}, "fp", {"train": [dict(row, unit=0) for row in rows[0]]})
+    (tmp_path / "0" / "manifest.json").write_bytes(manifest.dumps())
+    got = list(wdsprep.dataset(str(tmp_path / "0" / "manifest.json"), "train", shuffle_shards=False, shuffle_buffer=0)
+               .compose(wdsprep.decode(strip=True)))
+    assert [s["__key__"] for s in got] == list(values)
+    for sample in got:
+        np.testing.assert_array_equal(sample["data"], values[sample["__key__"]])
