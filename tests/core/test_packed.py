@@ -463,3 +463,25 @@ def test_a_unit_that_rolls_over_balances_whole_blocks_within_the_target(tmp_path
     assert [s["__key__"] for s in got] == list(values)
     for sample in got:
         np.testing.assert_array_equal(sample["data"], values[sample["__key__"]])
+
+
+@pytest.mark.parametrize("prefetch", [0, None])  # one sequential stream per piece, and the read-ahead
+def test_remote_reads_see_the_same_samples(converted, prefetch):
+    from wdsprep.testing.httpserver import RangeHTTPServer
+
+    options = {} if prefetch is None else {"prefetch_bytes": prefetch}
+    with RangeHTTPServer(converted / "out") as server:
+        url = server.url_of("manifest.json")
+        for rank in range(2):  # a rank starts inside a block
+            args = dict(seed=6, epoch=1, shuffle_buffer=7, rank=rank, world_size=2)
+            local = list(wdsprep.dataset(_manifest(converted), "train", **args).compose(wdsprep.decode(strip=True)))
+            remote = list(wdsprep.dataset(url, "train", **args, **options).compose(wdsprep.decode(strip=True)))
+            assert [s["__key__"] for s in remote] == [s["__key__"] for s in local]
+            for sample in remote[::17]:
+                _same(converted, sample)
+        data = wdsprep.MapDataset(url, "train")
+        data.access.indexes(range(len(data.access.rows)))
+        before = data.stats["requests"]
+        for i in (5, 123, HUGE, SMALL - 1):
+            _same(converted, data[i])
+        assert data.stats["requests"] - before == 4  # one Range request each: the sample's whole block
