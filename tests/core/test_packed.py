@@ -485,3 +485,29 @@ def test_remote_reads_see_the_same_samples(converted, prefetch):
         for i in (5, 123, HUGE, SMALL - 1):
             _same(converted, data[i])
         assert data.stats["requests"] - before == 4  # one Range request each: the sample's whole block
+
+
+def test_every_reader_refuses_a_hostile_block_in_one_line_with_bounded_memory(tmp_path):
+    """dataset, MapDataset, inspect, verify and show on each hostile block, in one child process that
+    measures each read's peak memory (conformance/measured.py, after a clean baseline)."""
+    from wdsprep.conformance.measured import run_readers
+
+    from wdsprep.shards.codec import Encoder
+
+    keys = [f"k{i}" for i in range(4)]
+    members = [Encoder("none").encode_fields(key, {"data": np.arange(3, dtype=np.int16) + i, "label": i}) for i, key in enumerate(keys)]
+    real = encode_block(keys, [name for name, _ in members[0]], [[data for _, data in row] for row in members])
+    clean = _stranger_shard(tmp_path / "clean", real, keys)
+    datasets = {}
+    for kind in HOSTILE:
+        block = _broken(kind, 4)
+        keys = msgpack.unpackb(block)["keys"] if kind == "rows-beyond-the-cap" else [f"k{i}" for i in range(4)]
+        datasets[kind] = (str(pathlib.Path(_stranger_shard(tmp_path / kind, block, keys)).parent), "train")
+    found, status, err = run_readers((str(pathlib.Path(clean).parent), "train"), datasets)
+    assert status == 0 and found, err
+    assert all(read["status"] == 0 for read in found["baseline"].values()), found["baseline"]
+    for kind, reads in found["results"].items():
+        for reader, read in reads.items():
+            assert read["status"] == 1, (kind, reader, read)
+            assert f"k0.{PACK_MEMBER}: not a packed block" in read["error"], (kind, reader, read["error"])
+            assert read["rss_growth"] < 64 << 20, (kind, reader, read["rss_growth"])
