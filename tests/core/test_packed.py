@@ -51,7 +51,7 @@ def converted(tmp_path_factory):
         np.save(train / f"{_key(i)}.data.npy", data)
         (train / f"{_key(i)}.label.json").write_text(json.dumps(int(i % 7)))
     status, _, err = run_cli("convert", "generic", root / "in", root / "out", "--quiet", "--pack", "--codec", "none",
-                             "--shard-bytes", "40KB")
+                             "--shard-bytes", "40KB", "--index-fields", "label")
     assert status == 0, err
     return root
 
@@ -511,3 +511,14 @@ def test_every_reader_refuses_a_hostile_block_in_one_line_with_bounded_memory(tm
             assert read["status"] == 1, (kind, reader, read)
             assert f"k0.{PACK_MEMBER}: not a packed block" in read["error"], (kind, reader, read["error"])
             assert read["rss_growth"] < 64 << 20, (kind, reader, read["rss_growth"])
+
+
+def test_a_selection_reads_the_selected_samples_out_of_their_blocks(converted):
+    wanted = [_key(i) for i in range(SMALL) if i % 7 == 3]
+    dataset = wdsprep.dataset(_manifest(converted), "train", select="label == 3", shuffle_shards=False, shuffle_buffer=0)
+    samples = list(dataset.compose(wdsprep.decode(strip=True)))
+    assert [s["__key__"] for s in samples] == wanted
+    for sample in samples:
+        _same(converted, sample)
+    chosen = wdsprep.MapDataset(_manifest(converted), "train", keys=wanted[::5])
+    assert [chosen[i]["__key__"] for i in range(len(chosen))] == wanted[::5]
