@@ -149,9 +149,11 @@ class Block:
         """The block in `data` (its member's bytes, or its msgpack decoded by a plain reader), every
         bound checked before a row is made; a `FormatError` naming `what` and the broken rule."""
         try:
-            value = decode_msgpack(data) if isinstance(data, (bytes, bytearray, memoryview)) else data
+            # plain msgpack: `_checked` takes nothing but its one shape (no nesting to walk), msgpack's
+            # own depth limit stops a deeper one
+            value = msgpack.unpackb(data, raw=False) if isinstance(data, (bytes, bytearray, memoryview)) else data
             return cls._checked(value)
-        except (*DECODE_ERRORS, KeyError, TypeError) as error:
+        except (*DECODE_ERRORS, msgpack.StackError, KeyError, TypeError) as error:
             raise FormatError(f"{what}: not a packed block ({str(error) or type(error).__name__})") from None
 
     @classmethod
@@ -286,9 +288,10 @@ class Block:
                 if unpacker.tell() != end:
                     return None
             containers = _containers(data, ends)
-            for value in values:
-                if isinstance(value, (dict, list)):
-                    check_nesting(value, containers)
+            if containers > MAX_DEPTH:  # some row holds enough containers to nest too deep: each walked
+                for value in values:
+                    if isinstance(value, (dict, list)):
+                        check_nesting(value, containers)
         except Exception:  # noqa: BLE001 -- any failure: the rows are decoded one by one, each naming its own error
             return None
         return values
