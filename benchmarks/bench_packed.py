@@ -9,6 +9,10 @@ with and without `--pack`; MDS's by its `MDSWriter` (`{"data": "bytes", "label":
 by its `BinaryWriter` (`{"data": bytes, "label": int}`), uncompressed. Goals: packed S256 at most
 1.2x MDS's bytes; packed S64K at most 1.05x unpacked (big samples are not packed).
 
+Mixing. bench_mix.py's three parts (4 KiB float32 + a dict), converted with `--pack`, read alone
+and mixed (`wdsprep.mix` epochized, repeat 1) with bench_mix's own reads, with a shuffle buffer of
+1,000 and none. Goal: the mix at most 5% over its parts alone with the buffer.
+
 Read CPU. bench_peers.py's W3 (a 256-byte float32 array + a small dict, 20,000 samples), read as
 bench_peers reads it (shuffled: wdsprep's shard permutation and 1,000-sample buffer, LitData
 `shuffle=True`; decoded to an array and a dict; one process, and a 2-worker DataLoader with batch
@@ -93,6 +97,10 @@ def _dataset_bytes(directory: pathlib.Path) -> tuple[int, int]:
 def child(job: dict) -> dict:
     """One measurement in this process: a peer's write, or a read (CPU µs per sample)."""
     sys.path.insert(0, str(HERE))
+    if job["task"] == "mix":
+        import bench_mix
+
+        return bench_mix.read(job["system"], job["directory"])
     if job["task"] == "write":
         {"mds": _write_mds, "litdata": _write_litdata}[job["system"]](pathlib.Path(job["directory"]), job["size"], job["samples"])
         return {}
@@ -176,9 +184,44 @@ def _read_table(workdir: pathlib.Path) -> list[str]:
     return lines
 
 
+MIX_READS = ("wdsprep-alone", "wdsprep-mix", "wdsprep-alone-unbuffered", "wdsprep-mix-unbuffered")
+
+
+def _mix_table(workdir: pathlib.Path) -> list[str]:
+    """bench_mix's parts (4 KiB float32 + a dict: packable) converted with `--pack`, read alone and
+    mixed (epochized, repeat 1) by bench_mix's own reads, with a shuffle buffer of 1,000 and none."""
+    sys.path.insert(0, str(HERE))
+    import bench_mix
+
+    root = workdir / "mix"
+    for part, count in bench_mix.PARTS.items():
+        files = root / "files" / part
+        shutil.rmtree(files, ignore_errors=True)
+        bench_mix.write_sample_files(files, bench_mix._samples(part, count), prefix=part)
+        shutil.rmtree(root / "wdsprep" / part, ignore_errors=True)
+        _convert(files, root / "wdsprep" / part, "--pack", "--shard-bytes", bench_mix.SHARD_BYTES)
+    best: dict = {}
+    for _ in range(REPEATS):
+        for system in MIX_READS:
+            result = _spawn({"task": "mix", "system": system, "directory": str(root)})
+            kept = best.get(system)
+            if kept is None or "error" in kept or ("error" not in result and result["cpu_us"] < kept["cpu_us"]):
+                best[system] = result
+    lines = ["| reading (packed parts) | samples | CPU µs/sample | over its parts alone |", "|---|---:|---:|---:|"]
+    for system in MIX_READS:
+        result, alone = best[system], best[system.replace("mix", "alone")]
+        if "error" in result or "error" in alone:
+            lines.append(f"| {system} | n/a | n/a | n/a |")
+            continue
+        over = "—" if "alone" in system else f"{result['cpu_us'] / alone['cpu_us'] - 1:+.1%}"
+        lines.append(f"| {system} | {result['samples']:,} | {result['cpu_us']:.2f} | {over} |")
+    return lines
+
+
 def run(workdir: pathlib.Path) -> str:
     sizes, _ = _bytes_table(workdir)
     reads = _read_table(workdir)
+    mixes = _mix_table(workdir)
     return "\n".join([
         "## packed members: small samples at MDS's bytes (issue 48)",
         "",
@@ -194,6 +237,12 @@ def run(workdir: pathlib.Path) -> str:
         "interleaved runs in fresh processes). Goal: packed ≤ 0.5x LitData in both modes.",
         "",
         *reads,
+        "",
+        "Mixing packed parts (bench_mix's three parts of 4 KiB float32 + a dict, converted with `--pack`; "
+        "`wdsprep.mix` epochized, repeat 1, against each part's `wdsprep.dataset` alone, by bench_mix's own reads; "
+        f"best of {REPEATS}). Goal: at most +5% with a shuffle buffer of 1,000.",
+        "",
+        *mixes,
         "",
     ])
 
