@@ -56,6 +56,7 @@ FORMAT = "wdsprep-pack/1"
 PACK_SAMPLE_BYTES = 16 << 10  # a sample whose members hold at most this many bytes is packed
 PACK_BLOCK_BYTES = 64 << 10  # a block is closed once its rows hold this many bytes
 VARIABLE = -1  # a column's `size` when its rows' lengths vary (`ends` gives them)
+ONE_PASS_ROWS = 64  # a .mp column of this many rows or more is unpacked in one pass (fewer: row by row is cheaper)
 _COLUMN_FIELDS = ("head", "size", "ends", "data")
 
 
@@ -248,7 +249,7 @@ class Block:
             plain = member_decoder(name, strip)[1]
             if plain is decode_npy:
                 values = self._stacked(m, torch)
-            elif decode is decode_msgpack:
+            elif decode is decode_msgpack and len(self.keys) >= ONE_PASS_ROWS:
                 values = self._unpacked(m)
             else:
                 values = None
