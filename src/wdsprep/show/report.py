@@ -7,7 +7,7 @@ Python int, never cut to 32 bits (`model.seed_sequence`). `locate` maps a
 split number to (shard, position in shard) with the manifest's per-shard counts, no shard read.
 
 Fetching. For each shard holding a picked sample: its index (one read of the shard's tail: one
-Range request remotely), then each picked sample alone (`stream.read.sample_at`: one bounded read
+Range request remotely), then each picked sample alone (`stream.reading.read.sample_at`: one bounded read
 of exactly its bytes, checked against the index's digests). Nothing else of the shard is read,
 locally or over http(s)/s3. (A shard without an index, from an older manifest, is read from its
 start up to the last picked sample.)
@@ -70,7 +70,7 @@ def _picks(manifest, split: str, count: int, seed: int, selection) -> list[int]:
     """The split numbers drawn: `pick` over the split, or over the samples a selection keeps."""
     if selection is None:
         return pick(manifest.samples(split), count, seed, split)
-    from ..stream.catalog import Catalog
+    from ..stream.planning.catalog import Catalog
 
     kept = Catalog(manifest, split, selection).positions()
     return [int(kept[i]) for i in pick(len(kept), count, seed, split)]
@@ -80,7 +80,7 @@ def fetch(manifest, split: str, numbers: list[int]) -> Iterator[tuple[int, str, 
     """(split number, shard url, raw sample) of each picked number, reading only those samples."""
     from ..shards.index import has_index
     from ..storage import open_url
-    from ..stream.read import load_index, read_samples, sample_at
+    from ..stream.reading.read import load_index, read_samples, sample_at
 
     rows, urls = manifest.shards(split), manifest.shard_urls(split)
     wanted: dict[int, list[tuple[int, int]]] = {}
@@ -245,7 +245,7 @@ def build_report(location: str, hook_for: Callable[[str], tuple[Callable, str]],
     """Pick, fetch and draw the samples of `location` (a shard directory or manifest URL) with the
     hook `hook_for(manifest's source id)` gives, with its note (`Report.source_note`, "" for none):
     which source may draw is the command's to decide (`wdsprep.commands.show`: the plugin gate).
-    With a `selection` (`stream.catalog.Selection`) the picks are drawn among the samples it keeps."""
+    With a `selection` (`stream.planning.catalog.Selection`) the picks are drawn among the samples it keeps."""
     from ..shards.codec import decode_sample
     from ..stream import load_manifest
 

@@ -15,8 +15,8 @@ NoSuchKey) fails at once with an error naming the URL.
 
 Bounded reads. `ResumingScheme.read_into(url, offset, view, check)` fills a buffer with one bounded
 Range request, resumed within its range: what `storage.read_range` (`wdsprep show`,
-`stream.read.sample_at`), random access (stream/access.py: `wdsprep.MapDataset`) and the dataset's
-read-ahead (stream/remote.py) read remote bytes with, the last two in parallel over the scheme's
+`stream.reading.read.sample_at`), random access (stream/reading/access.py: `wdsprep.MapDataset`) and the dataset's
+read-ahead (stream/reading/readahead.py) read remote bytes with, the last two in parallel over the scheme's
 pooled connections. Bodies give what one read of the connection
 gives (`readinto1` / `read1`, so a slow body is judged between reads), and `close()` gives a
 connection read to its end back to the scheme's pool.

@@ -32,7 +32,7 @@ differ from its manifest row raises `ShardError` before its first sample.
   What is taken is always what was digested.
   Remote shards are read sample by sample: each member's data straight into its own bytearray
   (`readinto`), its header and padding into a scratch block, the three digested as they arrive.
-  The dataset's remote stream is a piece's own bytes fetched ahead (stream/remote.py), which hands
+  The dataset's remote stream is a piece's own bytes fetched ahead (stream/reading/readahead.py), which hands
   over the shard's index with it; this check is the same on that stream as on any other.
   A mismatch names the shard and the member. `sample_at` reads one sample alone the same way
   (one bounded read of its bytes: what `wdsprep show` fetches of a picked sample).
@@ -51,7 +51,7 @@ differ from its manifest row raises `ShardError` before its first sample.
   for, and would make every piece of it download the whole shard).
 - Every other reader of shard bytes goes through this module or checks alike, so no path yields an
   unchecked byte. Random access (`wdsprep.MapDataset`, the map-style classes, the noisebase
-  loader) is stream/access.py's: the index loaded once per shard (`load_index`), a read of samples
+  loader) is stream/reading/access.py's: the index loaded once per shard (`load_index`), a read of samples
   one bounded read of their bytes, each member checked against its digest (`_corrupt` names one
   that fails) before anything is returned (an older local shard is hashed whole first,
   `check_whole`, and indexed in memory; an older remote one is refused with `UNINDEXED_REMOTE`).
@@ -68,15 +68,15 @@ import threading
 from bisect import bisect_right
 from typing import BinaryIO, Iterator
 
-from ..errors import ShardError
-from ..shards.codec import DECODE_ERRORS, member_decoder
-from ..shards.index import (ROW_FIELDS, ShardIndex, adopted, check_index_fields, digest_of, has_index, member_span,
+from ...errors import ShardError
+from ...shards.codec import DECODE_ERRORS, member_decoder
+from ...shards.index import (ROW_FIELDS, ShardIndex, adopted, check_index_fields, digest_of, has_index, member_span,
                             tiling_problem,
                             xxh3_64)
-from ..shards.tarformat import BLOCK, TarCursor, group_samples
-from ..storage import BUFFER, local_path, open_from, open_url, read_range
-from ..storage.files import fill
-from ..storage.resuming import ObjectCheck
+from ...shards.tarformat import BLOCK, TarCursor, group_samples
+from ...storage import BUFFER, local_path, open_from, open_url, read_range
+from ...storage.files import fill
+from ...storage.resuming import ObjectCheck
 
 
 # a remote shard without an index: refused (module docstring), on every read path
@@ -192,7 +192,7 @@ def read_samples(url: str, row: dict, start: int, stop: int, stream: BinaryIO, *
     yields each sample's number (an int) once its bytes are checked, and `take(number)` copies it
     out when wanted; `in_order` says the numbers are taken in the order they come, each before the
     next is asked for (no shuffle buffer). Samples read from a stream are dicts either way. `index`:
-    the shard's index, already loaded and checked against `row` (the read-ahead's: stream/remote.py),
+    the shard's index, already loaded and checked against `row` (the read-ahead's: stream/reading/readahead.py),
     else it is read first.
     """
     if has_index(row):
@@ -225,7 +225,7 @@ def _indexed(url: str, row: dict, start: int, stop: int, stream: BinaryIO, lazy:
     if index.offsets[start]:
         stream.seek(index.offsets[start])
     scratch = memoryview(bytearray(BLOCK))
-    take = getattr(stream, "take", None)  # the read-ahead's in-memory blocks (stream/remote.py)
+    take = getattr(stream, "take", None)  # the read-ahead's in-memory blocks (stream/reading/readahead.py)
     indexed_etag = row.get("etag")  # an adopted shard's, read as one stream: its response is checked once read
     for i, end in zip(range(start, stop), ends):
         sample = _streamed(url, index, i, end, stream, scratch, take)

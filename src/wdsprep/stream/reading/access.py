@@ -37,7 +37,7 @@ mismatch is a `ShardError` naming the shard and the member, raised by the call t
 sample; a sample elsewhere (in a gap of a merged span included) is never checked, so it fails no
 call that does not ask for it.
 
-Cache. With a `ShardCache` (stream/cache.py), a remote shard is downloaded whole into the cache at its
+Cache. With a `ShardCache` (stream/reading/cache.py), a remote shard is downloaded whole into the cache at its
 first use (one request, the entry admitted only once the shard's size and sha256 match its row), and
 read from there: its index and samples then cost no request, in this process or any other sharing
 the directory, until the entry is evicted. A shard larger than the whole cache is read remotely. An
@@ -60,12 +60,12 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
-from ..errors import ShardError
-from ..readoptions import ReadOptions
-from ..shards.index import ShardIndex, adopted, digest_of, has_index, member_span, tiling_problem
-from ..shards.tarformat import BLOCK, index_samples
-from ..storage import local_path, scheme_for, scheme_of
-from ..storage.resuming import ObjectCheck
+from ...errors import ShardError
+from ...readoptions import ReadOptions
+from ...shards.index import ShardIndex, adopted, digest_of, has_index, member_span, tiling_problem
+from ...shards.tarformat import BLOCK, index_samples
+from ...storage import local_path, scheme_for, scheme_of
+from ...storage.resuming import ObjectCheck
 from .cache import Entry
 from .read import UNINDEXED_REMOTE, IndexCache, check_identity, check_whole, load_index, object_check
 from .read import _corrupt as corrupt_member  # the one wording of a member that fails its digest
@@ -413,8 +413,8 @@ class ShardAccess:
     def _thread_pool(self) -> ThreadPoolExecutor:
         with self._lock:
             if self._pool is None:
-                from .dataset import worker_info
-                from .remote import worker_connections
+                from ..world import worker_info
+                from .readahead import worker_connections
 
                 _, workers = worker_info()
                 self._connections = worker_connections(self.options.max_connections, workers)
