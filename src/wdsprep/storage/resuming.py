@@ -71,6 +71,12 @@ class RateFloor:
                 "WDSPREP_MIN_RATE and WDSPREP_RATE_WINDOW set the limit)")
 
 
+def wrong_size(url: str, size: int, expected: int) -> ShardError:
+    """The one wording of a shard whose size is not its manifest row's (a response's total, a
+    download into the cache, a local file)."""
+    return ShardError(url, f"shard is {size} bytes, manifest says {expected}")
+
+
 class ObjectCheck:
     """What every response for one object must agree on: its total size (`size`: the one the caller
     knows, a manifest row's, else the first response's) and its ETag (`etag`: the one the caller
@@ -83,7 +89,7 @@ class ObjectCheck:
     def check(self, url: str, total: int | None, etag: str | None) -> None:
         if self.size is not None and total is not None and total != self.size:
             if self.known:
-                raise ShardError(url, f"shard is {total} bytes, manifest says {self.size}")
+                raise wrong_size(url, total, self.size)
             raise ShardError(url, f"object changed while reading (size {self.size} -> {total})")
         if self.etag and etag and etag != self.etag:
             if self.indexed:

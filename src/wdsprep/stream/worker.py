@@ -53,7 +53,8 @@ from .planning.plan import (
     worker_run,
 )
 from .planning.catalog import Catalog
-from .reading.read import LocalShard, read_samples, sample_at
+from .reading.access import ShardAccess
+from .reading.read import INDEXES, LocalShard, read_samples
 from .reading.readahead import ReadAhead, reads_ahead
 from .planning.state import Position
 
@@ -184,7 +185,7 @@ class ShardReader:
                      keep: bool = True, made_ahead: int = 1) -> Iterator:
         """This worker's raw samples, checked against their rows. With `held` (a dict), samples of
         local shards come as ints, `slot << 32 | sample number`, with `held[slot]` = (LocalShard,
-        piece start, the cache entry it reads or None): copied out when delivered (`samples`). A cache
+        piece start, the cache entry it reads or None, the shard's row): copied out when delivered (`samples`). A cache
         entry that fails its check is dropped (`ShardCache.drop`) and the piece read on from its URL.
         Without `keep`, a shard's slot goes when the next shard is read (for a consumer that takes
         every int before asking for the next).
@@ -238,7 +239,7 @@ class ShardReader:
                                         if not keep:
                                             held.clear()
                                         slot += 1
-                                        held[slot] = (sample, piece.start, entry)
+                                        held[slot] = (sample, piece.start, entry, row)
                                         if entry is None:
                                             yield from sample.checked(slot << 32)
                                             continue
@@ -331,13 +332,13 @@ class ShardReader:
         for item in samples:
             counter.pulled += 1
             if item.__class__ is not dict:  # a sample of a local (or cached) shard, checked, to take
-                shard, piece_start, entry = held[item >> 32]
+                shard, piece_start, entry, row = held[item >> 32]
                 index = item & 0xFFFFFFFF
                 try:  # copied out of the shard's buffer: raw, or only located there when fused
                     sample = shard.take(index) if decode is None else shard.members(index)
                 except ShardError as error:
                     try:
-                        item = self._read_again(entry, shard, index, piece_start, error)
+                        item = self._read_again(entry, shard, row, index, piece_start, error)
                     except ShardError as failed:
                         if handler(failed):
                             continue
@@ -361,14 +362,17 @@ class ShardReader:
             if sample is not None:
                 yield sample
 
-    def _read_again(self, entry, shard: LocalShard, index: int, piece_start: int, error: ShardError) -> dict:
-        """Sample `index` of `shard`, whose cache `entry` failed its check as the sample was taken
-        (`error`): the entry dropped, the sample read alone from the shard's URL (one request) and
-        stamped. Without an entry, `error` is the shard's."""
+    def _read_again(self, entry, shard: LocalShard, row: dict, index: int, piece_start: int, error: ShardError) -> dict:
+        """Sample `index` of `shard` (its manifest `row`), whose cache `entry` failed its check as the
+        sample was taken (`error`): the entry dropped, the sample read alone from the shard's URL by
+        the one checked random read (stream/reading/access.py: one request; its index, loaded from the
+        entry and checked, is the streaming readers' `INDEXES`') and stamped. Without an entry,
+        `error` is the shard's."""
         if entry is None:
             raise error
         self.cache.drop(entry, shard.url, error)
-        return _stamp(sample_at(shard.url, shard.index, index), index, piece_start, self.epoch)
+        access = ShardAccess([shard.url], [row], options=self.options, indexes=INDEXES)
+        return _stamp(access.read([(0, index, None)])[0], index, piece_start, self.epoch)
 
     def carried_discards(self, plan: WorkerPlan) -> dict[int, int]:
         """Stream positions of this worker's samples whose outputs were partly delivered before an

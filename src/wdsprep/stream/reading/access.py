@@ -62,13 +62,15 @@ from typing import Sequence
 
 from ...errors import ShardError
 from ...readoptions import ReadOptions
-from ...shards.index import ShardIndex, adopted, digest_of, has_index, member_span, tiling_problem
+from ...shards.index import ShardIndex, adopted, digest_of, has_index, member_span, miscounted, tiling_problem
 from ...shards.tarformat import BLOCK, index_samples
 from ...storage import local_path, scheme_for, scheme_of
 from ...storage.resuming import ObjectCheck
 from .cache import Entry
 from .read import UNINDEXED_REMOTE, IndexCache, check_identity, check_whole, load_index, object_check
 from .read import _corrupt as corrupt_member  # the one wording of a member that fails its digest
+from .read import _preadv as pread_exactly  # a local read: short is the one truncation error
+from .readahead import fetch_range, worker_connections
 
 INDEX_CACHE = 1024  # shard indexes kept per process
 OPEN_FILES = 64  # descriptors of local or cached shards kept open per process
@@ -117,14 +119,17 @@ class _Span:
 class ShardAccess:
     """Random access to the samples of shards `urls` (their manifest `rows`): see the module docstring."""
 
-    def __init__(self, urls: Sequence[str], rows: Sequence[dict], *, cache=None, options: ReadOptions | None = None):
+    def __init__(self, urls: Sequence[str], rows: Sequence[dict], *, cache=None, options: ReadOptions | None = None,
+                 indexes: IndexCache | None = None):
         self.urls, self.rows = list(urls), list(rows)
         if len(self.urls) != len(self.rows):
             raise ValueError(f"{len(self.urls)} shard URLs for {len(self.rows)} rows")
         self.cache = cache
         self.options = ReadOptions.from_environment() if options is None else options  # checked when made
         self._numbers: dict[str, int] | None = None  # URL -> shard (built by the first `shard` call)
-        self._indexes = IndexCache(INDEX_CACHE)  # the shards' indexes (by URL and index digest)
+        # the shards' indexes (by URL and index digest): its own, or the streaming readers' (`read.INDEXES`:
+        # a worker reading a sample again after its cache entry failed)
+        self._indexes = IndexCache(INDEX_CACHE) if indexes is None else indexes
         self._start_process()
 
     def _start_process(self) -> None:
@@ -261,18 +266,13 @@ class ShardAccess:
             if file is None:
                 raise ShardError(url, UNINDEXED_REMOTE)
             return index_of_hashed(url, row, file.fd, self._paths[shard])
-        if adopted(row):  # its index is in its split's index file (one read); the shard itself is not read
-            return load_index(url, row, cache=None)
-        if file is not None:
+        # the one index loader (kept by `indexes`): an adopted shard's from its split's index file (one
+        # read; the shard itself is not read), else the tail of the open file, or one bounded request
+        fd = file.fd if file is not None and not adopted(row) else None
+        if fd is not None:
             self._count(reads=1)
-            return load_index(url, row, file.fd, cache=None)  # kept by `indexes`
-        tail = bytearray(row["bytes"] - row["index_offset"])
-        self._count(index_requests=1, bytes=len(tail))
-        got = scheme_for(url).configured(self.options).read_into(url, row["index_offset"], memoryview(tail), self._check(shard))
-        if got != len(tail):
-            raise ShardError(url, f"truncated shard: it ends at byte {row['index_offset'] + got}, "
-                                  f"manifest says {row['bytes']} bytes")
-        return ShardIndex.from_tail(url, row, tail)
+        return load_index(url, row, fd, cache=None,
+                          read_tail=lambda: self._request(shard, row["index_offset"], row["bytes"], "index_requests"))
 
     def _check(self, shard: int) -> ObjectCheck:
         with self._lock:
@@ -360,22 +360,19 @@ class ShardAccess:
 
     def _fetch(self, shard: int, low: int, high: int) -> bytes | bytearray:
         """Bytes [low, high) of the shard: one pread, or one bounded Range request."""
-        url = self.urls[shard]
         file = self._file(shard)
-        if file is not None:
-            self._count(reads=1)
-            try:
-                data = os.pread(file.fd, high - low, low)
-            except OSError as error:
-                raise ShardError(url, f"read error at byte {low}: {error.strerror or error}") from None
-        else:
-            data = bytearray(high - low)
-            self._count(requests=1, bytes=high - low)
-            got = scheme_for(url).configured(self.options).read_into(url, low, memoryview(data), self._check(shard))
-            data = memoryview(data)[:got]
-        if len(data) != high - low:
-            raise ShardError(url, f"truncated shard: bytes {low}-{high - 1} end at byte {low + len(data)}")
+        if file is None:
+            return self._request(shard, low, high, "requests")
+        self._count(reads=1)
+        data = bytearray(high - low)
+        pread_exactly(self.urls[shard], file.fd, [memoryview(data)], low)
         return data
+
+    def _request(self, shard: int, low: int, high: int, counter: str) -> bytearray:
+        """Bytes [low, high) of a remote shard: the read-ahead's one Range request, counted as `counter`."""
+        url = self.urls[shard]
+        self._count(**{counter: 1}, bytes=high - low)
+        return fetch_range(url, scheme_for(url).configured(self.options), low, high, self._check(shard))
 
     def _sample(self, index: ShardIndex, span: _Span, view: memoryview, low: int) -> dict:
         """The span's sample from the bytes of its run (starting at shard byte `low`), each member checked."""
@@ -414,7 +411,6 @@ class ShardAccess:
         with self._lock:
             if self._pool is None:
                 from ..world import worker_info
-                from .readahead import worker_connections
 
                 _, workers = worker_info()
                 self._connections = worker_connections(self.options.max_connections, workers)
@@ -445,5 +441,5 @@ def index_of_hashed(url: str, row: dict, fd: int, path: str) -> ShardIndex:
             sizes.append(size)
             digests.append(digest_of(os.pread(fd, end - start, start)))
     if len(keys) != row["samples"]:
-        raise ShardError(url, f"shard holds {len(keys)} samples, manifest says {row['samples']}")
+        raise miscounted(url, len(keys), row)
     return ShardIndex(url, tuple(keys), tuple(offsets), tuple(layout), tuple(layouts), tuple(sizes), tuple(digests), end)

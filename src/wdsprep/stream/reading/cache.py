@@ -43,6 +43,8 @@ from ...checks import size
 from ...errors import ConfigError, OutputError, ShardError
 from ...storage import BUFFER, local_path, open_url
 from ...storage.files import open_regular
+from ...storage.resuming import wrong_size
+from .read import wrong_sha256
 
 SUFFIX = ".tar"
 DRAIN_BYTES = 1 << 20  # on close, read at most this much more to complete an entry (the tar end blocks)
@@ -127,9 +129,9 @@ class ShardCache:
                 while stream.read(BUFFER):
                     pass
                 if stream.count != size and size is not None:
-                    raise ShardError(url, f"shard is {stream.count} bytes, manifest says {size}")
+                    raise wrong_size(url, stream.count, size)
                 if sha256 is not None and stream.digest.hexdigest() != sha256:
-                    raise ShardError(url, "sha256 differs from the manifest row (corrupt or changed shard)")
+                    raise wrong_sha256(url)
         return (path if os.path.exists(path) else None), downloaded
 
     # -- bookkeeping

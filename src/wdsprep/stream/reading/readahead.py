@@ -77,7 +77,8 @@ from ...errors import ShardError
 from ...readoptions import ReadOptions
 from ...shards.index import ShardIndex, adopted, check_index_fields, has_index, samples_end
 from ...storage import scheme_for, scheme_of
-from .read import INDEXES, load_index, object_check
+from ...storage.resuming import ObjectCheck
+from .read import INDEXES, load_index, object_check, truncated
 
 MIB = 1 << 20
 # Range requests at once. By default a rank (a process and its DataLoader workers) sends up to
@@ -118,6 +119,18 @@ def reads_ahead(url: str, row: dict) -> bool:
 def _parse_index(url: str, row: dict, tail) -> ShardIndex:
     """The index from the shard's bytes [index_offset, bytes) (checked against the row), kept."""
     return INDEXES.put(url, row, ShardIndex.from_tail(url, row, bytes(tail)))
+
+
+def fetch_range(url: str, scheme, start: int, stop: int, check: ObjectCheck) -> bytearray:
+    """Bytes [start, stop) of the shard at `url`: the one Range request of the read side (the
+    read-ahead's ranges, and random access's runs and index tails, stream/reading/access.py), the
+    scheme's bounded read (`read_into`: resumed within the range, every response checked by `check`).
+    Fewer bytes than asked is the shard's one truncation error (`read.truncated`)."""
+    buffer = bytearray(stop - start)
+    got = scheme.read_into(url, start, memoryview(buffer), check)
+    if got != len(buffer):
+        raise truncated(url, start, stop, start + got)
+    return buffer
 
 
 # states of a range
@@ -293,12 +306,9 @@ class _Engine:
             job = r.job
             try:
                 if r is job.tail and adopted(job.row):  # the index of an adopted shard (checked, kept)
-                    buffer, got = load_index(job.url, job.row), 0
+                    buffer = load_index(job.url, job.row)
                 else:
-                    buffer = bytearray(r.size)
-                    got = job.scheme.read_into(job.url, r.start, memoryview(buffer), job.check)
-                if got != r.size:
-                    raise ShardError(job.url, f"truncated shard: bytes {r.start}-{r.stop - 1} end at byte {r.start + got}")
+                    buffer = fetch_range(job.url, job.scheme, r.start, r.stop, job.check)
                 error = None
             except BaseException as caught:  # handed to the reader, raised where it reaches this range
                 buffer, error = None, caught
