@@ -1485,3 +1485,12 @@ MUTATIONS += [
              (("        spans = sizes + np.asarray(self.heads, np.int64) + (-sizes % BLOCK)", "        spans = sizes + BLOCK + (-sizes % BLOCK)"),),
              ("tests/core/test_adopt.py",)),
 ]
+# -- issue 45, item 2: one member check, one wording, on every read path (stream/reading/read.py)
+MUTATIONS += [
+    Mutation("member-check-short-read-silent", "the shared local read check takes a shard that ends before the bytes "
+             "its index lists as read (the rest left zero: a digest error, not the truncation it is)",
+             "src/wdsprep/stream/reading/read.py",
+             (("            if got == 0:\n                raise truncated(url, offset, offset + want, offset + done)\n",
+               "            if got == 0:\n                break\n"),),
+             ("tests/core/test_member_check.py", "tests/core/test_shard_replaced.py")),
+]

@@ -14,10 +14,11 @@ an error rather than a silent splice. Nothing is written to disk. A missing obje
 NoSuchKey) fails at once with an error naming the URL.
 
 Bounded reads. `ResumingScheme.read_into(url, offset, view, check)` fills a buffer with one bounded
-Range request, resumed within its range: what `storage.read_range` (`wdsprep show`,
-`stream.reading.read.sample_at`), random access (stream/reading/access.py: `wdsprep.MapDataset`) and the dataset's
-read-ahead (stream/reading/readahead.py) read remote bytes with, the last two in parallel over the scheme's
-pooled connections. Bodies give what one read of the connection
+Range request, resumed within its range: what `storage.read_range` (an adopted shard's index in its
+split's index file), random access (stream/reading/access.py: `wdsprep.MapDataset`, `wdsprep show`
+and `inspect`) and the dataset's read-ahead (stream/reading/readahead.py: `fetch_range`, the
+request both make) read remote bytes with, the last two in parallel over the scheme's pooled
+connections. Bodies give what one read of the connection
 gives (`readinto1` / `read1`, so a slow body is judged between reads), and `close()` gives a
 connection read to its end back to the scheme's pool.
 
