@@ -8,7 +8,8 @@ samples (`__key__`, `__url__`, member -> bytearray) in that order.
 
 Indexes. A shard's index is loaded at its first use and kept: one read of the shard's tail (the
 index member and the end-of-archive blocks; one bounded Range request remotely, a `pread` locally),
-checked against the manifest row (`ShardIndex.from_tail`). The last `INDEX_CACHE` indexes are kept
+checked against the manifest row by the one index loader (`read.load_index`, handed this class's
+bounded, counted request of the tail; `ShardIndex.from_tail`). The last `INDEX_CACHE` indexes are kept
 per process, the least recently used dropped first; the indexes of one call are loaded together
 (remote ones in parallel). A shard without an index (an older manifest) is hashed whole against its
 row first when it is local or cached, and indexed in memory (`index_of_hashed`); a remote one is
@@ -21,12 +22,13 @@ member to the padding of its last (the whole sample when all members are wanted)
 one shard, sorted by offset, that touch (or, in a remote shard, lie at most the `ReadOptions`'
 `gap_bytes` apart: 256 KiB by default, the read-ahead's first range, whose transfer costs about what
 one more round trip does) are merged, and each merged span is ONE read: an `os.pread`
-of a local (or cached) shard, ONE bounded Range request of a remote one (`Scheme.read_into`,
+of a local (or cached) shard, ONE bounded Range request of a remote one (the read-ahead's
+`readahead.fetch_range` over `Scheme.read_into`,
 storage/resuming.py: resumed at its first missing byte after a drop, every response checked for the
 row's size and, per shard, one ETag). The bytes between two samples of a merged span are read and
 dropped: never checked, never returned. A call's remote requests (of different shards, or of runs
 of one shard too far apart to merge) go in parallel, at most `max_connections` at once (default:
-the read-ahead's share per DataLoader worker, `remote.worker_connections`), over the scheme's pooled
+the read-ahead's share per DataLoader worker, `readahead.worker_connections`), over the scheme's pooled
 keep-alive connections (storage/http.py, storage/s3.py: the ones the read-ahead uses), with the
 `ReadOptions` given (`options`: retries, timeouts, the rate floor; None: the environment's, read when
 the `ShardAccess` is made).
@@ -35,7 +37,9 @@ Checks. Every member in a sample's span, header, data and padding, is checked ag
 the index before the sample is returned, and a whole sample must end where the next one starts. A
 mismatch is a `ShardError` naming the shard and the member, raised by the call that asked for that
 sample; a sample elsewhere (in a gap of a merged span included) is never checked, so it fails no
-call that does not ask for it.
+call that does not ask for it. The checks and their wording are stream/reading/read.py's, the
+streaming reader's (`_corrupt`, `truncated`: a read that comes back short, local or remote,
+`miscounted`, `tiling_problem`): the same shard fault is the same line on every path.
 
 Cache. With a `ShardCache` (stream/reading/cache.py), a remote shard is downloaded whole into the cache at its
 first use (one request, the entry admitted only once the shard's size and sha256 match its row), and
