@@ -1,7 +1,7 @@
 """`wdsprep.mix` against an independent reference model (plain Python over the parts' key lists;
 nothing imported from `wdsprep.stream`).
 
-The model states the mix's rules (stream/mix.py M1-M6 over stream/planning/plan.py's rules 1-7) in the order
+The model states the mix's rules (stream/mix.py M1-M6 over stream/plan.py's rules 1-7) in the order
 a reader would check them by hand:
 1. sizes: a part's size is its samples (its outputs, when it declares them);
 2. epoch counts n_p: weighted, the largest-remainder apportionment of a total S by the weights
