@@ -71,9 +71,9 @@ from ...shards.tarformat import BLOCK, index_samples
 from ...storage import local_path, scheme_for, scheme_of
 from ...storage.resuming import ObjectCheck
 from .cache import Entry
-from .read import UNINDEXED_REMOTE, IndexCache, check_identity, check_whole, load_index, object_check
+from .read import (UNINDEXED_REMOTE, IndexCache, check_identity, check_whole, load_index, object_check, truncated,
+                   unreadable)
 from .read import _corrupt as corrupt_member  # the one wording of a member that fails its digest
-from .read import _preadv as pread_exactly  # a local read: short is the one truncation error
 from .readahead import fetch_range, worker_connections
 
 INDEX_CACHE = 1024  # shard indexes kept per process
@@ -367,9 +367,14 @@ class ShardAccess:
         file = self._file(shard)
         if file is None:
             return self._request(shard, low, high, "requests")
+        url = self.urls[shard]
         self._count(reads=1)
-        data = bytearray(high - low)
-        pread_exactly(self.urls[shard], file.fd, [memoryview(data)], low)
+        try:
+            data = os.pread(file.fd, high - low, low)
+        except OSError as error:
+            raise unreadable(url, low, error) from None
+        if len(data) != high - low:
+            raise truncated(url, low, high, low + len(data))
         return data
 
     def _request(self, shard: int, low: int, high: int, counter: str) -> bytearray:

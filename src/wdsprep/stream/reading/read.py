@@ -269,7 +269,7 @@ def _preadv(url: str, fd: int, buffers: list, offset: int) -> None:
                 raise truncated(url, offset, offset + want, offset + done)
             done += got
     except OSError as error:
-        raise ShardError(url, f"read error at byte {offset}: {error.strerror or error}") from None
+        raise unreadable(url, offset, error) from None
 
 
 class _Buffers:
@@ -529,6 +529,11 @@ def _streamed(url: str, index: ShardIndex, i: int, end: int, stream: BinaryIO, s
 def _corrupt(url: str, key: str, name: str) -> ShardError:
     """The one wording of a member that fails its digest."""
     return ShardError(url, f"member {key}.{name}: corrupt (its header, data or padding differ from the shard's index)")
+
+
+def unreadable(url: str, offset: int, error: OSError) -> ShardError:
+    """The one wording of a local shard whose read failed (an I/O error, not a short read)."""
+    return ShardError(url, f"read error at byte {offset}: {error.strerror or error}")
 
 
 def wrong_sha256(url: str) -> ShardError:
