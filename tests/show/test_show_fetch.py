@@ -49,9 +49,9 @@ def _expected_requests(shards, split, numbers):
     expected, keys, flat = set(), {}, []
     for name, layout, size, index_offset in _layouts(shards, split):
         for key, first, end in layout:
-            flat.append((name, key, first, end, index_offset))
+            flat.append((name, key, first, end, index_offset, size))
     for number in numbers:
-        name, key, first, end, index_offset = flat[number]
+        name, key, first, end, index_offset, size = flat[number]
         keys[number] = (key, name)
         expected.add((name, f"bytes={index_offset}-{size - 1}"))
         expected.add((name, f"bytes={first}-{end - 1}"))
