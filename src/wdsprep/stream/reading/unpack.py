@@ -5,14 +5,14 @@ its samples as every other shard's: the manifest's counts, the planner's dealing
 a selection's kept numbers and `MapDataset[i]` are all sample numbers. Each read path turns the
 samples it is asked for into the entries (tar member groups: a sample stored whole, or a block) that
 hold them, reads those entries as it reads any shard's samples (every byte checked against its
-digest first: stream/read.py), and hands out the samples:
+digest first: reading/read.py), and hands out the samples:
 
 - streamed (`read.read_samples`): `read_packed` reads the entries holding [start, stop) and yields
   the samples of that range only, so a run that resumes at a sample inside a block starts at that
   row; a local shard read lazily comes as a `PackedShard`, which numbers samples as a `LocalShard`
   does (`checked()`, `take(i)`, `members(i)`, `decode_members`, `release`);
-- one sample alone (`read.sample_at`) and random access (stream/access.py): the whole block, one
-  read, then the row (`entry_sample`, `PackedRequests`).
+- random access (reading/access.py: MapDataset, show, inspect, a sample read again): the whole
+  block, one read, then the row (`PackedRequests`).
 
 A block is parsed only after its member matched its digest, and checked before any of its samples
 is handed out: its bounds (shards/packed.py `Block.parse`) and its keys against the index's; either
@@ -22,13 +22,13 @@ from __future__ import annotations
 
 from typing import Callable, Iterator, Sequence
 
-from ..shards.index import ShardIndex
-from ..shards.packed import PACK_MEMBER, Block, block_of
+from ...shards.index import ShardIndex
+from ...shards.packed import PACK_MEMBER, Block, block_of
 
 
 def read_packed(url: str, index: ShardIndex, start: int, stop: int, entries: Callable[[int, int], Iterator]) -> Iterator:
     """Samples [start, stop) of the packed shard `index` describes: `entries(first, end)` reads its
-    entries [first, end) the way stream/read.py reads samples (raw dicts, checked; or one lazily
+    entries [first, end) the way reading/read.py reads samples (raw dicts, checked; or one lazily
     read `LocalShard`), and each is unpacked here to the samples of the range it holds."""
     pack = index.pack
     stop = min(stop, len(pack))
@@ -51,14 +51,6 @@ def read_packed(url: str, index: ShardIndex, start: int, stop: int, entries: Cal
 def _block(url: str, index: ShardIndex, entry: int, data) -> Block:
     held = index.pack.samples(entry)
     return block_of(url, index.keys[entry], data, index.pack.keys[held.start : held.stop])
-
-
-def entry_sample(url: str, index: ShardIndex, entry: int, sample: dict, row: int | None) -> dict:
-    """Sample `row` of the entry read as the raw `sample` (checked already): itself when it is a
-    sample stored whole (`row` None or 0 there), else that row of its block."""
-    if index.pack is None or not index.pack.rows[entry]:
-        return sample
-    return _block(url, index, entry, sample[PACK_MEMBER]).sample(row, url)
 
 
 def _member_bytes(index: ShardIndex, entry: int, members: tuple):
@@ -141,7 +133,7 @@ class PackedShard:
 
 
 class PackedRequests:
-    """Random access's side (stream/access.py): the samples asked for, (shard, sample number,
+    """Random access's side (reading/access.py): the samples asked for, (shard, sample number,
     member names), as the entries to read — a block whole — and, once read, each sample taken out."""
 
     def __init__(self, indexes: dict, wanted: Sequence[tuple]):
