@@ -31,6 +31,13 @@ end-of-archive blocks must be the 1024 zero bytes that end the file at the row's
 size an index gives exceeds the shard's bytes before it, and no reader allocates more for a member
 or a sample than the shard holds (the index member itself was read at `index_offset`).
 
+Packed shards (`wdsprep convert --pack`, shards/packed.py): a shard holding a packed block (one member
+for a run of small samples) has a `wdsprep-index/3` index: `keys` lists every SAMPLE, the other columns
+are per entry (a tar member group: a sample stored whole, or a block), and `rows` (uint32 per entry)
+says how many samples each holds (0: a sample stored whole). In memory `keys` are then the entries'
+(each its first sample's) and `pack` (a `PackMap`) numbers the samples; a shard without a block keeps
+`/2`, byte for byte.
+
 Adopted shards (`wdsprep index`, wdsprep/adopt.py: WebDataset tars other tools wrote, left as they
 are). Their index cannot live in the shard: it is the same msgpack map, kept in the split's index
 file beside the manifest (`<split>.index`, the indexes back to back), and the shard's row says where
