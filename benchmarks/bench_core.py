@@ -16,7 +16,7 @@ from _smoke import sized
 from wdsprep.shards.codec import Encoder
 from wdsprep.shards.index import ROW_FIELDS, digest_of, member_span
 from wdsprep.shards.manifest import Manifest
-from wdsprep.stream.read import load_index
+from wdsprep.stream.reading.read import load_index
 from wdsprep.shards.writer import ShardWriter
 
 SAMPLES = sized(20_000, 300)

@@ -143,7 +143,7 @@ def child(args: dict) -> dict:
 
     import wdsprep
     import wdsprep.stream.dataset  # noqa: F401  (what wdsprep.dataset imports on first use: not timed)
-    import wdsprep.stream.remote  # noqa: F401
+    import wdsprep.stream.reading.readahead  # noqa: F401
 
     before = _memory()
     options = dict(args.get("options", {}))

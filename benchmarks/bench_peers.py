@@ -158,7 +158,7 @@ def _floor_items(directory: str, worker: int = 0, workers: int = 1):
 
     from wdsprep.shards.codec import npy_header_span, npy_meta
     from wdsprep.shards.manifest import Manifest
-    from wdsprep.stream.read import load_index
+    from wdsprep.stream.reading.read import load_index
 
     manifest = Manifest.loads(pathlib.Path(directory, "manifest.json").read_bytes())
     for row in manifest.splits["train"][worker::workers]:

@@ -23,7 +23,7 @@ stream per piece, what wdsprep did before its read-ahead), for comparison. *CPU 
 reading process's CPU (user + sys, its DataLoader workers included, imports excluded) per 100 MB on
 the wire: what other processes on a busy machine change least.
 
-Quick mode, for every change of the read path (stream/remote.py, worker.py, read.py, storage/):
+Quick mode, for every change of the read path (stream/reading/readahead.py, worker.py, read.py, storage/):
 `BENCH_REMOTE_QUICK=1` (`make bench-remote`) measures wdsprep alone over HTTP, unshaped and at
 40 ms, with 0 and 2 workers, 3 interleaved runs, and prints its table (BENCHMARKS.md untouched).
 """

@@ -71,7 +71,7 @@ from .shards.tarformat import TarCursor, sample_members, webdataset_member
 from .storage import BUFFER, local_path, open_store, open_url, scheme_of
 from .storage.files import remove_quietly
 from .storage.local import LOCK_NAME
-from .stream.read import Sha256Reader
+from .stream.reading.read import Sha256Reader
 
 JOURNAL = "_index.journal"  # a local OUT's record of the shards scanned so far (resume)
 JOURNAL_FORMAT = "wdsprep-index-journal/1"

@@ -29,7 +29,7 @@ executor's `WDSPREP_RAY_RETRIES` and the command line use too.
 
 Invariants of a `ReadOptions` (its `__post_init__` checks them, so no unchecked one exists):
 `prefetch_bytes` is 0 (no read-ahead) or at least two requests of `MIN_RANGE`; `max_connections`
-None (the worker's share of a rank's, stream/remote.py) or 1..`MAX_CONNECTIONS` (each request at once
+None (the worker's share of a rank's, stream/reading/readahead.py) or 1..`MAX_CONNECTIONS` (each request at once
 is a thread of the read-ahead: 10^6 of them would start 10^6 threads); `retries` >= 0; `timeout` and
 `rate_window` finite and > 0; `min_rate` finite and >= 0 (0: no floor); `skip_by_reading` >= 0;
 `s3_multipart_bytes` >= 1; `s3_part_bytes` >= `MIN_S3_PART_BYTES` (S3's smallest part);
@@ -50,8 +50,8 @@ from typing import Any, Callable, Mapping
 from .checks import number, refuse, size, whole_number
 
 MIB = 1 << 20
-MAX_CONNECTIONS = 256  # Range requests at once per worker: each is a thread of the read-ahead (stream/remote.py)
-MIN_RANGE = 64 << 10  # the read-ahead's smallest Range request (stream/remote.py)
+MAX_CONNECTIONS = 256  # Range requests at once per worker: each is a thread of the read-ahead (stream/reading/readahead.py)
+MIN_RANGE = 64 << 10  # the read-ahead's smallest Range request (stream/reading/readahead.py)
 MIN_S3_PART_BYTES = 5 * MIB  # S3's minimum for every part of a multipart upload but the last
 DEFAULT_CACHE_BYTES = 10 * 10**9
 GAP_BYTES = 256 << 10  # the read-ahead's first range, whose transfer costs about what one more round trip does
@@ -122,7 +122,7 @@ class ReadOptions:
     """The read side's settings with their defaults (see the module docstring); checked when made."""
 
     prefetch_bytes: int = 64 * MIB
-    max_connections: int | None = None  # None: the worker's share of a rank's (stream/remote.py)
+    max_connections: int | None = None  # None: the worker's share of a rank's (stream/reading/readahead.py)
     retries: int = 5
     timeout: float = 30.0
     min_rate: float = 1024.0

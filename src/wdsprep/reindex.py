@@ -2,7 +2,7 @@
 
 Shards written before every shard carried `__wdsprep_index__` have manifest rows without
 `index_offset`/`index_bytes`/`index_digest`. Readers then hash a local shard whole before its first
-sample and refuse a remote one (`stream/read.py`). Reindexing writes each such shard again through
+sample and refuse a remote one (`stream/reading/read.py`). Reindexing writes each such shard again through
 `shards.writer.ShardFile` (the one writer of shard bytes): its samples, then the index member and the
 end blocks, so it reads on the indexed path, member by member checked. Its samples are grouped as
 every reader groups them (`tarformat.sample_members`), so every shard `wdsprep verify` accepts is
@@ -57,8 +57,8 @@ from .shards.tarformat import BLOCK, TarCursor, header, padding, sample_members
 from .shards.writer import ShardFile
 from .storage import BUFFER, Store, open_store, open_url
 from .stream.manifests import load_manifest
-from .stream.read import Sha256Reader
-from .stream.samples import shard_keys
+from .stream.reading.read import Sha256Reader
+from .stream.planning.samples import shard_keys
 
 
 @dataclass

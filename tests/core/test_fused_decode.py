@@ -18,7 +18,7 @@ from wdsprep.errors import ShardError
 from wdsprep.shards.codec import Encoder
 from wdsprep.shards.manifest import Manifest
 from wdsprep.shards.writer import ShardWriter
-from wdsprep.stream.read import LocalShard
+from wdsprep.stream.reading.read import LocalShard
 
 
 def _identity(source):
@@ -116,7 +116,7 @@ def test_the_fused_decode_matches_tarfile_numpy_and_msgpack(counted_shards):
         np.testing.assert_array_equal(again[key]["value"], reference["value"])
 
 
-READ_PATHS = {  # stream/read.py's read paths for local shards, forced on small shards (2 KiB window)
+READ_PATHS = {  # stream/reading/read.py's read paths for local shards, forced on small shards (2 KiB window)
     "windows": {"WINDOW": 2048},
     "windows dropped before the take": {"WINDOW": 2048, "KEEP": 0},
 }
@@ -150,7 +150,7 @@ def test_every_local_read_path_gives_what_tarfile_and_numpy_read(mixed_sizes, mo
     """Samples inside read windows, samples read alone (larger than a window) between them, and
     samples read again because their window was dropped: fused, staged and raw, the values tarfile
     and numpy read."""
-    import wdsprep.stream.read as read
+    import wdsprep.stream.reading.read as read
 
     for name, value in READ_PATHS[path].items():
         monkeypatch.setattr(read, name, value)
@@ -186,7 +186,7 @@ def test_a_shuffle_buffer_reads_each_byte_once_and_holds_one_block(small_samples
     """Through a shuffle buffer, the read windows of a block go back to the pool once the block was
     delivered: the buffers in use stay within one block's bytes (and a window), though the cap
     (`KEEP`) would allow the whole split, and every byte of the samples is read exactly once."""
-    import wdsprep.stream.read as read
+    import wdsprep.stream.reading.read as read
 
     monkeypatch.setattr(read, "WINDOW", 2048)
     monkeypatch.setattr(read, "KEEP", 1 << 20)

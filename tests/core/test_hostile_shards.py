@@ -49,9 +49,9 @@ from wdsprep.errors import FormatError, ManifestError, ShardError
 from wdsprep.shards.codec import Encoder
 from wdsprep.shards.manifest import Manifest
 from wdsprep.shards.writer import ShardWriter
-from wdsprep.stream.access import ShardAccess
-from wdsprep.stream.read import checked_samples
-from wdsprep.stream.remote import ReadAhead
+from wdsprep.stream.reading.access import ShardAccess
+from wdsprep.stream.reading.read import checked_samples
+from wdsprep.stream.reading.readahead import ReadAhead
 from wdsprep.testing import RangeHTTPServer
 from wdsprep.conformance import read_manifest, run_cli, shard_bytes
 

@@ -199,7 +199,7 @@ def test_the_package_has_no_import_cycle():
 
 
 def node_of(module: str) -> str:
-    """The package or root module a module belongs to: `wdsprep.stream.read` -> `stream`,
+    """The package or root module a module belongs to: `wdsprep.stream.reading.read` -> `stream`,
     `wdsprep.cli` -> `cli`, the package root `wdsprep` -> `wdsprep`."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else parts[0]
@@ -358,7 +358,54 @@ def test_package_loops_finds_a_loop_within_one_layer(tmp_path):
     assert package_loops(dict(graph, **{"pkg.c.y": set()})) == []
 
 
-# -- `wdsprep.Loader` drives `ShardDataset` through its public API only (stream/dataset.py, stream/state.py)
+# -- the wings of stream/ (docs/layout.md): the surfaces on top, then planning, then reading, then the world
+
+
+def stream_floor(module: str) -> int | None:
+    """Where a module of `wdsprep.stream` stands: 3 the surfaces (dataset, mix, mapdataset, loader,
+    slabs, the worker's pass, verify, decode, manifests, the package), 2 the planning wing, 1 the
+    reading wing, 0 the world (`stream/world.py`); None outside stream/."""
+    if module != "wdsprep.stream" and not module.startswith("wdsprep.stream."):
+        return None
+    part = module.split(".")[2] if module.count(".") >= 2 else ""
+    return {"planning": 2, "reading": 1, "world": 0}.get(part, 3)
+
+
+def stream_arrows_up(graph: dict[str, set[str]]) -> list[str]:
+    """Every import inside stream/ that runs to a higher floor, as `importer -> imported`."""
+    return sorted(f"{module} -> {target}" for module, targets in graph.items() for target in targets
+                  if stream_floor(module) is not None and stream_floor(target) is not None
+                  and stream_floor(target) > stream_floor(module))
+
+
+def planning_reads(graph: dict[str, set[str]]) -> list[str]:
+    """The planning wing's imports of the reading wing."""
+    return sorted(f"{module} -> {target}" for module, targets in graph.items() for target in targets
+                  if stream_floor(module) == 2 and stream_floor(target) == 1)
+
+
+def test_reading_never_imports_planning_or_the_surfaces_and_planning_never_the_surfaces():
+    graph = import_graph()
+    assert sum(stream_floor(module) == 1 for module in graph) >= 5  # the reading wing is seen
+    assert sum(stream_floor(module) == 2 for module in graph) >= 6  # and the planning wing
+    assert stream_arrows_up(graph) == []
+
+
+def test_planning_uses_of_reading_only_the_index_loader():
+    """The sample table of shards converted before tables existed is their indexes' keys: the one
+    arrow from planning into reading, to the one index loader."""
+    assert planning_reads(import_graph()) == ["wdsprep.stream.planning.samples -> wdsprep.stream.reading.read"]
+
+
+def test_stream_arrows_up_finds_a_planted_import_of_a_surface():
+    graph = {module: set(targets) for module, targets in import_graph().items()}
+    graph["wdsprep.stream.reading.access"].add("wdsprep.stream.dataset")
+    graph["wdsprep.stream.world"].add("wdsprep.stream.reading.read")
+    assert stream_arrows_up(graph) == ["wdsprep.stream.reading.access -> wdsprep.stream.dataset",
+                                       "wdsprep.stream.world -> wdsprep.stream.reading.read"]
+
+
+# -- `wdsprep.Loader` drives `ShardDataset` through its public API only (stream/dataset.py, stream/planning/state.py)
 
 
 def private_attributes(source: str) -> list[str]:

@@ -378,7 +378,7 @@ def test_an_index_whose_columns_disagree_is_a_shard_error(tmp_path, damage):
 
 
 def _reads(url, row, start, stop, stream):
-    from wdsprep.stream.read import read_samples
+    from wdsprep.stream.reading.read import read_samples
 
     return [{k: (bytes(v) if isinstance(v, bytearray) else v) for k, v in s.items() if k != "__url__"}
             for s in read_samples(url, row, start, stop, stream)]

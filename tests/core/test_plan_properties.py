@@ -1,5 +1,5 @@
 """The epoch plan at sample granularity, against a reference model written here from the rules in
-stream/plan.py's docstring (lists of (shard, index) samples, no pieces, no bisect)."""
+stream/planning/plan.py's docstring (lists of (shard, index) samples, no pieces, no bisect)."""
 import collections
 
 import numpy as np
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wdsprep.errors import ConfigError
-from wdsprep.stream.plan import Level, epoch_sequence, rank_share, remainder, worker_run
+from wdsprep.stream.planning.plan import Level, epoch_sequence, rank_share, remainder, worker_run
 
 
 # -- the reference model

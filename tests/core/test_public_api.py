@@ -90,7 +90,7 @@ SUBMODULES = [
     "wdsprep.stream.loader",
     "wdsprep.stream.dataset",
     "wdsprep.stream.manifests",
-    "wdsprep.stream.plan",
+    "wdsprep.stream.planning.plan",
     "wdsprep.shards.codec",
     "wdsprep.sources.generic",
     "wdsprep.cli",

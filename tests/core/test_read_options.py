@@ -213,7 +213,7 @@ def test_bad_values_do_not_break_import_or_a_local_conversion(shards, tmp_path):
     bad = {variable: "abc" for variable in RULES}
     env = {**os.environ, **bad}
     imported = subprocess.run([sys.executable, "-c", "import wdsprep, wdsprep.cli, wdsprep.storage.s3, "
-                               "wdsprep.storage.http, wdsprep.stream.remote, wdsprep.stream.dataset, wdsprep.upload"],
+                               "wdsprep.storage.http, wdsprep.stream.reading.readahead, wdsprep.stream.dataset, wdsprep.upload"],
                               capture_output=True, text=True, timeout=SUBPROCESS, env=env)
     assert imported.returncode == 0 and imported.stderr == "", imported.stderr
     out = tmp_path / "out"

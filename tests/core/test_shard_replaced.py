@@ -10,7 +10,7 @@ A shard replaced by rename is read to its end from the file that was opened.
 
 Every case runs in a child process: a reader that maps shards is killed by SIGBUS when the file
 shrinks under the mapping, which must show as a failed test, not as a crashed test session. The
-child's reader is the public API; `patch` shrinks `stream/read.py`'s buffers so that the paths
+child's reader is the public API; `patch` shrinks `stream/reading/read.py`'s buffers so that the paths
 that read a sample again (a shuffle buffer larger than the bytes kept) meet the change too.
 """
 import hashlib
@@ -31,7 +31,7 @@ import hashlib, json, os, sys
 import numpy as np
 args = json.loads(sys.argv[1])
 import wdsprep
-import wdsprep.stream.read as read
+import wdsprep.stream.reading.read as read
 for name, value in args["patch"].items():
     setattr(read, name, value)
 
@@ -114,7 +114,7 @@ def _delivered_are_the_inputs(got, expected):
         assert expected[key] == digest, key
 
 
-# the read paths of stream/read.py that a change can meet: in order (one buffer reused; a sample
+# the read paths of stream/reading/read.py that a change can meet: in order (one buffer reused; a sample
 # larger than the window read straight into its own bytearrays as it is checked), and through a
 # shuffle buffer (windows kept; a sample read and digested again when its window was dropped; a
 # sample larger than the window read and digested only when it is taken)

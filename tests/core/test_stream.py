@@ -4,7 +4,7 @@ import collections
 import pytest
 
 import wdsprep
-from wdsprep.stream.plan import epoch_sequence, rank_share
+from wdsprep.stream.planning.plan import epoch_sequence, rank_share
 from tests.core.test_plan_oracle import simulated_worker
 
 

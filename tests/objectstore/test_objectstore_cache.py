@@ -7,7 +7,7 @@ import warnings
 import pytest
 
 import wdsprep
-from wdsprep.stream.cache import ShardCache
+from wdsprep.stream.reading.cache import ShardCache
 
 
 def _rows(shard_dir, split="train"):
@@ -63,7 +63,7 @@ def test_cache_stays_within_its_byte_bound_keeping_the_most_recent(http_server, 
 def test_cache_keeps_nothing_from_a_partial_or_corrupt_read(tmp_path, monkeypatch):
     import hashlib
 
-    from wdsprep.stream import cache as cache_module
+    from wdsprep.stream.reading import cache as cache_module
     from wdsprep.testing import RangeHTTPServer
 
     monkeypatch.setattr(cache_module, "DRAIN_BYTES", 4096)  # closing may finish a read only this close to the end
@@ -104,7 +104,7 @@ def test_a_shard_split_between_two_workers_is_downloaded_once(tmp_path, monkeypa
     import tarfile
 
     from wdsprep.shards.tarformat import iter_samples
-    from wdsprep.stream import cache as cache_module
+    from wdsprep.stream.reading import cache as cache_module
     from wdsprep.storage import resuming
     from wdsprep.testing import RangeHTTPServer
 

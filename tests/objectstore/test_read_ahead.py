@@ -1,4 +1,4 @@
-"""The remote read-ahead (stream/remote.py), measured at the server: which bytes each piece asks
+"""The remote read-ahead (stream/reading/readahead.py), measured at the server: which bytes each piece asks
 for, how many connections are open at once and reused, and how much memory the read-ahead holds.
 
 Independent references: piece boundaries come from the plan model of tests/core/test_plan_oracle.py

@@ -42,7 +42,7 @@ def add_selection(parser: argparse.ArgumentParser) -> None:
 def check_selection(args: argparse.Namespace) -> None:
     """The location's scheme and `add_selection`'s flags judged before any work (a fraction, a limit,
     an expression); a key file is read when the command runs (`selection_of`), as any input is."""
-    from ..stream.catalog import Selection
+    from ..stream.planning.catalog import Selection
 
     check_url(args.location)
     Selection.of(select=args.select, fraction=args.fraction, limit=args.limit, seed=getattr(args, "seed", 0))
@@ -50,7 +50,7 @@ def check_selection(args: argparse.Namespace) -> None:
 
 def selection_of(args: argparse.Namespace):
     """The `Selection` of `add_selection`'s flags (the fraction chosen by `args.seed`), or None."""
-    from ..stream.catalog import Selection
+    from ..stream.planning.catalog import Selection
 
     return Selection.of(keys=args.keys, select=args.select, fraction=args.fraction, limit=args.limit,
                         seed=getattr(args, "seed", 0))
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         return _inspect_mix(args)
     from ..progress import human_bytes
     from ..stream import load_manifest
-    from ..stream.catalog import Catalog
+    from ..stream.planning.catalog import Catalog
 
     selection = selection_of(args)
     manifest = load_manifest(args.location)

@@ -45,7 +45,7 @@ def build_report(location: str, splits: list[str] | None = None, count: int = 4,
     """Pick, fetch and draw the samples of `location` (a shard directory or manifest URL). The
     manifest's source draws them only when it is built in or allowed (`plugins`: what the user
     named, as `--plugin`); else the default hook does, and `Report.source_note` says why. A
-    `selection` (`stream.catalog.Selection`: docs/selecting.md) narrows what is drawn from."""
+    `selection` (`stream.planning.catalog.Selection`: docs/selecting.md) narrows what is drawn from."""
     return report.build_report(location, lambda source_id: source_hook(source_id, plugins), splits, count, seed,
                                quiet, stream, selection)
 

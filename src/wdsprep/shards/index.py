@@ -405,7 +405,7 @@ class ShardIndex:
         if problem is not None:
             raise ShardError(url, f"index: {problem}: refused")
         if len(index) != row["samples"]:
-            raise ShardError(url, f"shard holds {len(index)} samples, manifest says {row['samples']}")
+            raise miscounted(url, len(index), row)
         return index
 
     @classmethod
@@ -433,6 +433,12 @@ class ShardIndex:
 def tiling_problem(key: str, end: int, following: int) -> str:
     """The one wording of a sample that does not end where the next one (or the index member) starts."""
     return f"index: sample {key!r:.80} ends at byte {end}, the next one starts at {following}"
+
+
+def miscounted(url: str, count: int, row: dict) -> ShardError:
+    """The one wording of a shard whose sample count is not its manifest row's (its index, or a
+    shard without one walked to its end)."""
+    return ShardError(url, f"shard holds {count} samples, manifest says {row['samples']}")
 
 
 def _unpack_paused(data: bytes) -> dict:

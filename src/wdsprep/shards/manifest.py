@@ -25,7 +25,7 @@ shards/shardtable.py: the rows as binary columns, 62 bytes a shard) and records 
 shards, manifest.json keeps the rows inline too (`manifest_version` 1: older wdsprep read it, and
 readers use the inline rows); above, each split holds only its shard count (`manifest_version` 2,
 which older wdsprep refuse naming the version), and a loaded manifest's split is its `ShardTable`
-(a sequence of row dicts made on demand, whose columns stream/catalog.py plans on),
+(a sequence of row dicts made on demand, whose columns stream/planning/catalog.py plans on),
 read when the split is first asked for (`TabledSplits`) and checked before use (size and sha256
 against the record, then names, index fields and totals on its columns).
 

@@ -3,14 +3,15 @@
 Picking. Per split, `pick(total, count, seed, split)` draws `count` distinct sample numbers of the
 split (0 .. total-1, in manifest order) with a generator seeded by (seed, crc32(split)), sorted:
 the same seed gives the same samples on any machine, another seed other samples. The seed is any
-Python int, never cut to 32 bits (`model.seed_sequence`). `locate` maps a
-split number to (shard, position in shard) with the manifest's per-shard counts, no shard read.
+Python int, never cut to 32 bits (`model.seed_sequence`).
 
-Fetching. For each shard holding a picked sample: its index (one read of the shard's tail: one
-Range request remotely), then each picked sample alone (`stream.read.sample_at`: one bounded read
-of exactly its bytes, checked against the index's digests). Nothing else of the shard is read,
-locally or over http(s)/s3. (A shard without an index, from an older manifest, is read from its
-start up to the last picked sample.)
+Fetching. By the one checked random read, `wdsprep.MapDataset` over the split (stream/mapdataset.py,
+stream/reading/access.py): a split number located with the manifest's per-shard counts (no shard
+read), each touched shard's index read once (one read of its tail: one bounded Range request
+remotely), then each picked sample alone (one bounded read of exactly its bytes, checked against the
+index's digests). Nothing else of the shard is read, locally or over http(s)/s3. (A local shard
+without an index, from an older manifest, is hashed whole against its row first and indexed in
+memory; a remote one is refused with the line naming `wdsprep reindex`.)
 
 Drawing. Each raw sample goes to the drawing hook the caller chose for the manifest's source
 (`build_report`'s `hook_for`: `wdsprep.commands.show` gives the source's own `Source.show` when the
@@ -56,49 +57,28 @@ def pick(total: int, count: int, seed: int, split: str) -> list[int]:
     return sorted(int(i) for i in rng.choice(total, size=min(count, total), replace=False))
 
 
-def locate(counts: list[int], numbers: list[int]) -> list[tuple[int, int]]:
-    """(shard, position in shard) of each split sample number, from the shards' sample counts."""
-    ends = np.cumsum(counts)
-    out = []
-    for number in numbers:
-        shard = int(np.searchsorted(ends, number, side="right"))
-        out.append((shard, number - (int(ends[shard - 1]) if shard else 0)))
-    return out
-
-
 def _picks(manifest, split: str, count: int, seed: int, selection) -> list[int]:
     """The split numbers drawn: `pick` over the split, or over the samples a selection keeps."""
     if selection is None:
         return pick(manifest.samples(split), count, seed, split)
-    from ..stream.catalog import Catalog
+    from ..stream.planning.catalog import Catalog
 
     kept = Catalog(manifest, split, selection).positions()
     return [int(kept[i]) for i in pick(len(kept), count, seed, split)]
 
 
 def fetch(manifest, split: str, numbers: list[int]) -> Iterator[tuple[int, str, dict]]:
-    """(split number, shard url, raw sample) of each picked number, reading only those samples."""
-    from ..shards.index import has_index
-    from ..storage import open_url
-    from ..stream.read import load_index, read_samples, sample_at
+    """(split number, shard url, raw sample) of each picked number, reading only those samples: each
+    alone, by the one checked random read (`wdsprep.MapDataset` over the whole split, raw)."""
+    from ..stream.mapdataset import MapDataset
 
-    rows, urls = manifest.shards(split), manifest.shard_urls(split)
-    wanted: dict[int, list[tuple[int, int]]] = {}
-    for number, (shard, position) in zip(numbers, locate([row["samples"] for row in rows], numbers)):
-        wanted.setdefault(shard, []).append((position, number))
-    for shard, picks in sorted(wanted.items()):
-        row, url = rows[shard], urls[shard]
-        if has_index(row):
-            index = load_index(url, row)
-            for position, number in picks:
-                yield number, url, sample_at(url, index, position)
-            continue
-        numbers_at = dict(picks)
-        with open_url(url) as stream:
-            first = min(numbers_at)
-            for position, sample in enumerate(read_samples(url, row, first, max(numbers_at) + 1, stream), first):
-                if position in numbers_at:
-                    yield numbers_at[position], url, sample
+    data = MapDataset(manifest, split, decode=False)
+    try:
+        for number in numbers:
+            raw = data.read([number])[0]
+            yield number, raw["__url__"], raw
+    finally:
+        data.close()
 
 
 # ------------------------------------------------------------------------------------ field table
@@ -245,7 +225,7 @@ def build_report(location: str, hook_for: Callable[[str], tuple[Callable, str]],
     """Pick, fetch and draw the samples of `location` (a shard directory or manifest URL) with the
     hook `hook_for(manifest's source id)` gives, with its note (`Report.source_note`, "" for none):
     which source may draw is the command's to decide (`wdsprep.commands.show`: the plugin gate).
-    With a `selection` (`stream.catalog.Selection`) the picks are drawn among the samples it keeps."""
+    With a `selection` (`stream.planning.catalog.Selection`) the picks are drawn among the samples it keeps."""
     from ..shards.codec import decode_sample
     from ..stream import load_manifest
 

@@ -18,7 +18,7 @@ Importing wdsprep routes webdataset's `gopen` through the schemes marked `webdat
 nothing is copied to local disk unless a cache is asked for. `read_range` (and a scheme's
 `read_into`, which fills a buffer) is the one bounded read: remotely one Range request for exactly
 those bytes, resumed within them (storage/resuming.py); schemes with `supports_ranges` run several
-at once over their pooled connections for the dataset's read-ahead (stream/remote.py).
+at once over their pooled connections for the dataset's read-ahead (stream/reading/readahead.py).
 Remote schemes read with a `ReadOptions` (retries, timeouts, rate floor: wdsprep/readoptions.py):
 a dataset's, handed down with `Scheme.configured(options)` or `open_url(url, options)`, else the
 environment's at the moment of use (never at import).

@@ -249,7 +249,7 @@ class Scheme:
     route webdataset's `gopen` for this scheme through `open` (and `open_write` for `wb`).
     `supports_ranges = True` declares that `read_into` is one bounded request over connections the
     scheme keeps alive, safe to run from several threads at once (storage/resuming.py): the dataset
-    then reads ahead with parallel ranges (stream/remote.py); other schemes are read as one
+    then reads ahead with parallel ranges (stream/reading/readahead.py); other schemes are read as one
     sequential stream per piece.
     """
 

@@ -1,7 +1,7 @@
 """`http://` and `https://` URLs, read over one pooled, kept-alive `httpx.Client` per process: whole
 objects and bounded byte ranges through a `ResumingStream` (`open_at(url, end)`: Range requests
 on dropped connections, for `open_from`, and for the ranges of `read_range` / `read_into` that
-`wdsprep show` and the read-ahead of stream/remote.py ask for). Not writable (a server is published to with `wdsprep upload` to a store it serves, or with webdataset's
+`wdsprep show` and the read-ahead of stream/reading/readahead.py ask for). Not writable (a server is published to with `wdsprep upload` to a store it serves, or with webdataset's
 own `http` writer).
 
 Connections. Every request of a process goes through `http_client()`: HTTP/1.1 keep-alive, at most

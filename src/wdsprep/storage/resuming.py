@@ -14,10 +14,11 @@ an error rather than a silent splice. Nothing is written to disk. A missing obje
 NoSuchKey) fails at once with an error naming the URL.
 
 Bounded reads. `ResumingScheme.read_into(url, offset, view, check)` fills a buffer with one bounded
-Range request, resumed within its range: what `storage.read_range` (`wdsprep show`,
-`stream.read.sample_at`), random access (stream/access.py: `wdsprep.MapDataset`) and the dataset's
-read-ahead (stream/remote.py) read remote bytes with, the last two in parallel over the scheme's
-pooled connections. Bodies give what one read of the connection
+Range request, resumed within its range: what `storage.read_range` (an adopted shard's index in its
+split's index file), random access (stream/reading/access.py: `wdsprep.MapDataset`, `wdsprep show`
+and `inspect`) and the dataset's read-ahead (stream/reading/readahead.py: `fetch_range`, the
+request both make) read remote bytes with, the last two in parallel over the scheme's pooled
+connections. Bodies give what one read of the connection
 gives (`readinto1` / `read1`, so a slow body is judged between reads), and `close()` gives a
 connection read to its end back to the scheme's pool.
 
@@ -71,6 +72,12 @@ class RateFloor:
                 "WDSPREP_MIN_RATE and WDSPREP_RATE_WINDOW set the limit)")
 
 
+def wrong_size(url: str, size: int, expected: int) -> ShardError:
+    """The one wording of a shard whose size is not its manifest row's (a response's total, a
+    download into the cache, a local file)."""
+    return ShardError(url, f"shard is {size} bytes, manifest says {expected}")
+
+
 class ObjectCheck:
     """What every response for one object must agree on: its total size (`size`: the one the caller
     knows, a manifest row's, else the first response's) and its ETag (`etag`: the one the caller
@@ -83,7 +90,7 @@ class ObjectCheck:
     def check(self, url: str, total: int | None, etag: str | None) -> None:
         if self.size is not None and total is not None and total != self.size:
             if self.known:
-                raise ShardError(url, f"shard is {total} bytes, manifest says {self.size}")
+                raise wrong_size(url, total, self.size)
             raise ShardError(url, f"object changed while reading (size {self.size} -> {total})")
         if self.etag and etag and etag != self.etag:
             if self.indexed:

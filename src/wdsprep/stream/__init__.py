@@ -15,8 +15,8 @@ from ..storage import open_url, read_url, register_opener
 # is both would be rebound to the module by the first `import wdsprep.stream.dataset`.)
 _LAZY = {
     "ShardDataset": "dataset",
-    "distributed_info": "dataset",
-    "worker_info": "dataset",
+    "distributed_info": "world",
+    "worker_info": "world",
     "Loader": "loader",
 }
 
@@ -32,7 +32,7 @@ def __getattr__(name: str):
 def iter_shard(url: str, skip: int = 0) -> Iterator[dict]:
     """Raw samples of one shard (`__key__`, `__url__`, field -> bytes), streamed from any URL as they
     are, unchecked (it has no manifest row to check them against; wdsprep's own readers read through
-    `stream.read`, which checks every sample first)."""
+    `stream.reading.read`, which checks every sample first)."""
     with open_url(url) as stream:
         yield from iter_samples(stream, url, skip=skip)
 

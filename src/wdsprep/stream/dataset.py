@@ -1,5 +1,5 @@
 """`wdsprep.dataset(...)`: a webdataset pipeline over a manifest with global shuffling, sample-exact
-rank/worker dealing (stream/plan.py), and exact mid-epoch resume, on the same world or another.
+rank/worker dealing (stream/planning/plan.py), and exact mid-epoch resume, on the same world or another.
 
 `ShardDataset` is the front only: the pipeline (`.compose`, `.batched`, ...), the split's shards,
 the dealing options, and the `EpochProgress` (epoch, auto_epoch, interrupted passes) of its own
@@ -8,7 +8,7 @@ iteration. It is iterated in one way, `stream(worker, num_workers, progress=, re
 keeps the worker's live position. Its own `__iter__` calls `stream` with the DataLoader worker it
 runs in; `wdsprep.Loader` calls it inside each of its workers with the Loader's progress and
 positions, and uses nothing else of this class but public methods. States are made and checked by
-stream/state.py (the resume contract and the elastic resume rules are there).
+stream/planning/state.py (the resume contract and the elastic resume rules are there).
 
 Resume. `state_dict()` saves this process's position (inside a DataLoader worker, torchdata's
 `StatefulDataLoader`, that worker's); a resumed iteration skips the pulled samples cheaply and
@@ -33,7 +33,6 @@ worker, unless the main process planned that pass before the workers were forked
 from __future__ import annotations
 
 import copy
-import os
 from typing import Any, Callable, Iterator
 from typing import Sequence as Sequence_
 
@@ -49,39 +48,12 @@ from ..shards.manifest import Manifest
 from ..storage import unpinned
 from .decode import ReaderStage, as_bytes
 from .manifests import load_manifest
-from .catalog import Catalog, catalog_of
-from .plan import EQUALIZE, Sequence, epoch_sequence, remainder
-from .remote import worker_connections
-from .state import EpochProgress, Epochs, Position, Resume, encode_state, parse_state, worker_level
+from .planning.catalog import Catalog, catalog_of
+from .planning.plan import EQUALIZE, Sequence, epoch_sequence, remainder
+from .reading.readahead import worker_connections
+from .planning.state import EpochProgress, Epochs, Position, Resume, encode_state, parse_state, worker_level
 from .worker import ShardReader, WorkerPlan, WorkerStream, worker_plan
-
-
-def distributed_info(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
-    """(rank, world size): explicit arguments, then torch.distributed, then RANK/WORLD_SIZE."""
-    if rank is not None and world_size is not None:
-        return rank, world_size
-    try:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_rank(), dist.get_world_size()
-    except ImportError:
-        pass
-    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-
-
-def worker_info() -> tuple[int, int]:
-    """(worker, workers): the DataLoader worker this runs in, else WORKER/NUM_WORKERS (the one way a
-    test or a launcher of its own says which worker a process is), else (0, 1)."""
-    try:
-        from torch.utils.data import get_worker_info
-
-        info = get_worker_info()
-        if info is not None:
-            return info.id, info.num_workers
-    except ImportError:
-        pass
-    return int(os.environ.get("WORKER", 0)), int(os.environ.get("NUM_WORKERS", 1))
+from .world import distributed_info, worker_info
 
 
 class ShardSource:
@@ -130,14 +102,14 @@ class PlannedDataset(Epochs, wds.DataPipeline, FluidInterface):
         self._position = None  # the live position of this process's current pass (for state_dict)
         self._planned: tuple | None = None  # (key, plan) of the latest pass planned (`planned`)
         self._count_at: int | None = None  # pipeline index where outputs are counted (before batching)
-        self.cache = None  # optional local LRU shard cache (stream/cache.py); off by default
+        self.cache = None  # optional local LRU shard cache (stream/reading/cache.py); off by default
         if self.read_options.cache_dir is not None:
-            from .cache import ShardCache
+            from .reading.cache import ShardCache
 
             self.cache = ShardCache(self.read_options.cache_dir, self.read_options.cache_bytes, self.read_options)
         self.append(ShardSource())
 
-    # -- epochs (`Epochs`) and state (stream/state.py)
+    # -- epochs (`Epochs`) and state (stream/planning/state.py)
     @property
     def is_batched(self) -> bool:
         """Whether `.batched()` was called on this pipeline (outputs are counted before it)."""
@@ -167,7 +139,7 @@ class PlannedDataset(Epochs, wds.DataPipeline, FluidInterface):
         self._position = None  # the position is now the loaded one until the next iteration
 
     def parse_state(self, state: dict | list, num_workers: int, what: str = "dataset") -> Resume:
-        """A state checked against this pipeline's layout and `num_workers` (stream/state.py)."""
+        """A state checked against this pipeline's layout and `num_workers` (stream/planning/state.py)."""
         return parse_state(state, self.layout(), num_workers, what, level_value=self.level_value)
 
     level_value = staticmethod(worker_level)  # what an elastic resume keeps of a worker's position
@@ -271,7 +243,7 @@ class ShardDataset(PlannedDataset):
         self._open(manifest)
 
     def _open(self, manifest: Manifest) -> None:
-        """Read `manifest`'s split: its shards and what the selection keeps of them (stream/catalog.py)."""
+        """Read `manifest`'s split: its shards and what the selection keeps of them (stream/planning/catalog.py)."""
         self.manifest = manifest
         self.catalog = catalog_of(manifest, self.split, seed=self.seed, **self._selection)
         self.rows, self.urls, self.counts = self.catalog.rows, self.catalog.urls, self.catalog.counts
@@ -284,7 +256,7 @@ class ShardDataset(PlannedDataset):
         return self.catalog.digest
 
     def layout(self) -> dict:
-        """What a state saved from this pipeline records and a loaded one must match (stream/state.py)."""
+        """What a state saved from this pipeline records and a loaded one must match (stream/planning/state.py)."""
         rank, world = self.rank_and_world()
         return {"dataset": self.digest, "split": self.split, "seed": self.seed, "shuffle_shards": self.shuffle_shards,
                 "shuffle_buffer": self.shuffle_buffer, "equalize": self.equalize, "rank": rank, "world_size": world,
@@ -296,7 +268,7 @@ class ShardDataset(PlannedDataset):
         return {"location": self.manifest.url}
 
     def parse_state(self, state: dict | list, num_workers: int, what: str = "dataset") -> Resume:
-        """A state checked against this dataset (stream/state.py), after reading again the pinned
+        """A state checked against this dataset (stream/planning/state.py), after reading again the pinned
         location it records where this dataset's own has moved on from it (`_read_recorded`)."""
         self._read_recorded(state)
         return super().parse_state(state, num_workers, what)
@@ -366,7 +338,7 @@ class ShardDataset(PlannedDataset):
 
 
 def shard_weights(catalog: Catalog, outputs_per_sample) -> list[np.ndarray] | None:
-    """Per shard, the training samples each of its kept samples becomes (see stream/plan.py), from
+    """Per shard, the training samples each of its kept samples becomes (see stream/planning/plan.py), from
     `outputs_per_sample` (one count per sample of the split, or a function (manifest, split) -> counts)."""
     if outputs_per_sample is None:
         return None
@@ -405,7 +377,7 @@ def dataset(manifest_url: str | Manifest, split: str = "train", **options) -> Sh
     `ShardDataset(manifest, split, **options)`, the manifest loaded from any location first. The
     options are ShardDataset's keywords (seed, epoch, shuffle_shards, shuffle_buffer, equalize, rank,
     world_size, handler, outputs_per_sample; the selection: keys, select, fraction, limit, see
-    stream/catalog.py) and the read side's settings: `read_options=` (a `wdsprep.ReadOptions`; None:
+    stream/planning/catalog.py) and the read side's settings: `read_options=` (a `wdsprep.ReadOptions`; None:
     the environment's) and its fields as keywords (prefetch_bytes, max_connections, retries, timeout,
     min_rate, rate_window, skip_by_reading, cache_dir, cache_bytes, ...), each overriding it and its
     `WDSPREP_*` variable. The
@@ -418,14 +390,14 @@ def dataset(manifest_url: str | Manifest, split: str = "train", **options) -> Sh
     `outputs_per_sample`: how many training samples the composed reader stage makes of each shard
     sample (one count per sample of the split, in manifest order, or a function (manifest, split)
     -> counts, e.g. `wdsprep.minecraft.pair_counts(history_length=4)`): ranks and workers are then
-    balanced, and equalized, on training samples, and `len()` counts them (see stream/plan.py).
+    balanced, and equalized, on training samples, and `len()` counts them (see stream/planning/plan.py).
 
     `prefetch_bytes` / `max_connections`: the read-ahead of remote (http(s)://, s3://) shards, per
     DataLoader worker (or per process without workers): at most `max_connections` Range requests at
     once (default: 32 per rank shared by its workers, at least 8 each; `WDSPREP_MAX_CONNECTIONS` sets
     a number per worker), at most `prefetch_bytes` fetched ahead and not yet
     read (default 64 MiB, `WDSPREP_PREFETCH_BYTES`); `prefetch_bytes=0` reads each piece as one
-    sequential stream instead (see stream/remote.py and docs/objectstore.md)."""
+    sequential stream instead (see stream/reading/readahead.py and docs/objectstore.md)."""
     read = {name: options.pop(name) for name in list(options) if name in READ_SETTINGS}
     read_options = ReadOptions.given(options.pop("read_options", None), **read)
     manifest = manifest_url if isinstance(manifest_url, Manifest) else load_manifest(manifest_url, read_options)

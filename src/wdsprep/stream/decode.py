@@ -3,7 +3,7 @@
 Fusion is declared, never guessed: a stage that is a `ReaderStage` says that `ShardDataset` may run
 it inside the worker's reader when it is the pipeline's first stage (before any `.batched()`). Then
 each member of a local shard is decoded straight from the shard's read buffer
-(`LocalShard.decode_members` in stream/read.py), with no raw sample in between, and samples that
+(`LocalShard.decode_members` in stream/reading/read.py), with no raw sample in between, and samples that
 come whole (remote or cached shards) go through `sample`. Anywhere else (later in a pipeline, or
 after plain `wds.WebDataset`) the stage maps raw samples with `decode_sample`. Both ways give the
 same samples, and a sample that does not decode goes to `handler` either way
@@ -14,7 +14,7 @@ Bookkeeping. A raw sample says where it came from (`__url__`, `__index__` in its
 them. A decoded sample carries `__key__` and its fields only (a mix adds `__part__`), unless the
 stage is asked for some of `BOOKKEEPING` (`decode(bookkeeping=True)` or a tuple of names): a user's
 collate never batches what it did not ask for. Resume positions never travel in samples at all
-(stream/state.py; `wdsprep.Loader` sends them beside each batch).
+(stream/planning/state.py; `wdsprep.Loader` sends them beside each batch).
 
 This module imports neither webdataset nor torch: `import wdsprep` loads it.
 """
@@ -29,7 +29,7 @@ from ..shards.codec import decode_sample
 
 END = object()  # what `ReaderStage.decoded` gives when the handler ends the stream
 
-# what the reader stamps on a raw sample beside `__key__` (stream/worker.py, stream/read.py)
+# what the reader stamps on a raw sample beside `__key__` (stream/worker.py, stream/reading/read.py)
 BOOKKEEPING = ("__url__", "__index__", "__piece_start__", "__epoch__")
 
 

@@ -12,12 +12,12 @@ DataLoader hands out batches round-robin over workers (skipping exhausted ones),
 workers are rotated to start with the worker that would have delivered next, and each one skips to
 its saved position: the resumed run yields exactly the batches the uninterrupted run had left.
 `load_state_dict` also takes the list of every rank's state, for any world size and num_workers
-(an elastic resume: see stream/state.py); the resumed run then starts with worker 0.
+(an elastic resume: see stream/planning/state.py); the resumed run then starts with worker 0.
 
 The Loader drives the dataset through its public API only: each worker iterates
 `ShardDataset.stream(worker, num_workers, progress=, resume=)` with the Loader's own `EpochProgress`
 (epoch, interrupted passes) and that worker's saved position, and states are encoded and checked by
-stream/state.py against `ShardDataset.layout()` (tests/core/test_import_graph.py checks, over this
+stream/planning/state.py against `ShardDataset.layout()` (tests/core/test_import_graph.py checks, over this
 file's syntax tree, that it touches no private attribute).
 
 Planning. Each pass's samples are planned once, in the main process, before forked workers start
@@ -49,7 +49,7 @@ from ..checks import whole_number
 from ..errors import ConfigError, WdsprepError, raised_in_worker
 from .dataset import PlannedDataset
 from .slabs import SlabRing, default_collation
-from .state import EpochProgress, Epochs, encode_state
+from .planning.state import EpochProgress, Epochs, encode_state
 from .worker import closed_at_exit
 
 
@@ -253,7 +253,7 @@ class Loader(Epochs):
         if slabs is None:
             slabs = (dataloader_options.get("prefetch_factor") or 2) + 2
         self.slabs = whole_number(slabs, "slabs", 0, "shared-memory slabs per worker; 0: none", text=False)
-        # the epoch and the interrupted passes an elastic resume continues (stream/state.py)
+        # the epoch and the interrupted passes an elastic resume continues (stream/planning/state.py)
         self.progress = EpochProgress(dataset.epoch if epoch is None else int(epoch), epoch is None)
         self._positions: dict[int, dict] = {}  # logical worker -> its position after its latest batch
         self._next_worker = 0

@@ -5,7 +5,7 @@ dataset for a plain torch `DataLoader` with any sampler (`DistributedSampler` in
 Positions. Position i is the i-th sample of the split in manifest order (shard after shard, samples
 in shard order): the order of the unshuffled stream, `wdsprep.dataset(..., shuffle_shards=False)`.
 A selection (`keys=`, `select=`, `fraction=`, `limit=`, with `seed=` for the fraction: the catalog's,
-stream/catalog.py, the same as `wdsprep.dataset`'s) narrows it: position i is then the i-th sample
+stream/planning/catalog.py, the same as `wdsprep.dataset`'s) narrows it: position i is then the i-th sample
 the selection keeps, in manifest order. `len` and the shard of a position come from the catalog's
 per-shard counts (a binary search over their running sums), the sample number from its members: no
 shard is read for them. Negative positions count from the end, like a list's; any other position
@@ -14,7 +14,7 @@ out of range is an `IndexError` naming the length.
 Reading. `ds[i]` reads one sample and `ds[a:b:c]` the list of a slice's samples, read together;
 `ds.__getitems__(indices)`, which torch's DataLoader calls with
 each batch of its sampler's indices, reads a batch in one call of `ShardAccess.read`
-(stream/access.py): per shard, the samples whose bytes lie next to each other (or at most
+(stream/reading/access.py): per shard, the samples whose bytes lie next to each other (or at most
 `gap_bytes` apart remotely) come in ONE read, a bounded Range request remotely, the requests of
 different shards in parallel over the pooled connections the read-ahead uses, with the dataset's
 `ReadOptions` (`read_options=` and the read keywords, as `wdsprep.dataset` takes them: retries,
@@ -56,8 +56,8 @@ from ..readoptions import ReadOptions
 from ..shards.manifest import Manifest
 from ..shards.samples import SampleTable as StoredTable
 from ..shards.samples import table_entry
-from .access import ShardAccess
-from .catalog import catalog_of
+from .reading.access import ShardAccess
+from .planning.catalog import catalog_of
 from .decode import Decode, ReaderStage
 from .manifests import load_manifest, shard_row
 
@@ -74,7 +74,7 @@ class MapDataset(_Base):
     list of shard paths or URLs (each one's row from the manifest beside it; no selection then).
     The read side's settings as `wdsprep.dataset` takes them (`ReadOptions.given`): `read_options=`
     (a `wdsprep.ReadOptions`; None: the `WDSPREP_*` environment's) and its fields as keywords, each
-    overriding it: among them `cache_dir` / `cache_bytes` (the local shard cache, stream/cache.py;
+    overriding it: among them `cache_dir` / `cache_bytes` (the local shard cache, stream/reading/cache.py;
     default 10 GB when only `cache_dir` is given), `max_connections` (remote requests at once;
     default: the read-ahead's share per DataLoader worker), `gap_bytes` (samples of one remote shard
     at most this many bytes apart are read by one request, the bytes between dropped; locally,
@@ -110,7 +110,7 @@ class MapDataset(_Base):
             self.where = self.manifest.url or "the manifest"
         cache = None
         if self.read_options.cache_dir is not None:
-            from .cache import ShardCache
+            from .reading.cache import ShardCache
 
             cache = ShardCache(self.read_options.cache_dir, self.read_options.cache_bytes, self.read_options)
         self.access = ShardAccess(urls, rows, cache=cache, options=self.read_options)
@@ -129,7 +129,7 @@ class MapDataset(_Base):
 
     @property
     def stats(self) -> dict:
-        """What this process did so far (stream/access.py): requests, index_requests, downloads, bytes, reads."""
+        """What this process did so far (stream/reading/access.py): requests, index_requests, downloads, bytes, reads."""
         return dict(self.access.stats)
 
     def locate(self, index: int) -> tuple[int, int]:

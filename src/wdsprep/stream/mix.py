@@ -24,9 +24,9 @@ M3. Part p's epoch sequence: passes j = 0, 1, ..., pass j being every sample of 
     order of PCG64([seed, epoch, 0x5EED, p, j]) (pass 0 of part 0 uses (seed, epoch) like
     `wdsprep.dataset`, so a one-part mix is that dataset), cut after n_p samples (with outputs:
     after the first sample that brings the outputs to n_p). A sample's identity is (pass, shard, index).
-    It is held as the rule it is (stream/plan.py's `Passes`): a pass is made when a position in it
+    It is held as the rule it is (stream/planning/plan.py's `Passes`): a pass is made when a position in it
     is dealt or read, so len(), the dealing and a worker's first sample cost no step per pass.
-M4. Each part's sequence is dealt to ranks and workers by stream/plan.py's rules 3-7 (equalize, the
+M4. Each part's sequence is dealt to ranks and workers by stream/planning/plan.py's rules 3-7 (equalize, the
     weighted cuts on outputs, elastic remainders), part by part: with equalize, worker k of every rank
     gets the same count c_p of each part. equalize="pad" gives a part with fewer samples in the epoch
     than ranks to every rank (repeats); "drop" would drop it on every rank, so such a mix is refused.
@@ -110,15 +110,15 @@ from ..checks import number, one_of, refuse, shown, whole_number
 from ..errors import ConfigError, ManifestError
 from ..shards.manifest import Manifest
 from ..readoptions import ReadOptions
-from .catalog import Catalog, Selection
+from .planning.catalog import Catalog, Selection
 from .dataset import PlannedDataset, shard_weights
 from .decode import ReaderStage
 from .manifests import load_manifest
 from ..shards.shardtable import ShardTable
-from .plan import Level, Passes, Sequence, epoch_order, remainder
+from .planning.plan import Level, Passes, Sequence, epoch_order, remainder
 from ..readoptions import MIN_RANGE
-from .remote import reads_ahead, worker_connections
-from .state import EpochProgress, PhaseLevel, Position, Resume, parse_state, worker_level
+from .reading.readahead import reads_ahead, worker_connections
+from .planning.state import EpochProgress, PhaseLevel, Position, Resume, parse_state, worker_level
 from .worker import ShardReader, WorkerPlan, WorkerStream, worker_plan
 
 MODES = ("weighted", "epochized")
@@ -550,7 +550,7 @@ class _PassOrder:
 
 
 def part_sequence(part: _Planned, count: int, seed: int, epoch: int, shuffle: bool) -> Sequence | Passes:
-    """Rule M3: passes over the part, cut after `count` samples (outputs). A `Passes` (stream/plan.py):
+    """Rule M3: passes over the part, cut after `count` samples (outputs). A `Passes` (stream/planning/plan.py):
     a pass is made only when one of its positions is asked for, so the epoch's size costs nothing."""
     counts = part.catalog.counts
     if count <= 0:

@@ -1,7 +1,7 @@
 """Checking shards against their manifest: sha256, sample counts, and that every member decodes.
 
 Shards with a sample index (`shards/index.py`) are read through the index-checked read path
-(`stream/read.py`: index digest, end blocks, every member's digest) in the same single pass that
+(`stream/reading/read.py`: index digest, end blocks, every member's digest) in the same single pass that
 computes the sha256. A split's sample table (`<split>.samples`, shards/samples.py) is checked too:
 its size and sha256 against the manifest's record, its columns against its count, and, against what
 that same pass read from the split's shards in order (when every shard of the split checked out),
@@ -34,7 +34,7 @@ from ..shards.shardtable import TABLE as SHARD_TABLES
 from ..shards.shardtable import LEFT_OUT, ShardTable
 from .manifests import load_manifest, shard_table
 from ..storage import open_url
-from .read import Sha256Reader, read_samples
+from .reading.read import Sha256Reader, read_samples
 
 
 @dataclass

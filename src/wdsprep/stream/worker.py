@@ -1,10 +1,10 @@
 """One worker's pass over its share of a split: which samples it reads (`worker_plan`, over
-stream/plan.py), how it reads them (`ShardReader`: shards opened through stream/read.py, remote
-ones fetched ahead by stream/remote.py, an optional local cache), and the counted, padded stream of
-outputs (`WorkerStream`) whose live `position` is what a resume state saves (stream/state.py).
+stream/planning/plan.py), how it reads them (`ShardReader`: shards opened through stream/reading/read.py, remote
+ones fetched ahead by stream/reading/readahead.py, an optional local cache), and the counted, padded stream of
+outputs (`WorkerStream`) whose live `position` is what a resume state saves (stream/planning/state.py).
 
 Invariants.
-- Every sample is checked against its manifest row before it is yielded (stream/read.py). A shard
+- Every sample is checked against its manifest row before it is yielded (stream/reading/read.py). A shard
   that cannot be read goes to the dataset's handler; a member that does not decode, to the decode
   stage's.
 - A resumed worker skips whole shards unopened and seeks over samples inside a shard; it pulls
@@ -26,7 +26,7 @@ Invariants.
   read-ahead jobs a chunk at a time (`FIRST_CHUNK`, then `CHUNK` pieces; a chunk's read-ahead ends
   with it), so a share of 10^6 shards costs no Python before its first sample; the first chunk's
   read-ahead starts with the pieces of the first shuffle block only (with stages, and of the sample
-  after it, made before the block's last output is handed over; stream/remote.py), and reads ahead
+  after it, made before the block's last output is handed over; stream/reading/readahead.py), and reads ahead
   over every piece once the consumer, holding its first output, asks for the next (`_Counter.start`).
 """
 from __future__ import annotations
@@ -42,7 +42,7 @@ from ..errors import ShardError
 from ..readoptions import ReadOptions
 from ..storage import local_path, open_url
 from .decode import END, ReaderStage
-from .plan import (
+from .planning.plan import (
     Piece,
     Sequence,
     block_permutation,
@@ -52,10 +52,11 @@ from .plan import (
     sequence_weights,
     worker_run,
 )
-from .catalog import Catalog
-from .read import LocalShard, read_samples, sample_at
-from .remote import ReadAhead, reads_ahead
-from .state import Position
+from .planning.catalog import Catalog
+from .reading.access import ShardAccess
+from .reading.read import INDEXES, LocalShard, read_samples
+from .reading.readahead import ReadAhead, reads_ahead
+from .planning.state import Position
 
 
 _OPEN_PASSES: weakref.WeakSet = weakref.WeakSet()  # every pass's counted outputs (a generator), while it lives
@@ -107,7 +108,7 @@ def _stamp_kept(sample: dict, kept: frozenset[str], index: int, piece_start: int
 
 @dataclass
 class WorkerPlan:
-    """What one worker of this rank reads in this pass (see stream/plan.py)."""
+    """What one worker of this rank reads in this pass (see stream/planning/plan.py)."""
 
     sequence: Sequence  # the pass's samples (G, or the remainder after an elastic resume)
     rank_pieces: Sequence  # this rank's list, after equalizing
@@ -184,7 +185,7 @@ class ShardReader:
                      keep: bool = True, made_ahead: int = 1) -> Iterator:
         """This worker's raw samples, checked against their rows. With `held` (a dict), samples of
         local shards come as ints, `slot << 32 | sample number`, with `held[slot]` = (LocalShard,
-        piece start, the cache entry it reads or None): copied out when delivered (`samples`). A cache
+        piece start, the cache entry it reads or None, the shard's row): copied out when delivered (`samples`). A cache
         entry that fails its check is dropped (`ShardCache.drop`) and the piece read on from its URL.
         Without `keep`, a shard's slot goes when the next shard is read (for a consumer that takes
         every int before asking for the next).
@@ -198,7 +199,7 @@ class ShardReader:
         widen_after = 0 if counter.started else max(self.shuffle_buffer, 1) + made_ahead
         # pieces are materialised (Piece objects, rows, read-ahead jobs) a chunk at a time: a rank's
         # share of 10^6 shards would otherwise cost seconds of Python before its first sample (and a
-        # run of passes is made a pass at a time: stream/plan.py's `Passes`)
+        # run of passes is made a pass at a time: stream/planning/plan.py's `Passes`)
         pieces, skip = pieces.resumed_at(skip)
         for chunk in chunked(pieces, FIRST_CHUNK, CHUNK):
             runs = []  # (piece, first sample to read): runs of consecutive sample numbers
@@ -231,14 +232,14 @@ class ShardReader:
                             else:
                                 stream = open_url(url, self.options)
                             with stream:
-                                # every sample is checked against the row before it is yielded (stream/read.py)
+                                # every sample is checked against the row before it is yielded (stream/reading/read.py)
                                 for sample in read_samples(url, row, at, piece.stop, stream, lazy=held is not None,
                                                            in_order=not keep, index=index):
                                     if sample.__class__ is LocalShard:
                                         if not keep:
                                             held.clear()
                                         slot += 1
-                                        held[slot] = (sample, piece.start, entry)
+                                        held[slot] = (sample, piece.start, entry, row)
                                         if entry is None:
                                             yield from sample.checked(slot << 32)
                                             continue
@@ -270,7 +271,7 @@ class ShardReader:
                 return
 
     def _read_ahead(self, runs: list[tuple[Piece, int]], first_block: int = 0) -> ReadAhead | None:
-        """The read-ahead of this worker's remote pieces (stream/remote.py), or None: nothing remote
+        """The read-ahead of this worker's remote pieces (stream/reading/readahead.py), or None: nothing remote
         with an index to read, `prefetch_bytes=0`, or a cache (which tees whole shards as they stream)."""
         if not self.options.prefetch_bytes or self.cache is not None:
             return None
@@ -331,13 +332,13 @@ class ShardReader:
         for item in samples:
             counter.pulled += 1
             if item.__class__ is not dict:  # a sample of a local (or cached) shard, checked, to take
-                shard, piece_start, entry = held[item >> 32]
+                shard, piece_start, entry, row = held[item >> 32]
                 index = item & 0xFFFFFFFF
                 try:  # copied out of the shard's buffer: raw, or only located there when fused
                     sample = shard.take(index) if decode is None else shard.members(index)
                 except ShardError as error:
                     try:
-                        item = self._read_again(entry, shard, index, piece_start, error)
+                        item = self._read_again(entry, shard, row, index, piece_start, error)
                     except ShardError as failed:
                         if handler(failed):
                             continue
@@ -361,14 +362,17 @@ class ShardReader:
             if sample is not None:
                 yield sample
 
-    def _read_again(self, entry, shard: LocalShard, index: int, piece_start: int, error: ShardError) -> dict:
-        """Sample `index` of `shard`, whose cache `entry` failed its check as the sample was taken
-        (`error`): the entry dropped, the sample read alone from the shard's URL (one request) and
-        stamped. Without an entry, `error` is the shard's."""
+    def _read_again(self, entry, shard: LocalShard, row: dict, index: int, piece_start: int, error: ShardError) -> dict:
+        """Sample `index` of `shard` (its manifest `row`), whose cache `entry` failed its check as the
+        sample was taken (`error`): the entry dropped, the sample read alone from the shard's URL by
+        the one checked random read (stream/reading/access.py: one request; its index, loaded from the
+        entry and checked, is the streaming readers' `INDEXES`') and stamped. Without an entry,
+        `error` is the shard's."""
         if entry is None:
             raise error
         self.cache.drop(entry, shard.url, error)
-        return _stamp(sample_at(shard.url, shard.index, index), index, piece_start, self.epoch)
+        access = ShardAccess([shard.url], [row], options=self.options, indexes=INDEXES)
+        return _stamp(access.read([(0, index, None)])[0], index, piece_start, self.epoch)
 
     def carried_discards(self, plan: WorkerPlan) -> dict[int, int]:
         """Stream positions of this worker's samples whose outputs were partly delivered before an
@@ -399,7 +403,7 @@ class ShardReader:
 class WorkerStream:
     """One worker's pass: iterating it yields the outputs of `stages` over the plan's samples (then
     `after`, the stages past the counting point: batching), from `resume` on; `position` is the
-    worker's live position after the latest output, what a state saves (stream/state.py).
+    worker's live position after the latest output, what a state saves (stream/planning/state.py).
 
     `invoke(stage, source)` applies one stage (the pipeline's own); `decode`, a `ReaderStage`
     fused into the reader, is then not among `stages`."""

@@ -220,7 +220,7 @@ class _Pairs:
         elif _in_multi_worker_loader():
             return []
         from ...stream.manifests import shard_row
-        from ...stream.read import checked_samples
+        from ...stream.reading.read import checked_samples
 
         found: list[_Item] = []
         for sample in checked_samples(item.url, shard_row(item.url, self._manifests)):

@@ -1,7 +1,7 @@
 """Reading one sequence's frames out of its shards, frame by frame, each frame checked first.
 
 A sequence's frames are consecutive samples of one or more shards (its segments). A frame is read
-by sample number through `stream.access.ShardAccess`, the random access `wdsprep.MapDataset` reads
+by sample number through `stream.reading.access.ShardAccess`, the random access `wdsprep.MapDataset` reads
 with: one bounded read of the members it needs (a positioned read locally, a Range request
 remotely), every member in that span checked against the shard's index before anything is decoded
 (an older shard without an index: hashed whole at its first use if local, refused with the line
@@ -18,7 +18,7 @@ import zstandard
 
 from ...errors import FormatError, ShardError
 from ...shards.codec import decompressor, frame_size, read_npy
-from ...stream.access import ShardAccess
+from ...stream.reading.access import ShardAccess
 
 
 def decode_member(url: str, key: str, member: str, data: bytearray, leading: int | None):

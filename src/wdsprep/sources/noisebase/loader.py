@@ -29,7 +29,7 @@ import torch.distributed as dist
 from ...errors import ConfigError, ManifestError
 from ...stream import load_manifest
 from .native import BUFFERS, decode_rgbe
-from ...stream.access import ShardAccess
+from ...stream.reading.access import ShardAccess
 from ._shardread import SequenceReader
 from .convert import frame_key
 from .projective import Orientation, log_depth, motion_vectors, screen_space_normal

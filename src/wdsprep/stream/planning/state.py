@@ -31,7 +31,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 from .plan import Level
 
 

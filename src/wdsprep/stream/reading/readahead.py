@@ -1,7 +1,7 @@
 """Read-ahead of remote shards: a worker's pieces fetched ahead of its reader by parallel Range
 requests over pooled connections, within a byte budget.
 
-A worker's stream is a list of pieces (shard, first sample, end sample; stream/plan.py), all known
+A worker's stream is a list of pieces (shard, first sample, end sample; stream/planning/plan.py), all known
 before its first sample. `ReadAhead(jobs, max_connections=...)` fetches them in that order while
 the reader consumes them, and hands each piece to the reader (`open`) as a stream of exactly its
 own bytes, with its shard's index.
@@ -15,7 +15,7 @@ What is fetched: each piece's own bytes, and its shard's index, once.
   the body's last bytes (one range from somewhere before `index_offset` to the end): one request for
   a shard smaller than a range, no request for the index alone. A piece that starts or ends
   mid-shard needs the index to know where its bytes lie: that is one small request of its own,
-  before its body's. Indexes are kept per process (stream/read.py's `INDEXES`, by URL and the row's
+  before its body's. Indexes are kept per process (stream/reading/read.py's `INDEXES`, by URL and the row's
   index digest), so a shard's index is fetched once per worker.
 
 An adopted shard's index (`wdsprep index`) is not in the shard but in its split's index file: a
@@ -44,7 +44,7 @@ current range, and the range holding the index, always fit beside a full set of 
 The one exception: a single index larger than the budget is fetched anyway (the reader cannot go on
 without it), the budget then being exceeded by that index alone.
 
-Integrity and order are the reader's (stream/read.py): every member is checked against the index
+Integrity and order are the reader's (stream/reading/read.py): every member is checked against the index
 before its sample is yielded, exactly as on a sequential stream; the row's index fields must lie
 within the shard before anything is requested (`check_index_fields`; else the piece's error), and the
 index is checked against the manifest row (`ShardIndex.from_tail`); every response must give the row's total size and, within a
@@ -72,12 +72,13 @@ import os
 import threading
 from typing import Iterable
 
-from .. import readoptions
-from ..errors import ShardError
-from ..readoptions import ReadOptions
-from ..shards.index import ShardIndex, adopted, check_index_fields, has_index, samples_end
-from ..storage import scheme_for, scheme_of
-from .read import INDEXES, load_index, object_check
+from ... import readoptions
+from ...errors import ShardError
+from ...readoptions import ReadOptions
+from ...shards.index import ShardIndex, adopted, check_index_fields, has_index, samples_end
+from ...storage import scheme_for, scheme_of
+from ...storage.resuming import ObjectCheck
+from .read import INDEXES, load_index, object_check, truncated
 
 MIB = 1 << 20
 # Range requests at once. By default a rank (a process and its DataLoader workers) sends up to
@@ -108,7 +109,7 @@ def worker_connections(max_connections: int | None, num_workers: int) -> int:
 
 def reads_ahead(url: str, row: dict) -> bool:
     """Whether a piece of this shard is read by `ReadAhead`: a scheme with byte ranges, a row with
-    an index (without one, the shard is read whole, sequentially: stream/read.py)."""
+    an index (without one, the shard is read whole, sequentially: stream/reading/read.py)."""
     try:
         return has_index(row) and scheme_for(url).supports_ranges
     except ShardError:
@@ -118,6 +119,18 @@ def reads_ahead(url: str, row: dict) -> bool:
 def _parse_index(url: str, row: dict, tail) -> ShardIndex:
     """The index from the shard's bytes [index_offset, bytes) (checked against the row), kept."""
     return INDEXES.put(url, row, ShardIndex.from_tail(url, row, bytes(tail)))
+
+
+def fetch_range(url: str, scheme, start: int, stop: int, check: ObjectCheck) -> bytearray:
+    """Bytes [start, stop) of the shard at `url`: the one Range request of the read side (the
+    read-ahead's ranges, and random access's runs and index tails, stream/reading/access.py), the
+    scheme's bounded read (`read_into`: resumed within the range, every response checked by `check`).
+    Fewer bytes than asked is the shard's one truncation error (`read.truncated`)."""
+    buffer = bytearray(stop - start)
+    got = scheme.read_into(url, start, memoryview(buffer), check)
+    if got != len(buffer):
+        raise truncated(url, start, stop, start + got)
+    return buffer
 
 
 # states of a range
@@ -293,12 +306,9 @@ class _Engine:
             job = r.job
             try:
                 if r is job.tail and adopted(job.row):  # the index of an adopted shard (checked, kept)
-                    buffer, got = load_index(job.url, job.row), 0
+                    buffer = load_index(job.url, job.row)
                 else:
-                    buffer = bytearray(r.size)
-                    got = job.scheme.read_into(job.url, r.start, memoryview(buffer), job.check)
-                if got != r.size:
-                    raise ShardError(job.url, f"truncated shard: bytes {r.start}-{r.stop - 1} end at byte {r.start + got}")
+                    buffer = fetch_range(job.url, job.scheme, r.start, r.stop, job.check)
                 error = None
             except BaseException as caught:  # handed to the reader, raised where it reaches this range
                 buffer, error = None, caught

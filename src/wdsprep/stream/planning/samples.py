@@ -7,11 +7,11 @@ converted before tables existed, the keys of every shard's index (one read per s
 """
 from __future__ import annotations
 
-from ..errors import ShardError
-from ..shards.index import has_index
-from ..shards.manifest import Manifest
-from ..shards.samples import SampleTable, table_entry
-from .read import load_index
+from ...errors import ShardError
+from ...shards.index import has_index
+from ...shards.manifest import Manifest
+from ...shards.samples import SampleTable, table_entry
+from ..reading.read import load_index
 
 
 def sample_table(manifest: Manifest, split: str) -> SampleTable:

@@ -16,12 +16,12 @@ tee (its partial copy is dropped) and goes on as the plain remote stream, by Ran
 never downloads the head that the neighbouring worker reads. Each split shard is then fetched once
 per epoch (plus at most `DRAIN_BYTES` drained by a head piece that tries to complete its entry).
 
-Random access (`wdsprep.MapDataset`, stream/access.py) asks for a shard's entry with `fetch`: on a
+Random access (`wdsprep.MapDataset`, stream/reading/access.py) asks for a shard's entry with `fetch`: on a
 miss the whole shard is read through the same tee (one request) before its first sample, then the
 entry is read in place.
 
 An entry is checked as it is read, like any shard (its index against the row, every member against
-its digest: stream/read.py), not hashed whole on every hit. One that fails (a disk error, a file
+its digest: stream/reading/read.py), not hashed whole on every hit. One that fails (a disk error, a file
 altered or put under its name since it was admitted) is the cache's fault, not the server's: the
 reader drops it (`drop`: removed, with one warning line naming the cached file and what failed) and
 reads the rest of the shard from its URL, through the cache again; only if that copy fails too is
@@ -39,10 +39,12 @@ import warnings
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from ..checks import size
-from ..errors import ConfigError, OutputError, ShardError
-from ..storage import BUFFER, local_path, open_url
-from ..storage.files import open_regular
+from ...checks import size
+from ...errors import ConfigError, OutputError, ShardError
+from ...storage import BUFFER, local_path, open_url
+from ...storage.files import open_regular
+from ...storage.resuming import wrong_size
+from .read import wrong_sha256
 
 SUFFIX = ".tar"
 DRAIN_BYTES = 1 << 20  # on close, read at most this much more to complete an entry (the tar end blocks)
@@ -127,9 +129,9 @@ class ShardCache:
                 while stream.read(BUFFER):
                     pass
                 if stream.count != size and size is not None:
-                    raise ShardError(url, f"shard is {stream.count} bytes, manifest says {size}")
+                    raise wrong_size(url, stream.count, size)
                 if sha256 is not None and stream.digest.hexdigest() != sha256:
-                    raise ShardError(url, "sha256 differs from the manifest row (corrupt or changed shard)")
+                    raise wrong_sha256(url)
         return (path if os.path.exists(path) else None), downloaded
 
     # -- bookkeeping

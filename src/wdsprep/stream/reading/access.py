@@ -8,7 +8,8 @@ samples (`__key__`, `__url__`, member -> bytearray) in that order.
 
 Indexes. A shard's index is loaded at its first use and kept: one read of the shard's tail (the
 index member and the end-of-archive blocks; one bounded Range request remotely, a `pread` locally),
-checked against the manifest row (`ShardIndex.from_tail`). The last `INDEX_CACHE` indexes are kept
+checked against the manifest row by the one index loader (`read.load_index`, handed this class's
+bounded, counted request of the tail; `ShardIndex.from_tail`). The last `INDEX_CACHE` indexes are kept
 per process, the least recently used dropped first; the indexes of one call are loaded together
 (remote ones in parallel). A shard without an index (an older manifest) is hashed whole against its
 row first when it is local or cached, and indexed in memory (`index_of_hashed`); a remote one is
@@ -21,12 +22,13 @@ member to the padding of its last (the whole sample when all members are wanted)
 one shard, sorted by offset, that touch (or, in a remote shard, lie at most the `ReadOptions`'
 `gap_bytes` apart: 256 KiB by default, the read-ahead's first range, whose transfer costs about what
 one more round trip does) are merged, and each merged span is ONE read: an `os.pread`
-of a local (or cached) shard, ONE bounded Range request of a remote one (`Scheme.read_into`,
+of a local (or cached) shard, ONE bounded Range request of a remote one (the read-ahead's
+`readahead.fetch_range` over `Scheme.read_into`,
 storage/resuming.py: resumed at its first missing byte after a drop, every response checked for the
 row's size and, per shard, one ETag). The bytes between two samples of a merged span are read and
 dropped: never checked, never returned. A call's remote requests (of different shards, or of runs
 of one shard too far apart to merge) go in parallel, at most `max_connections` at once (default:
-the read-ahead's share per DataLoader worker, `remote.worker_connections`), over the scheme's pooled
+the read-ahead's share per DataLoader worker, `readahead.worker_connections`), over the scheme's pooled
 keep-alive connections (storage/http.py, storage/s3.py: the ones the read-ahead uses), with the
 `ReadOptions` given (`options`: retries, timeouts, the rate floor; None: the environment's, read when
 the `ShardAccess` is made).
@@ -35,9 +37,11 @@ Checks. Every member in a sample's span, header, data and padding, is checked ag
 the index before the sample is returned, and a whole sample must end where the next one starts. A
 mismatch is a `ShardError` naming the shard and the member, raised by the call that asked for that
 sample; a sample elsewhere (in a gap of a merged span included) is never checked, so it fails no
-call that does not ask for it.
+call that does not ask for it. The checks and their wording are stream/reading/read.py's, the
+streaming reader's (`_corrupt`, `truncated`: a read that comes back short, local or remote,
+`miscounted`, `tiling_problem`): the same shard fault is the same line on every path.
 
-Cache. With a `ShardCache` (stream/cache.py), a remote shard is downloaded whole into the cache at its
+Cache. With a `ShardCache` (stream/reading/cache.py), a remote shard is downloaded whole into the cache at its
 first use (one request, the entry admitted only once the shard's size and sha256 match its row), and
 read from there: its index and samples then cost no request, in this process or any other sharing
 the directory, until the entry is evicted. A shard larger than the whole cache is read remotely. An
@@ -60,15 +64,17 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
-from ..errors import ShardError
-from ..readoptions import ReadOptions
-from ..shards.index import ShardIndex, adopted, digest_of, has_index, member_span, tiling_problem
-from ..shards.tarformat import BLOCK, index_samples
-from ..storage import local_path, scheme_for, scheme_of
-from ..storage.resuming import ObjectCheck
+from ...errors import ShardError
+from ...readoptions import ReadOptions
+from ...shards.index import ShardIndex, adopted, digest_of, has_index, member_span, miscounted, tiling_problem
+from ...shards.tarformat import BLOCK, index_samples
+from ...storage import local_path, scheme_for, scheme_of
+from ...storage.resuming import ObjectCheck
 from .cache import Entry
-from .read import UNINDEXED_REMOTE, IndexCache, check_identity, check_whole, load_index, object_check
+from .read import (UNINDEXED_REMOTE, IndexCache, check_identity, check_whole, load_index, object_check, truncated,
+                   unreadable)
 from .read import _corrupt as corrupt_member  # the one wording of a member that fails its digest
+from .readahead import fetch_range, worker_connections
 
 INDEX_CACHE = 1024  # shard indexes kept per process
 OPEN_FILES = 64  # descriptors of local or cached shards kept open per process
@@ -117,14 +123,17 @@ class _Span:
 class ShardAccess:
     """Random access to the samples of shards `urls` (their manifest `rows`): see the module docstring."""
 
-    def __init__(self, urls: Sequence[str], rows: Sequence[dict], *, cache=None, options: ReadOptions | None = None):
+    def __init__(self, urls: Sequence[str], rows: Sequence[dict], *, cache=None, options: ReadOptions | None = None,
+                 indexes: IndexCache | None = None):
         self.urls, self.rows = list(urls), list(rows)
         if len(self.urls) != len(self.rows):
             raise ValueError(f"{len(self.urls)} shard URLs for {len(self.rows)} rows")
         self.cache = cache
         self.options = ReadOptions.from_environment() if options is None else options  # checked when made
         self._numbers: dict[str, int] | None = None  # URL -> shard (built by the first `shard` call)
-        self._indexes = IndexCache(INDEX_CACHE)  # the shards' indexes (by URL and index digest)
+        # the shards' indexes (by URL and index digest): its own, or the streaming readers' (`read.INDEXES`:
+        # a worker reading a sample again after its cache entry failed)
+        self._indexes = IndexCache(INDEX_CACHE) if indexes is None else indexes
         self._start_process()
 
     def _start_process(self) -> None:
@@ -261,18 +270,13 @@ class ShardAccess:
             if file is None:
                 raise ShardError(url, UNINDEXED_REMOTE)
             return index_of_hashed(url, row, file.fd, self._paths[shard])
-        if adopted(row):  # its index is in its split's index file (one read); the shard itself is not read
-            return load_index(url, row, cache=None)
-        if file is not None:
+        # the one index loader (kept by `indexes`): an adopted shard's from its split's index file (one
+        # read; the shard itself is not read), else the tail of the open file, or one bounded request
+        fd = file.fd if file is not None and not adopted(row) else None
+        if fd is not None:
             self._count(reads=1)
-            return load_index(url, row, file.fd, cache=None)  # kept by `indexes`
-        tail = bytearray(row["bytes"] - row["index_offset"])
-        self._count(index_requests=1, bytes=len(tail))
-        got = scheme_for(url).configured(self.options).read_into(url, row["index_offset"], memoryview(tail), self._check(shard))
-        if got != len(tail):
-            raise ShardError(url, f"truncated shard: it ends at byte {row['index_offset'] + got}, "
-                                  f"manifest says {row['bytes']} bytes")
-        return ShardIndex.from_tail(url, row, tail)
+        return load_index(url, row, fd, cache=None,
+                          read_tail=lambda: self._request(shard, row["index_offset"], row["bytes"], "index_requests"))
 
     def _check(self, shard: int) -> ObjectCheck:
         with self._lock:
@@ -360,22 +364,24 @@ class ShardAccess:
 
     def _fetch(self, shard: int, low: int, high: int) -> bytes | bytearray:
         """Bytes [low, high) of the shard: one pread, or one bounded Range request."""
-        url = self.urls[shard]
         file = self._file(shard)
-        if file is not None:
-            self._count(reads=1)
-            try:
-                data = os.pread(file.fd, high - low, low)
-            except OSError as error:
-                raise ShardError(url, f"read error at byte {low}: {error.strerror or error}") from None
-        else:
-            data = bytearray(high - low)
-            self._count(requests=1, bytes=high - low)
-            got = scheme_for(url).configured(self.options).read_into(url, low, memoryview(data), self._check(shard))
-            data = memoryview(data)[:got]
+        if file is None:
+            return self._request(shard, low, high, "requests")
+        url = self.urls[shard]
+        self._count(reads=1)
+        try:
+            data = os.pread(file.fd, high - low, low)
+        except OSError as error:
+            raise unreadable(url, low, error) from None
         if len(data) != high - low:
-            raise ShardError(url, f"truncated shard: bytes {low}-{high - 1} end at byte {low + len(data)}")
+            raise truncated(url, low, high, low + len(data))
         return data
+
+    def _request(self, shard: int, low: int, high: int, counter: str) -> bytearray:
+        """Bytes [low, high) of a remote shard: the read-ahead's one Range request, counted as `counter`."""
+        url = self.urls[shard]
+        self._count(**{counter: 1}, bytes=high - low)
+        return fetch_range(url, scheme_for(url).configured(self.options), low, high, self._check(shard))
 
     def _sample(self, index: ShardIndex, span: _Span, view: memoryview, low: int) -> dict:
         """The span's sample from the bytes of its run (starting at shard byte `low`), each member checked."""
@@ -413,8 +419,7 @@ class ShardAccess:
     def _thread_pool(self) -> ThreadPoolExecutor:
         with self._lock:
             if self._pool is None:
-                from .dataset import worker_info
-                from .remote import worker_connections
+                from ..world import worker_info
 
                 _, workers = worker_info()
                 self._connections = worker_connections(self.options.max_connections, workers)
@@ -445,5 +450,5 @@ def index_of_hashed(url: str, row: dict, fd: int, path: str) -> ShardIndex:
             sizes.append(size)
             digests.append(digest_of(os.pread(fd, end - start, start)))
     if len(keys) != row["samples"]:
-        raise ShardError(url, f"shard holds {len(keys)} samples, manifest says {row['samples']}")
+        raise miscounted(url, len(keys), row)
     return ShardIndex(url, tuple(keys), tuple(offsets), tuple(layout), tuple(layouts), tuple(sizes), tuple(digests), end)

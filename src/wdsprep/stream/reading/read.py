@@ -32,10 +32,11 @@ differ from its manifest row raises `ShardError` before its first sample.
   What is taken is always what was digested.
   Remote shards are read sample by sample: each member's data straight into its own bytearray
   (`readinto`), its header and padding into a scratch block, the three digested as they arrive.
-  The dataset's remote stream is a piece's own bytes fetched ahead (stream/remote.py), which hands
+  The dataset's remote stream is a piece's own bytes fetched ahead (stream/reading/readahead.py), which hands
   over the shard's index with it; this check is the same on that stream as on any other.
-  A mismatch names the shard and the member. `sample_at` reads one sample alone the same way
-  (one bounded read of its bytes: what `wdsprep show` fetches of a picked sample).
+  A mismatch names the shard and the member (`_corrupt`), a shard that ends before the bytes its
+  index lists the range and where it ended (`truncated`): the one member check, in one wording,
+  on every path (the random access and the read-ahead raise these same errors).
 - Adopted shards (`wdsprep index`: tars other tools wrote, shards/index.py): the same path; the
   index comes from the split's index file beside the manifest (`load_index`: one bounded read of the
   row's bytes there, checked against its digest), a member's head may be longer than one header (its
@@ -50,10 +51,12 @@ differ from its manifest row raises `ShardError` before its first sample.
   disk first would break the rule that a remote read writes nothing locally unless a cache is asked
   for, and would make every piece of it download the whole shard).
 - Every other reader of shard bytes goes through this module or checks alike, so no path yields an
-  unchecked byte. Random access (`wdsprep.MapDataset`, the map-style classes, the noisebase
-  loader) is stream/access.py's: the index loaded once per shard (`load_index`), a read of samples
-  one bounded read of their bytes, each member checked against its digest (`_corrupt` names one
-  that fails) before anything is returned (an older local shard is hashed whole first,
+  unchecked byte. Random access, the one way to read sample i (`wdsprep.MapDataset`, `wdsprep
+  show` and `inspect`, the map-style classes, the noisebase loader, a sample read again after its
+  cache entry failed), is stream/reading/access.py's: the index loaded once per shard by the one
+  loader here (`load_index`, handed the access's own bounded, counted read of the tail), a read of
+  samples one bounded read of their bytes, each member checked against its digest (`_corrupt`
+  names one that fails) before anything is returned (an older local shard is hashed whole first,
   `check_whole`, and indexed in memory; an older remote one is refused with `UNINDEXED_REMOTE`).
   `checked_samples` opens a URL and reads it through `read_samples`, for readers that hold a
   shard's URL and row rather than a pipeline (`wdsprep inspect`, DeepReg's block recovery).
@@ -66,17 +69,17 @@ import io
 import os
 import threading
 from bisect import bisect_right
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
-from ..errors import ShardError
-from ..shards.codec import DECODE_ERRORS, member_decoder
-from ..shards.index import (ROW_FIELDS, ShardIndex, adopted, check_index_fields, digest_of, has_index, member_span,
-                            tiling_problem,
+from ...errors import ShardError
+from ...shards.codec import DECODE_ERRORS, member_decoder
+from ...shards.index import (ROW_FIELDS, ShardIndex, adopted, check_index_fields, digest_of, has_index, member_span,
+                            miscounted, tiling_problem,
                             xxh3_64)
-from ..shards.tarformat import BLOCK, TarCursor, group_samples
-from ..storage import BUFFER, local_path, open_from, open_url, read_range
-from ..storage.files import fill
-from ..storage.resuming import ObjectCheck
+from ...shards.tarformat import BLOCK, TarCursor, group_samples
+from ...storage import BUFFER, local_path, open_from, open_url, read_range
+from ...storage.files import fill
+from ...storage.resuming import ObjectCheck, wrong_size
 
 
 # a remote shard without an index: refused (module docstring), on every read path
@@ -129,11 +132,15 @@ class IndexCache:
 INDEXES = IndexCache(64)  # the streaming readers' indexes in this process
 
 
-def load_index(url: str, row: dict, fd: int | None = None, cache: IndexCache | None = INDEXES) -> ShardIndex:
-    """The shard's index: from `cache`, else read from the open file `fd` (local or cached shards)
-    or by its own request, checked, and kept there. The one way an index is loaded.
+def load_index(url: str, row: dict, fd: int | None = None, cache: IndexCache | None = INDEXES,
+               read_tail: Callable[[], bytes | bytearray] | None = None) -> ShardIndex:
+    """The shard's index: from `cache`, else read from the open file `fd` (local or cached shards),
+    by `read_tail()` (the tail [index_offset, bytes) as its caller reads remote bytes: random
+    access's bounded, counted request), or by its own request, checked, and kept there. The one
+    way an index is loaded.
 
-    One byte more than the row's size is asked for, so a longer shard is caught as well as a shorter.
+    From a file or by its own request, one byte more than the row's size is asked for, so a longer
+    shard is caught as well as a shorter (a `read_tail` checks the object's size on its response).
     The row's index fields are checked to lie within its shard first (`check_index_fields`).
     """
     check_index_fields(url, row)
@@ -144,7 +151,10 @@ def load_index(url: str, row: dict, fd: int | None = None, cache: IndexCache | N
         index = ShardIndex.from_adopted(url, row, _adopted_index_bytes(url, row))
     else:
         offset, length = row["index_offset"], row["bytes"] - row["index_offset"] + 1
-        tail = os.pread(fd, length, offset) if fd is not None else _read_from(url, offset, length)
+        if fd is not None:
+            tail = os.pread(fd, length, offset)
+        else:
+            tail = read_tail() if read_tail is not None else _read_from(url, offset, length)
         index = ShardIndex.from_tail(url, row, tail)
     return cache.put(url, row, index) if cache is not None else index
 
@@ -192,7 +202,7 @@ def read_samples(url: str, row: dict, start: int, stop: int, stream: BinaryIO, *
     yields each sample's number (an int) once its bytes are checked, and `take(number)` copies it
     out when wanted; `in_order` says the numbers are taken in the order they come, each before the
     next is asked for (no shuffle buffer). Samples read from a stream are dicts either way. `index`:
-    the shard's index, already loaded and checked against `row` (the read-ahead's: stream/remote.py),
+    the shard's index, already loaded and checked against `row` (the read-ahead's: stream/reading/readahead.py),
     else it is read first.
     """
     if has_index(row):
@@ -225,7 +235,7 @@ def _indexed(url: str, row: dict, start: int, stop: int, stream: BinaryIO, lazy:
     if index.offsets[start]:
         stream.seek(index.offsets[start])
     scratch = memoryview(bytearray(BLOCK))
-    take = getattr(stream, "take", None)  # the read-ahead's in-memory blocks (stream/remote.py)
+    take = getattr(stream, "take", None)  # the read-ahead's in-memory blocks (stream/reading/readahead.py)
     indexed_etag = row.get("etag")  # an adopted shard's, read as one stream: its response is checked once read
     for i, end in zip(range(start, stop), ends):
         sample = _streamed(url, index, i, end, stream, scratch, take)
@@ -256,11 +266,10 @@ def _preadv(url: str, fd: int, buffers: list, offset: int) -> None:
                     skip = 0
             got = os.preadv(fd, rest[:IOV_MAX], offset + done)
             if got == 0:
-                raise ShardError(url, f"shard ends at byte {offset + done}, before the end of the samples its index "
-                                      f"lists (byte {offset + want}): cut or rewritten while being read")
+                raise truncated(url, offset, offset + want, offset + done)
             done += got
     except OSError as error:
-        raise ShardError(url, f"read error at byte {offset}: {error.strerror or error}") from None
+        raise unreadable(url, offset, error) from None
 
 
 class _Buffers:
@@ -493,6 +502,7 @@ def _streamed(url: str, index: ShardIndex, i: int, end: int, stream: BinaryIO, s
         k += 1
         pad = -size % BLOCK
         span = take(head + size + pad) if take is not None else None
+        where = at  # the shard byte the next part starts at
         if span is not None:
             if digest_of(span) != expected:
                 raise _corrupt(url, key, name)
@@ -504,8 +514,9 @@ def _streamed(url: str, index: ShardIndex, i: int, end: int, stream: BinaryIO, s
             for part in (before, data, scratch[:pad]):
                 got = fill(stream, part)
                 if got != len(part):
-                    raise ShardError(url, f"truncated shard: member {key}.{name} ends early (at byte {at + got})")
+                    raise truncated(url, at, at + head + size + pad, where + got, f"{key}.{name}")
                 digest.update(part)
+                where += got
             if digest.intdigest() != expected:
                 raise _corrupt(url, key, name)
         sample[name] = data
@@ -515,16 +526,28 @@ def _streamed(url: str, index: ShardIndex, i: int, end: int, stream: BinaryIO, s
     return sample
 
 
-def sample_at(url: str, index: ShardIndex, i: int) -> dict:
-    """Raw sample i of an indexed shard, fetched alone: one bounded read of exactly its bytes (a
-    Range request remotely), checked against the index like every streamed sample."""
-    start, end = index.offsets[i], index.sample_end(i)
-    data = read_range(url, start, end - start)
-    return _streamed(url, index, i, end, io.BytesIO(data), memoryview(bytearray(BLOCK)))
-
-
 def _corrupt(url: str, key: str, name: str) -> ShardError:
+    """The one wording of a member that fails its digest."""
     return ShardError(url, f"member {key}.{name}: corrupt (its header, data or padding differ from the shard's index)")
+
+
+def unreadable(url: str, offset: int, error: OSError) -> ShardError:
+    """The one wording of a local shard whose read failed (an I/O error, not a short read)."""
+    return ShardError(url, f"read error at byte {offset}: {error.strerror or error}")
+
+
+def wrong_sha256(url: str) -> ShardError:
+    """The one wording of a shard whose bytes are not the ones its row's sha256 names."""
+    return ShardError(url, "sha256 differs from the manifest row (corrupt or changed shard)")
+
+
+def truncated(url: str, start: int, stop: int, end: int, member: str | None = None) -> ShardError:
+    """The one wording of a shard that ended at byte `end`, before all of bytes [start, stop) its
+    index (or its manifest row) lists were read: on every read path, local or remote, streamed,
+    read ahead or read at random (`member`: the member those bytes are, where one is known)."""
+    what = f" (member {member})" if member is not None else ""
+    return ShardError(url, f"truncated shard: bytes {start}-{stop - 1}{what} end at byte {end}: "
+                           "cut or rewritten while being read")
 
 
 class Sha256Reader(io.RawIOBase):
@@ -562,7 +585,7 @@ def _hashed(url: str, row: dict, start: int, stop: int, stream: BinaryIO) -> Ite
                 yield last
             last = sample  # the piece's last sample goes once the shard's sample count was checked
     if count != row["samples"]:
-        raise ShardError(url, f"shard holds {count} samples, manifest says {row['samples']}")
+        raise miscounted(url, count, row)
     if last is not None:
         yield last
 
@@ -571,13 +594,13 @@ def check_whole(url: str, row: dict, fd: int) -> None:
     """Raise `ShardError` unless the open file `fd` has exactly the row's size and sha256."""
     size = os.fstat(fd).st_size
     if size != row["bytes"]:
-        raise ShardError(url, f"shard is {size} bytes, manifest says {row['bytes']}")
+        raise wrong_size(url, size, row["bytes"])
     digest, offset = hashlib.sha256(), 0
     while chunk := os.pread(fd, BUFFER, offset):
         digest.update(chunk)
         offset += len(chunk)
     if offset != size or digest.hexdigest() != row["sha256"]:
-        raise ShardError(url, "sha256 differs from the manifest row (corrupt or changed shard)")
+        raise wrong_sha256(url)
 
 
 # ------------------------------------------------------------------ random access, checked

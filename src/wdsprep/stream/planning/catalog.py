@@ -1,6 +1,6 @@
 """A split as the planner sees it: its shards' sample counts, narrowed by a selection.
 
-`Catalog(manifest, split, selection)` is what an epoch is planned on (stream/plan.py): `counts`, the
+`Catalog(manifest, split, selection)` is what an epoch is planned on (stream/planning/plan.py): `counts`, the
 samples of each shard that the selection keeps (numpy, one entry per shard of the manifest, 0 for a
 shard with none kept), and `members(shard)`, their sample numbers. Pieces of the plan are in
 *selected positions*: position j of shard s is its j-th kept sample. Without a selection position j
@@ -11,10 +11,10 @@ A manifest whose rows live in a shard table (shards/shardtable.py) gives the cat
 (each URL made when asked for), and `digest` is the one the table carries; so a catalog of 10^6
 shards makes no Python object per shard.
 
-A `Selection` is applied on the split's sample table (keys and indexed fields: `stream/samples.py`),
+A `Selection` is applied on the split's sample table (keys and indexed fields: `stream/planning/samples.py`),
 never on sample data, in this order: `keys` (a list of keys, or the path of a file with one key per
 line: `KeyFile`, read by `read_key_file` once the split is known), `select` (an expression over
-indexed fields: stream/select.py), `fraction` (exactly
+indexed fields: stream/planning/select.py), `fraction` (exactly
 round(f * n) of the samples kept so far, chosen by a permutation keyed by the dataset's seed: the
 same subset in every epoch), `limit` (the first n kept, in manifest order). A selection that keeps
 no sample, names a key the split lacks or a field that was not indexed is one `ConfigError` line.
@@ -38,12 +38,12 @@ from typing import Sequence as Sequence_
 
 import numpy as np
 
-from ..checks import number, refuse, whole_number
-from ..errors import ConfigError
-from ..shards.manifest import Manifest, join_url
-from ..shards.shardtable import ShardTable, rows_digest
-from ..shards.tarformat import KEY
-from ..storage.files import read_regular
+from ...checks import number, refuse, whole_number
+from ...errors import ConfigError
+from ...shards.manifest import Manifest, join_url
+from ...shards.shardtable import ShardTable, rows_digest
+from ...shards.tarformat import KEY
+from ...storage.files import read_regular
 from .select import Expression
 
 KEY_FILE_SLACK = 1 << 16  # blank lines and spaces a key file may hold beyond a line per key

@@ -18,9 +18,9 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ..checks import refuse
-from ..errors import ConfigError
-from ..shards.codec import MAX_DEPTH, NESTED
+from ...checks import refuse
+from ...errors import ConfigError
+from ...shards.codec import MAX_DEPTH, NESTED
 
 _COMPARE: dict[type, Callable] = {
     ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,

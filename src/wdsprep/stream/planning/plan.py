@@ -55,7 +55,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..checks import one_of, whole_number
+from ...checks import one_of, whole_number
 
 EQUALIZE = (None, "pad", "drop")
 
