@@ -52,7 +52,6 @@ import hashlib
 import io
 import json
 import os
-import shutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Iterable
@@ -68,7 +67,7 @@ from .shards.manifest import (ADOPTED_SOURCE, INDEX_FILES, MANIFEST_NAME, Manife
 from .shards.samples import TABLE as SAMPLE_TABLES
 from .shards.samples import field_value, split_table
 from .shards.samples import file_name as sample_table_name
-from .shards.tarformat import BLOCK, TarCursor, sample_members, webdataset_member
+from .shards.tarformat import TarCursor, sample_members, webdataset_member
 from .storage import BUFFER, local_path, open_store, open_url, scheme_of
 from .storage.files import remove_quietly
 from .storage.local import LOCK_NAME

@@ -21,8 +21,20 @@ package for classes defined elsewhere). A class that is also a builtin error kee
 from __future__ import annotations
 
 
+def _rebuilt(cls: type, args: tuple, state: dict) -> "WdsprepError":
+    """An error as it was pickled: its arguments and attributes, without calling its `__init__`."""
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
+
 class WdsprepError(Exception):
-    """Base class of every error wdsprep raises on purpose."""
+    """Base class of every error wdsprep raises on purpose. Each pickles as it is (a process pool, Ray
+    or a spawned worker hands it back with its class, message and attributes)."""
+
+    def __reduce__(self):
+        return _rebuilt, (type(self), self.args, dict(self.__dict__))
 
 
 class InputError(WdsprepError):
@@ -55,9 +67,11 @@ class FormatError(WdsprepError):
 class ShardError(FormatError):
     """A shard is unreadable, truncated or does not match its manifest row."""
 
-    def __init__(self, url: str, message: str):
+    def __init__(self, url: str, message: str | None = None):
+        if message is None:  # one argument, the whole text: how torch's DataLoader raises a worker's error again
+            url, message = url.split(": ", 1) if ": " in url and "\n" not in url else ("", url)
         self.url, self.reason = url, message
-        super().__init__(f"{url}: {message}")
+        super().__init__(f"{url}: {message}" if url else message)
 
 
 class ManifestError(FormatError):
@@ -86,3 +100,20 @@ class DownloadError(WdsprepError):
 
 class DeepRegSamplingError(WdsprepError, ValueError):
     """DeepReg's ValueError for a sampling configuration that cannot work (same message)."""
+
+
+def raised_in_worker(error: WdsprepError) -> WdsprepError:
+    """A DataLoader worker's error as it was raised there, one line. torch raises it again in the main
+    process by calling its class with the worker's whole traceback ("Caught ShardError in DataLoader
+    worker process 0.\nOriginal Traceback ... wdsprep.errors.ShardError: <line>"); an error of one line
+    is returned as it is. The error given loses its traceback: its frames hold torch's iterator in a
+    cycle, which a later DataLoader's forked workers would collect (and fail to shut down)."""
+    text = str(error)
+    if "\n" not in text:
+        return error
+    last = text.rstrip().splitlines()[-1]
+    name = f"{type(error).__name__}: "
+    if name not in last:
+        return error
+    error.with_traceback(None)
+    return type(error)(last.split(name, 1)[1])

@@ -1238,9 +1238,9 @@ MUTATIONS += [
                                                "        pass\n")),
              ("tests/core/test_loader_collate.py::test_the_default_collate_names_the_field_the_shapes_and_the_parts",)),
     Mutation("collate-error-left-wrapped", "a worker's ConfigError reaches the user in torch's wrapper (its traceback, many lines)",
-             LOADER_PY, (("        except ConfigError as error:  # raised in a worker: torch's wrapper holds its traceback; its one line\n"
-                          "            self._kept = None\n            raise ConfigError(_worker_line(error)) from None\n", ""),),
-             ("tests/core/test_loader_collate.py::test_the_default_collate_names_the_field_the_shapes_and_the_parts",)),
+             LOADER_PY, (("            failed = raised_in_worker(error)\n            if failed is error:\n", "            if True:\n"),),
+             ("tests/core/test_loader_collate.py::test_the_default_collate_names_the_field_the_shapes_and_the_parts",
+              "tests/core/test_worker_errors.py")),
 ]
 # -- issue 50 (rough edges): bounds, key files, slices, early Ctrl-C, the one-sample warning
 MUTATIONS += [
@@ -1485,6 +1485,24 @@ MUTATIONS += [
              "src/wdsprep/shards/index.py",
              (("        spans = sizes + np.asarray(self.heads, np.int64) + (-sizes % BLOCK)", "        spans = sizes + BLOCK + (-sizes % BLOCK)"),),
              ("tests/core/test_adopt.py",)),
+]
+# -- a wdsprep error raised in another process reaches the user as itself
+MUTATIONS += [
+    Mutation("errors-unpicklable", "a wdsprep error pickles by calling its class with its text (a ShardError, a "
+             "DownloadError or a UnitFailedError cannot be unpickled: a process pool breaks)",
+             "src/wdsprep/errors.py",
+             (("    def __reduce__(self):\n        return _rebuilt, (type(self), self.args, dict(self.__dict__))\n", ""),),
+             ("tests/core/test_worker_errors.py",)),
+    Mutation("shard-error-one-text-refused", "a ShardError needs its URL and its reason apart (torch cannot raise a worker's "
+             "again: the user's DataLoader gives a RuntimeError)",
+             "src/wdsprep/errors.py",
+             (("    def __init__(self, url: str, message: str | None = None):\n", "    def __init__(self, url: str, message: str):\n"),),
+             ("tests/core/test_worker_errors.py",)),
+    Mutation("worker-error-cycle-kept", "a worker's error, made one line, keeps torch's traceback: its frames hold the failed "
+             "pass's iterator in a cycle, which the next Loader's forked workers collect",
+             "src/wdsprep/errors.py",
+             (("    error.with_traceback(None)\n", ""),),
+             ("tests/core/test_worker_errors.py::test_a_failed_loader_shuts_its_workers_down_at_once",)),
 ]
 # -- issue 45, item 2: one member check, one wording, on every read path (stream/reading/read.py)
 MUTATIONS += [

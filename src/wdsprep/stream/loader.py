@@ -46,7 +46,7 @@ from torch.utils.data._utils.collate import default_convert
 from webdataset.filters import default_collation_fn
 
 from ..checks import whole_number
-from ..errors import ConfigError
+from ..errors import ConfigError, WdsprepError, raised_in_worker
 from .dataset import PlannedDataset
 from .slabs import SlabRing, default_collation
 from .planning.state import EpochProgress, Epochs, encode_state
@@ -214,16 +214,6 @@ def _forks(context: Any) -> bool:
     return (context if isinstance(context, str) else context.get_start_method()) == "fork"
 
 
-def _worker_line(error: ConfigError) -> str:
-    """A ConfigError's one line: a worker's, out of the traceback torch wraps it in ("Caught
-    ConfigError in DataLoader worker process 0.\nOriginal Traceback ... ConfigError: <line>")."""
-    text = str(error)
-    if "\n" not in text:
-        return text
-    last = text.rstrip().splitlines()[-1]
-    return last.split("ConfigError: ", 1)[1] if "ConfigError: " in last else text
-
-
 def _received(batch: Any) -> Any:
     """In the main process: the fields a worker left as numpy arrays, converted."""
     return _top_level(batch, convert, lambda value: value)
@@ -328,9 +318,12 @@ class Loader(Epochs):
                 self._positions[logical] = position
                 self._next_worker = (logical + 1) % self.logical_workers
                 yield batch
-        except ConfigError as error:  # raised in a worker: torch's wrapper holds its traceback; its one line
+        except WdsprepError as error:  # raised in a worker: torch's wrapper holds its traceback; its one line
             self._kept = None
-            raise ConfigError(_worker_line(error)) from None
+            failed = raised_in_worker(error)
+            if failed is error:
+                raise
+            raise failed from None
         except Exception:
             self._kept = None  # a worker failed: the next pass starts new ones
             raise

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import socket
 import threading
 from typing import Callable, Iterator
