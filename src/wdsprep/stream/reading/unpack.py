@@ -88,7 +88,7 @@ class PackedShard:
         block = self.blocks.get(entry)
         if block is None:  # its bytes are read (and digested) again when its window was dropped
             data = _member_bytes(self.index, entry, self.shard.members(entry))
-            block = self.blocks[entry] = _block(self.url, self.index, entry, bytes(data))
+            block = self.blocks[entry] = _block(self.url, self.index, entry, data)  # msgpack copies what it keeps
         return block
 
     def checked(self, tag: int = 0) -> Iterator[int]:
