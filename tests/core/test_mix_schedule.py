@@ -187,9 +187,9 @@ def schedules(draw, parts, positions_below=None):
     if draw(st.booleans()):
         later = sorted(draw(st.sets(st.sampled_from(FRACTIONS), min_size=phases - 1, max_size=phases - 1)), key=float)
     else:
-        top = 24 if positions_below is None else max(2, positions_below)
+        top = 24 if positions_below is None else positions_below  # a later phase starts at 1 .. top - 1
         assume(top - 1 >= phases - 1)
-        later = sorted(draw(st.sets(st.integers(1, top - 1), min_size=phases - 1, max_size=phases - 1)))
+        later = sorted(draw(st.sets(st.integers(1, top - 1), min_size=phases - 1, max_size=phases - 1))) if phases > 1 else []
     starts = [0, *later]
     table = [[draw(weight_values) for _ in range(parts)] for _ in starts]
     for row in table:
