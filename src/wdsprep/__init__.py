@@ -1,6 +1,7 @@
 """wdsprep: research datasets to deterministic WebDataset shards, streamed into PyTorch.
 
-Public API: `urls`, `dataset`, `mix`, `Part`, `MapDataset`, `decode`, `decode_sample`, `zst_handler`, `Loader`,
+Public API: `urls`, `dataset`, `mix`, `Part`, `MapDataset`, `decode`, `decode_sample`, `zst_handler`, `unpack`
+and `unpack_rows` (plain readers of packed shards: webdataset, Hugging Face datasets), `Loader`,
 `index` (adopt existing WebDataset tars where they are: `wdsprep index`'s Python form), every
 exception of `wdsprep.errors`, and one
 namespace per source (`wdsprep.voxels`, `wdsprep.minecraft`, `wdsprep.deepreg`, `wdsprep.rawnind`,
@@ -67,6 +68,8 @@ __all__ = [
     "decode",
     "decode_sample",
     "zst_handler",
+    "unpack",
+    "unpack_rows",
     "Loader",
     "index",
     "WdsprepError",
@@ -99,6 +102,8 @@ _LAZY = {
     "decode": ("wdsprep.stream.decode", "decode"),
     "decode_sample": ("wdsprep.shards.codec", "decode_sample"),
     "zst_handler": ("wdsprep.shards.interop", "zst_handler"),
+    "unpack": ("wdsprep.shards.packed", "unpack"),
+    "unpack_rows": ("wdsprep.shards.packed", "unpack_rows"),
     # the conversion driver, for code that runs a conversion step by step (handed to rawnind's fetch --convert):
     # public for such tools, outside `__all__` (what `from wdsprep import *` gives is the training side)
     "Conversion": ("wdsprep.conversion", "Conversion"),

@@ -105,6 +105,7 @@ def build_unit(source_id: str, unit: Unit, core: ConvertOptions, options: dict, 
         encoder=encoder,
         on_complete=lambda path, row: written.append(path),  # published once the unit is complete
         durable=durable,
+        pack=core.pack,
     )
     names = core.index_fields or ()
     keys: list[str] = []

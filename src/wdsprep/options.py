@@ -19,6 +19,7 @@ Invariants of a checked `ConvertOptions`:
 - `shard_bytes` is a positive whole number of bytes (`256MB`, `1GiB`, `65536` are read by
   `wdsprep.sizes.parse_size`; `0` is refused);
 - `zstd_level` is an integer zstd accepts, `MIN_ZSTD_LEVEL` (fastest) to `MAX_ZSTD_LEVEL` (smallest);
+- `pack` is a bool (`--pack`: small samples packed into blocks, shards/packed.py);
 - `on_error` is one of `ON_ERROR`; `workers` an integer; `splits` a tuple of split names or None;
 - `index_fields` is None (the source's `Source.index_fields`) or a tuple of distinct field names, each a
   field or a dotted path of Python identifiers (`label`, `meta.episode`: what a `select=` expression
@@ -65,6 +66,9 @@ class ConvertOptions:
     # None: the source's defaults (`Source.index_fields`); () : keys only. Not in `config()`: the
     # shards' bytes do not depend on it (a unit recorded with other fields is built again)
     index_fields: tuple | None = None
+    # small samples packed into blocks, one member each (shards/packed.py; `--pack`); off by default:
+    # a packed shard's small samples are members of a block, which plain tar/HF readers see as such
+    pack: bool = False
 
     CONFIG: ClassVar[tuple] = ("shard_bytes", "codec", "zstd_level", "on_error")  # what the bytes depend on
 
@@ -84,8 +88,12 @@ class ConvertOptions:
         return dataclasses.replace(self, **changes)
 
     def config(self) -> dict:
-        """The options the shards' bytes depend on, as the manifest's config records them."""
-        return {name: getattr(self, name) for name in self.CONFIG}
+        """The options the shards' bytes depend on, as the manifest's config records them (`pack` only
+        when on: a conversion without it records what it did before packing existed)."""
+        config = {name: getattr(self, name) for name in self.CONFIG}
+        if self.pack:
+            config["pack"] = True
+        return config
 
     def checked(self) -> "ConvertOptions":
         """These options with every value checked and normalised; a bad value is a ConfigError naming
@@ -103,6 +111,8 @@ class ConvertOptions:
             raise ConfigError(f"--on-error must be one of {', '.join(ON_ERROR)} (got {on_error!r})")
         if self.fingerprint is not None and self.fingerprint not in FINGERPRINT_MODES:
             raise ConfigError(f"--fingerprint must be one of {', '.join(FINGERPRINT_MODES)} (got {self.fingerprint!r})")
+        if not isinstance(self.pack, bool):
+            raise ConfigError(f"pack must be true or false (got {self.pack!r})")
         splits = None if self.splits is None else tuple(self.splits)
         for split in splits or ():
             check_split_name(split, "--split", ConfigError)

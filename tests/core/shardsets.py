@@ -16,9 +16,10 @@ from wdsprep.shards.writer import ShardWriter
 from wdsprep.conformance import read_manifest
 
 
-def write_counted_shards(directory, counts, *, split="train", codec="zstd", tag=""):
+def write_counted_shards(directory, counts, *, split="train", codec="zstd", tag="", pack_rows=None):
     """Shards holding exactly `counts[i]` samples each, plus their manifest; keys `s<shard>x<i>`
-    (prefixed by `tag`). A count of 0 is an empty tar (end blocks only) listed with 0 samples."""
+    (prefixed by `tag`). A count of 0 is an empty tar (end blocks only) listed with 0 samples. With
+    `pack_rows` (codec "none"), the samples are packed (`--pack`), `pack_rows` to a block."""
     os.makedirs(directory, exist_ok=True)
     rows = []
     rng = np.random.default_rng(0)
@@ -28,7 +29,10 @@ def write_counted_shards(directory, counts, *, split="train", codec="zstd", tag=
             (directory / name).write_bytes(empty)
             rows.append({"name": name, "samples": 0, "bytes": len(empty), "sha256": hashlib.sha256(empty).hexdigest(), "unit": shard})
             continue
-        writer = ShardWriter(str(directory), f"{split}-{shard:05d}", shard_bytes=1 << 40, encoder=Encoder(codec))
+        writer = ShardWriter(str(directory), f"{split}-{shard:05d}", shard_bytes=1 << 40, encoder=Encoder(codec),
+                             pack=pack_rows is not None)
+        if pack_rows is not None:  # a sample is 160 bytes of .npy and a ~12-byte .mp: the block closes at its pack_rows-th
+            writer.block_bytes = 172 * pack_rows - 100
         with writer:
             for i in range(count):
                 writer.write(f"{tag}s{shard:02d}x{i:02d}", {"value": rng.standard_normal(8).astype(np.float32), "meta": {"shard": shard, "i": i}})

@@ -61,7 +61,12 @@ def _saved(loader):
 @pytest.mark.parametrize("buffer", [0, 3])
 @pytest.mark.parametrize("workers", [0, 1, 2, 3, 4])
 def test_loader_delivers_the_model_and_resumes_from_every_batch(counted_shards, workers, buffer):
-    manifest = counted_shards(COUNTS)
+    check_every_batch_resumes(counted_shards(COUNTS), workers, buffer)
+
+
+def check_every_batch_resumes(manifest, workers, buffer):
+    """Epoch 1 of COUNTS' shards at `manifest` is the model's, and a state saved after any batch
+    resumes to exactly the model's rest (also over packed shards: test_packed.py)."""
     expected = model_epoch(1, workers=workers, buffer=buffer)
     got, states = batches_and_states(_loader(manifest, workers, buffer, epoch=1), _saved)
     assert _as_lists(got) == expected

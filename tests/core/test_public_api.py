@@ -21,6 +21,8 @@ EXPECTED_KINDS = {
     "decode": "function",
     "decode_sample": "function",
     "zst_handler": "function",
+    "unpack": "function",
+    "unpack_rows": "function",
     "Loader": "class",
     "MapDataset": "class",
     "index": "function",

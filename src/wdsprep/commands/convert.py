@@ -32,6 +32,9 @@ def add_convert_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--executor", default=DEFAULTS.executor, choices=tuple(EXECUTORS))
     for entry in EXECUTORS.values():
         executor_kind(entry).add_arguments(parser)
+    parser.add_argument("--pack", action="store_true", default=DEFAULTS.pack,
+                        help="store runs of small samples (up to 16 KiB) as one member each: a few bytes per "
+                             "sample instead of a tar header and padding (docs/format.md#packed-members)")
     parser.add_argument("--codec", default=DEFAULTS.codec, choices=tuple(ARRAY_CODECS), help="array member codec")
     parser.add_argument("--zstd-level", type=int, default=DEFAULTS.zstd_level)
     parser.add_argument("--fingerprint", default=DEFAULTS.fingerprint, choices=("content", "stat"),

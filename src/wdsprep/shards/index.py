@@ -31,6 +31,13 @@ end-of-archive blocks must be the 1024 zero bytes that end the file at the row's
 size an index gives exceeds the shard's bytes before it, and no reader allocates more for a member
 or a sample than the shard holds (the index member itself was read at `index_offset`).
 
+Packed shards (`wdsprep convert --pack`, shards/packed.py): a shard holding a packed block (one member
+for a run of small samples) has a `wdsprep-index/3` index: `keys` lists every SAMPLE, the other columns
+are per entry (a tar member group: a sample stored whole, or a block), and `rows` (uint32 per entry)
+says how many samples each holds (0: a sample stored whole). In memory `keys` are then the entries'
+(each its first sample's) and `pack` (a `PackMap`) numbers the samples; a shard without a block keeps
+`/2`, byte for byte.
+
 Adopted shards (`wdsprep index`, wdsprep/adopt.py: WebDataset tars other tools wrote, left as they
 are). Their index cannot live in the shard: it is the same msgpack map, kept in the split's index
 file beside the manifest (`<split>.index`, the indexes back to back), and the shard's row says where
@@ -62,12 +69,14 @@ import numpy as np
 import xxhash
 
 from ..errors import ShardError
+from .packed import PACK_MEMBER, PackMap
 from .tarformat import BLOCK, END_OF_ARCHIVE, FIELD, KEY, NAME_RULE, parse_header
 
 INDEX_MEMBER = "__wdsprep_index__"
 WEBDATASET_NAMES = "webdataset"  # an adopted shard's index: keys and fields as webdataset groups them
 FORMAT = "wdsprep-index/2"
 FORMAT_1 = "wdsprep-index/1"  # per-sample entries: still read
+FORMAT_PACKED = "wdsprep-index/3"  # a shard holding packed blocks (shards/packed.py): `keys` per sample, `rows` per entry
 DIGEST = "xxh3_64"
 ROW_FIELDS = ("index_offset", "index_bytes", "index_digest")
 
@@ -95,7 +104,8 @@ def _layout_bound(names: tuple) -> int:
 class IndexBuilder:
     """Collects the index columns of one shard while `ShardWriter` writes its samples."""
 
-    def __init__(self):
+    def __init__(self, packing: bool = False):
+        self.packing = packing  # blocks may come: every entry's bound counts its `rows` value
         self.keys: list[str] = []
         self.offsets: list[int] = []
         self.layout: list[int] = []
@@ -103,10 +113,14 @@ class IndexBuilder:
         self.sizes: list[int] = []
         self.digests: list[int] = []
         self.heads: list[int] = []  # an adopted shard's member heads (`add_scanned`), else empty
+        self.rows: list[int] = []  # per entry: 0 a sample stored whole, n a packed block of n samples
+        self.sample_keys: list[str] = []  # every sample's key (a block's rows' included)
         self.bound = FRAMING_BOUND  # len(encoded member) <= bound, kept up to date by `add`
 
-    def add(self, key: str, offset: int, blob: bytes | bytearray, spans: list[tuple[str, int, int, int]]) -> None:
-        """A sample written at `offset` as `blob`; `spans`: (member, data size, start, end) in `blob`."""
+    def add(self, key: str, offset: int, blob: bytes | bytearray, spans: list[tuple[str, int, int, int]],
+            rows: Sequence[str] | None = None) -> None:
+        """A sample written at `offset` as `blob`; `spans`: (member, data size, start, end) in `blob`;
+        `rows`: the keys of the samples it holds when it is a packed block (shards/packed.py)."""
         view = memoryview(blob)
         names = tuple([span[0] for span in spans])
         layout = self.layouts.get(names)
@@ -120,7 +134,9 @@ class IndexBuilder:
         self.keys.append(key)
         self.offsets.append(offset)
         self.layout.append(layout)
-        self.bound += entry_bound(key, len(spans))
+        self.bound += entry_bound(key, len(spans), rows, self.packing)
+        self.rows.append(len(rows) if rows else 0)
+        self.sample_keys += rows if rows else (key,)
 
     def add_scanned(self, key: str, offset: int, members: list[tuple[str, int, int, int]]) -> None:
         """A sample of an adopted shard, starting at `offset`: `members` (field, head, data size,
@@ -136,23 +152,27 @@ class IndexBuilder:
         self.keys.append(key)
         self.offsets.append(offset)
         self.layout.append(layout)
+        self.rows.append(0)
+        self.sample_keys.append(key)
 
-    def bound_after(self, key: str, spans: list[tuple[str, int, int, int]]) -> int:
-        """What `bound` becomes when the sample `key` with these member spans is added."""
+    def bound_after(self, key: str, spans: list[tuple[str, int, int, int]], rows: Sequence[str] | None = None) -> int:
+        """What `bound` becomes when the sample `key` (or block of `rows`) with these member spans is added."""
         names = tuple([span[0] for span in spans])
-        return self.bound + entry_bound(key, len(spans)) + (0 if names in self.layouts else _layout_bound(names))
+        return self.bound + entry_bound(key, len(spans), rows, self.packing) + (0 if names in self.layouts else _layout_bound(names))
 
     def layout_bound(self) -> int:
         """What the distinct layouts (and the fixed framing) add to `bound`."""
         return FRAMING_BOUND + sum(_layout_bound(names) for names in self.layouts)
 
-    def entries(self) -> Iterator[tuple[str, int, tuple, list[int]]]:
-        """(key, offset, member names, member data sizes) of each sample added, in order."""
-        names, k = list(self.layouts), 0
-        for key, offset, layout in zip(self.keys, self.offsets, self.layout):
+    def entries(self) -> Iterator[tuple[str, int, tuple, list[int], list[str] | None]]:
+        """(key, offset, member names, member data sizes, a block's row keys or None) of each entry
+        (a sample, or a packed block) added, in order."""
+        names, k, s = list(self.layouts), 0, 0
+        for key, offset, layout, rows in zip(self.keys, self.offsets, self.layout, self.rows):
             members = names[layout]
-            yield key, offset, members, self.sizes[k : k + len(members)]
+            yield key, offset, members, self.sizes[k : k + len(members)], self.sample_keys[s : s + rows] if rows else None
             k += len(members)
+            s += rows or 1
 
     def encode(self, reindexed_from: str | None = None) -> bytes:
         """The index member's data; `reindexed_from`: the sha256 of the shard `wdsprep reindex` rebuilt
@@ -172,16 +192,24 @@ class IndexBuilder:
         return msgpack.packb(data)
 
     def _columns(self) -> dict:
-        return {
-            "format": FORMAT, "digest": DIGEST, "keys": self.keys, "layouts": [list(names) for names in self.layouts],
+        packed = any(self.rows)  # a shard without a block keeps the /2 index, byte for byte
+        columns = {
+            "format": FORMAT_PACKED if packed else FORMAT, "digest": DIGEST,
+            "keys": self.sample_keys if packed else self.keys, "layouts": [list(names) for names in self.layouts],
             "layout": _column_bytes(self.layout, "<u4"), "offsets": _column_bytes(self.offsets, "<u8"),
             "sizes": _column_bytes(self.sizes, "<u8"), "digests": _column_bytes(self.digests, "<u8"),
         }
+        if packed:
+            columns["rows"] = _column_bytes(self.rows, "<u4")
+        return columns
 
 
-def entry_bound(key: str, members: int) -> int:
-    """At most what one sample with `members` members adds to the encoded index."""
-    return _str_bytes(key) + 12 + 16 * members
+def entry_bound(key: str, members: int, rows: Sequence[str] | None = None, packing: bool = False) -> int:
+    """At most what one sample with `members` members adds to the encoded index; `rows`: the keys of
+    a packed block's samples; `packing`: the shard may hold blocks (4 bytes more per entry: `rows`)."""
+    if rows:
+        return sum(_str_bytes(row) for row in rows) + 16 + 16 * members
+    return _str_bytes(key) + (16 if packing else 12) + 16 * members
 
 
 def _uint(value: Any) -> bool:
@@ -300,11 +328,19 @@ class ShardIndex:
     members `names(i)`, whose sizes and digests are `sizes[k]` and `digests[k]` for k from
     `first[i]` on. The columns are memoryviews or tuples of plain ints and strs, so a large index
     costs the cyclic GC nothing later.
+
+    A shard with packed blocks (`wdsprep-index/3`, shards/packed.py) has `pack`, a `PackMap`: its
+    columns above are then per entry (a tar member group: a sample stored whole, or a block of
+    samples, keyed by its first sample) and `pack` maps each sample to its entry and row; every
+    reader turns sample numbers into entries through it (`samples`: the sample count). Else `pack`
+    is None and entries are samples.
     """
 
     def __init__(self, url: str, keys: Sequence, offsets: Sequence, layout: Sequence, layouts: tuple,
-                 sizes: Sequence, digests: Sequence, index_offset: int, heads: Sequence | None = None):
+                 sizes: Sequence, digests: Sequence, index_offset: int, heads: Sequence | None = None,
+                 pack: PackMap | None = None):
         self.url = url
+        self.pack = pack
         self.keys, self.offsets, self.layout, self.layouts = keys, offsets, layout, layouts
         self.sizes, self.digests = sizes, digests
         # bytes from each member's start to its data: one header, or an adopted shard's own (module docstring)
@@ -348,6 +384,14 @@ class ShardIndex:
     def __len__(self) -> int:
         return len(self.keys)
 
+    @property
+    def samples(self) -> int:
+        """The samples the shard holds (its entries, unless it holds packed blocks)."""
+        return len(self.keys) if self.pack is None else len(self.pack)
+
+    def sample_keys(self) -> Sequence[str]:
+        return self.keys if self.pack is None else self.pack.keys
+
     def names(self, i: int) -> tuple:
         return self.layouts[self.layout[i]]
 
@@ -384,17 +428,25 @@ class ShardIndex:
             if webdataset != adopted(row):
                 raise ValueError("its naming rule is not its row's (an adopted shard's index in a converted shard, "
                                  "or the reverse)")
-            if data["format"] == FORMAT:
+            if data["format"] in (FORMAT, FORMAT_PACKED):
                 keys, layouts = data["keys"], tuple(tuple(names) for names in data["layouts"])
                 if ({type(name) for names in layouts for name in names} | set(map(type, keys))) - {str}:
                     raise ValueError("a key or member name is not a str")
-                count = len(keys)
+                count, pack = len(keys), None
+                if data["format"] == FORMAT_PACKED:  # keys per sample, the columns below per entry
+                    if webdataset:
+                        raise ValueError("an adopted shard's index with packed blocks")
+                    count = len(data["offsets"]) // 8 if isinstance(data["offsets"], bytes) else -1
+                    pack = PackMap(keys, _column(data["rows"], "<u4", count, "rows"))
+                    keys = pack.entry_keys()
                 layout = _column(data["layout"], "<u4", count, "layout")
                 total = len(data["sizes"]) // 8
                 heads = _column(data["heads"], "<u4", total, "heads") if "heads" in data else None
                 index = cls(url, keys, _column(data["offsets"], "<u8", count, "offsets"), layout, layouts,
                             _column(data["sizes"], "<u8", total, "sizes"), _column(data["digests"], "<u8", total, "digests"),
-                            offset, heads)
+                            offset, heads, pack)
+                if pack is not None:
+                    _check_blocks(index)
             elif data["format"] == FORMAT_1 and not webdataset:
                 index = cls._from_samples(url, data["samples"], offset)
             else:
@@ -404,8 +456,8 @@ class ShardIndex:
             raise ShardError(url, f"{what} is unreadable ({error})") from None
         if problem is not None:
             raise ShardError(url, f"index: {problem}: refused")
-        if len(index) != row["samples"]:
-            raise miscounted(url, len(index), row)
+        if index.samples != row["samples"]:
+            raise miscounted(url, index.samples, row)
         return index
 
     @classmethod
@@ -428,6 +480,15 @@ class ShardIndex:
     def sample_end(self, i: int) -> int:
         """Where sample i's bytes end (the next sample's, or the index member's, first header)."""
         return self.offsets[i + 1] if i + 1 < len(self.offsets) else self.index_offset
+
+
+def _check_blocks(index: ShardIndex) -> None:
+    """Every entry the index calls a block (rows > 0) is one member named `PACK_MEMBER`, and no
+    sample stored whole has a member of that name (plain readers would take it for a block)."""
+    for entry, rows in enumerate(index.pack.rows):
+        names = index.names(entry)
+        if (rows > 0 and names != (PACK_MEMBER,)) or (rows == 0 and PACK_MEMBER in names):
+            raise ValueError(f"entry {entry} ({index.keys[entry]!r:.80}) has rows {rows} and members {names!r:.120}")
 
 
 def tiling_problem(key: str, end: int, following: int) -> str:

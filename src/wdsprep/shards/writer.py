@@ -18,6 +18,12 @@ Per-sample work is kept to what varies per sample (issue #15 measures it against
 field names are checked and codecs picked once per (field, value class) (`Encoder`), the
 size-dependent part of a tar header is cached (`tarformat.header`), and a shard reaches the disk
 through a 1 MiB buffer. None of it changes a byte (tests/core/test_writer_bytes.py pins them).
+
+Packing (`pack=True`, `wdsprep convert --pack`): small samples are gathered into blocks, each
+written as one member (shards/packed.py says which samples and the block's format). A block is an
+entry like a sample (one index entry per member group, `rows` naming its samples), so roll-over and
+balance move whole blocks; a shard's `samples` counts the samples inside them. Blocks close at the
+same samples whatever the executor or worker count: the bytes stay deterministic.
 """
 from __future__ import annotations
 
@@ -31,6 +37,7 @@ from ..errors import FormatError, OutputError
 from . import tarformat
 from .codec import Encoder
 from .index import FRAMING_BOUND, INDEX_MEMBER, IndexBuilder, digest_text, entry_bound
+from .packed import PACK_BLOCK_BYTES, PACK_FIELD, PACK_MEMBER, encode_block, packable
 from ..storage.files import open_regular, output_error, refuse_unless_regular, remove_quietly
 
 
@@ -70,7 +77,7 @@ class ShardFile:
     A conversion writes its shards not `durable` and makes them durable all at once before its
     manifest (`Store.sync`): one fsync per tiny shard kept its workers waiting on the disk."""
 
-    def __init__(self, directory: str, name: str, durable: bool = True):
+    def __init__(self, directory: str, name: str, durable: bool = True, packing: bool = False):
         self.name = name
         self.durable = durable
         self.path = os.path.join(directory, name)
@@ -80,12 +87,17 @@ class ShardFile:
         self._file = open(fd, "wb", buffering=WRITE_BUFFER)
         self._hash = hashlib.sha256()
         self.size = 0
-        self.index = IndexBuilder()
+        self.index = IndexBuilder(packing)
         self._keys: set[str] = set()
         self.row: ShardRow | None = None
 
     @property
     def samples(self) -> int:
+        return len(self.index.sample_keys)
+
+    @property
+    def entries(self) -> int:
+        """Samples stored whole and packed blocks: what roll-over and balance move."""
         return len(self.index.keys)
 
     def _write(self, data: bytes | bytearray) -> None:
@@ -96,12 +108,15 @@ class ShardFile:
         self._hash.update(data)
         self.size += len(data)
 
-    def append(self, key: str, blob: bytes | bytearray, spans: list[tuple[str, int, int, int]]) -> None:
-        """Sample `key` as its tar bytes `blob`; `spans`: (member, data size, start, end) in `blob`."""
-        if key in self._keys:
-            raise FormatError(f"duplicate sample key {key!r} in shard {self.name}")
-        self._keys.add(key)
-        self.index.add(key, self.size, blob, spans)
+    def append(self, key: str, blob: bytes | bytearray, spans: list[tuple[str, int, int, int]],
+               rows: list[str] | None = None) -> None:
+        """Sample `key` as its tar bytes `blob`; `spans`: (member, data size, start, end) in `blob`;
+        `rows`: the keys of the samples it holds when it is a packed block."""
+        for sample_key in rows or (key,):
+            if sample_key in self._keys:
+                raise FormatError(f"duplicate sample key {sample_key!r} in shard {self.name}")
+            self._keys.add(sample_key)
+        self.index.add(key, self.size, blob, spans, rows)
         self._write(blob)
 
     def finish(self, reindexed_from: str | None = None) -> ShardRow:
@@ -155,13 +170,13 @@ class ShardFile:
         remove_quietly(self.temporary)
         return self._read_back(handle)
 
-    def _read_back(self, handle) -> Iterator[tuple[str, bytes, list]]:
+    def _read_back(self, handle) -> Iterator[tuple[str, bytes, list, list | None]]:
         with handle:
-            for (key, offset, names, sizes), length in zip(self.index.entries(), self.sample_bytes()):
+            for (key, offset, names, sizes, rows), length in zip(self.index.entries(), self.sample_bytes()):
                 blob = os.pread(handle.fileno(), length, offset)
                 if len(blob) != length:
                     raise OutputError(f"{self.temporary}: shorter than written")
-                yield key, blob, _spans(names, sizes)
+                yield key, blob, _spans(names, sizes), rows
 
 
 def _spans(names: tuple, sizes: list[int]) -> list[tuple[str, int, int, int]]:
@@ -175,18 +190,20 @@ def _spans(names: tuple, sizes: list[int]) -> list[tuple[str, int, int, int]]:
 
 
 def balance_cut(first: ShardFile, last: ShardFile, shard_bytes: int) -> int:
-    """How many samples the first of two finished shards keeps so that the two halve their bytes as
-    closely as whole samples allow, the second (with the first's moved samples) within `shard_bytes`
-    by an upper bound on its index. `first.samples` when no cut does better."""
+    """How many entries (samples, or packed blocks) the first of two finished shards keeps so that the
+    two halve their bytes as closely as whole entries allow, the second (with the first's moved
+    entries) within `shard_bytes` by an upper bound on its index. `first.entries` when no cut does better."""
     spans = first.sample_bytes() + last.sample_bytes()
-    entries = [entry_bound(key, len(names)) for key, _, names, _ in (*first.index.entries(), *last.index.entries())]
+    packing = first.index.packing
+    entries = [entry_bound(key, len(names), rows, packing)
+               for key, _, names, _, rows in (*first.index.entries(), *last.index.entries())]
     total = sum(spans)
     # the second shard's one index framing, the layouts of both shards' samples, its end blocks
     fixed = first.index.layout_bound() + last.index.layout_bound() - FRAMING_BOUND + len(tarformat.END_OF_ARCHIVE)
-    head = sum(spans[: first.samples])
-    tail = total - head + sum(entries[first.samples :])  # the second shard's samples and index entries
-    best, best_gap = first.samples, abs(total - 2 * head)
-    for k in range(first.samples - 1, 0, -1):  # one more of the first shard's samples moves each step
+    head = sum(spans[: first.entries])
+    tail = total - head + sum(entries[first.entries :])  # the second shard's samples and index entries
+    best, best_gap = first.entries, abs(total - 2 * head)
+    for k in range(first.entries - 1, 0, -1):  # one more of the first shard's samples moves each step
         head -= spans[k]
         tail += spans[k] + entries[k]
         if tail + fixed > shard_bytes:
@@ -218,6 +235,7 @@ class ShardWriter:
         encoder: Encoder,
         on_complete: Callable[[str, ShardRow], None] | None = None,
         durable: bool = True,
+        pack: bool = False,
     ):
         self.directory = directory
         self.durable = durable  # each shard fsynced when finished (see ShardFile)
@@ -229,6 +247,11 @@ class ShardWriter:
         self._shard: ShardFile | None = None  # the shard being written
         self._held: ShardFile | None = None  # the latest full shard: finished, not yet renamed
         self._part = 0
+        self.pack = pack
+        # a block closes at this many bytes of rows: a few blocks per shard even at a small --shard-bytes
+        self.block_bytes = max(1, min(PACK_BLOCK_BYTES, shard_bytes // 8))
+        self._pending: list[tuple[str, list]] = []  # the block being gathered: (key, members) of its samples
+        self._pending_bytes = 0
 
     # -- internal
     def _name(self, part: int) -> str:
@@ -253,14 +276,14 @@ class ShardWriter:
         their samples split at `balance_cut` (nothing changes when no cut does better)."""
         first, last = self._held, self._shard
         keep = balance_cut(first, last, self.shard_bytes)
-        if keep == first.samples:
+        if keep == first.entries:
             return
         samples = itertools.chain(first.detach(), last.detach())
-        self._held = ShardFile(self.directory, first.name, self.durable)
+        self._held = ShardFile(self.directory, first.name, self.durable, self.pack)
         for sample in itertools.islice(samples, keep):
             self._held.append(*sample)
         self._held.finish()
-        self._shard = ShardFile(self.directory, last.name, self.durable)
+        self._shard = ShardFile(self.directory, last.name, self.durable, self.pack)
         for sample in samples:
             self._shard.append(*sample)
         self._shard.finish()
@@ -271,6 +294,32 @@ class ShardWriter:
         members = self.encoder.encode_fields(key, fields)
         if not members:
             raise FormatError(f"sample {key!r} has no fields")
+        if self.pack:
+            if any(member.split(".", 1)[0] == PACK_FIELD for member, _ in members):
+                raise FormatError(f"sample {key!r}: the field {PACK_FIELD!r} is reserved when packing (--pack)")
+            if packable(members):
+                if self._pending and [name for name, _ in self._pending[0][1]] != [name for name, _ in members]:
+                    self._flush_block()  # a block's rows share their member names
+                self._pending.append((key, members))
+                self._pending_bytes += sum(len(data) for _, data in members)
+                if self._pending_bytes >= self.block_bytes:
+                    self._flush_block()
+                return
+            self._flush_block()
+        self._append(key, members)
+
+    def _flush_block(self) -> None:
+        """The gathered samples written as one packed block (shards/packed.py), keyed by its first."""
+        if not self._pending:
+            return
+        keys = [key for key, _ in self._pending]
+        names = [name for name, _ in self._pending[0][1]]
+        block = encode_block(keys, names, [[data for _, data in members] for _, members in self._pending])
+        self._pending, self._pending_bytes = [], 0
+        self._append(keys[0], [(PACK_MEMBER, block)], keys)
+
+    def _append(self, key: str, members: list, rows: list[str] | None = None) -> None:
+        """A sample's members (or a block's one member, `rows` its samples' keys) as one entry, rolling over first when it would not fit."""
         blob = bytearray()  # the sample's bytes, written (and hashed) in one call
         spans = []
         stem = key + "."
@@ -284,14 +333,15 @@ class ShardWriter:
             spans.append((member, size, start, len(blob)))
         shard = self._shard
         if shard is not None and shard.samples:
-            tail = shard.index.bound_after(key, spans) + len(tarformat.END_OF_ARCHIVE)
+            tail = shard.index.bound_after(key, spans, rows) + len(tarformat.END_OF_ARCHIVE)
             if shard.size + len(blob) + tail > self.shard_bytes:
                 self._roll_over()
         if self._shard is None:
-            self._shard = ShardFile(self.directory, self._name(self._part), self.durable)
-        self._shard.append(key, blob, spans)
+            self._shard = ShardFile(self.directory, self._name(self._part), self.durable, self.pack)
+        self._shard.append(key, blob, spans, rows)
 
     def close(self) -> list[ShardRow]:
+        self._flush_block()
         if self._shard is not None:
             self._shard.finish()
             if self._held is not None and self._shard.size < self.shard_bytes / 2:

@@ -25,6 +25,7 @@ from typing import Callable, Iterable
 from ..checks import one_of
 from ..errors import ShardError
 from ..shards.codec import decode_sample
+from ..shards.packed import iter_unpacked
 
 
 END = object()  # what `ReaderStage.decoded` gives when the handler ends the stream
@@ -108,7 +109,7 @@ class Decode(ReaderStage):
         return self.handler is not None  # without one, a sample decodes or its error is raised
 
     def __call__(self, source):
-        for sample in source:
+        for sample in iter_unpacked(source):  # a plain reader's packed blocks: their samples (shards/packed.py)
             decoded = self.decoded(sample)
             if decoded is END:
                 return

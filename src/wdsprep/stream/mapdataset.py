@@ -60,6 +60,7 @@ from .reading.access import ShardAccess
 from .planning.catalog import catalog_of
 from .decode import Decode, ReaderStage
 from .manifests import load_manifest, shard_row
+from .reading.unpack import sample_member_names
 
 try:  # a torch Dataset when torch is there (it always is with wdsprep's readers)
     from torch.utils.data import Dataset as _Base
@@ -149,7 +150,7 @@ class MapDataset(_Base):
     def member_names(self, index: int) -> tuple[str, ...]:
         """The member names of the sample at `index` (from its shard's index)."""
         shard, number = self.locate(index)
-        return self.access.index(shard).names(number)
+        return sample_member_names(self.access, shard, number)
 
     # -- reading
     def __getitem__(self, index: int | slice):
@@ -233,7 +234,7 @@ class MapDataset(_Base):
         if self.manifest is not None and (entry := table_entry(self.manifest, self.split)) is not None:
             return StoredTable.load(self.manifest, self.split, entry).keys
         indexes = self.access.indexes(range(len(self.access.rows)))
-        return [key for shard in range(len(self.access.rows)) for key in indexes[shard].keys]
+        return [key for shard in range(len(self.access.rows)) for key in indexes[shard].sample_keys()]
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)

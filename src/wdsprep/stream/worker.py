@@ -235,7 +235,7 @@ class ShardReader:
                                 # every sample is checked against the row before it is yielded (stream/reading/read.py)
                                 for sample in read_samples(url, row, at, piece.stop, stream, lazy=held is not None,
                                                            in_order=not keep, index=index):
-                                    if sample.__class__ is LocalShard:
+                                    if sample.__class__ is not dict:  # a LocalShard (or a packed one: reading/unpack.py)
                                         if not keep:
                                             held.clear()
                                         slot += 1

@@ -22,6 +22,7 @@ from typing import Iterator
 
 from ...errors import InputError
 from ...shards.index import FRAMING_BOUND, entry_bound
+from ...shards.packed import packed_bytes
 from ...shards.tarformat import END_OF_ARCHIVE
 from ..base import (MAX_JSON_BYTES, Plan, PlanContext, Source, Unit, UnitContext, group_by_size, input_size, read_json_file,
                     read_npy_file, tar_member_bytes)
@@ -90,7 +91,7 @@ class GenericSource(Source):
                     report(str(error))
                     continue
                 items.append([split, key, files, sum(file_sizes)])
-                estimates.append(_written_bytes(key, file_sizes))
+                estimates.append(_written_bytes(key, file_sizes, ctx.core.pack))
                 total += sum(file_sizes)
             # the estimates count what a sample writes (headers, padding, index entry): filled to the
             # target less a shard's own bytes (its index member's framing, the end blocks)
@@ -127,9 +128,13 @@ class GenericSource(Source):
 
         synth(directory, seed, size, samples=samples, splits=splits)
 
-def _written_bytes(key: str, file_sizes: list[int]) -> int:
+def _written_bytes(key: str, file_sizes: list[int], pack: bool = False) -> int:
     """A sample's bytes in a shard, estimated: random arrays hardly compress, so each file as one
-    tar member of its size (tiny files are mostly tar headers and padding), and its index entry."""
+    tar member of its size (tiny files are mostly tar headers and padding), and its index entry; or,
+    with `--pack`, a small sample's share of a block (`packed_bytes`)."""
+    packed = packed_bytes(key, file_sizes) if pack else None
+    if packed is not None:
+        return packed
     return sum(tar_member_bytes(size) for size in file_sizes) + entry_bound(key, len(file_sizes))
 
 

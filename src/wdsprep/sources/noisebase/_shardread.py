@@ -19,6 +19,7 @@ import zstandard
 from ...errors import FormatError, ShardError
 from ...shards.codec import decompressor, frame_size, read_npy
 from ...stream.reading.access import ShardAccess
+from ...stream.reading.unpack import sample_member_names
 
 
 def decode_member(url: str, key: str, member: str, data: bytearray, leading: int | None):
@@ -80,10 +81,10 @@ class SequenceReader:
         """(arrays, meta) of `frame`; `wanted` maps field -> leading rows (None: all)."""
         shard, number = self._locate(frame)
         index, url = self.access.index(shard), self.access.urls[shard]
-        key, found = self.keys[frame], index.keys[number]
+        key, found = self.keys[frame], index.sample_keys()[number]
         if found != key:
             raise ShardError(url, f"expected sample {key!r} of {self.file}, found {found!r}")
-        members = {name.split(".", 1)[0]: name for name in index.names(number)}
+        members = {name.split(".", 1)[0]: name for name in sample_member_names(self.access, shard, number)}
         if "meta" not in members:
             raise ShardError(url, f"sample {key!r} of {self.file} has no meta.mp member")
         names = [members["meta"], *(members[field] for field in wanted if field in members)]

@@ -32,4 +32,4 @@ def shard_keys(url: str, row: dict) -> list[str]:
         return []
     if not has_index(row):
         raise ShardError(url, "has no sample index to select on (run `wdsprep reindex` on its directory)")
-    return list(load_index(url, row).keys)
+    return list(load_index(url, row).sample_keys())

@@ -75,6 +75,7 @@ from .read import (UNINDEXED_REMOTE, IndexCache, check_identity, check_whole, lo
                    unreadable)
 from .read import _corrupt as corrupt_member  # the one wording of a member that fails its digest
 from .readahead import fetch_range, worker_connections
+from .unpack import PackedRequests
 
 INDEX_CACHE = 1024  # shard indexes kept per process
 OPEN_FILES = 64  # descriptors of local or cached shards kept open per process
@@ -335,7 +336,8 @@ class ShardAccess:
 
     def _read(self, wanted: Sequence[tuple[int, int, Sequence[str] | None]]) -> list[dict]:
         indexes = self.indexes([shard for shard, _, _ in wanted])
-        spans = [_Span(indexes[shard], shard, int(number), names) for shard, number, names in wanted]
+        packed = PackedRequests(indexes, wanted)  # a packed shard's samples: their entries (a block whole)
+        spans = [_Span(indexes[shard], shard, int(number), names) for shard, number, names in packed.entries]
         runs = self._runs(spans)
         data = self._parallel([(self._fetch, shard, low, high) for shard, low, high, _ in runs],
                               remote=[self._is_remote(shard) for shard, _, _, _ in runs])
@@ -346,7 +348,7 @@ class ShardAccess:
         for item, span in enumerate(spans):
             if out[item] is None:  # none of the wanted members is in this sample: nothing to read
                 out[item] = {"__key__": indexes[span.shard].keys[span.number], "__url__": self.urls[span.shard]}
-        return out
+        return packed.samples(out, self.urls)
 
     def _runs(self, spans: list[_Span]) -> list[tuple[int, int, int, list[int]]]:
         """(shard, low, high, the spans it holds): spans of one shard merged where they touch (or, in

@@ -80,6 +80,7 @@ from ...shards.tarformat import BLOCK, TarCursor, group_samples
 from ...storage import BUFFER, local_path, open_from, open_url, read_range
 from ...storage.files import fill
 from ...storage.resuming import ObjectCheck, wrong_size
+from .unpack import read_packed
 
 
 # a remote shard without an index: refused (module docstring), on every read path
@@ -211,12 +212,16 @@ def read_samples(url: str, row: dict, start: int, stop: int, stream: BinaryIO, *
 
 
 def _indexed(url: str, row: dict, start: int, stop: int, stream: BinaryIO, lazy: bool, in_order: bool,
-             index: ShardIndex | None) -> Iterator:
+             index: ShardIndex | None, entries: bool = False) -> Iterator:
     fd = _fileno(stream)
     if fd is not None and adopted(row) and local_path(url) is not None:  # a cached copy matched its sha256
         check_identity(url, row, fd)
     if index is None:
         index = load_index(url, row, fd)
+    if index.pack is not None and not entries:  # packed blocks: the entries holding [start, stop) (stream/unpack.py)
+        yield from read_packed(url, index, start, stop, lambda first, end: _indexed(
+            url, row, first, end, stream, lazy, in_order, index, entries=True))
+        return
     stop = min(stop, len(index))
     if start >= stop:
         return

@@ -181,9 +181,11 @@ class _Job:
         """The piece's bytes (needs the index, except for a whole shard)."""
         if self.whole:
             return 0, samples_end(self.row)
-        index = self.index
-        end = index.offsets[self.stop] if self.stop < len(index) else index.index_offset
-        return index.offsets[self.start], end
+        index, start, stop = self.index, self.start, self.stop
+        if index.pack is not None:  # the entries holding the piece's samples (stream/unpack.py)
+            start, stop = index.pack.entries(start, stop)
+        end = index.offsets[stop] if stop < len(index) else index.index_offset
+        return index.offsets[start], end
 
 
 class _Engine:
