@@ -50,7 +50,7 @@ rules 3-7 above are written once, for any of them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np

@@ -68,7 +68,6 @@ from __future__ import annotations
 
 import collections
 import io
-import os
 import threading
 from typing import Iterable
 
