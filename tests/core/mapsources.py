@@ -66,3 +66,12 @@ def same_raw(got: dict, expected: dict) -> None:
     assert got["__url__"].endswith("/" + expected["__shard__"]), (got["__url__"], expected["__shard__"])
     members = {name: bytes(value) for name, value in got.items() if not name.startswith("__")}
     assert members == {name: value for name, value in expected.items() if not name.startswith("__")}, got["__key__"]
+
+
+def flip_last_byte(path, key: str, member: str) -> None:
+    """Flip the last data byte of member `key.member` of the shard at `path` (found by `tarfile`)."""
+    with tarfile.open(path) as archive:
+        info = archive.getmember(f"{key}.{member}")
+    data = bytearray(path.read_bytes())
+    data[info.offset_data + info.size - 1] ^= 0x01
+    path.write_bytes(bytes(data))

@@ -7,7 +7,6 @@ import io
 import json
 import pickle
 import shutil
-import tarfile
 
 import msgpack
 import numpy as np
@@ -21,7 +20,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 import wdsprep
 from wdsprep.errors import ConfigError, ShardError
 
-from .mapsources import SOURCES, convert_source, same_raw, tar_reference
+from .mapsources import SOURCES, convert_source, flip_last_byte, same_raw, tar_reference
 
 
 @pytest.fixture(scope="module", params=sorted(SOURCES))
@@ -167,15 +166,6 @@ def test_a_slice_of_one_shard_is_one_read_and_a_key_is_get(generic):
         decoded[1.5]
 
 
-def _flip(path, key: str, member: str) -> None:
-    """Flip the last data byte of member `key.member` of the shard at `path` (found by `tarfile`)."""
-    with tarfile.open(path) as archive:
-        info = archive.getmember(f"{key}.{member}")
-    data = bytearray(path.read_bytes())
-    data[info.offset_data + info.size - 1] ^= 0x01
-    path.write_bytes(bytes(data))
-
-
 def test_a_flipped_byte_fails_that_sample_only(generic, tmp_path):
     """A flipped byte in one member of sample k: reading k (alone or in a batch) is a ShardError naming
     the shard and the member; its neighbours in the same shard, alone or together, read as before."""
@@ -184,7 +174,7 @@ def test_a_flipped_byte_fails_that_sample_only(generic, tmp_path):
     shutil.copytree(out, shards)
     k = next(i for i in range(20, len(reference) - 1)  # mid-shard: samples k - 1 and k + 1 share its shard
              if reference[i - 1]["__shard__"] == reference[i]["__shard__"] == reference[i + 1]["__shard__"])
-    _flip(shards / reference[k]["__shard__"], reference[k]["__key__"], "meta.mp")
+    flip_last_byte(shards / reference[k]["__shard__"], reference[k]["__key__"], "meta.mp")
     ds = wdsprep.MapDataset(shards, split, decode=False)
     message = rf"{reference[k]['__shard__']}: member {reference[k]['__key__']}\.meta\.mp: corrupt"
     with pytest.raises(ShardError, match=message):

@@ -12,7 +12,6 @@ import pickle
 import shutil
 import subprocess
 import sys
-import tarfile
 
 import pytest
 import torch
@@ -21,7 +20,7 @@ import wdsprep
 import wdsprep.errors
 from wdsprep.errors import ShardError
 
-from .mapsources import convert_source, tar_reference
+from .mapsources import convert_source, flip_last_byte, tar_reference
 
 EXAMPLES = {  # class -> the arguments it is raised with
     "UnitFailedError": (ValueError("bad unit"), 3, "Traceback ..."),
@@ -29,15 +28,6 @@ EXAMPLES = {  # class -> the arguments it is raised with
     "DownloadError": ("https://host/file.ARW: HTTP 503",),
 }
 KEYWORDS = {"DownloadError": {"transient": True}}
-
-
-def _flip(path, key: str, member: str) -> None:
-    """Flip the last data byte of member `key.member` of the shard at `path` (found by `tarfile`)."""
-    with tarfile.open(path) as archive:
-        info = archive.getmember(f"{key}.{member}")
-    data = bytearray(path.read_bytes())
-    data[info.offset_data + info.size - 1] ^= 0x01
-    path.write_bytes(bytes(data))
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +39,7 @@ def corrupt(tmp_path_factory):
     bad = tmp_path_factory.mktemp("corrupt") / "shards"
     shutil.copytree(out, bad)
     shard, key = bad / reference[3]["__shard__"], reference[3]["__key__"]
-    _flip(shard, key, "meta.mp")
+    flip_last_byte(shard, key, "meta.mp")
     return bad, out, f"{shard}: member {key}.meta.mp: corrupt", str(shard), 3
 
 
