@@ -11,8 +11,8 @@ For each mutation: copy the working tree (tracked and untracked files, not .git/
 temporary directory, apply the edits (each `old` snippet must occur exactly once, or the entry is
 reported "snippet not found" / "snippet ambiguous" and counts as a failure of this script), check
 that `import wdsprep` in the copy resolves to the copy's own sources, then run pytest -x on the
-mutation's test paths there. Tests that already fail on the clean tree (a baseline run per set of
-test paths) are deselected, so a kill always comes from a test that passes without the bug.
+mutation's test paths there. Tests that already fail on the clean tree (one baseline run over every
+test path the chosen mutations use) are deselected, so a kill always comes from a test that passes without the bug.
 killed = the tests failed; survived = they passed. Exit status 0 only
 when every mutation was killed. Not collected by pytest (no test_*.py name).
 """
@@ -102,6 +102,14 @@ def pytest(root: pathlib.Path, paths, extra=()) -> tuple[int, list[str], str]:
     return out.returncode, failed, (lines[-1] if lines else out.stderr.strip()[-300:])
 
 
+def covering(paths) -> list[str]:
+    """The paths once each, without those a listed folder or file already holds (`a/b.py::t` under `a/b.py`, `a/b.py` under `a`)."""
+    paths = list(dict.fromkeys(paths))
+    def inside(path, other):
+        return path != other and (path.startswith(other + "::") or path.startswith(other.rstrip("/") + "/"))
+    return [p for p in paths if not any(inside(p, other) for other in paths)]
+
+
 def baseline(paths) -> list[str]:
     """Tests failing on the clean tree: they prove nothing about a mutant, so they are deselected."""
     with tempfile.TemporaryDirectory(prefix="mutant-baseline-") as scratch:
@@ -178,18 +186,15 @@ def main(argv=None) -> int:
                 bad += 1
                 print(f"STALE  {m.id}: {error}")
         return 1 if bad else 0
-    known_failures = {}  # one baseline per folder set: a leading file inside a folder changes nothing
-    folders = {m.tests: tuple(sorted({p if (REPO / p).is_dir() else str(pathlib.Path(p).parent) for p in m.tests})) for m in chosen}
-    for paths in dict.fromkeys(folders.values()):
-        known_failures[paths] = baseline(paths)
-        if known_failures[paths]:
-            print(f"baseline: {len(known_failures[paths])} test(s) of {', '.join(paths)} fail on the clean tree "
-                  f"and are deselected: {', '.join(known_failures[paths])}\n", flush=True)
+    known_failures = baseline(covering([path for m in chosen for path in m.tests]))  # one run of every path used
+    if known_failures:
+        print(f"baseline: {len(known_failures)} test(s) fail on the clean tree and are deselected: "
+              f"{', '.join(known_failures)}\n", flush=True)
     print("| mutation | planted bug | code | tests run | result | caught by |")
     print("|---|---|---|---|---|---|")
     outcomes = []
     for m in chosen:
-        result, label, detail = run_one(m, known_failures[folders[m.tests]])
+        result, label, detail = run_one(m, known_failures)
         outcomes.append(result)
         print(f"| `{m.id}` | {m.bug} | {label} | {', '.join(m.tests)} | **{result}** | {detail.replace('|', '/')} |", flush=True)
     killed = outcomes.count("killed")
