@@ -405,6 +405,37 @@ def test_stream_arrows_up_finds_a_planted_import_of_a_surface():
                                        "wdsprep.stream.world -> wdsprep.stream.reading.read"]
 
 
+# -- one Range engine: the read side's threads are the read-ahead's (stream/reading/readahead.py)
+
+THREAD_MAKERS = {"Thread", "ThreadPoolExecutor", "ProcessPoolExecutor", "ThreadPool", "Pool"}
+
+
+def thread_makers(source: str) -> list[str]:
+    """`line: call` for every call that makes a thread or a pool (`threading.Thread(...)`,
+    `ThreadPoolExecutor(...)`, however imported or named)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name in THREAD_MAKERS:
+                found.append(f"{node.lineno}: {ast.unparse(node.func)}")
+    return found
+
+
+def test_only_the_read_ahead_makes_threads_in_the_stream():
+    """Random access sends its requests by the read-ahead's engine (`readahead.Requests`): no module
+    of stream/ but the read-ahead's makes a thread or a pool of its own."""
+    stream = SRC / "wdsprep" / "stream"
+    makers = {str(path.relative_to(stream)): thread_makers(path.read_text()) for path in sorted(stream.rglob("*.py"))}
+    assert makers.pop("reading/readahead.py"), "the read-ahead's own threads are seen"
+    assert {path: found for path, found in makers.items() if found} == {}
+
+
+def test_thread_makers_finds_a_planted_pool():
+    planted = "import concurrent.futures as cf\nfrom threading import Thread\npool = cf.ThreadPoolExecutor(4)\nThread(target=f)\n"
+    assert thread_makers(planted) == ["3: cf.ThreadPoolExecutor", "4: Thread"]
+
+
 # -- `wdsprep.Loader` drives `ShardDataset` through its public API only (stream/dataset.py, stream/planning/state.py)
 
 

@@ -1535,3 +1535,20 @@ MUTATIONS += [
                "            for i in range(held.start, min(self.stop, held.stop)):\n"),),
              PACKED_TESTS),
 ]
+MUTATIONS += [
+    # -- issue 45, item 2: one Range engine (random access sends by the read-ahead's, stream/reading/readahead.py)
+    Mutation("access-requests-in-the-caller", "random access sends a call's remote reads one after another in the caller's thread (not by the read-ahead's engine)",
+             "src/wdsprep/stream/reading/access.py",
+             (("        if sum(remote) <= 1:\n            return [job[0](*job[1:]) for job in jobs]\n",
+               "        if sum(remote) <= len(jobs):\n            return [job[0](*job[1:]) for job in jobs]\n"),),
+             ("tests/objectstore/test_mapdataset_remote.py::test_a_batch_of_many_shards_keeps_to_max_connections_on_the_read_aheads_threads",)),
+    Mutation("access-requests-one-connection", "random access's engine gets one fetching thread, whatever max_connections says",
+             "src/wdsprep/stream/reading/access.py",
+             (("                self._requests = Requests(self._connections)\n", "                self._requests = Requests(1)\n"),),
+             ("tests/objectstore/test_mapdataset_remote.py::test_a_batch_of_many_shards_keeps_to_max_connections_on_the_read_aheads_threads",)),
+    Mutation("requests-results-rotated", "the engine hands random access's calls their results one place off (each caller gets the next call's bytes)",
+             "src/wdsprep/stream/reading/readahead.py",
+             (("            self.engine.work.notify()  # each thread that takes one wakes the next (`_take`)\n        return ranges\n",
+               "            self.engine.work.notify()  # each thread that takes one wakes the next (`_take`)\n        return ranges[1:] + ranges[:1]\n"),),
+             ("tests/objectstore/test_mapdataset_remote.py",)),
+]

@@ -10,6 +10,7 @@ import hashlib
 import pathlib
 import shutil
 import tarfile
+import threading
 
 import pytest
 from torch.utils.data import DataLoader, DistributedSampler
@@ -151,6 +152,37 @@ def test_requests_of_different_shards_go_at_once(generic, s3_server, kind):
         stats = server.stats()
         assert len(_asked(server.requests)) == 4
         assert stats["peak_connections"] >= 4, stats
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_batch_of_many_shards_keeps_to_max_connections_on_the_read_aheads_threads(generic, s3_server, kind):
+    """One sample from each of 6 shards with max_connections=2, each response 50 ms late: 6 requests,
+    never more than 2 answered at once but 2 at once, and sent by the read-ahead's fetching threads
+    (`readahead.Requests`), not by the caller or a pool of random access's own."""
+    out, split, reference = generic
+    firsts = {}
+    for i, sample in enumerate(reference):
+        firsts.setdefault(sample["__shard__"], i)
+    batch = list(firsts.values())[:6]
+    assert len(batch) == 6
+    with _remote(kind, out, s3_server, Shaping(latency=0.05)) as (base, server):
+        ds = wdsprep.MapDataset(f"{base}/manifest.json", split, decode=False, max_connections=2)
+        ds.access.indexes([ds.locate(i)[0] for i in batch])
+        server.clear_log()
+        senders = set()
+        fetch = ds.access._fetch
+
+        def fetch_and_note(*arguments):
+            senders.add(threading.current_thread().name.rsplit("-", 1)[0])
+            return fetch(*arguments)
+
+        ds.access._fetch = fetch_and_note
+        for sample, i in zip(ds.__getitems__(batch), batch):
+            same_raw(sample, reference[i])
+        stats = server.stats()
+        assert len(_asked(server.requests)) == 6
+        assert stats["peak_requests"] == 2, stats
+        assert senders == {"wdsprep-access"}
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -27,8 +27,10 @@ of a local (or cached) shard, ONE bounded Range request of a remote one (the rea
 storage/resuming.py: resumed at its first missing byte after a drop, every response checked for the
 row's size and, per shard, one ETag). The bytes between two samples of a merged span are read and
 dropped: never checked, never returned. A call's remote requests (of different shards, or of runs
-of one shard too far apart to merge) go in parallel, at most `max_connections` at once (default:
-the read-ahead's share per DataLoader worker, `readahead.worker_connections`), over the scheme's pooled
+of one shard too far apart to merge) go in parallel, sent by the read-ahead's engine (its fetching
+threads and queue, `readahead.Requests`; local reads meanwhile in the caller's thread), at most
+`max_connections` at once (default: the read-ahead's share per DataLoader worker,
+`readahead.worker_connections`), over the scheme's pooled
 keep-alive connections (storage/http.py, storage/s3.py: the ones the read-ahead uses), with the
 `ReadOptions` given (`options`: retries, timeouts, the rate floor; None: the environment's, read when
 the `ShardAccess` is made).
@@ -49,8 +51,8 @@ entry that fails a check as it is read is dropped (one warning line naming it) a
 again, the shard downloaded again (`_healing`); a shard whose fresh copy fails too is its URL's error.
 
 Processes and threads. Calls may come from several threads at once (noisebase's batch threads). Open
-descriptors (at most `OPEN_FILES`; one closes when the last read using it is done), the thread
-pool and the counters belong to the process: a pickled `ShardAccess` (DataLoader workers that
+descriptors (at most `OPEN_FILES`; one closes when the last read using it is done), the fetching
+threads and the counters belong to the process: a pickled `ShardAccess` (DataLoader workers that
 spawn) carries only its URLs, rows, cache and options, and a forked one opens its own, keeping the indexes
 the parent loaded. `stats` counts what this process did: `requests` (data Range requests),
 `index_requests`, `downloads` (whole shards fetched into the cache), `bytes` (received by all of
@@ -59,9 +61,9 @@ them), `reads` (preads of local or cached shards).
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
 from ...errors import ShardError
@@ -74,7 +76,7 @@ from .cache import Entry
 from .read import (UNINDEXED_REMOTE, IndexCache, check_identity, check_whole, load_index, object_check, truncated,
                    unreadable)
 from .read import _corrupt as corrupt_member  # the one wording of a member that fails its digest
-from .readahead import fetch_range, worker_connections
+from .readahead import Requests, fetch_range, worker_connections
 from .unpack import PackedRequests
 
 INDEX_CACHE = 1024  # shard indexes kept per process
@@ -145,7 +147,7 @@ class ShardAccess:
         self._files: collections.OrderedDict = collections.OrderedDict()  # shard -> _File
         self._paths: dict[int, str | None] = {}  # shard -> the local file read (the shard's, or its cache entry), None: remote
         self._checks: dict[int, ObjectCheck] = {}  # shard -> what every response for it must agree on
-        self._pool: ThreadPoolExecutor | None = None
+        self._requests: Requests | None = None  # the read-ahead engine's threads, made at the first parallel call
         self._connections = 0
         self.stats = dict.fromkeys(("requests", "index_requests", "downloads", "bytes", "reads"), 0)
 
@@ -168,9 +170,9 @@ class ShardAccess:
             return
         with self._lock:
             self._files.clear()
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=False)
+            requests, self._requests = self._requests, None
+        if requests is not None:
+            requests.close()
 
     def __len__(self) -> int:
         return len(self.urls)
@@ -401,16 +403,18 @@ class ShardAccess:
 
     # -- parallel requests
     def _parallel(self, jobs: list[tuple], remote: list[bool]) -> list:
-        """Each job's result, in order: local ones here, remote ones in this process's thread pool
-        (at most `max_connections` at once). The first error, in job order, is raised once all are done."""
+        """Each job's result, in order: local ones here, remote ones sent by the read-ahead's engine
+        (`readahead.Requests`: at most `max_connections` at once). The first error, in job order, is
+        raised once all are done."""
         if sum(remote) <= 1:
             return [job[0](*job[1:]) for job in jobs]
-        pool = self._thread_pool()
-        futures = [pool.submit(job[0], *job[1:]) if far else None for job, far in zip(jobs, remote)]
+        requests = self._engine()
+        sent = iter(requests.send([(self.urls[job[1]], functools.partial(*job)) for job, far in zip(jobs, remote) if far]))
+        tickets = [next(sent) if far else None for far in remote]
         results, error = [], None
-        for job, future in zip(jobs, futures):
+        for job, ticket in zip(jobs, tickets):
             try:
-                results.append(future.result() if future is not None else job[0](*job[1:]))
+                results.append(requests.take(ticket) if ticket is not None else job[0](*job[1:]))
             except BaseException as caught:  # the others still finish (and are counted)
                 error = error or caught
                 results.append(None)
@@ -418,17 +422,17 @@ class ShardAccess:
             raise error
         return results
 
-    def _thread_pool(self) -> ThreadPoolExecutor:
+    def _engine(self) -> Requests:
         with self._lock:
-            if self._pool is None:
+            if self._requests is None:
                 from ..world import worker_info
 
                 _, workers = worker_info()
                 self._connections = worker_connections(self.options.max_connections, workers)
                 for name in {scheme_of(url) for url in self.urls}:  # the clients' pools, room for them all
                     scheme_for(f"{name}://" if name else ".").connect(self._connections)
-                self._pool = ThreadPoolExecutor(self._connections, thread_name_prefix="wdsprep-access")
-            return self._pool
+                self._requests = Requests(self._connections)
+            return self._requests
 
 
 def index_of_hashed(url: str, row: dict, fd: int, path: str) -> ShardIndex:

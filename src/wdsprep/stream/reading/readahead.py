@@ -58,6 +58,10 @@ Settings: the budget and every request's retries, timeout and rate floor are the
 `ReadOptions` (wdsprep/readoptions.py), handed to `ReadAhead` (`options`) and to the schemes
 (`Scheme.configured`); nothing here reads the environment.
 
+Random access (stream/reading/access.py) sends its requests by the same engine: `Requests` gives
+a caller the engine's fetching threads and queue for calls it waits on at once (no pieces, no
+budget: what a call asks for, it needs now).
+
 Many tiny pieces (one-sample shards): each is one request of its whole shard (its index included),
 and requests of consecutive pieces are in flight together, up to `max_connections` (the fetching
 threads wait on a condition of their own, woken one at a time, so a finished request wakes the
@@ -67,6 +71,7 @@ floor, and past that the cost is the client's CPU per request (BENCHMARKS.md, *t
 from __future__ import annotations
 
 import collections
+import functools
 import io
 import threading
 from typing import Iterable
@@ -137,12 +142,14 @@ QUEUED, FETCHING, READY, FAILED, RELEASED = range(5)
 
 
 class _Range:
-    """Bytes [start, stop) of a job's shard: one request (more after a dropped connection)."""
+    """Bytes [start, stop) of a job's shard: one request (more after a dropped connection), or the
+    `work` that stands for it (an adopted shard's index loaded from its split's index file; a random
+    read's call, `Requests`), whose result is the range's buffer."""
 
-    __slots__ = ("job", "start", "stop", "buffer", "state", "error", "urgent")
+    __slots__ = ("job", "start", "stop", "work", "buffer", "state", "error", "urgent")
 
-    def __init__(self, job: "_Job", start: int, stop: int):
-        self.job, self.start, self.stop = job, start, stop
+    def __init__(self, job: "_Job | _Call", start: int, stop: int, work=None):
+        self.job, self.start, self.stop, self.work = job, start, stop, work
         self.buffer: bytearray | None = None
         self.state = QUEUED
         self.error: BaseException | None = None
@@ -237,7 +244,7 @@ class _Engine:
             job.index = INDEXES.get(job.url, job.row)
             row = job.row
             if job.index is None and adopted(row):  # its index is in its split's index file: loaded by a thread
-                job.tail = _Range(job, 0, 0)
+                job.tail = _Range(job, 0, 0, work=functools.partial(load_index, job.url, row))
                 self.queue.append(job.tail)
                 self.blocked = job
                 return
@@ -306,8 +313,8 @@ class _Engine:
         while (r := self._take()) is not None:
             job = r.job
             try:
-                if r is job.tail and adopted(job.row):  # the index of an adopted shard (checked, kept)
-                    buffer = load_index(job.url, job.row)
+                if r.work is not None:
+                    buffer = r.work()
                 else:
                     buffer = fetch_range(job.url, job.scheme, r.start, r.stop, job.check)
                 error = None
@@ -455,10 +462,7 @@ class ReadAhead:
         self.engine = _Engine(list(self.jobs), options.prefetch_bytes, max_connections, first_jobs)
         for name in {scheme_of(job.url) for job in self.jobs}:  # the clients, before the first piece
             scheme_for(f"{name}://").configured(options).connect(max_connections)
-        self.threads = [threading.Thread(target=self.engine.fetch, name=f"wdsprep-read-ahead-{i}", daemon=True)
-                        for i in range(max_connections if self.jobs else 0)]
-        for thread in self.threads:
-            thread.start()
+        self.threads = _start_threads(self.engine, max_connections if self.jobs else 0, "wdsprep-read-ahead")
 
     def open(self, url: str, start: int, stop: int) -> PieceStream:
         """The next piece's stream (its index loaded and checked); a ShardError if it cannot be read.
@@ -501,6 +505,60 @@ class ReadAhead:
     def widen(self) -> None:
         """Lift the start's window: read ahead over every piece (within the budget)."""
         self.engine.widen()
+
+    def close(self) -> None:
+        self.engine.close()
+
+    def __del__(self) -> None:
+        self.engine.close()
+
+
+def _start_threads(engine: _Engine, count: int, name: str) -> list[threading.Thread]:
+    """`count` fetching threads of `engine` (daemons: they hold the engine, not its owner, and end
+    when it is closed)."""
+    threads = [threading.Thread(target=engine.fetch, name=f"{name}-{i}", daemon=True) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+class _Call:
+    """What a `Requests` range belongs to: the shard it reads, never closed on its own."""
+
+    __slots__ = ("url",)
+    closed = False
+    tail = None
+
+    def __init__(self, url: str):
+        self.url = url
+
+
+class Requests:
+    """The engine's fetching threads for a caller that waits for what it asks: random access
+    (stream/reading/access.py). `send(calls)` queues each (url, call) as a range of the engine, sent
+    at once (a range of no bytes: no budget holds it back; the caller needs every one now), at most
+    `connections` at a time, over the same threads, queue and hand-over the read-ahead uses;
+    `take(sent)` waits for one and gives its call's result (or raises its error). A `Requests`
+    belongs to one process (the caller makes a new one after a fork)."""
+
+    def __init__(self, connections: int):
+        self.engine = _Engine([], 1, connections)
+        self.threads = _start_threads(self.engine, connections, "wdsprep-access")
+
+    def send(self, calls) -> list[_Range]:
+        ranges = [_Range(_Call(url), 0, 0, work=call) for url, call in calls]  # no bytes of the budget: sent at once
+        with self.engine.cond:
+            self.engine.queue.extend(ranges)
+            self.engine.work.notify()  # each thread that takes one wakes the next (`_take`)
+        return ranges
+
+    def take(self, r: _Range):
+        with self.engine.cond:
+            try:
+                self.engine.wait_ready(r)
+                return r.buffer
+            finally:
+                self.engine._release(r)
 
     def close(self) -> None:
         self.engine.close()
