@@ -263,3 +263,66 @@ def test_a_consumer_that_pauses_between_samples_is_not_a_slow_stream(monkeypatch
             assert len(requests) == 2, requests
         else:  # the shard's own bytes, each asked for once
             assert sum(r["sent"] for r in requests) == row["bytes"] and not any(r["cut"] for r in requests), requests
+
+
+class _ForwardProxy:
+    """A forward HTTP proxy on 127.0.0.1 (absolute-form GETs relayed by http.client, never through a
+    proxy itself), noting each URL it was asked for."""
+
+    def __init__(self):
+        import http.client
+        import http.server
+        from urllib.parse import urlsplit
+
+        seen = self.seen = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                seen.append(self.path)
+                parts = urlsplit(self.path)
+                upstream = http.client.HTTPConnection(parts.netloc, timeout=EVENT)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "proxy-connection")}
+                upstream.request("GET", parts.path, headers=headers)
+                response = upstream.getresponse()
+                body = response.read()
+                self.send_response(response.status)
+                for key, value in response.getheaders():
+                    if key.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                upstream.close()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_http_reads_go_through_the_environments_proxy_unless_no_proxy_names_the_host(monkeypatch, http_server,
+                                                                                      generic_shards):
+    """HTTP_PROXY is honoured (the bytes come through the proxy, the same bytes) and NO_PROXY bypasses it."""
+    shard = sorted(generic_shards.rglob("*.tar"))[0]
+    url = f"{http_server.url}/{shard.relative_to(generic_shards).as_posix()}"
+    expected = shard.read_bytes()
+    proxy = _ForwardProxy()
+    try:
+        for variable in ("HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
+            monkeypatch.delenv(variable, raising=False)
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        got = resuming.ResumingStream(url, http_open_at(url), ReadOptions(retries=0)).read()
+        assert got == expected
+        assert proxy.seen == [url]
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        got = resuming.ResumingStream(url, http_open_at(url), ReadOptions(retries=0)).read()
+        assert got == expected
+        assert proxy.seen == [url]  # the bypassed read did not reach it
+    finally:
+        proxy.close()

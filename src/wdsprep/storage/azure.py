@@ -1,6 +1,6 @@
 """`az://CONTAINER/BLOB` URLs (Azure Blob Storage; the account comes from the environment, as for
 adlfs and the Azure CLI): read with plain ranged GETs of the Blob REST API over the process's pooled
-`httpx` client (storage/http.py), so an az:// shard gets the read-ahead, retries, rate floor and
+`urllib3` connections (storage/http.py), so an az:// shard gets the read-ahead, retries, rate floor and
 same-object check of every remote read; written by `AzureStore` through azure-storage-blob (block
 uploads, listing, metadata).
 

@@ -1,6 +1,6 @@
 """`gs://BUCKET/KEY` URLs (Google Cloud Storage): read with plain ranged GETs of the JSON API's media
 downloads (`{endpoint}/download/storage/v1/b/BUCKET/o/KEY?alt=media`) over the process's pooled
-`httpx` client (storage/http.py), so a gs:// shard gets the read-ahead, retries, rate floor and
+`urllib3` connections (storage/http.py), so a gs:// shard gets the read-ahead, retries, rate floor and
 same-object check of every remote read; written by `GCSStore` through google-cloud-storage (uploads,
 listing, metadata).
 

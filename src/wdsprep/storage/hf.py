@@ -5,7 +5,7 @@
 
 REVISION is a branch, a tag or a commit (default `main`; a revision with a slash, `refs/pr/1`, is
 written quoted, `refs%2Fpr%2F1`). Bytes are plain ranged GETs of the Hub's
-`{endpoint}/datasets/ORG/NAME/resolve/{revision}/{path}` over the process's pooled `httpx` client
+`{endpoint}/datasets/ORG/NAME/resolve/{revision}/{path}` over the process's pooled `urllib3` connections
 (storage/http.py: the read-ahead, retries, rate floor and same-object check of every remote read),
 following the Hub's redirects to its file storage. Where a file of a commit was redirected to is
 remembered per process for a few minutes, so its next ranges are one request each; a remembered

@@ -1,16 +1,21 @@
-"""`http://` and `https://` URLs, read over one pooled, kept-alive `httpx.Client` per process: whole
+"""`http://` and `https://` URLs, read over one pooled, kept-alive `urllib3.PoolManager` per process: whole
 objects and bounded byte ranges through a `ResumingStream` (`open_at(url, end)`: Range requests
 on dropped connections, for `open_from`, and for the ranges of `read_range` / `read_into` that
 `wdsprep show` and the read-ahead of stream/reading/readahead.py ask for). Not writable (a server is published to with `wdsprep upload` to a store it serves, or with webdataset's
 own `http` writer).
 
 Connections. Every request of a process goes through `http_client()`: HTTP/1.1 keep-alive, at most
-`max(POOL, the largest max_connections asked for)` connections at once, an idle one reused before a
-new one is opened, so a worker that reads many shards (or many ranges of one) opens a handful of TCP
+`max(POOL, the largest max_connections asked for)` connections at once to a host (a request waits
+for one to be free, at most its timeout), an idle one reused before a new one is opened, so a worker that reads many shards (or many ranges of one) opens a handful of TCP
 (and TLS) connections, not one per request. A body read to its end gives its connection back; a
 body closed early (a piece that ends mid-shard on the sequential path) closes it. The client is
 made per process (a DataLoader worker forked from a process that has one makes its own: sockets
-are never shared across a fork), from one SSL context that forked workers inherit.
+are never shared across a fork), from one SSL context (certifi's roots, as httpx has them) that forked
+workers inherit. Redirects are followed (at most `REDIRECTS`; credentials are not sent on to another
+host), and the environment's proxies (`HTTP(S)_PROXY`, `NO_PROXY`) are honoured.
+Why urllib3 and not httpx: a body read through httpx (h11) costs about twice the CPU per byte of
+urllib3's (http.client: the socket read straight into the response), measured by BENCHMARKS.md
+*stores*; S3's bytes already came through urllib3 (botocore).
 `Accept-Encoding: identity`: byte offsets are the object's own, so a response that comes with any
 other `Content-Encoding` (a server that gzips whatever it sends) is refused with a `ShardError` naming
 the encoding, never read as the object's bytes (a manifest would read as "not valid JSON").
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import os
 import threading
+from urllib.parse import urljoin
 
 from ..errors import ShardError
 from ..readoptions import ReadOptions
@@ -29,30 +35,62 @@ POOL = 32  # connections per process at least; raised by `http_client(connection
 PERMANENT = {401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 410: "Gone", 416: "Range Not Satisfiable"}
 HEADERS = {"User-Agent": "wdsprep", "Accept-Encoding": "identity"}
 
-_client = None  # (pid, pool size, httpx.Client)
+REDIRECTS = 10
+READ_AT_ONCE = 1 << 20  # the most one `readinto` takes off the connection
+
+_client = None  # (pid, pool size, {proxy URL or None: urllib3 PoolManager or ProxyManager})
 _client_lock = threading.Lock()
-_ssl = None  # httpx's default SSL context, made once: forked workers inherit it (100 ms a client otherwise)
+_ssl = None  # the SSL context, made once: forked workers inherit it (100 ms a client otherwise)
 
 
-def http_client(connections: int = 0):
-    """This process's pooled client, with room for at least `connections` connections at once."""
+def _ssl_context():
+    import ssl
+
+    try:
+        import certifi
+    except ImportError:  # the system's roots
+        return ssl.create_default_context()
+    return ssl.create_default_context(cafile=certifi.where())
+
+
+def http_client(connections: int = 0, target: str | None = None):
+    """This process's pool of connections (a proxy's, when the environment gives one for `target`),
+    with room for at least `connections` connections to a host at once."""
     global _client, _ssl
     held = _client
     wanted = max(POOL, connections)
-    if held is not None and held[0] == os.getpid() and held[1] >= wanted:
-        return held[2]
-    with _client_lock:
-        held = _client
-        if held is not None and held[0] == os.getpid() and held[1] >= wanted:
-            return held[2]
-        import httpx
+    proxy = _proxy(target) if target is not None else None
+    if held is None or held[0] != os.getpid() or held[1] < wanted:
+        with _client_lock:
+            held = _client
+            if held is None or held[0] != os.getpid() or held[1] < wanted:
+                if _ssl is None:
+                    _ssl = _ssl_context()
+                held = _client = (os.getpid(), wanted, {})  # one before it: requests in flight on it finish
+    managers = held[2]
+    manager = managers.get(proxy)
+    if manager is None:
+        with _client_lock:
+            manager = managers.get(proxy)
+            if manager is None:
+                import urllib3
 
-        if _ssl is None:
-            _ssl = httpx.create_ssl_context()
-        limits = httpx.Limits(max_connections=wanted, max_keepalive_connections=wanted)
-        client = httpx.Client(limits=limits, headers=HEADERS, follow_redirects=True, verify=_ssl)
-        _client = (os.getpid(), wanted, client)  # a smaller one before it: requests in flight on it finish
-        return client
+                options = dict(num_pools=POOL, maxsize=held[1], block=True, ssl_context=_ssl, retries=False)
+                manager = managers[proxy] = (urllib3.ProxyManager(proxy, **options) if proxy else
+                                             urllib3.PoolManager(**options))
+    return manager
+
+
+def _proxy(target: str) -> str | None:
+    """The proxy the environment names for `target` (HTTP_PROXY / HTTPS_PROXY, less NO_PROXY), or None."""
+    from urllib.parse import urlsplit
+    from urllib.request import getproxies_environment, proxy_bypass_environment
+
+    parts = urlsplit(target)
+    proxy = getproxies_environment().get(parts.scheme)
+    if not proxy or proxy_bypass_environment(parts.hostname or ""):
+        return None
+    return proxy
 
 
 def _after_fork_in_child() -> None:
@@ -64,37 +102,33 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class HttpBody:
-    """A streamed httpx response as a readable body: `readinto` copies from its raw chunks (as they
-    come off the socket), `close` gives the connection back (the body was read to its end) or drops it."""
+    """A streamed urllib3 response (ours, or botocore's under an S3 body) as a readable body of
+    `length` bytes (None: to its end): `readinto` takes what one read of the connection gives, `close`
+    gives the connection back to its pool, kept alive when the body was read to its end, else closed."""
 
-    def __init__(self, response):
+    def __init__(self, response, length: int | None):
         self.response = response
-        self._chunks = response.iter_raw()
-        self._pending = memoryview(b"")
+        self.left = length
+        self.ended = length == 0
 
     def readinto(self, buffer) -> int:
-        pending = self._pending
-        if not pending:
-            for chunk in self._chunks:
-                if chunk:
-                    pending = memoryview(chunk)
-                    break
-            else:
-                return 0
-        n = min(len(buffer), len(pending))
-        buffer[:n] = pending[:n]
-        self._pending = pending[n:]
+        if self.ended:
+            return 0
+        wanted = len(buffer) if self.left is None else min(len(buffer), self.left)
+        data = self.response.read1(min(wanted, READ_AT_ONCE))  # what one read gives (`readinto` waits to fill)
+        n = len(data)
+        buffer[:n] = data
+        if self.left is not None:
+            self.left -= n
+        self.ended = n == 0 or self.left == 0
         return n
 
     readinto1 = readinto  # one read of the connection at most, as `readinto` already is
 
     def close(self) -> None:
-        response = self.response
-        length = response.headers.get("Content-Length")
-        if not self._pending and length is not None and response.num_bytes_downloaded >= int(length):
-            for _ in self._chunks:  # the end of the message (no more bytes): the pool keeps the connection
-                pass
-        response.close()
+        if not self.ended:  # bytes left on the connection: it cannot be used again
+            self.response.close()
+        self.response.release_conn()
 
 
 def _send(url: str, start: int, stop: int | None, timeout: float, via: "HttpGetScheme"):
@@ -103,44 +137,47 @@ def _send(url: str, start: int, stop: int | None, timeout: float, via: "HttpGetS
     request's URL and headers, `explain` words a permanent error, `arrived` sees where redirects led,
     `stale` says whether a permanent error of a remembered location is to be located again (then a
     transient error: the retry asks `locate` anew)."""
+    import urllib3
+
     target, extra = via.locate(url)
+    headers = {**HEADERS, **extra}
     wanted = range_header(start, stop)
-    headers = dict(extra)
     if wanted:
         headers["Range"] = wanted
-    client = http_client()
-    request = client.build_request("GET", target, headers=headers, timeout=timeout)
-    response = client.send(request, stream=True)
-    status = response.status_code
+    retries = urllib3.Retry(total=None, connect=0, read=0, status=0, other=0, redirect=REDIRECTS,
+                            raise_on_redirect=True, raise_on_status=False)
+    response = http_client(target=target).urlopen(
+        "GET", target, headers=headers, retries=retries, redirect=True, preload_content=False, decode_content=False,
+        timeout=urllib3.Timeout(connect=timeout, read=timeout), pool_timeout=timeout)
+    status = response.status
     if status in PERMANENT:
         body = _short_body(response)
-        response.close()
         if via.stale(url, target):
             raise ConnectionError(f"HTTP {status} from a remembered location: located again")
         raise ShardError(url, via.explain(status, response.headers, body))
     if status >= 400:
-        response.close()
-        raise ConnectionError(f"HTTP {status} {response.reason_phrase}")  # transient: retried
+        HttpBody(response, 0).close()
+        raise ConnectionError(f"HTTP {status} {response.reason}")  # transient: retried
     encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
     if encoding not in ("", "identity"):  # its bytes and offsets are not the object's own: never decoded here
-        response.close()
+        HttpBody(response, None).close()
         raise ShardError(url, f"the server sent it with Content-Encoding: {encoding} although identity was asked "
                               "for; serve it as it is stored (uncompressed by the server)")
-    if response.history:
-        via.arrived(url, target, str(response.url))
-    return status, HttpBody(response), response.headers
+    if response.retries is not None and response.retries.history:  # the last step's URL and where it led
+        last = response.retries.history[-1]
+        via.arrived(url, target, urljoin(last.url, last.redirect_location))
+    length = response.headers.get("Content-Length")
+    return status, HttpBody(response, int(length) if length is not None else None), response.headers
 
 
 def _short_body(response, limit: int = 4096) -> bytes:
-    """The first bytes of an error's body (what a store says went wrong), never more."""
-    data = b""
+    """The first bytes of an error's body (what a store says went wrong), never more; its connection
+    given back."""
     try:
-        for chunk in response.iter_raw():
-            data += chunk
-            if len(data) >= limit:
-                break
+        data = response.read(limit)
     except Exception:  # noqa: BLE001 -- a body that cannot be read explains nothing
-        pass
+        data = b""
+    HttpBody(response, None).close()
     return data[:limit]
 
 

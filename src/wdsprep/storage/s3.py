@@ -30,6 +30,7 @@ from ..errors import ConfigError, ShardError
 from ..readoptions import MIN_S3_PART_BYTES, ReadOptions
 from .base import ObjectStore
 from .files import file_sha256
+from .http import HttpBody
 from .resuming import ResumingScheme, range_header
 
 MIB = 1 << 20
@@ -159,36 +160,9 @@ def _s3_open_at(url: str, end: int | None, timeout: float):
         if content_range and "/" in content_range:
             total = int(content_range.rsplit("/", 1)[1])
         body = response["Body"]
-        return _S3Body(getattr(body, "_raw_stream", body), length), total, etag
+        return HttpBody(getattr(body, "_raw_stream", body), length), total, etag
 
     return open_at
-
-
-class _S3Body:
-    """A GetObject body: `readinto` from the urllib3 response, `close` returns its pooled
-    connection once the body was read to its end (and drops it otherwise)."""
-
-    def __init__(self, raw, length: int):
-        self.raw = raw
-        self.left = length
-
-    def readinto(self, buffer) -> int:
-        """What one read of the connection gives (urllib3's `readinto` would wait to fill `buffer`)."""
-        if not self.left:
-            return 0
-        data = self.raw.read1(min(len(buffer), self.left, 1 << 20))
-        n = len(data)
-        buffer[:n] = data
-        self.left -= n
-        return n
-
-    readinto1 = readinto  # one read of the connection at most, as `readinto` already is
-
-    def close(self) -> None:
-        if self.left == 0:
-            self.raw.release_conn()
-        else:
-            self.raw.close()
 
 
 def _not_found(error: Exception) -> bool:
