@@ -15,6 +15,8 @@ import tarfile
 import msgpack
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import wdsprep
 from wdsprep.conformance import run_cli
@@ -322,6 +324,27 @@ def _stranger_shard(directory: pathlib.Path, block: bytes, keys: list[str]) -> s
     manifest = Manifest("generic", {}, "fp", {"train": [dict(row.as_dict(), unit=0)]})
     (directory / "manifest.json").write_bytes(manifest.dumps())
     return str(directory / "manifest.json")
+
+
+def _plain_key(key) -> bool:
+    """A sample key by the format's rule, written out here: a non-empty str, not starting with "__",
+    without '.', '/', '\\' or NUL."""
+    return (isinstance(key, str) and key != "" and not key.startswith("__")
+            and not any(c in key for c in "./\\\0"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.text(alphabet="ab_-", max_size=3), st.text(alphabet="ab_-/", max_size=4),
+                          st.text(alphabet="ab_/.\\\0-", max_size=4), st.integers(0, 3)),
+                min_size=1, max_size=6, unique_by=lambda key: (type(key), key)))
+def test_a_block_is_accepted_exactly_when_every_key_is_a_plain_name(keys):
+    """The block's key check (one match over the keys joined) against the rule key by key."""
+    block = _hostile_block(keys, _good_columns(len(keys)))
+    if all(map(_plain_key, keys)):
+        assert Block.parse(block).keys == keys
+    else:
+        with pytest.raises(FormatError, match="is not a plain name"):
+            Block.parse(block)
 
 
 @pytest.mark.parametrize("kind", HOSTILE)

@@ -39,6 +39,7 @@ breaks one is one `ShardError` naming the shard and the member.
 """
 from __future__ import annotations
 
+import re
 from bisect import bisect_right
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -49,6 +50,8 @@ from ..errors import FormatError, ShardError
 from .codec import (DECODE_ERRORS, MAX_DEPTH, MAX_MEMBER_BYTES, beyond, check_nesting, decode_msgpack, decode_npy,
                     member_decoder, npy_header_span, npy_meta)
 from .tarformat import FIELD, KEY
+
+_KEYS = re.compile(rf"{KEY.pattern}(?:/{KEY.pattern})*")  # a block's keys joined by "/" (which no key may hold)
 
 PACK_FIELD = "wdsprep-pack"  # reserved when packing: the block member's field
 PACK_MEMBER = PACK_FIELD + ".mp"
@@ -165,9 +168,11 @@ class Block:
         if not isinstance(keys, (list, tuple)) or not keys or not isinstance(columns, dict):
             raise ValueError("expected a non-empty list of keys and a map of columns")
         n = len(keys)
-        for key in keys:
-            if not isinstance(key, str) or not KEY.fullmatch(key):
-                raise ValueError(f"sample key {key!r:.80} is not a plain name")
+        joined = "/".join(keys) if set(map(type, keys)) == {str} else None
+        if joined is None or joined.count("/") != n - 1 or not _KEYS.fullmatch(joined):  # one match, not one per key
+            for key in keys:  # which one
+                if not isinstance(key, str) or not KEY.fullmatch(key):
+                    raise ValueError(f"sample key {key!r:.80} is not a plain name")
         if len(set(keys)) != n:
             raise ValueError("a sample key repeats")
         names, parsed, total = [], [], 0
