@@ -6,8 +6,9 @@ own `http` writer).
 
 Connections. Every request of a process goes through `http_client()`: HTTP/1.1 keep-alive, at most
 `max(POOL, the largest max_connections asked for)` connections at once to a host (a request waits
-for one to be free, at most its timeout), an idle one reused before a new one is opened, so a worker that reads many shards (or many ranges of one) opens a handful of TCP
-(and TLS) connections, not one per request. A body read to its end gives its connection back; a
+for one to be free, at most its timeout), an idle one reused before a new one is opened, so a worker
+that reads many shards (or many ranges of one) opens a handful of TCP (and TLS) connections, not one
+per request. A body read to its end gives its connection back; a
 body closed early (a piece that ends mid-shard on the sequential path) closes it. The client is
 made per process (a DataLoader worker forked from a process that has one makes its own: sockets
 are never shared across a fork), from one SSL context (certifi's roots, as httpx has them) that forked
