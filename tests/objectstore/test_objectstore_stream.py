@@ -326,3 +326,20 @@ def test_http_reads_go_through_the_environments_proxy_unless_no_proxy_names_the_
         assert proxy.seen == [url]  # the bypassed read did not reach it
     finally:
         proxy.close()
+
+
+def test_a_body_closed_before_its_end_closes_its_connection(generic_shards):
+    """A piece that ends mid-shard stops reading its body: the connection is closed then (the server
+    sees it go), not handed back to the pool with the rest of the body still on it."""
+    from tests.timeouts import wait_for
+    from wdsprep.testing import RangeHTTPServer
+
+    shard = sorted(generic_shards.rglob("*.tar"))[0]
+    with RangeHTTPServer(generic_shards) as server:  # a host of its own: no pooled connection to it yet
+        url = f"{server.url}/{shard.relative_to(generic_shards).as_posix()}"
+        body, total, _ = http_open_at(url)(0)
+        assert total == shard.stat().st_size > 1024
+        assert body.readinto(bytearray(1024)) > 0
+        assert server.open_connections == 1
+        body.close()
+        wait_for(lambda: server.open_connections == 0, "the server to see the connection closed")
