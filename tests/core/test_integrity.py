@@ -247,6 +247,15 @@ def test_a_row_with_the_wrong_sample_count_is_a_shard_error(tmp_path, with_index
     yielded, error = _read_until_error(str(manifest_path))
     assert error is not None and "manifest says" in str(error) and SHARD in str(error)
     assert len(yielded) < 3
+    # the one-shard reader (inspect's), which hands over each sample as it is made: the shard's 3
+    # samples never all come out of a row that says 4 (nor 2)
+    from wdsprep.stream.reading.read import checked_samples
+
+    taken = []
+    with pytest.raises(ShardError, match="manifest says"):
+        for sample in checked_samples(str(path), manifest.splits["train"][0]):
+            taken.append(sample)
+    assert len(taken) < 3
 
 
 def test_a_corrupt_npy_header_is_a_shard_error_that_handlers_catch(tmp_path):
