@@ -91,10 +91,19 @@ def imports_the_copy(root: pathlib.Path) -> bool:
     return out.stdout.strip().startswith(str(root / "src"))
 
 
+def _default_sigint() -> None:
+    """In the pytest child: Ctrl-C as a terminal has it. A runner started in the background of a
+    non-interactive shell inherits SIGINT ignored, and the Ctrl-C tests then wait out their guards."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def pytest(root: pathlib.Path, paths, extra=()) -> tuple[int, list[str], str]:
     command = [sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider", "--no-header", *extra, *paths]
     try:
-        out = subprocess.run(command, cwd=root, env=environment(root), capture_output=True, text=True, timeout=LIMIT)
+        out = subprocess.run(command, cwd=root, env=environment(root), capture_output=True, text=True, timeout=LIMIT,
+                             preexec_fn=_default_sigint)
     except subprocess.TimeoutExpired:
         return -1, [], f"hung past {LIMIT:.0f} s"
     lines = [line for line in out.stdout.splitlines() if line.strip()]
