@@ -132,6 +132,13 @@ class HttpBody:
         self.response.release_conn()
 
 
+def _drop(response) -> None:
+    """An answer not read to its end (an error's, a refused one's): its connection closed, and given
+    back to its pool as closed (the pool's place for it is not lost)."""
+    response.close()
+    response.release_conn()
+
+
 def _send(url: str, start: int, stop: int | None, timeout: float, via: "HttpGetScheme"):
     """One GET of the object `url` from `start` (to `stop`, exclusive), `timeout` seconds per connect
     and read: (status, HttpBody, headers). `via` is the scheme that reaches it: `locate(url)` gives the
@@ -157,11 +164,11 @@ def _send(url: str, start: int, stop: int | None, timeout: float, via: "HttpGetS
             raise ConnectionError(f"HTTP {status} from a remembered location: located again")
         raise ShardError(url, via.explain(status, response.headers, body))
     if status >= 400:
-        HttpBody(response, 0).close()
+        _drop(response)
         raise ConnectionError(f"HTTP {status} {response.reason}")  # transient: retried
     encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
     if encoding not in ("", "identity"):  # its bytes and offsets are not the object's own: never decoded here
-        HttpBody(response, None).close()
+        _drop(response)
         raise ShardError(url, f"the server sent it with Content-Encoding: {encoding} although identity was asked "
                               "for; serve it as it is stored (uncompressed by the server)")
     if response.retries is not None and response.retries.history:  # the last step's URL and where it led
@@ -178,7 +185,7 @@ def _short_body(response, limit: int = 4096) -> bytes:
         data = response.read(limit)
     except Exception:  # noqa: BLE001 -- a body that cannot be read explains nothing
         data = b""
-    HttpBody(response, None).close()
+    _drop(response)
     return data[:limit]
 
 
