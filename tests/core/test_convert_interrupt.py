@@ -11,6 +11,7 @@ command (`verify`, `inspect`) interrupted says so without asking for a re-run: i
 import os
 import pathlib
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -157,40 +158,62 @@ def test_ctrl_c_just_as_the_conversion_ends_is_one_line_or_nothing(tmp_path, gen
             assert subprocess.run(CLI + ["verify", str(out), "--quiet"], capture_output=True).returncode == 0
 
 
-def _writer_of(fifo) -> list | None:
-    """[a descriptor of the FIFO's write end], once a reader has it open (before: ENXIO)."""
+def _request_received(listener) -> socket.socket | None:
+    """The connection a command made to `listener` once its first request has been read whole (the
+    command is then waiting for an answer that never comes), or None while none has come."""
+    listener.settimeout(0.05)
     try:
-        return [os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)]
-    except OSError:
+        connection, _ = listener.accept()
+    except TimeoutError:
         return None
+    connection.settimeout(EVENT)
+    received = b""
+    while b"\r\n\r\n" not in received and (chunk := connection.recv(4096)):
+        received += chunk
+    return connection
 
 
 @pytest.mark.parametrize("command", ["verify", "inspect"])
-def test_ctrl_c_of_a_read_only_command_says_interrupted_without_a_resume_to_run(tmp_path, generic_input, command):
+def test_ctrl_c_of_a_read_only_command_says_interrupted_without_a_resume_to_run(command):
     """A read-only command has nothing to resume: its Ctrl-C line does not ask for a re-run. The
-    command is caught reading a shard that never ends (a FIFO nobody writes to), so the signal
-    comes while it reads, without a race."""
+    command is caught waiting on a server that has taken its request and never answers, so the
+    signal comes while it waits, without a race."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/out"
+        process = subprocess.Popen(CLI + [command, url, "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                   start_new_session=True)
+        connection = None
+        try:
+            connection = wait_for(lambda: _request_received(silent) or process.poll() is not None,
+                                  f"`wdsprep {command}` to send its first request")
+            assert process.poll() is None, process.stderr.read().decode()
+            os.killpg(process.pid, signal.SIGINT)
+            _, err = process.communicate(timeout=EVENT)
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+            if isinstance(connection, socket.socket):
+                connection.close()
+    assert (process.returncode, err.decode().splitlines()) == (130, ["wdsprep: interrupted"]), err.decode()
+
+
+@pytest.mark.parametrize("command", ["verify", "inspect", "reindex"])
+@pytest.mark.parametrize("name", ["train-00000-00.tar", "manifest.json"])
+def test_a_fifo_under_a_dataset_name_is_one_line_never_waited_on(tmp_path, generic_input, command, name):
+    """A FIFO where a shard or the manifest should be (nobody writes to it: opening it to read would
+    wait forever) is refused as it is opened: exit 1, one line naming it and what it is."""
     out = tmp_path / "out"
     converted = subprocess.run(CLI + ["convert", "generic", generic_input, str(out), "--quiet"], capture_output=True,
                                text=True, timeout=EVENT)
     assert converted.returncode == 0, converted.stderr
-    shard = sorted(out.glob("*.tar"))[0]
-    shard.unlink()
-    os.mkfifo(shard)
-    process = subprocess.Popen(CLI + [command, str(out), "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               start_new_session=True)
-    writer = None
-    try:
-        writer = wait_for(lambda: _writer_of(shard) or process.poll() is not None, f"`wdsprep {command}` to open the shard")
-        assert process.poll() is None, process.stderr.read().decode()
-        os.killpg(process.pid, signal.SIGINT)
-        _, err = process.communicate(timeout=EVENT)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-        if isinstance(writer, list):
-            os.close(writer[0])
-    assert (process.returncode, err.decode().splitlines()) == (130, ["wdsprep: interrupted"]), err.decode()
+    (out / name).unlink()
+    os.mkfifo(out / name)
+    ran = subprocess.run(CLI + [command, str(out), "--quiet"], capture_output=True, text=True, timeout=EVENT)
+    said = [line for line in ran.stderr.splitlines() if "FIFO" in line]
+    assert ran.returncode == 1 and len(said) == 1, ran.stderr
+    assert f"{out / name}: " in said[0] and "a FIFO, not a regular file" in said[0], ran.stderr
 
 
 # The first moments of `wdsprep convert`, before any file is touched, are imports: the Ctrl-C comes as

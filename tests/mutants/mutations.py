@@ -1581,3 +1581,14 @@ MUTATIONS += [
                "        if joined is None or not _KEYS.fullmatch(joined):"),),
              ("tests/core/test_packed.py::test_a_block_is_accepted_exactly_when_every_key_is_a_plain_name",)),
 ]
+MUTATIONS += [
+    Mutation("local-shard-waits-on-fifo", "a local shard is opened with a plain open() (a FIFO under its name blocks the reader forever)",
+             "src/wdsprep/storage/local.py",
+             (("        return os.fdopen(open_to_read(path), \"rb\", buffering=BUFFER)\n",
+               "        return open(path, \"rb\", buffering=BUFFER)\n"),),
+             ("tests/core/test_convert_interrupt.py",)),
+    Mutation("random-access-waits-on-fifo", "random access opens a local shard with a plain os.open (a FIFO under its name blocks inspect)",
+             "src/wdsprep/stream/reading/access.py",
+             (("        self.fd = open_to_read(path)\n", "        self.fd = os.open(path, os.O_RDONLY)\n"),),
+             ("tests/core/test_convert_interrupt.py",)),
+]

@@ -1,5 +1,10 @@
 """Local paths (`/data/shards`, `shards/train-00000-00.tar`): read with `open`, written by `LocalStore`.
 
+A shard read must be a regular file (a symlink to one is followed): a FIFO, device, socket or
+directory under its name is one line naming it, never waited on or read (`files.open_to_read`, as the
+manifest and tables are read; the names a store writes are refused before a command's work when they
+are not regular files).
+
 A local store writes shards in place (the shard writer's `.tmp` + rename is already atomic there) and
 is used by one run at a time (a `convert` or a `reindex`): `lock(holder)` takes an exclusive `flock` on
 `.wdsprep.lock` in the directory, which the kernel releases when the process exits, even on kill -9,
@@ -18,15 +23,15 @@ from typing import BinaryIO
 
 from ..errors import ConfigError, OutputError, ShardError
 from .base import Scheme, Store
-from .files import (BUFFER, file_sha256, open_regular, output_error, refuse_special_entries, refuse_unless_regular,
-                    remove_quietly, write_atomically)
+from .files import (BUFFER, file_sha256, open_regular, open_to_read, output_error, refuse_special_entries,
+                    refuse_unless_regular, remove_quietly, write_atomically)
 
 LOCK_NAME = ".wdsprep.lock"
 
 
 def open_local(path: str) -> BinaryIO:
     try:
-        return open(path, "rb", buffering=BUFFER)
+        return os.fdopen(open_to_read(path), "rb", buffering=BUFFER)
     except FileNotFoundError:
         raise ShardError(path, "no such file") from None
     except OSError as error:

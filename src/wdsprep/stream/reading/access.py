@@ -71,6 +71,7 @@ from ...readoptions import ReadOptions
 from ...shards.index import ShardIndex, adopted, digest_of, has_index, member_span, miscounted, tiling_problem
 from ...shards.tarformat import BLOCK, index_samples
 from ...storage import local_path, scheme_for, scheme_of
+from ...storage.files import open_to_read
 from ...storage.resuming import ObjectCheck
 from .cache import Entry
 from .read import (UNINDEXED_REMOTE, IndexCache, check_identity, check_whole, load_index, object_check, truncated,
@@ -90,7 +91,7 @@ class _File:
     __slots__ = ("fd",)
 
     def __init__(self, path: str):
-        self.fd = os.open(path, os.O_RDONLY)
+        self.fd = open_to_read(path)
 
     def __del__(self):
         try:
