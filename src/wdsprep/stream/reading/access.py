@@ -70,14 +70,14 @@ from ...errors import ShardError
 from ...readoptions import ReadOptions
 from ...shards.index import ShardIndex, adopted, digest_of, has_index, member_span, miscounted, tiling_problem
 from ...shards.tarformat import BLOCK, index_samples
-from ...storage import local_path, scheme_for, scheme_of
+from ...storage import local_path, scheme_for
 from ...storage.files import open_to_read
 from ...storage.resuming import ObjectCheck
 from .cache import Entry
 from .read import (UNINDEXED_REMOTE, IndexCache, check_identity, check_whole, load_index, object_check, truncated,
                    unreadable)
 from .read import _corrupt as corrupt_member  # the one wording of a member that fails its digest
-from .readahead import Requests, fetch_range, worker_connections
+from .readahead import Requests, connect_clients, fetch_range, worker_connections
 from .unpack import PackedRequests
 
 INDEX_CACHE = 1024  # shard indexes kept per process
@@ -430,8 +430,7 @@ class ShardAccess:
 
                 _, workers = worker_info()
                 self._connections = worker_connections(self.options.max_connections, workers)
-                for name in {scheme_of(url) for url in self.urls}:  # the clients' pools, room for them all
-                    scheme_for(f"{name}://" if name else ".").connect(self._connections)
+                connect_clients(self.urls, self.options, self._connections)
                 self._requests = Requests(self._connections)
             return self._requests
 

@@ -111,6 +111,13 @@ def worker_connections(max_connections: int | None, num_workers: int) -> int:
     return max(MIN_WORKER_CONNECTIONS, RANK_CONNECTIONS // max(1, num_workers))
 
 
+def connect_clients(urls: Iterable[str], options: ReadOptions, connections: int) -> None:
+    """The client of each scheme among `urls` made now, in this process, with room for `connections`
+    requests at once, so that the first read does not pay for it (`Scheme.connect`)."""
+    for name in {scheme_of(url) for url in urls}:
+        scheme_for(f"{name}://" if name else ".").configured(options).connect(connections)
+
+
 def reads_ahead(url: str, row: dict) -> bool:
     """Whether a piece of this shard is read by `ReadAhead`: a scheme with byte ranges, a row with
     an index (without one, the shard is read whole, sequentially: stream/reading/read.py)."""
@@ -460,8 +467,7 @@ class ReadAhead:
                  first_jobs: int | None = None):
         self.jobs = collections.deque(_Job(*job, options) for job in jobs)
         self.engine = _Engine(list(self.jobs), options.prefetch_bytes, max_connections, first_jobs)
-        for name in {scheme_of(job.url) for job in self.jobs}:  # the clients, before the first piece
-            scheme_for(f"{name}://").configured(options).connect(max_connections)
+        connect_clients((job.url for job in self.jobs), options, max_connections)  # before the first piece
         self.threads = _start_threads(self.engine, max_connections if self.jobs else 0, "wdsprep-read-ahead")
 
     def open(self, url: str, start: int, stop: int) -> PieceStream:
