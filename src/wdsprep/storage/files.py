@@ -141,6 +141,7 @@ def open_to_read(path: str) -> int:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
         mode = os.fstat(fd).st_mode  # replaced since the stat: checked again before any read
         if stat.S_ISREG(mode):
+            os.set_blocking(fd, True)  # O_NONBLOCK was for the open only (a regular file's reads ignore it)
             return fd
         os.close(fd)
     raise OSError(errno.EINVAL, f"{kind_of(mode)}, not a regular file", path)
