@@ -1274,7 +1274,7 @@ MUTATIONS += [
     Mutation("key-file-special-opened", "a FIFO or device given as a key file is opened and read like a file",
              "src/wdsprep/storage/files.py",
              (("    mode = os.stat(path).st_mode\n    if stat.S_ISREG(mode):\n", "    mode = os.stat(path).st_mode\n    if True:\n"),
-              ("        if stat.S_ISREG(mode):\n            return fd\n", "        if True:\n            return fd\n")),
+              ("        if stat.S_ISREG(mode):\n            os.set_blocking(fd, True)", "        if True:\n            os.set_blocking(fd, True)")),
              ("tests/core/test_key_files.py",)),
     Mutation("open-pass-left-to-teardown", "a pass left open is not closed at exit: its cleanup runs in a torn-down interpreter ('Exception ignored' tracebacks)",
              WORKER, (("atexit.register(_close_open_passes)\n", ""),),
