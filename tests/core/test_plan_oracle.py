@@ -16,8 +16,8 @@ The real system is driven through the public API only: `wdsprep.dataset(...)` ov
 by `rank=`/`world_size=`, DataLoader workers by the WORKER/NUM_WORKERS environment variables, samples
 identified by their keys.
 """
-import contextlib
 import os
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -85,18 +85,9 @@ def model_worker_stream(items, *, world, rank, workers, worker, equalize, buffer
 
 
 # ------------------------------------------------------------------------------ the real system
-@contextlib.contextmanager
 def simulated_worker(worker, workers):
-    saved = {name: os.environ.get(name) for name in ("WORKER", "NUM_WORKERS")}
-    os.environ["WORKER"], os.environ["NUM_WORKERS"] = str(worker), str(workers)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    """The environment a webdataset-style worker sees (`WORKER`, `NUM_WORKERS`), for a `with` block."""
+    return mock.patch.dict(os.environ, WORKER=str(worker), NUM_WORKERS=str(workers))
 
 
 def open_rank(manifest, *, world, rank, equalize, buffer, seed, epoch, shuffle=True, split="train"):
