@@ -128,13 +128,14 @@ class HttpBody:
 
     def close(self) -> None:
         if not self.ended:  # bytes left on the connection: it cannot be used again
-            self.response.close()
-        self.response.release_conn()
+            _drop(self.response)
+        else:
+            self.response.release_conn()
 
 
 def _drop(response) -> None:
-    """An answer not read to its end (an error's, a refused one's): its connection closed, and given
-    back to its pool as closed (the pool's place for it is not lost)."""
+    """An answer not read to its end (a body closed early, an error's, a refused one's): its
+    connection closed, and given back to its pool as closed (the pool's place for it is not lost)."""
     response.close()
     response.release_conn()
 
