@@ -429,6 +429,29 @@ def test_decoded_rows_equal_each_member_decoded_alone(torch):
                 assert other == value, name
 
 
+@pytest.mark.parametrize("pad", [0, 120])  # the other rows shorter than MAX_DEPTH bytes, and longer
+def test_a_row_nested_deeper_than_the_format_allows_fails_alone_in_a_column_unpacked_at_once(pad):
+    """A `.mp` column of enough rows to be unpacked in one pass, one row nested one level deeper than
+    the format allows (written here by the format's rules: the writer never writes it), another
+    exactly as deep as allowed: the deep row is its shard's error naming its member, every other
+    row decodes to its value."""
+    from wdsprep.shards.codec import MAX_DEPTH
+    from wdsprep.shards.packed import ONE_PASS_ROWS
+
+    n = ONE_PASS_ROWS + 6
+    keys = [f"k{i}" for i in range(n)]
+    rows = [[msgpack.packb({"i": i, "pad": "x" * pad})] for i in range(n)]
+    rows[3] = [b"\x91" * MAX_DEPTH + b"\x01"]  # lists MAX_DEPTH deep
+    rows[7] = [b"\x91" * (MAX_DEPTH + 1) + b"\x01"]
+    block = Block.parse(encode_block(keys, ["meta.mp"], rows))
+    for r in range(n):
+        if r == 7:
+            with pytest.raises(ShardError, match=f"member k7.meta.mp: nested deeper than {MAX_DEPTH} levels"):
+                block.decoded(r, "u", True, False)
+            continue
+        assert block.decoded(r, "u", True, False)["meta"] == msgpack.unpackb(rows[r][0])
+
+
 def test_hugging_face_datasets_unpacks_a_packed_split_with_one_map(converted, tmp_path):
     datasets = pytest.importorskip("datasets")
     urls = [url for url in wdsprep.urls(_manifest(converted), "train")]

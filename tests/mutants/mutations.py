@@ -1582,6 +1582,24 @@ MUTATIONS += [
              ("tests/core/test_packed.py::test_a_block_is_accepted_exactly_when_every_key_is_a_plain_name",)),
 ]
 MUTATIONS += [
+    # -- issue 48's read CPU: one output per sample counted by `_count_held`, a .mp column's nesting bound
+    Mutation("count-held-resumes-past-held", "a pass of one output per sample saves, while an output is held, the position past the held sample (a resume loses it)",
+             "src/wdsprep/stream/worker.py",
+             (("                position.skip, position.discard = counter.pulled - 1, 0  # resume at the sample held\n",
+               "                position.skip, position.discard = counter.pulled, 0  # resume at the sample held\n"),),
+             ("tests/core/test_packed.py", "tests/core/test_loader_oracle.py")),
+    Mutation("count-held-ignores-limit", "a pass of one output per sample delivers past its target (equalize='drop' ignored)",
+             "src/wdsprep/stream/worker.py",
+             (("                if limit is not None and position.delivered >= limit:\n                    return  # the position stays at the last output delivered\n",
+               "                if False:\n                    return  # the position stays at the last output delivered\n"),),
+             ("tests/core/test_plan_oracle.py", "tests/core/test_loader_oracle.py", "tests/core/test_plan_outputs.py")),
+    Mutation("packed-column-nesting-unchecked", "a .mp column unpacked in one pass is never checked for nesting (a row too deep is read)",
+             "src/wdsprep/shards/packed.py",
+             (("            if containers > MAX_DEPTH:  # some row holds enough containers to nest too deep: each walked\n",
+               "            if False:  # some row holds enough containers to nest too deep: each walked\n"),),
+             PACKED_TESTS),
+]
+MUTATIONS += [
     Mutation("local-shard-waits-on-fifo", "a local shard is opened with a plain open() (a FIFO under its name blocks the reader forever)",
              "src/wdsprep/storage/local.py",
              (("        return os.fdopen(open_to_read(path), \"rb\", buffering=BUFFER)\n",

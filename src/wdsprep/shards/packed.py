@@ -331,13 +331,15 @@ _CONTAINER_BYTES[[*range(0x80, 0xA0), 0xDC, 0xDD, 0xDE, 0xDF]] = True  # fixmap,
 
 def _containers(data: bytes, ends) -> int:
     """At least the arrays and maps any one row of msgpack `data` holds (rows end at `ends`):
-    `codec.check_nesting`'s hint, so that no row with fewer than MAX_DEPTH of them is walked."""
-    if len(data) <= MAX_DEPTH:
-        return len(data)
+    `codec.check_nesting`'s hint, so that no row with fewer than MAX_DEPTH of them is walked. Each
+    takes a byte: rows of at most MAX_DEPTH bytes (nearly all) need no count."""
+    ends = np.asarray([0, *ends], np.int64)
+    longest = int(np.diff(ends).max(initial=0))
+    if longest <= MAX_DEPTH:
+        return longest
     counts = np.zeros(len(data) + 1, np.int64)
     np.cumsum(_CONTAINER_BYTES[np.frombuffer(data, np.uint8)], out=counts[1:])
-    at = counts[np.asarray([0, *ends], np.int64)]
-    return int(np.diff(at).max(initial=0))
+    return int(np.diff(counts[ends]).max(initial=0))
 
 
 class _Failed:

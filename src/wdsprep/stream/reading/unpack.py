@@ -20,6 +20,7 @@ failing is one `ShardError` naming the shard and the member.
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import Callable, Iterator, Sequence
 
 from ...shards.index import ShardIndex
@@ -106,10 +107,10 @@ class PackedShard:
     def _locate(self, i: int) -> tuple[int, int | None]:
         first, end, entry, block = self.span
         if not first <= i < end:  # samples come in runs of one entry: most need no search
-            entry = self.pack.locate(i)[0]
-            held = self.pack.samples(entry)
-            first, block = held.start, bool(self.pack.rows[entry])
-            self.span = (first, held.stop, entry, block)
+            starts = self.pack.starts
+            entry = bisect_right(starts, i) - 1
+            first, end, block = starts[entry], starts[entry + 1], bool(self.pack.rows[entry])
+            self.span = (first, end, entry, block)
         return entry, (i - first if block else None)
 
     def take(self, i: int) -> dict:
