@@ -434,3 +434,21 @@ def test_the_loader_delivers_the_models_batches_on_each_rank(counted_shards, wor
         plan = dict(world=2, rank=rank, equalize="pad", buffer=buffer)
         loader = make_loader(manifests, workers, epoch=1, **plan)
         assert as_lists(loader) == model_loader_epoch(1, workers=workers, **plan), rank
+
+
+@settings(max_examples=150, deadline=None)
+@given(counts=st.lists(st.integers(0, 9), min_size=1, max_size=4).filter(any), buffer=st.sampled_from([0, 1, 2, 3, 4, 7]),
+       start=st.integers(0, 40), at_once=st.integers(1, 9), kept=st.booleans())
+def test_a_workers_schedule_from_any_slot_is_the_models_rest(counts, buffer, start, at_once, kept):
+    """Rule 5's schedule from slot `start` on (where a resumed worker starts), made whole (a worker's
+    counts of at most KEPT_SLOTS slots) or a few slots at a time (more): the model's schedule cut at
+    `start`, run after run."""
+    from unittest import mock
+
+    from wdsprep.stream import mix
+
+    key = (3, 1, 0, 0)  # kept: made whole; else a few slots (whole blocks) at a time
+    sizes = {"KEPT_SLOTS": mix.KEPT_SLOTS if kept else 0, "SLOTS_AT_ONCE": at_once}
+    with mock.patch.multiple(mix, **sizes):
+        got = [label for run in mix.interleave(counts, start, buffer, key) for label in run]
+    assert got == model_schedule(counts, buffer, key)[start:]

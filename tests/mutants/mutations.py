@@ -1181,8 +1181,8 @@ MUTATIONS += [
 MUTATIONS += [
     Mutation("read-ahead-start-ends-after-block", "the read-ahead's start window ends only once the consumer has gone "
              "through the whole first shuffle block (the link idle meanwhile), not when it asks for its second sample",
-             WORKER, (("                yield pending\n                if not counter.started:  # the consumer holds an output and asks for more\n"
-                       "                    counter.start()\n", "                yield pending\n"),
+             WORKER, (("                holding = False\n                yield pending\n                if not counter.started:  # the consumer holds an output and asks for more\n"
+                       "                    counter.start()\n", "                holding = False\n                yield pending\n"),
                       ("            yield output\n            if not counter.started:  # the consumer holds an output and asks for more\n"
                        "                counter.start()\n", "            yield output\n")),
              ("tests/objectstore/test_read_ahead.py",)),
@@ -1208,7 +1208,7 @@ MUTATIONS += [
              MIX, (("        return Passes(counts, order, 0, count)\n", "        return Passes(counts, order, 0, count).explicit()\n"),),
              (PLAN_BOUNDS,)),
     Mutation("mix-schedule-made-whole", "a worker's whole schedule is made before its first sample, however long",
-             MIX, (("if total <= KEPT_SLOTS else _made_slots(counts, total)", "if True else _made_slots(counts, total)"),),
+             MIX, (("if total <= KEPT_SLOTS else _made_slots(counts, total, block)", "if True else _made_slots(counts, total, block)"),),
              (PLAN_BOUNDS,)),
     Mutation("passes-resumed-one-by-one", "a resumed worker walks its skipped passes (each made) instead of starting at its position",
              PLAN, (("        return self.slice(skip, len(self)), 0\n", "        return self, skip\n"),),
@@ -1588,11 +1588,6 @@ MUTATIONS += [
              (("                position.skip, position.discard = counter.pulled - 1, 0  # resume at the sample held\n",
                "                position.skip, position.discard = counter.pulled, 0  # resume at the sample held\n"),),
              ("tests/core/test_packed.py", "tests/core/test_loader_oracle.py")),
-    Mutation("count-held-ignores-limit", "a pass of one output per sample delivers past its target (equalize='drop' ignored)",
-             "src/wdsprep/stream/worker.py",
-             (("                if limit is not None and position.delivered >= limit:\n                    return  # the position stays at the last output delivered\n",
-               "                if False:\n                    return  # the position stays at the last output delivered\n"),),
-             ("tests/core/test_plan_oracle.py", "tests/core/test_loader_oracle.py", "tests/core/test_plan_outputs.py")),
     Mutation("packed-column-nesting-unchecked", "a .mp column unpacked in one pass is never checked for nesting (a row too deep is read)",
              "src/wdsprep/shards/packed.py",
              (("            if containers > MAX_DEPTH:  # some row holds enough containers to nest too deep: each walked\n",

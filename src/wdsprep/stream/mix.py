@@ -94,7 +94,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import itertools
 import json
 import math
 import numbers
@@ -591,30 +590,25 @@ KEPT_SLOTS = 1 << 20
 SLOTS_AT_ONCE = 1 << 14
 
 
-def interleave(counts: list[int], start: int = 0, block: int = 0, key: tuple = ()) -> Iterator[int]:
-    """Rule M5: the part of each slot of a worker's stream, from slot `start` on (then, past the
-    counts, each remaining output of the lowest part that still has one: see `MixStream`). The slots
-    before `start` are made again (the schedule has no closed form), never those after it before
-    they are read."""
+def interleave(counts: list[int], start: int = 0, block: int = 0, key: tuple = ()) -> Iterator[list[int]]:
+    """Rule M5: the part of each slot of a worker's stream, from slot `start` on, in runs (lists, so
+    that the mix takes each slot's part by a plain loop), with `block` > 1 one run per block of that
+    many slots, permuted by (key, block); then, past the counts, each remaining output of the lowest
+    part that still has one: see `MixStream`. The slots before `start` are made again (the schedule
+    has no closed form), never those after it before they are read."""
     counts = tuple(counts)
-    total = sum(counts)
-    labels = iter(_labels(counts).tolist()) if total <= KEPT_SLOTS else _made_slots(counts, total)
-    if block <= 1:
-        return itertools.islice(labels, start, None)
-    return _blocks(labels, start, block, key)
-
-
-def _blocks(labels: Iterator[int], start: int, block: int, key: tuple) -> Iterator[int]:
-    """The labels of each block of `block` slots permuted by (key, block) (rule M5), from `start` on."""
-    first = start - start % block
-    labels = itertools.islice(labels, first, None)
-    while True:
-        chunk = np.fromiter(itertools.islice(labels, block), dtype=np.int64)
-        if not len(chunk):
-            return
-        order = np.random.Generator(np.random.PCG64([*key, first // block, 0x313C])).permutation(len(chunk))
-        yield from chunk[order][max(0, start - first):].tolist()
-        first += block
+    total, block = sum(counts), max(block, 1)
+    made = [(0, _labels(counts))] if total <= KEPT_SLOTS else _made_slots(counts, total, block)
+    for first, labels in made:  # slots first.. of the schedule, in whole blocks
+        if first + len(labels) <= start:
+            continue
+        if block == 1:
+            yield labels[max(0, start - first):].tolist()
+            continue
+        for at in range(max(0, start - start % block - first), len(labels), block):
+            run = labels[at : at + block]
+            order = np.random.Generator(np.random.PCG64([*key, (first + at) // block, 0x313C])).permutation(len(run))
+            yield run[order][max(0, start - first - at):].tolist()
 
 
 @functools.lru_cache(maxsize=8)
@@ -625,11 +619,13 @@ def _labels(counts: tuple[int, ...]) -> np.ndarray:
     return np.asarray(_slots(counts, total, 0, total, taken), dtype=np.int32)
 
 
-def _made_slots(counts: tuple[int, ...], total: int) -> Iterator[int]:
-    """Every slot's part (rule M5), made SLOTS_AT_ONCE at a time as they are asked for."""
+def _made_slots(counts: tuple[int, ...], total: int, block: int) -> Iterator[tuple[int, np.ndarray]]:
+    """Every slot's part (rule M5), made about SLOTS_AT_ONCE at a time, in whole blocks of `block`
+    slots, as they are asked for: (the first slot, their parts)."""
     taken = [0] * len(counts)
-    for first in range(0, total, SLOTS_AT_ONCE):
-        yield from _slots(counts, total, first, min(total, first + SLOTS_AT_ONCE), taken)
+    step = block * max(1, SLOTS_AT_ONCE // block)
+    for first in range(0, total, step):
+        yield first, np.asarray(_slots(counts, total, first, min(total, first + step), taken), dtype=np.int32)
 
 
 def _slots(counts: tuple[int, ...], total: int, first: int, stop: int, taken: list[int]) -> list[int]:
@@ -719,19 +715,20 @@ class MixStream:
         sources = [iter(stream) for stream in current.streams]
         pulls = [source.__next__ for source in sources]
         names, done = self.names, [False] * len(pulls)
-        for label in interleave(current.counts, self.position.delivered, self.block, current.key):
-            if done[label]:
-                continue  # a part whose stage made fewer outputs than it declared: its slots go
-            try:
-                output = pulls[label]()
-            except StopIteration:
-                done[label] = True
-                continue
-            if output.__class__ is dict or isinstance(output, dict):
-                output["__part__"] = names[label]
-                if phase is not None:
-                    output["__phase__"] = phase
-            yield output
+        for run in interleave(current.counts, self.position.delivered, self.block, current.key):
+            for label in run:
+                if done[label]:
+                    continue  # a part whose stage made fewer outputs than it declared: its slots go
+                try:
+                    output = pulls[label]()
+                except StopIteration:
+                    done[label] = True
+                    continue
+                if output.__class__ is dict or isinstance(output, dict):
+                    output["__part__"] = names[label]
+                    if phase is not None:
+                        output["__phase__"] = phase
+                yield output
         for label, source in enumerate(sources):  # outputs past the declared counts, part by part
             if not done[label]:
                 for output in source:
@@ -742,7 +739,7 @@ class MixStream:
                     yield output
 
     def __iter__(self) -> Iterator:
-        source = self._mixed()
+        source = self._mixed() if self.phases > 1 else self._interleaved(self.current, None)
         for step in self.after:
             source = self.invoke(step, source)
         return source

@@ -427,7 +427,7 @@ class WorkerStream:
         discards = self.reader.carried_discards(plan)
         if not holds:
             count = self._count_each
-        elif self.stages or discards or resume.discard:
+        elif self.stages or discards or resume.discard or limit is not None:
             count = self._count
         else:
             count = self._count_held
@@ -491,14 +491,13 @@ class WorkerStream:
         position.skip, position.discard = counter.pulled, 0  # a finished pass: everything was delivered
 
     def _count_held(self, outputs: Iterator, counter: _Counter, discards: dict[int, int], limit: int | None = None) -> Iterator:
-        """`_count` where a sample makes at most one output (no stage before the counting point) and
-        none is to be discarded (`discards` empty): the same positions, by fewer steps per output
-        (a packed small sample is read in a few µs; `_count`'s general bookkeeping took a sixth)."""
+        """`_count` where a sample makes at most one output (no stage before the counting point),
+        none is to be discarded and no output target cuts the pass (`discards` empty, `limit` None):
+        the same positions, by fewer steps per output (a packed small sample is read in a few µs;
+        `_count`'s general bookkeeping took a sixth of it)."""
         position, pending = self.position, _NOTHING
         for output in outputs:
             if pending is not _NOTHING:
-                if limit is not None and position.delivered >= limit:
-                    return  # the position stays at the last output delivered
                 position.skip, position.discard = counter.pulled - 1, 0  # resume at the sample held
                 position.delivered += 1
                 yield pending
@@ -506,8 +505,6 @@ class WorkerStream:
                     counter.start()
             pending = output
         if pending is not _NOTHING:
-            if limit is not None and position.delivered >= limit:
-                return
             position.skip, position.discard = counter.pulled, 0
             position.delivered += 1
             yield pending
