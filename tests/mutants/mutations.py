@@ -634,7 +634,7 @@ MUTATIONS = [
     Mutation("mix-schedule-eligibility-ignored", "the mix schedule picks the earliest deadline among every part with outputs left, eligible or not", MIX,
              (("if k * total < t * c and (best", "if k < c and (best"),), MIX_ORACLE),
     Mutation("mix-schedule-block-unkeyed", "with a shuffle buffer every block of the mix schedule is permuted alike (the block number left out)", MIX,
-             (("np.random.PCG64([*key, first // block, 0x313C])", "np.random.PCG64([*key, 0x313C])"),), MIX_ORACLE),
+             (("np.random.PCG64([*key, (first + at) // block, 0x313C])", "np.random.PCG64([*key, 0x313C])"),), MIX_ORACLE),
     Mutation("mix-part-dealt-with-part-0-key", "every part's shuffle blocks are keyed like part 0's", MIX,
              (("(() if index == 0 else (index,))", "()"),), MIX_ORACLE),
     Mutation("mix-pass-order-of-part-0", "every part's passes take part 0's shard orders", MIX,
