@@ -120,8 +120,14 @@ class PackMap:
 
     def locate(self, i: int) -> tuple[int, int]:
         """(entry, row) of sample i."""
-        entry = bisect_right(self.starts, i) - 1
-        return entry, i - self.starts[entry]
+        entry, first, _ = self.span(i)
+        return entry, i - first
+
+    def span(self, i: int) -> tuple[int, int, int]:
+        """(entry, its first sample, its end) of the entry holding sample i."""
+        starts = self.starts
+        entry = bisect_right(starts, i) - 1
+        return entry, starts[entry], starts[entry + 1]
 
     def entries(self, start: int, stop: int) -> tuple[int, int]:
         """The entries [first, end) that hold samples [start, stop) (stop > start)."""

@@ -20,7 +20,6 @@ failing is one `ShardError` naming the shard and the member.
 """
 from __future__ import annotations
 
-from bisect import bisect_right
 from typing import Callable, Iterator, Sequence
 
 from ...shards.index import ShardIndex
@@ -107,9 +106,8 @@ class PackedShard:
     def _locate(self, i: int) -> tuple[int, int | None]:
         first, end, entry, block = self.span
         if not first <= i < end:  # samples come in runs of one entry: most need no search
-            starts = self.pack.starts
-            entry = bisect_right(starts, i) - 1
-            first, end, block = starts[entry], starts[entry + 1], bool(self.pack.rows[entry])
+            entry, first, end = self.pack.span(i)
+            block = bool(self.pack.rows[entry])
             self.span = (first, end, entry, block)
         return entry, (i - first if block else None)
 
