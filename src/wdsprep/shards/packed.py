@@ -235,15 +235,16 @@ class Block:
             sample[name] = self.member(r, m)
         return sample
 
-    def decoded(self, r: int, url: str, strip: bool, torch: bool) -> dict:
-        """Row r decoded (each member by its extension, as `member_decoder` decodes it); a member that
-        does not decode is the shard's error, raised for its row only. The block's columns are
-        decoded once, for all its rows, at the first row asked for (`_column_values`)."""
+    def decoded(self, r: int, url: str, strip: bool, torch: bool, with_url: bool = True) -> dict:
+        """Row r decoded (each member by its extension, as `member_decoder` decodes it), with its
+        `__url__` or (`with_url` False) without; a member that does not decode is the shard's error,
+        raised for its row only. The block's columns are decoded once, for all its rows, at the first
+        row asked for (`_column_values`)."""
         decoded = self.values.get((strip, torch))
         if decoded is None:
             decoded = self.values[strip, torch] = self._column_values(strip, torch)
         key = self.keys[r]
-        sample = {"__key__": key, "__url__": url}
+        sample = {"__key__": key, "__url__": url} if with_url else {"__key__": key}
         for field, values in decoded:
             value = values[r]
             if value.__class__ is _Failed:

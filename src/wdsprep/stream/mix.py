@@ -700,9 +700,36 @@ class MixStream:
                                     first if phases > 1 else None)
 
     def _mixed(self) -> Iterator:
-        phase, current = self.position.phase or 0, self.current
+        """The phases' outputs one after the other: each phase's parts' streams interleaved by rule
+        M5 from the phase's position (in this one generator: an output passes through no other)."""
+        phase, current, names = self.position.phase or 0, self.current, self.names
         while True:
-            yield from self._interleaved(current, phase if self.phases > 1 else None)
+            stamp = phase if self.phases > 1 else None  # a mix of one phase says none
+            sources = [iter(stream) for stream in current.streams]
+            pulls = [source.__next__ for source in sources]
+            done = [False] * len(pulls)
+            for run in interleave(current.counts, self.position.delivered, self.block, current.key):
+                for label in run:
+                    if done[label]:
+                        continue  # a part whose stage made fewer outputs than it declared: its slots go
+                    try:
+                        output = pulls[label]()
+                    except StopIteration:
+                        done[label] = True
+                        continue
+                    if output.__class__ is dict or isinstance(output, dict):
+                        output["__part__"] = names[label]
+                        if stamp is not None:
+                            output["__phase__"] = stamp
+                    yield output
+            for label, source in enumerate(sources):  # outputs past the declared counts, part by part
+                if not done[label]:
+                    for output in source:
+                        if isinstance(output, dict):
+                            output["__part__"] = names[label]
+                            if stamp is not None:
+                                output["__phase__"] = stamp
+                        yield output
             phase += 1
             if phase >= self.phases:
                 return
@@ -710,36 +737,8 @@ class MixStream:
             self.position.parts = [stream.position for stream in current.streams]
             self.position.phase = phase
 
-    def _interleaved(self, current: _Phase, phase: int | None) -> Iterator:
-        """One phase's outputs: its parts' streams interleaved by rule M5, from the phase's position."""
-        sources = [iter(stream) for stream in current.streams]
-        pulls = [source.__next__ for source in sources]
-        names, done = self.names, [False] * len(pulls)
-        for run in interleave(current.counts, self.position.delivered, self.block, current.key):
-            for label in run:
-                if done[label]:
-                    continue  # a part whose stage made fewer outputs than it declared: its slots go
-                try:
-                    output = pulls[label]()
-                except StopIteration:
-                    done[label] = True
-                    continue
-                if output.__class__ is dict or isinstance(output, dict):
-                    output["__part__"] = names[label]
-                    if phase is not None:
-                        output["__phase__"] = phase
-                yield output
-        for label, source in enumerate(sources):  # outputs past the declared counts, part by part
-            if not done[label]:
-                for output in source:
-                    if isinstance(output, dict):
-                        output["__part__"] = names[label]
-                        if phase is not None:
-                            output["__phase__"] = phase
-                    yield output
-
     def __iter__(self) -> Iterator:
-        source = self._mixed() if self.phases > 1 else self._interleaved(self.current, None)
+        source = self._mixed()
         for step in self.after:
             source = self.invoke(step, source)
         return source

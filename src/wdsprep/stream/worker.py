@@ -91,19 +91,12 @@ def _stamp(sample: dict, index: int, piece_start: int, epoch: int) -> dict:
     return sample
 
 
-def _unstamped(sample: dict) -> dict:
-    """A sample decoded in the reader, without bookkeeping (stream/decode.py): `__key__` and fields."""
-    del sample["__url__"]
-    return sample
-
-
 def _stamp_kept(sample: dict, kept: frozenset[str], index: int, piece_start: int, epoch: int) -> dict:
-    """A sample decoded in the reader with the bookkeeping its decode stage keeps (`kept`)."""
+    """A sample decoded in the reader (with `__url__` if its decode stage keeps it) with the rest of
+    the bookkeeping the stage keeps (`kept`)."""
     for name, value in (("__index__", index), ("__piece_start__", piece_start), ("__epoch__", epoch)):
         if name in kept:
             sample[name] = value
-    if "__url__" not in kept:
-        del sample["__url__"]
     return sample
 
 
@@ -330,6 +323,7 @@ class ShardReader:
         handler, epoch = self.handler, self.epoch
         strip, torch = (decode.strip, decode.torch) if decode is not None else (False, False)
         kept = decode.kept if decode is not None else frozenset()
+        with_url = "__url__" in kept
         for item in samples:
             counter.pulled += 1
             if item.__class__ is not dict:  # a sample of a local (or cached) shard, checked, to take
@@ -349,12 +343,12 @@ class ShardReader:
                         yield _stamp(sample, index, piece_start, epoch)
                         continue
                     try:
-                        sample = shard.decode_members(index, sample, strip, torch)
+                        sample = shard.decode_members(index, sample, strip, torch, with_url)
                     except ShardError as error:  # as the stage would: its handler skips the sample or ends the stream
                         if decode.skips(error):
                             continue
                         return
-                    yield _stamp_kept(sample, kept, index, piece_start, epoch) if kept else _unstamped(sample)
+                    yield _stamp_kept(sample, kept, index, piece_start, epoch) if kept else sample
                     continue
             # a whole sample (of a remote shard, or read again from its URL)
             sample = item if decode is None else decode.decoded(item)

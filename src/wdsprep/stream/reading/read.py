@@ -465,9 +465,10 @@ class LocalShard:
             k += 1
         return sample
 
-    def decode_members(self, i: int, members: tuple, strip: bool, torch: bool) -> dict:
+    def decode_members(self, i: int, members: tuple, strip: bool, torch: bool, with_url: bool = True) -> dict:
         """Sample i decoded from `members(i)` (split from it so that a caller can tell a shard that
-        cannot be read, raised by `members`, from a member that does not decode, raised here)."""
+        cannot be read, raised by `members`, from a member that does not decode, raised here), with
+        its `__url__` or (`with_url` False: a decode stage that drops it) without."""
         index = self.index
         layout = index.layout[i]
         plan = self.plans.get((layout, strip, torch))
@@ -476,7 +477,7 @@ class LocalShard:
                 (name, *member_decoder(name, strip, torch)) for name in index.layouts[layout])
         buffer, at = members
         key = index.keys[i]
-        sample = {"__key__": key, "__url__": self.url}
+        sample = {"__key__": key, "__url__": self.url} if with_url else {"__key__": key}
         try:
             if at is None:
                 for (name, field, decode), data in zip(plan, buffer):

@@ -124,11 +124,11 @@ class PackedShard:
             return entry, self.shard.members(entry)
         return self._parsed(entry), row
 
-    def decode_members(self, i: int, members: tuple, strip: bool, torch: bool) -> dict:
+    def decode_members(self, i: int, members: tuple, strip: bool, torch: bool, with_url: bool = True) -> dict:
         held, at = members
         if held.__class__ is Block:
-            return held.decoded(at, self.url, strip, torch)
-        return self.shard.decode_members(held, at, strip, torch)
+            return held.decoded(at, self.url, strip, torch, with_url)
+        return self.shard.decode_members(held, at, strip, torch, with_url)
 
 
 class PackedRequests:
