@@ -37,7 +37,7 @@ from _smoke import sized
 HERE = pathlib.Path(__file__).resolve().parent
 SIZES = {"S256": (256, sized(20_000, 300)), "S64K": (64 << 10, sized(300, 20))}  # value bytes, samples
 W3 = (64, sized(20_000, 300))  # bench_peers' W3: float32 elements, samples
-REPEATS = sized(3, 1)
+REPEATS = sized(5, 1)
 MODES = ("single", "2 workers")
 READERS = ("wdsprep-packed", "wdsprep", "litdata")
 
@@ -205,21 +205,19 @@ def _mix_table(workdir: pathlib.Path) -> list[str]:
         bench_mix.write_sample_files(files, bench_mix._samples(part, count), prefix=part)
         shutil.rmtree(root / "wdsprep" / part, ignore_errors=True)
         _convert(files, root / "wdsprep" / part, "--pack", "--shard-bytes", bench_mix.SHARD_BYTES)
-    best: dict = {}
+    rounds: dict = {system: [] for system in MIX_READS}
     for _ in range(REPEATS):
-        for system in MIX_READS:
-            result = _spawn({"task": "mix", "system": system, "directory": str(root)})
-            kept = best.get(system)
-            if kept is None or "error" in kept or ("error" not in result and result["cpu_us"] < kept["cpu_us"]):
-                best[system] = result
-    lines = ["| reading (packed parts) | samples | CPU µs/sample | over its parts alone | first pass µs/sample |",
+        for system in MIX_READS:  # each mix right after its parts alone
+            rounds[system].append(_spawn({"task": "mix", "system": system, "directory": str(root)}))
+    best = bench_mix.best_and_paired(rounds, {system: system.replace("mix", "alone") for system in MIX_READS if "mix" in system})
+    lines = ["| reading (packed parts) | samples | CPU µs/sample | over its parts alone (paired) | first pass µs/sample |",
              "|---|---:|---:|---:|---:|"]
     for system in MIX_READS:
         result, alone = best[system], best[system.replace("mix", "alone")]
         if "error" in result or "error" in alone:
             lines.append(f"| {system} | n/a | n/a | n/a | n/a |")
             continue
-        over = "—" if "alone" in system else f"{result['cpu_us'] / alone['cpu_us'] - 1:+.1%}"
+        over = "—" if "alone" in system else bench_mix.overhead(result, alone)
         lines.append(f"| {system} | {result['samples']:,} | {result['cpu_us']:.2f} | {over} | {result['first_us']:.1f} |")
     return lines
 
@@ -246,7 +244,8 @@ def run(workdir: pathlib.Path) -> str:
         "",
         "Mixing packed parts (bench_mix's three parts of 4 KiB float32 + a dict, converted with `--pack`; "
         "`wdsprep.mix` epochized, repeat 1, against each part's `wdsprep.dataset` alone, by bench_mix's own reads; "
-        f"best of {REPEATS}, each's second pass). Goal: at most +5% with a shuffle buffer of 1,000.",
+        f"best of {REPEATS}, each's second pass; in brackets the median of the rounds' pairs, as in *mix*). Goal: at "
+        "most +5% with a shuffle buffer of 1,000.",
         "",
         *mixes,
         "",
