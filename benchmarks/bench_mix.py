@@ -274,8 +274,8 @@ NAMES = {
 
 def best_and_paired(rounds: dict, baseline: dict) -> dict:
     """Each system's best round (lowest CPU per sample; an error only where no round measured), with
-    `paired`: the median over rounds of its CPU ÷ its baseline's in the same round, run beside it
-    (the machine's speed drifts between rounds more than the few percent a row's goal is about)."""
+    `paired`: the median over rounds of its CPU ÷ its baseline's in the same round (the machine's
+    speed drifts between rounds more than the few percent a row's goal is about)."""
     reads = {}
     for system, results in rounds.items():
         measured = [result for result in results if "error" not in result]
@@ -312,8 +312,8 @@ def _table(reads: dict, resumes: dict, shards: dict) -> str:
         "the first pass, which pays the process's one-time costs, beside). Overhead: CPU per sample ÷ the same "
         "system's parts read alone, - 1 (the goal for wdsprep.mix: at most +5%); for the scheduled mix, ÷ the "
         f"same mix without a schedule, - 1 (the goal: at most +2%; schedule {_schedule_words()}): best ÷ best, and "
-        "in brackets the median over the rounds of the two runs of a round (run one after the other), which the "
-        "machine's drift between rounds moves less.",
+        "in brackets the median over the rounds of the ratio of the two runs of one round, which the machine's "
+        "drift between rounds moves less.",
         "",
         "| reading | samples | samples/s (wall) | CPU µs/sample | overhead (paired) | first pass µs/sample |",
         "|---|---:|---:|---:|---:|---:|",
