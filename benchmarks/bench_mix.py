@@ -291,7 +291,8 @@ def best_and_paired(rounds: dict, baseline: dict) -> dict:
 def overhead(ours: dict | None, base: dict | None) -> str:
     """Best ÷ best - 1, and the median of the rounds' pairs - 1 (`best_and_paired`)."""
     if ours and "cpu_us" in ours and base and "cpu_us" in base:
-        return f"{(ours['cpu_us'] / base['cpu_us'] - 1) * 100:+.1f}% ({(ours['paired'] - 1) * 100:+.1f}%)"
+        paired = f"{(ours['paired'] - 1) * 100:+.1f}%" if "paired" in ours else "n/a"  # no round measured both
+        return f"{(ours['cpu_us'] / base['cpu_us'] - 1) * 100:+.1f}% ({paired})"
     return "n/a"
 
 

@@ -420,12 +420,11 @@ class WorkerStream:
         limit = plan.target if self.equalize == "drop" else None
         discards = self.reader.carried_discards(plan)
         if not holds:
-            count = self._count_each
+            source = self._count_each(source, counter, discards, limit)
         elif self.stages or discards or resume.discard or limit is not None:
-            count = self._count
+            source = self._count(source, counter, discards, limit)
         else:
-            count = self._count_held
-        source = count(source, counter, discards, limit)
+            source = self._count_held(source, counter)
         if plan.target is not None and self.equalize == "pad":
             source = self._pad_outputs(source)
         closed_at_exit(source)  # a generator of ours (the stages after it, batching, may be anything)
@@ -484,10 +483,10 @@ class WorkerStream:
             return
         position.skip, position.discard = counter.pulled, 0  # a finished pass: everything was delivered
 
-    def _count_held(self, outputs: Iterator, counter: _Counter, discards: dict[int, int], limit: int | None = None) -> Iterator:
+    def _count_held(self, outputs: Iterator, counter: _Counter) -> Iterator:
         """`_count` where a sample makes at most one output (no stage before the counting point),
-        none is to be discarded and no output target cuts the pass (`discards` empty, `limit` None):
-        the same positions, by fewer steps per output (a packed small sample is read in a few µs;
+        none is to be discarded and no output target cuts the pass (no discards, no limit): the
+        same positions, by fewer steps per output (a packed small sample is read in a few µs;
         `_count`'s general bookkeeping took a sixth of it)."""
         position, pending = self.position, _NOTHING
         for output in outputs:
