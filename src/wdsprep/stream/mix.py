@@ -204,6 +204,15 @@ class Schedule:
     shares: tuple  # tuple[tuple[Fraction, ...], ...]
     given: tuple = field(default=(), compare=False)
 
+    @functools.cached_property
+    def _hash(self) -> int:
+        return hash((self.starts, self.shares))
+
+    def __hash__(self) -> int:
+        """Hashed once: an epoch's counts are looked up by schedule at every phase start, and
+        Fractions hash slowly."""
+        return self._hash
+
     @property
     def phases(self) -> int:
         return len(self.starts)
