@@ -17,7 +17,11 @@ from system to system; it is shown beside (`first pass`).
   every part once: the same samples as the parts alone), the same shuffle buffer, each part decoded
   by its own `wdsprep.decode()` stage (shuffle buffer 1,000, and none); and weighted 3:2:1 with
   stop="all" (parts cycle).
-  Overhead = mix ÷ parts alone - 1, CPU per sample (the goal: at most 5%).
+  Overhead = mix ÷ parts alone - 1, CPU per sample (the goal: at most 5%): best ÷ best, and the
+  median over PAIRS rounds in one process, each a pass of the mix and one of its baseline, in turn
+  first, of the ratio of the two (`alternated`): the machine's speed drifts between processes and
+  minutes apart by more than the few percent a goal is about, and two passes a second apart share
+  its state of the moment.
 - wdsprep, schedule: the same three parts in an epoch of `samples_per_epoch` = the parts' sizes
   together, weighted 3:2:1 (no schedule), and by a schedule of four phases ((0, 3:2:1), (0.25, 4:1:1),
   (0.5, 2:3:1), (0.75, 3:2:1)) that gives each part the same count over the epoch (10,500, 7,000 and
@@ -55,6 +59,7 @@ ELEMENTS = 1024  # float32: 4 KiB arrays
 SHARD_BYTES = sized("4MB", "120KB")
 BUFFER = 1000
 REPEATS = sized(5, 1)
+PAIRS = sized(16, 2)  # alternated passes of a mix and its baseline in one process (`alternated`)
 RESUME_BATCH = 16
 SCHEDULE = [(0, [3, 2, 1]), (0.25, [4, 1, 1]), (0.5, [2, 3, 1]), (0.75, [3, 2, 1])]  # 3:2:1 over the epoch
 READS = ("wdsprep-alone", "wdsprep-mix", "wdsprep-alone-unbuffered", "wdsprep-mix-unbuffered", "wdsprep-mix-weighted",
@@ -172,6 +177,20 @@ def read(system: str, workdir: str) -> dict:
     return {**_read_once(system, workdir), "first_us": first["cpu_us"]}
 
 
+def alternated(system: str, base: str, workdir: str, pairs: int) -> dict:
+    """`pairs` rounds in this one process, each a pass of `system` and one of `base`, in turn first
+    (after a first pass of each, which pays the one-time costs): each round's ratio of their CPU per
+    sample, `system` ÷ `base`."""
+    _read_once(base, workdir)
+    _read_once(system, workdir)
+    ratios = []
+    for round_ in range(pairs):
+        order = (base, system) if round_ % 2 == 0 else (system, base)
+        cpu = {name: _read_once(name, workdir)["cpu_us"] for name in order}
+        ratios.append(cpu[system] / cpu[base])
+    return {"ratios": ratios}
+
+
 # ------------------------------------------------------------------------------------------ resume
 def _collate(batch: list) -> list:
     return [_identity(sample) for sample in batch]
@@ -212,6 +231,8 @@ def resume(system: str, workdir: str, workers: int) -> dict:
 def child(job: dict) -> dict:
     if job["task"] == "read":
         return read(job["system"], job["workdir"])
+    if job["task"] == "alternated":
+        return alternated(job["system"], job["base"], job["workdir"], job["pairs"])
     return resume(job["system"], job["workdir"], job["workers"])
 
 
@@ -247,7 +268,7 @@ def run(workdir: pathlib.Path) -> str:
         for system in READS:  # interleaved: every system once per round
             rounds[system].append({"error": missing} if missing and system.startswith("litdata") else
                                   _spawn({"task": "read", "system": system, "workdir": str(workdir)}))
-    reads = best_and_paired(rounds, BASELINE)
+    reads = best_and_paired(rounds, BASELINE, str(workdir), missing)
     resumes = {}
     for system in ("wdsprep", "litdata"):
         for workers in (0, 2):
@@ -272,28 +293,33 @@ NAMES = {
 }
 
 
-def best_and_paired(rounds: dict, baseline: dict) -> dict:
+def best_and_paired(rounds: dict, baseline: dict, workdir: str, missing: str | None = None) -> dict:
     """Each system's best round (lowest CPU per sample; an error only where no round measured), with
-    `paired`: the median over rounds of its CPU ÷ its baseline's in the same round (the machine's
-    speed drifts between rounds more than the few percent a row's goal is about)."""
+    `paired`: the ratios of `alternated` passes of it and its baseline in one fresh process (none
+    where either has no measurement, or `missing` says LitData is not there)."""
     reads = {}
     for system, results in rounds.items():
         measured = [result for result in results if "error" not in result]
         reads[system] = dict(min(measured, key=lambda result: result["cpu_us"])) if measured else results[0]
     for system, base in baseline.items():
-        pairs = [ours["cpu_us"] / theirs["cpu_us"] for ours, theirs in zip(rounds.get(system, []), rounds.get(base, []))
-                 if "cpu_us" in ours and "cpu_us" in theirs]
-        if pairs and "error" not in reads[system]:
-            reads[system]["paired"] = statistics.median(pairs)
+        if "error" in reads[system] or "error" in reads[base] or (missing and system.startswith("litdata")):
+            continue
+        result = _spawn({"task": "alternated", "system": system, "base": base, "workdir": workdir, "pairs": PAIRS})
+        if "ratios" in result:
+            reads[system]["paired"] = result["ratios"]
     return reads
 
 
 def overhead(ours: dict | None, base: dict | None) -> str:
-    """Best ÷ best - 1, and the median of the rounds' pairs - 1 (`best_and_paired`)."""
-    if ours and "cpu_us" in ours and base and "cpu_us" in base:
-        paired = f"{(ours['paired'] - 1) * 100:+.1f}%" if "paired" in ours else "n/a"  # no round measured both
-        return f"{(ours['cpu_us'] / base['cpu_us'] - 1) * 100:+.1f}% ({paired})"
-    return "n/a"
+    """Best ÷ best - 1, and the median of the alternated pairs' ratios - 1 with their quartiles."""
+    if not (ours and "cpu_us" in ours and base and "cpu_us" in base):
+        return "n/a"
+    paired = "n/a"  # no alternated passes measured both
+    if ours.get("paired"):
+        ratios = ours["paired"]
+        low, _, high = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+        paired = f"{(statistics.median(ratios) - 1) * 100:+.1f}%, {(low - 1) * 100:+.0f}..{(high - 1) * 100:+.0f}%"
+    return f"{(ours['cpu_us'] / base['cpu_us'] - 1) * 100:+.1f}% ({paired})"
 
 
 def _schedule_words() -> str:
@@ -313,10 +339,11 @@ def _table(reads: dict, resumes: dict, shards: dict) -> str:
         "the first pass, which pays the process's one-time costs, beside). Overhead: CPU per sample ÷ the same "
         "system's parts read alone, - 1 (the goal for wdsprep.mix: at most +5%); for the scheduled mix, ÷ the "
         f"same mix without a schedule, - 1 (the goal: at most +2%; schedule {_schedule_words()}): best ÷ best, and "
-        "in brackets the median over the rounds of the ratio of the two runs of one round, which the machine's "
-        "drift between rounds moves less.",
+        f"in brackets the median, then the quartiles, of the ratios of {PAIRS} pairs of passes in one process "
+        "(each a pass of the row's read and one of its baseline, in turn first), which the machine's drift "
+        "between processes moves less.",
         "",
-        "| reading | samples | samples/s (wall) | CPU µs/sample | overhead (paired) | first pass µs/sample |",
+        "| reading | samples | samples/s (wall) | CPU µs/sample | overhead (alternated pairs: median, quartiles) | first pass µs/sample |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for system in READS:

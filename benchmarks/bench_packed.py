@@ -210,8 +210,10 @@ def _mix_table(workdir: pathlib.Path) -> list[str]:
         for system in MIX_READS:  # each mix right after its parts alone
             rounds[system].append(_spawn({"task": "mix", "system": system, "directory": str(root)}))
     alone_of = {system: system.replace("mix", "alone") for system in MIX_READS}  # an alone read is its own
-    best = bench_mix.best_and_paired(rounds, {system: alone for system, alone in alone_of.items() if alone != system})
-    lines = ["| reading (packed parts) | samples | CPU µs/sample | over its parts alone (paired) | first pass µs/sample |",
+    best = bench_mix.best_and_paired(rounds, {system: alone for system, alone in alone_of.items() if alone != system},
+                                     str(root))
+    lines = [("| reading (packed parts) | samples | CPU µs/sample | over its parts alone (alternated pairs: median, "
+              "quartiles) | first pass µs/sample |"),
              "|---|---:|---:|---:|---:|"]
     for system in MIX_READS:
         result, alone = best[system], best[alone_of[system]]
@@ -227,6 +229,8 @@ def run(workdir: pathlib.Path) -> str:
     sizes, _ = _bytes_table(workdir)
     reads = _read_table(workdir)
     mixes = _mix_table(workdir)
+    from bench_mix import PAIRS  # importable once _mix_table has put this folder on the path
+
     return "\n".join([
         "## packed members: small samples at MDS's bytes (issue 48)",
         "",
@@ -245,7 +249,8 @@ def run(workdir: pathlib.Path) -> str:
         "",
         "Mixing packed parts (bench_mix's three parts of 4 KiB float32 + a dict, converted with `--pack`; "
         "`wdsprep.mix` epochized, repeat 1, against each part's `wdsprep.dataset` alone, by bench_mix's own reads; "
-        f"best of {REPEATS}, each's second pass; in brackets the median of the rounds' pairs, as in *mix*). Goal: at "
+        f"best of {REPEATS}, each's second pass; in brackets the median and quartiles of {PAIRS} alternated "
+        "pairs of passes in one process, as in *mix*). Goal: at "
         "most +5% with a shuffle buffer of 1,000.",
         "",
         *mixes,
