@@ -20,6 +20,7 @@ The real system is driven through the public API: `wdsprep.mix`, `wdsprep.Loader
 """
 import collections
 import itertools
+import json
 import math
 import re
 import subprocess
@@ -217,6 +218,17 @@ def test_phase_counts_in_words():
     assert model_phase_counts([7, 7], [(0, [1, 0]), (3, [1, 1])], stop="first") == [[3, 0], [4, 4]]
     # a part of weight 0 in the last phase that the phases before never fill: no epoch covers it
     assert model_phase_counts([7, 2], [(0, [1, 1]), (2, [1, 0])], stop="all") == REFUSED
+
+
+def test_a_schedule_read_back_from_a_state_is_the_same_schedule_and_hashes_alike():
+    """An epoch's counts are kept by schedule: the schedule a state records (no words of the user's)
+    is the mix's own, equal and with one hash; another schedule is not."""
+    names = ["a", "b", "c"]
+    written = mix_module.schedule_of([(0, [3, 2, 1]), (0.25, {"a": 4, "b": 1, "c": 1})], names)
+    saved = mix_module._saved_schedule(json.loads(json.dumps(written.layout())), len(names))
+    assert saved.given == () and written.given
+    assert saved == written and hash(saved) == hash(written) and {written: "counts"}[saved] == "counts"
+    assert mix_module.schedule_of([(0, [3, 2, 1]), (0.25, [1, 4, 1])], names) != written
 
 
 @FAST

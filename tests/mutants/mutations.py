@@ -1441,6 +1441,9 @@ MUTATIONS += [
              (("        return (_WHOLE_RUN, 0)\n", "        return (0, 0)\n"),), SCHEDULE),
     Mutation("mix-schedule-window-too-narrow", "the search for a scheduled epoch's size takes its counts within 1 of the line, not 2 x phases", MIX,
              (("    error = 2 * phases\n", "    error = 1\n"),), SCHEDULE),
+    Mutation("schedule-hash-of-its-words", "a schedule's one hash counts the words the user wrote it in (equal schedules, two hashes)", MIX,
+             (("        return hash((self.starts, self.shares))\n", "        return hash((self.starts, self.shares, self.given))\n"),),
+             SCHEDULE),
 ]
 # -- issue 46: any WebDataset adopted in place (`wdsprep index`)
 ADOPT_TESTS = ("tests/core/test_adopt.py",)
