@@ -268,7 +268,7 @@ def run(workdir: pathlib.Path) -> str:
         for system in READS:  # interleaved: every system once per round
             rounds[system].append({"error": missing} if missing and system.startswith("litdata") else
                                   _spawn({"task": "read", "system": system, "workdir": str(workdir)}))
-    reads = best_and_paired(rounds, BASELINE, str(workdir), missing)
+    reads = best_and_paired(rounds, BASELINE, str(workdir))
     resumes = {}
     for system in ("wdsprep", "litdata"):
         for workers in (0, 2):
@@ -293,16 +293,16 @@ NAMES = {
 }
 
 
-def best_and_paired(rounds: dict, baseline: dict, workdir: str, missing: str | None = None) -> dict:
+def best_and_paired(rounds: dict, baseline: dict, workdir: str) -> dict:
     """Each system's best round (lowest CPU per sample; an error only where no round measured), with
     `paired`: the ratios of `alternated` passes of it and its baseline in one fresh process (none
-    where either has no measurement, or `missing` says LitData is not there)."""
+    where either has no measurement)."""
     reads = {}
     for system, results in rounds.items():
         measured = [result for result in results if "error" not in result]
         reads[system] = dict(min(measured, key=lambda result: result["cpu_us"])) if measured else results[0]
     for system, base in baseline.items():
-        if "error" in reads[system] or "error" in reads[base] or (missing and system.startswith("litdata")):
+        if "error" in reads[system] or "error" in reads[base]:
             continue
         result = _spawn({"task": "alternated", "system": system, "base": base, "workdir": workdir, "pairs": PAIRS})
         if "ratios" in result:
@@ -316,8 +316,8 @@ def overhead(ours: dict | None, base: dict | None) -> str:
         return "n/a"
     paired = "n/a"  # no alternated passes measured both
     if ours.get("paired"):
-        ratios = ours["paired"]
-        low, _, high = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+        ratios = ours["paired"]  # PAIRS of them, at least two
+        low, _, high = statistics.quantiles(ratios, n=4)
         paired = f"{(statistics.median(ratios) - 1) * 100:+.1f}%, {(low - 1) * 100:+.0f}..{(high - 1) * 100:+.0f}%"
     return f"{(ours['cpu_us'] / base['cpu_us'] - 1) * 100:+.1f}% ({paired})"
 

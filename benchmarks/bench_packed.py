@@ -32,6 +32,8 @@ import sys
 
 import numpy as np
 
+import bench_mix
+import bench_peers
 from _smoke import sized
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -69,9 +71,7 @@ def _convert(files: pathlib.Path, out: pathlib.Path, *flags: str) -> None:
 
 
 def _write_mds(out: pathlib.Path, size: int, count: int) -> None:
-    from bench_peers import _import_streaming
-
-    _import_streaming()
+    bench_peers._import_streaming()
     from streaming import MDSWriter
 
     with MDSWriter(out=str(out), columns={"data": "bytes", "label": "int"}, size_limit=64_000_000) as writer:
@@ -97,16 +97,11 @@ def _dataset_bytes(directory: pathlib.Path) -> tuple[int, int]:
 
 def child(job: dict) -> dict:
     """One measurement in this process: a peer's write, or a read (CPU µs per sample)."""
-    sys.path.insert(0, str(HERE))
     if job["task"] == "mix":
-        import bench_mix
-
         return bench_mix.read(job["system"], job["directory"])
     if job["task"] == "write":
         {"mds": _write_mds, "litdata": _write_litdata}[job["system"]](pathlib.Path(job["directory"]), job["size"], job["samples"])
         return {}
-    import bench_peers
-
     job = {**job, "system": "litdata" if job["system"] == "litdata" else "wdsprep"}
     first = bench_peers.child(job)  # pays this process's one-time costs (lazy imports, first touches)
     return {**bench_peers.child(job), "first_us": first["cpu_us"]}  # a loader made anew: what a later epoch costs
@@ -150,9 +145,6 @@ def _bytes_table(workdir: pathlib.Path) -> tuple[list[str], dict]:
 
 
 def _read_table(workdir: pathlib.Path) -> list[str]:
-    sys.path.insert(0, str(HERE))
-    import bench_peers
-
     files = workdir / "W3" / "files"
     shutil.rmtree(workdir / "W3", ignore_errors=True)
     bench_peers.write_files(files, *W3)
@@ -195,9 +187,6 @@ MIX_READS = ("wdsprep-alone", "wdsprep-mix", "wdsprep-alone-unbuffered", "wdspre
 def _mix_table(workdir: pathlib.Path) -> list[str]:
     """bench_mix's parts (4 KiB float32 + a dict: packable) converted with `--pack`, read alone and
     mixed (epochized, repeat 1) by bench_mix's own reads, with a shuffle buffer of 1,000 and none."""
-    sys.path.insert(0, str(HERE))
-    import bench_mix
-
     root = workdir / "mix"
     for part, count in bench_mix.PARTS.items():
         files = root / "files" / part
@@ -229,8 +218,6 @@ def run(workdir: pathlib.Path) -> str:
     sizes, _ = _bytes_table(workdir)
     reads = _read_table(workdir)
     mixes = _mix_table(workdir)
-    from bench_mix import PAIRS  # importable once _mix_table has put this folder on the path
-
     return "\n".join([
         "## packed members: small samples at MDS's bytes (issue 48)",
         "",
@@ -249,7 +236,7 @@ def run(workdir: pathlib.Path) -> str:
         "",
         "Mixing packed parts (bench_mix's three parts of 4 KiB float32 + a dict, converted with `--pack`; "
         "`wdsprep.mix` epochized, repeat 1, against each part's `wdsprep.dataset` alone, by bench_mix's own reads; "
-        f"best of {REPEATS}, each's second pass; in brackets the median and quartiles of {PAIRS} alternated "
+        f"best of {REPEATS}, each's second pass; in brackets the median and quartiles of {bench_mix.PAIRS} alternated "
         "pairs of passes in one process, as in *mix*). Goal: at "
         "most +5% with a shuffle buffer of 1,000.",
         "",
