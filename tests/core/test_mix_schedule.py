@@ -675,6 +675,34 @@ def test_a_large_scheduled_epoch_plans_nothing_per_pass_before_len_and_its_first
     assert passes[0] <= 4 * FIRST_CHUNK and slots[0] <= 40000 + (1 << 14)  # the slots before its position are made again
 
 
+def test_a_schedule_of_many_phases_makes_its_slots_once_not_every_pass(counted_shards, monkeypatch):
+    """Twelve phases with counts of their own: the first epoch makes every slot of every phase's
+    schedule once (rule M5, no closed form: about half a microsecond a slot), the next epochs (the
+    same counts) make none, and read the model's samples. With room for less than an epoch's slots
+    kept, the least recently used go: every slot is made again each epoch."""
+    parts = [[6, 6], [5, 5], [4]]
+    manifests = written(counted_shards, parts)
+    schedule = [(20 * k, [1 + k, 18 - k, 1]) for k in range(12)]  # each phase's counts its weights
+    monkeypatch.setattr(mix_module, "_labels", mix_module._KeptSchedules())
+    slots = budget(monkeypatch, mix_module, "_slots", 10**6, weight=lambda counts, total, first, stop, taken: stop - first)
+    mix = wdsprep.mix([wdsprep.Part(m) for m in manifests], schedule=schedule, samples_per_epoch=240, seed=1,
+                      shuffle_buffer=4)
+    assert len({tuple(phase) for phase in mix.phase_counts()}) == 12
+    made = []
+    for epoch in range(3):
+        assert [phased(sample) for sample in mix] == model_scheduled_worker(
+            parts, schedule, samples_per_epoch=240, seed=1, epoch=epoch, buffer=4)
+        made.append(slots[0] - sum(made))
+    assert made == [240, 0, 0]
+    monkeypatch.setattr(mix_module, "KEPT_TOTAL", 120)
+    monkeypatch.setattr(mix_module, "_labels", mix_module._KeptSchedules())
+    for epoch in range(3, 5):
+        assert [phased(sample) for sample in mix] == model_scheduled_worker(
+            parts, schedule, samples_per_epoch=240, seed=1, epoch=epoch, buffer=4)
+        made.append(slots[0] - sum(made))
+    assert made[3:] == [240, 240]
+
+
 def test_the_search_for_a_scheduled_epoch_tries_a_window_of_totals(counted_shards, monkeypatch):
     """stop='all' over parts of 800 and 3, the small one weighed only in the second half: the
     smallest epoch that holds both is found in a few tries (the model tries every total from 1); with

@@ -1444,6 +1444,10 @@ MUTATIONS += [
     Mutation("schedule-hash-of-its-words", "a schedule's one hash counts the words the user wrote it in (equal schedules, two hashes)", MIX,
              (("        return hash((self.starts, self.shares))\n", "        return hash((self.starts, self.shares, self.given))\n"),),
              SCHEDULE),
+    Mutation("schedules-kept-eight", "a worker keeps the schedules of its eight latest counts (a schedule of more phases makes every slot again every pass)", MIX,
+             (("            while held > KEPT_TOTAL and len(self.kept) > 1:\n",
+               "            while (held > KEPT_TOTAL or len(self.kept) > 8) and len(self.kept) > 1:\n"),),
+             (f"{SCHEDULE[0]}::test_a_schedule_of_many_phases_makes_its_slots_once_not_every_pass",)),
 ]
 # -- issue 46: any WebDataset adopted in place (`wdsprep index`)
 ADOPT_TESTS = ("tests/core/test_adopt.py",)

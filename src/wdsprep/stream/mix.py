@@ -97,6 +97,7 @@ import hashlib
 import json
 import math
 import numbers
+import threading
 import warnings
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -593,9 +594,11 @@ def phase_segments(part: _Planned, sequence: Sequence | Passes, counts: list[int
     return [sequence.slice(begin, end) for begin, end in zip(cuts, cuts[1:])]
 
 
-# a worker's schedule of up to this many slots is made once and kept (the same counts recur every
-# epoch); a longer one is made SLOTS_AT_ONCE at a time as its stream is read
+# a worker's schedule of up to KEPT_SLOTS slots is made once and kept (the same counts recur every
+# epoch, and a schedule's phases every pass), those of up to KEPT_TOTAL slots together (the least
+# recently used go first); a longer one is made SLOTS_AT_ONCE at a time as its stream is read
 KEPT_SLOTS = 1 << 20
+KEPT_TOTAL = 1 << 24
 SLOTS_AT_ONCE = 1 << 14
 
 
@@ -620,12 +623,36 @@ def interleave(counts: list[int], start: int = 0, block: int = 0, key: tuple = (
             yield run[order][max(0, start - first - at):].tolist()
 
 
-@functools.lru_cache(maxsize=8)
-def _labels(counts: tuple[int, ...]) -> np.ndarray:
-    """Every slot's part (rule M5), computed once per worker's counts (they recur every epoch)."""
-    total = sum(counts)
-    taken = [0] * len(counts)
-    return np.asarray(_slots(counts, total, 0, total, taken), dtype=np.int32)
+class _KeptSchedules:
+    """Every slot's part (rule M5) per worker's counts, made once and kept while the kept ones hold
+    at most KEPT_TOTAL slots together (a byte a slot up to 256 parts), the least recently used
+    dropped first. A schedule of many phases reads as many counts every pass: a few kept would be
+    made again every pass, at about half a microsecond a slot, as many as the pass reads."""
+
+    def __init__(self):
+        self.kept: dict[tuple[int, ...], np.ndarray] = {}  # oldest use first
+        self.lock = threading.Lock()
+        self.made = 0  # schedules made (not found kept): what tests count
+
+    def __call__(self, counts: tuple[int, ...]) -> np.ndarray:
+        with self.lock:
+            labels = self.kept.pop(counts, None)
+            if labels is not None:
+                self.kept[counts] = labels  # now the most recently used
+                return labels
+        total = sum(counts)
+        labels = np.asarray(_slots(counts, total, 0, total, [0] * len(counts)),
+                            dtype=np.uint8 if len(counts) <= 256 else np.int32)
+        with self.lock:
+            self.made += 1
+            self.kept[counts] = labels
+            held = sum(len(kept) for kept in self.kept.values())
+            while held > KEPT_TOTAL and len(self.kept) > 1:
+                held -= len(self.kept.pop(next(iter(self.kept))))
+        return labels
+
+
+_labels = _KeptSchedules()
 
 
 def _made_slots(counts: tuple[int, ...], total: int, block: int) -> Iterator[tuple[int, np.ndarray]]:
