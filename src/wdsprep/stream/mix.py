@@ -632,7 +632,6 @@ class _KeptSchedules:
     def __init__(self):
         self.kept: dict[tuple[int, ...], np.ndarray] = {}  # oldest use first
         self.lock = threading.Lock()
-        self.made = 0  # schedules made (not found kept): what tests count
 
     def __call__(self, counts: tuple[int, ...]) -> np.ndarray:
         with self.lock:
@@ -644,7 +643,6 @@ class _KeptSchedules:
         labels = np.asarray(_slots(counts, total, 0, total, [0] * len(counts)),
                             dtype=np.uint8 if len(counts) <= 256 else np.int32)
         with self.lock:
-            self.made += 1
             self.kept[counts] = labels
             held = sum(len(kept) for kept in self.kept.values())
             while held > KEPT_TOTAL and len(self.kept) > 1:
