@@ -283,6 +283,39 @@ def test_an_expanding_part_is_mixed_in_proportion_to_its_outputs(counted_shards,
             assert prefix_deviations([name for name, _ in got], "01", 0) < 1
 
 
+@pytest.mark.parametrize("made", ["fewer", "more"])
+def test_a_part_whose_stage_makes_other_counts_than_it_declared(counted_shards, made):
+    """Part 0 declares outputs_of(key) outputs a sample, but its stage makes one of each (fewer) or
+    one more of each (more) sample that has any: the schedule is the declared counts' (the model's
+    labels); a slot of a part with no output left goes, the next slots take the next outputs, and
+    what a part makes past its declared count comes after the schedule, part by part."""
+    manifests = written(counted_shards, EXPANDED)
+
+    def stage(source):
+        for sample in source:
+            key, declared = sample["__key__"], outputs_of(sample["__key__"])
+            for j in range(min(declared, 1) if made == "fewer" else declared + (declared > 0)):
+                yield {"__key__": f"{key}/{j}"}
+
+    _, declared = model_expanded_worker([2, 1], world=1, rank=0, workers=1, worker=0, seed=7, epoch=3, stop="all")
+    samples = [key[:-2] for p, key in declared if p == "0" and key.endswith("/0")]  # part 0's, in order (passes repeat)
+    streams = {"0": [f"{key}/{j}" for key in samples for j in range(1 if made == "fewer" else outputs_of(key) + 1)],
+               "1": [key for p, key in declared if p == "1"]}
+    expected, taken = [], {"0": 0, "1": 0}
+    for p, _ in declared:  # the declared schedule's slots, each the part's next output if it has one
+        if taken[p] < len(streams[p]):
+            expected.append((p, streams[p][taken[p]]))
+            taken[p] += 1
+    expected += [(p, key) for p in "01" for key in streams[p][taken[p]:]]
+    mix = wdsprep.mix([wdsprep.Part(manifests[0], weight=2, stages=(stage,),
+                                    outputs_per_sample=manifest_order_outputs(EXPANDED[0], 0)),
+                       wdsprep.Part(manifests[1], weight=1)], seed=7, epoch=3, stop="all", equalize=None)
+    got = [named(sample) for sample in mix]
+    assert got == expected
+    slots = sum(p == "0" for p, _ in declared)  # the case is what it says: part 0 runs out / runs over
+    assert len(streams["0"]) < slots if made == "fewer" else len(streams["0"]) > slots
+
+
 def test_an_expanding_part_gives_equal_outputs_per_worker_on_every_rank_with_pad(counted_shards):
     manifests = written(counted_shards, EXPANDED)
     table = collections.defaultdict(list)

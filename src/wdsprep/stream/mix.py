@@ -740,30 +740,25 @@ class MixStream:
         while True:
             stamp = phase if self.phases > 1 else None  # a mix of one phase says none
             sources = [iter(stream) for stream in current.streams]
-            pulls = [source.__next__ for source in sources]
-            done = [False] * len(pulls)
+            parts = [(source.__next__, name) for source, name in zip(sources, names)]  # a slot's part: its pull, its name
             for run in interleave(current.counts, self.position.delivered, self.block, current.key):
-                for label in run:
-                    if done[label]:
-                        continue  # a part whose stage made fewer outputs than it declared: its slots go
+                for pull, name in map(parts.__getitem__, run):
                     try:
-                        output = pulls[label]()
+                        output = pull()
                     except StopIteration:
-                        done[label] = True
-                        continue
+                        continue  # a part whose stage made fewer outputs than it declared: its slots go
                     if output.__class__ is dict or isinstance(output, dict):
-                        output["__part__"] = names[label]
+                        output["__part__"] = name
                         if stamp is not None:
                             output["__phase__"] = stamp
                     yield output
-            for label, source in enumerate(sources):  # outputs past the declared counts, part by part
-                if not done[label]:
-                    for output in source:
-                        if isinstance(output, dict):
-                            output["__part__"] = names[label]
-                            if stamp is not None:
-                                output["__phase__"] = stamp
-                        yield output
+            for source, name in zip(sources, names):  # outputs past the declared counts, part by part
+                for output in source:  # (nothing from a part that ran out)
+                    if isinstance(output, dict):
+                        output["__part__"] = name
+                        if stamp is not None:
+                            output["__phase__"] = stamp
+                    yield output
             phase += 1
             if phase >= self.phases:
                 return
