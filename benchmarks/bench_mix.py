@@ -25,8 +25,9 @@ from system to system; it is shown beside (`first pass`).
 - wdsprep, schedule: the same three parts in an epoch of `samples_per_epoch` = the parts' sizes
   together, weighted 3:2:1 (no schedule), and by a schedule of four phases ((0, 3:2:1), (0.25, 4:1:1),
   (0.5, 2:3:1), (0.75, 3:2:1)) that gives each part the same count over the epoch (10,500, 7,000 and
-  3,500: the same samples, in another order); overhead = scheduled ÷ unscheduled - 1 (the goal: at
-  most 2%).
+  3,500: the same samples, in another order), and by 16 phases of 1,312-1,313 samples, each with weights of
+  its own (about 3:2:1 over the epoch); overhead = scheduled ÷ unscheduled - 1 (the goal: at most 2%),
+  and what a phase start costs (the pass's extra CPU ÷ the phases after the first).
 - LitData, parts alone: each part's `StreamingDataset(shuffle=True)`; combined:
   `CombinedStreamingDataset` of the three, iterate_over_all=True (every sample once) and weighted
   3:2:1 (iterate_over_all=False).
@@ -62,11 +63,17 @@ REPEATS = sized(5, 1)
 PAIRS = sized(16, 2)  # alternated passes of a mix and its baseline in one process (`alternated`)
 RESUME_BATCH = 16
 SCHEDULE = [(0, [3, 2, 1]), (0.25, [4, 1, 1]), (0.5, [2, 3, 1]), (0.75, [3, 2, 1])]  # 3:2:1 over the epoch
+# 16 phases, each with weights of its own, in pairs that give and take back: about 3:2:1 over the epoch
+SCHEDULE16 = [(k / 16, [3 + (1 if k % 2 else -1) * (k // 2 + 1) / 10, 2 - (1 if k % 2 else -1) * (k // 2 + 1) / 10, 1])
+              for k in range(16)]
+SCHEDULES = {"wdsprep-mix-scheduled": SCHEDULE, "wdsprep-mix-scheduled-16": SCHEDULE16}
 READS = ("wdsprep-alone", "wdsprep-mix", "wdsprep-alone-unbuffered", "wdsprep-mix-unbuffered", "wdsprep-mix-weighted",
-         "wdsprep-mix-sized", "wdsprep-mix-scheduled", "litdata-alone", "litdata-combined", "litdata-combined-weighted")
+         "wdsprep-mix-sized", "wdsprep-mix-scheduled", "wdsprep-mix-scheduled-16", "litdata-alone", "litdata-combined",
+         "litdata-combined-weighted")
 BASELINE = {"wdsprep-mix": "wdsprep-alone", "wdsprep-mix-unbuffered": "wdsprep-alone-unbuffered",
             "wdsprep-mix-weighted": "wdsprep-alone", "wdsprep-mix-sized": "wdsprep-alone",
-            "wdsprep-mix-scheduled": "wdsprep-mix-sized", "litdata-combined": "litdata-alone",
+            "wdsprep-mix-scheduled": "wdsprep-mix-sized", "wdsprep-mix-scheduled-16": "wdsprep-mix-sized",
+            "litdata-combined": "litdata-alone",
             "litdata-combined-weighted": "litdata-alone"}
 
 
@@ -98,15 +105,15 @@ def _wdsprep_parts(workdir: str, **part_options):
             for part in PARTS]
 
 
-def _wdsprep_mix(workdir: str, weighted: bool, buffer: int = BUFFER, scheduled: bool | None = None):
+def _wdsprep_mix(workdir: str, weighted: bool, buffer: int = BUFFER, scheduled: bool | list | None = None):
     """The mix a row reads: epochized (repeat 1), weighted 3:2:1 with stop="all", or (`scheduled`
-    False / True) an epoch of the parts' sizes together, weighted 3:2:1 / by SCHEDULE."""
+    False / a schedule) an epoch of the parts' sizes together, weighted 3:2:1 / by that schedule."""
     import wdsprep
 
     if scheduled is not None:
         size = sum(PARTS.values())
         if scheduled:
-            return wdsprep.mix(_wdsprep_parts(workdir), schedule=SCHEDULE, samples_per_epoch=size, seed=0,
+            return wdsprep.mix(_wdsprep_parts(workdir), schedule=scheduled, samples_per_epoch=size, seed=0,
                                shuffle_buffer=buffer, equalize=None)
         return wdsprep.mix(_wdsprep_parts(workdir, weight=WEIGHTS), samples_per_epoch=size, seed=0,
                            shuffle_buffer=buffer, equalize=None)
@@ -141,8 +148,8 @@ def _read_sources(system: str, workdir: str):
         return [wdsprep.dataset(os.path.join(workdir, "wdsprep", part, "manifest.json"), "train", seed=0,
                                 shuffle_buffer=buffer, equalize=None).compose(wdsprep.decode(strip=True))
                 for part in PARTS]
-    if system in ("wdsprep-mix-sized", "wdsprep-mix-scheduled"):
-        return [_wdsprep_mix(workdir, weighted=True, buffer=buffer, scheduled=system.endswith("scheduled"))]
+    if system == "wdsprep-mix-sized" or system in SCHEDULES:
+        return [_wdsprep_mix(workdir, weighted=True, buffer=buffer, scheduled=SCHEDULES.get(system, False))]
     if system.startswith("wdsprep-mix"):
         return [_wdsprep_mix(workdir, weighted=system.endswith("weighted"), buffer=buffer)]
     if system == "litdata-alone":
@@ -287,6 +294,8 @@ NAMES = {
     "wdsprep-mix-sized": "wdsprep, `wdsprep.mix` weighted 3:2:1, samples_per_epoch = the parts' sizes",
     "wdsprep-mix-scheduled": "wdsprep, `wdsprep.mix` by a schedule of 4 phases, the same samples_per_epoch "
                              "(against the row above)",
+    "wdsprep-mix-scheduled-16": "wdsprep, `wdsprep.mix` by a schedule of 16 phases, each its own weights, the same "
+                                "samples_per_epoch (against the row two above)",
     "litdata-alone": "LitData, each part's `StreamingDataset` alone",
     "litdata-combined": "LitData, `CombinedStreamingDataset`, iterate_over_all",
     "litdata-combined-weighted": "LitData, `CombinedStreamingDataset`, weights 3:2:1",
@@ -322,6 +331,16 @@ def overhead(ours: dict | None, base: dict | None) -> str:
     return f"{(ours['cpu_us'] / base['cpu_us'] - 1) * 100:+.1f}% ({paired})"
 
 
+def _phase_start_cost(reads: dict, system: str) -> float | None:
+    """Milliseconds of CPU a pass of `system` (a scheduled mix) spends over its baseline (the median
+    of the alternated pairs), per phase after the first; None where not measured."""
+    ours, base = reads.get(system) or {}, reads.get(BASELINE[system]) or {}
+    if not ours.get("paired") or "cpu_us" not in base:
+        return None
+    extra_us = (statistics.median(ours["paired"]) - 1) * base["cpu_us"] * ours["samples"]
+    return extra_us / 1000 / (len(SCHEDULES[system]) - 1)
+
+
 def _schedule_words() -> str:
     return ", ".join(f"from {start}: {':'.join(map(str, weights))}" for start, weights in SCHEDULE)
 
@@ -354,6 +373,12 @@ def _table(reads: dict, resumes: dict, shards: dict) -> str:
         over = overhead(result, reads.get(BASELINE[system])) if system in BASELINE else "—"
         lines.append(f"| {NAMES[system]} | {result['samples']:,} | {result['rate']:,.0f} | {result['cpu_us']:.2f} "
                      f"| {over} | {result['first_us']:.1f} |")
+    starts = [_phase_start_cost(reads, system) for system in SCHEDULES]
+    if all(starts):
+        lines += ["", "A scheduled mix's CPU over the same mix without one, per phase start (the alternated median's "
+                      "extra CPU of a pass ÷ the phases after the first): "
+                  + "; ".join(f"{len(SCHEDULES[system]) } phases: {cost:.2f} ms" for system, cost in zip(SCHEDULES, starts))
+                  + "."]
     lines += [
         "",
         f"Resume of the weighted 3:2:1 mix (`wdsprep.Loader` / LitData `StreamingDataLoader`, batch {RESUME_BATCH}): "
