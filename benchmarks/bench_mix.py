@@ -377,7 +377,7 @@ def _table(reads: dict, resumes: dict, shards: dict) -> str:
     if all(starts):
         lines += ["", "A scheduled mix's CPU over the same mix without one, per phase start (the alternated median's "
                       "extra CPU of a pass ÷ the phases after the first): "
-                  + "; ".join(f"{len(SCHEDULES[system]) } phases: {cost:.2f} ms" for system, cost in zip(SCHEDULES, starts))
+                  + "; ".join(f"{len(SCHEDULES[system])} phases: {cost:.2f} ms" for system, cost in zip(SCHEDULES, starts))
                   + "."]
     lines += [
         "",

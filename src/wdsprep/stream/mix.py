@@ -626,8 +626,8 @@ def interleave(counts: list[int], start: int = 0, block: int = 0, key: tuple = (
 class _KeptSchedules:
     """Every slot's part (rule M5) per worker's counts, made once and kept while the kept ones hold
     at most KEPT_TOTAL slots together (a byte a slot up to 256 parts), the least recently used
-    dropped first. A schedule of many phases reads as many counts every pass: a few kept would be
-    made again every pass, at about half a microsecond a slot, as many as the pass reads."""
+    dropped first. A schedule's phases bring as many counts every pass: were only a few kept, the
+    rest would be made again every pass, at about half a microsecond a slot."""
 
     def __init__(self):
         self.kept: dict[tuple[int, ...], np.ndarray] = {}  # oldest use first
