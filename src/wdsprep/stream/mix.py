@@ -97,7 +97,6 @@ import hashlib
 import json
 import math
 import numbers
-import threading
 import warnings
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -108,6 +107,7 @@ import webdataset as wds
 
 from ..checks import number, one_of, refuse, shown, whole_number
 from ..errors import ConfigError, ManifestError
+from ..kept import Kept
 from ..shards.manifest import Manifest
 from ..readoptions import ReadOptions
 from .planning.catalog import Catalog, Selection
@@ -624,29 +624,20 @@ def interleave(counts: list[int], start: int = 0, block: int = 0, key: tuple = (
 
 
 class _KeptSchedules:
-    """Every slot's part (rule M5) per worker's counts, made once and kept while the kept ones hold
-    at most KEPT_TOTAL slots together (a byte a slot up to 256 parts), the least recently used
-    dropped first. A schedule's phases bring as many counts every pass: were only a few kept, the
-    rest would be made again every pass, at about half a microsecond a slot."""
+    """Every slot's part (rule M5) per worker's counts, made once and kept (`Kept`) while the kept
+    ones hold at most KEPT_TOTAL slots together (a byte a slot up to 256 parts), the least recently
+    used dropped first. A schedule's phases bring as many counts every pass: were only a few kept,
+    the rest would be made again every pass, at about half a microsecond a slot."""
 
     def __init__(self):
-        self.kept: dict[tuple[int, ...], np.ndarray] = {}  # oldest use first
-        self.lock = threading.Lock()
+        self.kept = Kept(KEPT_TOTAL, weight=len)
 
     def __call__(self, counts: tuple[int, ...]) -> np.ndarray:
-        with self.lock:
-            labels = self.kept.pop(counts, None)
-            if labels is not None:
-                self.kept[counts] = labels  # now the most recently used
-                return labels
-        total = sum(counts)
-        labels = np.asarray(_slots(counts, total, 0, total, [0] * len(counts)),
-                            dtype=np.uint8 if len(counts) <= 256 else np.int32)
-        with self.lock:
-            self.kept[counts] = labels
-            held = sum(len(kept) for kept in self.kept.values())
-            while held > KEPT_TOTAL and len(self.kept) > 1:
-                held -= len(self.kept.pop(next(iter(self.kept))))
+        labels = self.kept.get(counts)
+        if labels is None:
+            total = sum(counts)
+            labels = self.kept.put(counts, np.asarray(_slots(counts, total, 0, total, [0] * len(counts)),
+                                                      dtype=np.uint8 if len(counts) <= 256 else np.int32))
         return labels
 
 

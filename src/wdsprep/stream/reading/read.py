@@ -63,15 +63,14 @@ differ from its manifest row raises `ShardError` before its first sample.
 """
 from __future__ import annotations
 
-import collections
 import hashlib
 import io
 import os
-import threading
 from bisect import bisect_right
 from typing import BinaryIO, Callable, Iterator
 
 from ...errors import ShardError
+from ...kept import Kept
 from ...shards.codec import DECODE_ERRORS, member_decoder
 from ...shards.index import (ROW_FIELDS, ShardIndex, adopted, check_index_fields, digest_of, has_index, member_span,
                             miscounted, tiling_problem,
@@ -94,40 +93,21 @@ def _read_from(url: str, offset: int, length: int) -> bytes:
         return stream.read(length)
 
 
-class IndexCache:
-    """Loaded shard indexes by (URL, the row's index digest), the last `size` used; thread-safe, and
-    a forked child starts with the parent's (plain data) behind a lock of its own. One per process
-    for the streaming readers (`INDEXES`: the local reader and the read-ahead); a `ShardAccess`
-    keeps its own, larger one. An index is only ever kept after it was checked against its row."""
-
-    def __init__(self, size: int):
-        self.size = size
-        self._items: collections.OrderedDict = collections.OrderedDict()
-        self._pid, self._lock = os.getpid(), threading.Lock()
-
-    def _locked(self) -> threading.Lock:
-        if self._pid != os.getpid():
-            self._pid, self._lock = os.getpid(), threading.Lock()
-        return self._lock
+class IndexCache(Kept):
+    """Loaded shard indexes by (URL, the row's index digest), the last `size` used (a `Kept`:
+    thread-safe, a forked child starts with the parent's). One per process for the streaming readers
+    (`INDEXES`: the local reader and the read-ahead); a `ShardAccess` keeps its own, larger one. An
+    index is only ever kept after it was checked against its row."""
 
     @staticmethod
     def _key(url: str, row: dict) -> tuple:
         return url, row.get("index_digest") or row.get("sha256")  # an older shard's index: made from its bytes
 
     def get(self, url: str, row: dict) -> ShardIndex | None:
-        key = self._key(url, row)
-        with self._locked():
-            index = self._items.get(key)
-            if index is not None:
-                self._items.move_to_end(key)
-            return index
+        return super().get(self._key(url, row))
 
     def put(self, url: str, row: dict, index: ShardIndex) -> ShardIndex:
-        with self._locked():
-            self._items[self._key(url, row)] = index
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
-        return index
+        return super().put(self._key(url, row), index)
 
 
 INDEXES = IndexCache(64)  # the streaming readers' indexes in this process
