@@ -512,6 +512,30 @@ def test_an_expanding_part_resumed_elastically_delivers_the_epochs_outputs(count
     assert delivered == epoch and max(epoch.values()) == 2
 
 
+@pytest.mark.parametrize("stop", [1, 2, 4, 7])
+def test_a_rank_resumed_from_one_stopped_mid_sample_yields_the_counts_it_says(counted_shards, stop):
+    """One rank stops after `stop` outputs (mid-sample for most: its state keeps a discard); two ranks
+    resume from its state. What the rest of the epoch holds of the expanding part is then one run of
+    its passes less the outputs already delivered of its current sample: each new rank's
+    `part_counts()` says what it then yields, and old and new together deliver the epoch's outputs."""
+    manifests = written(counted_shards, EXPANDED)
+    plan = dict(seed=7, epoch=3, stop="all", equalize=None)
+    epoch = collections.Counter(named(s) for s in expanded_mix(manifests, [2, 1], rank=0, world_size=1, **plan))
+    run = expanded_mix(manifests, [2, 1], rank=0, world_size=1, **plan)
+    iterator = iter(run)
+    delivered = collections.Counter(named(next(iterator)) for _ in range(stop))
+    state = run.state_dict()
+    discards = [part["discard"] for part in state["workers"]["0"]["parts"]]
+    for rank in range(2):
+        resumed = expanded_mix(manifests, [2, 1], rank=rank, world_size=2, **plan)
+        resumed.load_state_dict([state])
+        said = resumed.part_counts()
+        outputs = [named(s) for s in resumed]
+        assert collections.Counter(name for name, _ in outputs) == +collections.Counter(said), (rank, discards)
+        delivered.update(outputs)
+    assert delivered == epoch
+
+
 def test_a_mix_says_how_many_samples_of_each_part_a_rank_yields(counted_shards):
     parts, weights = [[3, 1, 4], [5, 2], [2]], [1, 2, 1]
     manifests = written(counted_shards, parts)

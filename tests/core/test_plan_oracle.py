@@ -134,6 +134,24 @@ def test_every_rank_and_worker_reads_what_the_model_says(counted_shards, counts,
             assert got == expected, (rank, worker)
 
 
+@pytest.mark.parametrize("world, workers, buffer", [(1, 1, 0), (2, 2, 3)])
+def test_a_worker_of_more_shards_than_its_first_chunk_reads_what_the_model_says(counted_shards, world, workers, buffer):
+    """A worker materialises its pieces a chunk at a time (64 first, then 1,024): 150 shards of 0-3
+    samples, as a dataset and as a one-part mix (whose epoch is a run of passes), against the model."""
+    counts = [i % 4 for i in range(150)]
+    manifest = counted_shards(counts)
+    items = model_global(counts, 5, 2, True)
+    for rank in range(world):
+        for worker in range(workers):
+            plan = dict(world=world, rank=rank, equalize=None, buffer=buffer, seed=5, epoch=2)
+            expected = model_worker_stream(items, workers=workers, worker=worker, **plan)
+            assert real_worker_stream(manifest, workers=workers, worker=worker, **plan) == expected, (rank, worker)
+            mix = wdsprep.mix([wdsprep.Part(manifest, weight=1)], seed=5, epoch=2, shuffle_buffer=buffer,
+                              equalize=None, rank=rank, world_size=world)
+            with simulated_worker(worker, workers):
+                assert [sample["__key__"] for sample in mix] == expected, (rank, worker)
+
+
 @FAST
 @given(counts=shard_counts, seed=seeds, epoch=epochs, world=st.integers(1, 8))
 def test_rank_counts_and_padding_content_follow_from_the_input_alone(counted_shards, counts, seed, epoch, world):

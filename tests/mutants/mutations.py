@@ -1459,6 +1459,22 @@ MUTATIONS += [
     Mutation("schedules-kept-eight", "a worker keeps the schedules of its eight latest counts (a schedule of more phases makes every slot again every pass)", MIX,
              (("        self.kept = Kept(KEPT_TOTAL, weight=len)\n", "        self.kept = Kept(8)\n"),),
              (f"{SCHEDULE[0]}::test_a_schedule_of_many_phases_makes_its_slots_once_not_every_pass",)),
+    # -- a phase start made cheaper (the seventh session): the pieces' arithmetic it now skips
+    Mutation("slice-start-off-by-the-piece-start", "a slice's first piece starts where the position falls in the run, not in its shard", PLAN,
+             (("        lo[0] += start - (int(self.ends[first]) - int(hi[0]) + int(lo[0]))",
+               "        lo[0] += start - (int(self.ends[first]) - int(hi[0]))"),), ORACLE),
+    Mutation("passes-slice-drops-discards", "a run of passes given discards keeps none", PLAN,
+             (("        run.lo, run.hi, run.discards = lo, hi, {} if discards is None else discards",
+               "        run.lo, run.hi, run.discards = lo, hi, {}"),),
+             ("tests/core/test_mix_config.py::test_a_rank_resumed_from_one_stopped_mid_sample_yields_the_counts_it_says",)),
+    Mutation("chunk-takes-whole-block", "a chunk takes a whole pass where it wanted part of it", PLAN,
+             (("            held.append(block if take == block.piece_count else block.pieces_between(at, at + take))",
+               "            held.append(block if take > 0 else block.pieces_between(at, at + take))"),),
+             (f"{ORACLE[0]}::test_a_worker_of_more_shards_than_its_first_chunk_reads_what_the_model_says",)),
+    Mutation("remote-reader-taken-for-local", "a reader of remote shards never reads ahead (taken for a local one)", WORKER,
+             (("        if self.local or not self.options.prefetch_bytes or self.cache is not None:",
+               "        if not self.local or not self.options.prefetch_bytes or self.cache is not None:"),),
+             ("tests/objectstore/test_read_ahead.py",)),
 ]
 # -- issue 46: any WebDataset adopted in place (`wdsprep index`)
 ADOPT_TESTS = ("tests/core/test_adopt.py",)

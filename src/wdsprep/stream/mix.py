@@ -1096,7 +1096,7 @@ class MixDataset(PlannedDataset):
         buffers = self.part_buffers(progress.epoch)
 
         def make_phase(k: int, position: MixPosition | None) -> _Phase:
-            plans = self.plans(worker, num_workers, progress, k)
+            plans = self.plans(worker, num_workers, progress, k, rank)
             counts = [plan.outputs(part.weights) for part, plan in zip(self.parts, plans)]
             shares = self._read_ahead_shares(num_workers, self.phase_counts(progress.epoch)[k])
             streams = []
@@ -1110,8 +1110,12 @@ class MixDataset(PlannedDataset):
                                             decode=part.decode, equalize=self.equalize, shard_weights=part.weights))
             return _Phase(streams, counts, (self.seed, progress.epoch, rank, worker, *_phase_key(k)))
 
-        return MixStream(make_phase, phases, resume, [part.name for part in self.parts], block=self.shuffle_buffer,
-                         after=after, invoke=self.invoke)
+        # the later phases are made now, one after the other: made between two samples, a phase's plans
+        # and readers would find the caches cold and cost several times as much (they hold no bytes)
+        later = {k: make_phase(k, None) for k in range((resume.phase or 0) + 1, phases)}
+        return MixStream(lambda k, position: (position is None and later.pop(k, None)) or make_phase(k, position),
+                         phases, resume, [part.name for part in self.parts], block=self.shuffle_buffer, after=after,
+                         invoke=self.invoke)
 
 
 def _phase_key(phase: int) -> tuple:

@@ -266,8 +266,9 @@ class ShardReader:
 
     def _read_ahead(self, runs: list[tuple[Piece, int]], first_block: int = 0) -> ReadAhead | None:
         """The read-ahead of this worker's remote pieces (stream/reading/readahead.py), or None: nothing remote
-        with an index to read, `prefetch_bytes=0`, or a cache (which tees whole shards as they stream)."""
-        if not self.options.prefetch_bytes or self.cache is not None:
+        with an index to read (local shards: the split's are all local), `prefetch_bytes=0`, or a cache
+        (which tees whole shards as they stream)."""
+        if self.local or not self.options.prefetch_bytes or self.cache is not None:
             return None
         jobs = [(self.urls[piece.shard], self.rows[piece.shard], first, piece.stop) for piece, first in runs
                 if reads_ahead(self.urls[piece.shard], self.rows[piece.shard])]

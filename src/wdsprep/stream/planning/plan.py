@@ -138,10 +138,9 @@ class Sequence:
             return Sequence()
         first = int(np.searchsorted(self.ends, start, side="right"))
         last = int(np.searchsorted(self.ends, stop, side="left"))  # the piece holding position stop - 1
-        begins = self.ends[first : last + 1] - (self.stop[first : last + 1] - self.start[first : last + 1])
         lo = self.start[first : last + 1].copy()
         hi = self.stop[first : last + 1].copy()
-        lo[0] += start - int(begins[0])
+        lo[0] += start - (int(self.ends[first]) - int(hi[0]) + int(lo[0]))  # start - the piece's first position
         hi[-1] -= int(self.ends[last]) - stop
         return Sequence(self.shard[first : last + 1], lo, hi, self.cycle[first : last + 1])
 
@@ -236,17 +235,18 @@ class Passes(_Blocks):
             raise ValueError(f"Passes over {self.per_pass} samples a pass, positions [{lo}, {hi})")
         self.lo, self.hi = int(lo), int(hi)
         self.discards = {} if discards is None else discards
-        self._made = {} if made is None else made  # pass -> (order, ends), shared by the slices of one run
+        self._made = {} if made is None else made  # pass -> its pieces (a Sequence), shared by the slices of one run
 
     def __len__(self) -> int:
         return self.hi - self.lo
 
-    def made(self, cycle: int) -> tuple[np.ndarray, np.ndarray]:
-        """Pass `cycle`: (its shards in order, the end position of each within the pass)."""
+    def made(self, cycle: int) -> Sequence:
+        """Pass `cycle` as explicit pieces: its shards in order (`shard`), each whole, and the end
+        position of each within the pass (`ends`)."""
         found = self._made.get(cycle)
         if found is None:
             order = np.asarray(self.order(cycle), dtype=np.int64)
-            found = (order, np.cumsum(self.counts[order]))
+            found = Sequence(order, np.zeros(len(order), np.int64), self.counts[order], np.full(len(order), cycle, np.int64))
             if len(self._made) >= 2:
                 self._made.pop(next(iter(self._made)))
             self._made[cycle] = found
@@ -256,13 +256,18 @@ class Passes(_Blocks):
         stop = min(stop, len(self))
         if start >= stop:
             return Sequence()
-        return Passes(self.counts, self.order, self.lo + start, self.lo + stop, made=self._made)
+        return self._run(self.lo + start, self.lo + stop)
+
+    def _run(self, lo: int, hi: int, discards: dict | None = None) -> "Passes":
+        """Positions [lo, hi) of the same passes (checked, counted and made already: shared)."""
+        run = Passes.__new__(Passes)
+        run.counts, run.order, run.per_pass, run._made = self.counts, self.order, self.per_pass, self._made
+        run.lo, run.hi, run.discards = lo, hi, {} if discards is None else discards
+        return run
 
     def pass_pieces(self, cycle: int, first: int, last: int) -> Sequence:
         """Positions [first, last) of pass `cycle`, as explicit pieces."""
-        order, _ = self.made(cycle)
-        whole = Sequence(order, np.zeros(len(order), np.int64), self.counts[order], np.full(len(order), cycle, np.int64))
-        return whole.slice(first, last)
+        return self.made(cycle).slice(first, last)
 
     def blocks(self):
         """The pieces a pass at a time (each pass made when it is reached)."""
@@ -278,19 +283,19 @@ class Passes(_Blocks):
 
     def sample(self, position: int) -> tuple[int, int, int]:
         cycle, offset = divmod(self.lo + position, self.per_pass)
-        order, ends = self.made(cycle)
-        i = int(np.searchsorted(ends, offset, side="right"))
-        shard = int(order[i])
-        return cycle, shard, offset - (int(ends[i]) - int(self.counts[shard]))
+        made = self.made(cycle)
+        i = int(np.searchsorted(made.ends, offset, side="right"))
+        shard = int(made.shard[i])
+        return cycle, shard, offset - (int(made.ends[i]) - int(self.counts[shard]))
 
     def position_of(self, cycle: int, shard: int, index: int) -> int | None:
         if not (0 <= shard < len(self.counts) and 0 <= index < self.counts[shard] and cycle >= 0):
             return None
         if not self.lo // self.per_pass <= cycle <= max(self.lo, self.hi - 1) // self.per_pass:
             return None  # a pass this window does not reach: not made
-        order, ends = self.made(cycle)
-        (at,) = np.flatnonzero(order == shard)
-        position = cycle * self.per_pass + int(ends[at]) - int(self.counts[shard]) + index
+        made = self.made(cycle)
+        (at,) = np.flatnonzero(made.shard == shard)
+        position = cycle * self.per_pass + int(made.ends[at]) - int(self.counts[shard]) + index
         return position - self.lo if self.lo <= position < self.hi else None
 
     def base_weights(self, shard_weights: list[np.ndarray]) -> np.ndarray:
@@ -298,7 +303,7 @@ class Passes(_Blocks):
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
     def with_discards(self, discards: dict) -> "Passes":
-        return Passes(self.counts, self.order, self.lo, self.hi, discards, self._made)
+        return self._run(self.lo, self.hi, discards)
 
     def __repr__(self) -> str:
         return f"Passes({self.per_pass} samples a pass, positions [{self.lo}, {self.hi}))"
@@ -370,7 +375,7 @@ def chunked(sequence, first: int, size: int):
         at = 0
         while at < block.piece_count:
             take = min(want - count, block.piece_count - at)
-            held.append(block.pieces_between(at, at + take))
+            held.append(block if take == block.piece_count else block.pieces_between(at, at + take))
             count, at = count + take, at + take
             if count == want:
                 yield held[0] if len(held) == 1 else concat(held, merge=False)
