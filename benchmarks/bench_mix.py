@@ -27,7 +27,8 @@ from system to system; it is shown beside (`first pass`).
   (0.5, 2:3:1), (0.75, 3:2:1)) that gives each part the same count over the epoch (10,500, 7,000 and
   3,500: the same samples, in another order), and by 16 phases of 1,312-1,313 samples, each with weights of
   its own (about 3:2:1 over the epoch); overhead = scheduled ÷ unscheduled - 1 (the goal: at most 2%),
-  and what a phase start costs (the pass's extra CPU ÷ the phases after the first).
+  its alternated median over SCHEDULE_PAIRS rounds (a median of 16 moves by about a point from run to
+  run), and what a phase start costs (the pass's extra CPU ÷ the phases after the first).
 - LitData, parts alone: each part's `StreamingDataset(shuffle=True)`; combined:
   `CombinedStreamingDataset` of the three, iterate_over_all=True (every sample once) and weighted
   3:2:1 (iterate_over_all=False).
@@ -61,6 +62,9 @@ SHARD_BYTES = sized("4MB", "120KB")
 BUFFER = 1000
 REPEATS = sized(5, 1)
 PAIRS = sized(16, 2)  # alternated passes of a mix and its baseline in one process (`alternated`)
+# a schedule's goal is a smaller difference (2%) than the median of 16 pairs holds still (it moved by about
+# one point from run to run): its rows take more pairs
+SCHEDULE_PAIRS = sized(100, 2)
 RESUME_BATCH = 16
 SCHEDULE = [(0, [3, 2, 1]), (0.25, [4, 1, 1]), (0.5, [2, 3, 1]), (0.75, [3, 2, 1])]  # 3:2:1 over the epoch
 # 16 phases, each with weights of its own, in pairs that give and take back: about 3:2:1 over the epoch
@@ -313,7 +317,8 @@ def best_and_paired(rounds: dict, baseline: dict, workdir: str) -> dict:
     for system, base in baseline.items():
         if "error" in reads[system] or "error" in reads[base]:
             continue
-        result = _spawn({"task": "alternated", "system": system, "base": base, "workdir": workdir, "pairs": PAIRS})
+        pairs = SCHEDULE_PAIRS if system in SCHEDULES else PAIRS
+        result = _spawn({"task": "alternated", "system": system, "base": base, "workdir": workdir, "pairs": pairs})
         if "ratios" in result:
             reads[system]["paired"] = result["ratios"]
     return reads
@@ -325,7 +330,7 @@ def overhead(ours: dict | None, base: dict | None) -> str:
         return "n/a"
     paired = "n/a"  # no alternated passes measured both
     if ours.get("paired"):
-        ratios = ours["paired"]  # PAIRS of them, at least two
+        ratios = ours["paired"]  # PAIRS (SCHEDULE_PAIRS) of them, at least two
         low, _, high = statistics.quantiles(ratios, n=4)
         paired = f"{(statistics.median(ratios) - 1) * 100:+.1f}%, {(low - 1) * 100:+.0f}..{(high - 1) * 100:+.0f}%"
     return f"{(ours['cpu_us'] / base['cpu_us'] - 1) * 100:+.1f}% ({paired})"
@@ -359,6 +364,7 @@ def _table(reads: dict, resumes: dict, shards: dict) -> str:
         "system's parts read alone, - 1 (the goal for wdsprep.mix: at most +5%); for the scheduled mix, ÷ the "
         f"same mix without a schedule, - 1 (the goal: at most +2%; schedule {_schedule_words()}): best ÷ best, and "
         f"in brackets the median, then the quartiles, of the ratios of {PAIRS} pairs of passes in one process "
+        f"({SCHEDULE_PAIRS} for the schedules, whose goal is a smaller difference) "
         "(each a pass of the row's read and one of its baseline, in turn first), which the machine's drift "
         "between processes moves less.",
         "",
