@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wdsprep.errors import ConfigError
-from wdsprep.stream.planning.plan import Level, epoch_sequence, rank_share, remainder, worker_run
+from wdsprep.stream.planning.plan import Level, epoch_sequence, keyed, rank_share, remainder, worker_run
 
 
 # -- the reference model
@@ -180,3 +180,16 @@ def test_bad_equalize_and_rank_are_refused():
         rank_share(sequence, 0, 2, "repeat")
     with pytest.raises(ConfigError, match=r"rank=2: must be a whole number >= 0 \(below world_size=2; at most 1\)"):
         rank_share(sequence, 2, 2, None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(key=st.lists(st.one_of(st.integers(0, 2**32 - 1), st.integers(0, 2**70), st.sampled_from([0, 2**32 - 1, 2**32])),
+                    min_size=1, max_size=9), size=st.integers(1, 40))
+def test_a_keyed_generator_is_numpys_generator_of_the_same_key(key, size):
+    """Every shuffle of the plan (rule 6's blocks, M3's passes, M5's slots) is keyed by a list of ints:
+    `keyed` makes numpy's own generator of that list, only faster, for keys of small and large ints."""
+    reference = np.random.Generator(np.random.PCG64(key))
+    assert keyed(key).permutation(size).tolist() == reference.permutation(size).tolist()
+    numpy_ints = tuple(np.int64(v) for v in key if v < 2**63)  # a seed or epoch given as a numpy int
+    if numpy_ints:
+        assert keyed(numpy_ints).random() == np.random.Generator(np.random.PCG64(list(numpy_ints))).random()

@@ -49,8 +49,8 @@ MIX_ORACLE = ("tests/core/test_mix_oracle.py",)
 MUTATIONS = [
     # -- the stream plan
     Mutation("seed-epoch-mixed", "seed and epoch mixed: (s, e+1) == (s+1, e)", PLAN,
-             (("np.random.PCG64([seed & 0xFFFFFFFF, epoch & 0xFFFFFFFF, 0x5EED])",
-               "np.random.PCG64([(seed + epoch) & 0xFFFFFFFF, 0x5EED])"),), ORACLE),
+             (("keyed([seed & 0xFFFFFFFF, epoch & 0xFFFFFFFF, 0x5EED])",
+               "keyed([(seed + epoch) & 0xFFFFFFFF, 0x5EED])"),), ORACLE),
     Mutation("deal-by-shard-count", "shards dealt by shard count instead of sample count", PLAN,
              (("    total = len(sequence)\n    start, stop = share(total, world_size, rank)",
                "    total = len(sequence.pieces)\n    start, stop = share(total, world_size, rank)"),), ORACLE),
@@ -634,7 +634,7 @@ MUTATIONS = [
     Mutation("mix-schedule-eligibility-ignored", "the mix schedule picks the earliest deadline among every part with outputs left, eligible or not", MIX,
              (("if k * total < t * c and (best", "if k < c and (best"),), MIX_ORACLE),
     Mutation("mix-schedule-block-unkeyed", "with a shuffle buffer every block of the mix schedule is permuted alike (the block number left out)", MIX,
-             (("np.random.PCG64([*key, (first + at) // block, 0x313C])", "np.random.PCG64([*key, 0x313C])"),), MIX_ORACLE),
+             (("keyed([*key, (first + at) // block, 0x313C])", "keyed([*key, 0x313C])"),), MIX_ORACLE),
     Mutation("mix-part-dealt-with-part-0-key", "every part's shuffle blocks are keyed like part 0's", MIX,
              (("(() if index == 0 else (index,))", "()"),), MIX_ORACLE),
     Mutation("mix-pass-order-of-part-0", "every part's passes take part 0's shard orders", MIX,
@@ -1475,6 +1475,14 @@ MUTATIONS += [
              (("        if self.local or not self.options.prefetch_bytes or self.cache is not None:",
                "        if not self.local or not self.options.prefetch_bytes or self.cache is not None:"),),
              ("tests/objectstore/test_read_ahead.py",)),
+    Mutation("keyed-numpy-ints-wrapped", "a key's numpy ints taken as numpy casts them (one of more than 32 bits wraps to its low word)", PLAN,
+             (("        words = np.array([int(v) for v in key], dtype=np.uint32)  # ints of one word each",
+               "        words = np.array(key, dtype=np.uint32)  # ints of one word each"),),
+             ("tests/core/test_plan_properties.py::test_a_keyed_generator_is_numpys_generator_of_the_same_key",)),
+    Mutation("keyed-drops-high-words", "a key's ints past 32 bits keep their low word only (a seed >= 2**32 seeds as its low word)", PLAN,
+             (("        words = np.array([int(v) for v in key], dtype=np.uint32)  # ints of one word each",
+               "        words = np.array([int(v) & 0xFFFFFFFF for v in key], dtype=np.uint32)  # ints of one word each"),),
+             ("tests/core/test_plan_properties.py::test_a_keyed_generator_is_numpys_generator_of_the_same_key",)),
 ]
 # -- issue 46: any WebDataset adopted in place (`wdsprep index`)
 ADOPT_TESTS = ("tests/core/test_adopt.py",)

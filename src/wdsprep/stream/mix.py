@@ -115,7 +115,7 @@ from .dataset import PlannedDataset, shard_weights
 from .decode import ReaderStage
 from .manifests import load_manifest
 from ..shards.shardtable import ShardTable
-from .planning.plan import Level, Passes, Sequence, epoch_order, remainder
+from .planning.plan import Level, Passes, Sequence, epoch_order, keyed, remainder
 from ..readoptions import MIN_RANGE
 from .reading.readahead import reads_ahead, worker_connections
 from .planning.state import EpochProgress, PhaseLevel, Position, Resume, parse_state, worker_level
@@ -538,7 +538,7 @@ def pass_order(shards: int, seed: int, epoch: int, shuffle: bool, part: int, cyc
         return np.arange(shards, dtype=np.int64)
     if part == 0 and cycle == 0:
         return np.asarray(epoch_order(shards, seed, epoch, True), dtype=np.int64)
-    rng = np.random.Generator(np.random.PCG64([seed & 0xFFFFFFFF, epoch & 0xFFFFFFFF, 0x5EED, part, cycle]))
+    rng = keyed([seed & 0xFFFFFFFF, epoch & 0xFFFFFFFF, 0x5EED, part, cycle])
     return rng.permutation(shards).astype(np.int64)
 
 
@@ -619,7 +619,7 @@ def interleave(counts: list[int], start: int = 0, block: int = 0, key: tuple = (
             continue
         for at in range(max(0, start - start % block - first), len(labels), block):
             run = labels[at : at + block]
-            order = np.random.Generator(np.random.PCG64([*key, (first + at) // block, 0x313C])).permutation(len(run))
+            order = keyed([*key, (first + at) // block, 0x313C]).permutation(len(run))
             yield run[order][max(0, start - first - at):].tolist()
 
 
