@@ -1113,9 +1113,13 @@ class MixDataset(PlannedDataset):
         # the later phases are made now, one after the other: made between two samples, a phase's plans
         # and readers would find the caches cold and cost several times as much (they hold no bytes)
         later = {k: make_phase(k, None) for k in range((resume.phase or 0) + 1, phases)}
-        return MixStream(lambda k, position: (position is None and later.pop(k, None)) or make_phase(k, position),
-                         phases, resume, [part.name for part in self.parts], block=self.shuffle_buffer, after=after,
-                         invoke=self.invoke)
+
+        def phase(k: int, position: MixPosition | None) -> _Phase:
+            made = later.pop(k, None) if position is None else None
+            return made if made is not None else make_phase(k, position)
+
+        return MixStream(phase, phases, resume, [part.name for part in self.parts], block=self.shuffle_buffer,
+                         after=after, invoke=self.invoke)
 
 
 def _phase_key(phase: int) -> tuple:
