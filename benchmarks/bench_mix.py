@@ -380,7 +380,7 @@ def _table(reads: dict, resumes: dict, shards: dict) -> str:
         lines.append(f"| {NAMES[system]} | {result['samples']:,} | {result['rate']:,.0f} | {result['cpu_us']:.2f} "
                      f"| {over} | {result['first_us']:.1f} |")
     starts = [_phase_start_cost(reads, system) for system in SCHEDULES]
-    if all(starts):
+    if all(cost is not None for cost in starts):  # (a cost of 0 or less is a measurement too)
         lines += ["", "A scheduled mix's CPU over the same mix without one, per phase start (the alternated median's "
                       "extra CPU of a pass ÷ the phases after the first): "
                   + "; ".join(f"{len(SCHEDULES[system])} phases: {cost:.2f} ms" for system, cost in zip(SCHEDULES, starts))

@@ -94,7 +94,7 @@ def _read_from(url: str, offset: int, length: int) -> bytes:
 
 
 class IndexCache(Kept):
-    """Loaded shard indexes by (URL, the row's index digest), the last `size` used (a `Kept`:
+    """Loaded shard indexes by (URL, the row's index digest), the last `budget` used (a `Kept`:
     thread-safe, a forked child starts with the parent's). One per process for the streaming readers
     (`INDEXES`: the local reader and the read-ahead); a `ShardAccess` keeps its own, larger one. An
     index is only ever kept after it was checked against its row."""
