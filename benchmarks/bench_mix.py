@@ -146,6 +146,8 @@ def _litdata_combined(workdir: str, weighted: bool):
 def _read_sources(system: str, workdir: str):
     """What one measurement iterates: a list of iterables, read one after the other."""
     buffer = 0 if system.endswith("unbuffered") else BUFFER
+    if system == "wdsprep-alone-in-turn":
+        return [_in_turn(workdir)]
     if system.startswith("wdsprep-alone"):
         import wdsprep
 
@@ -159,6 +161,23 @@ def _read_sources(system: str, workdir: str):
     if system == "litdata-alone":
         return _litdata_datasets(workdir)
     return [_litdata_combined(workdir, weighted=system.endswith("weighted"))]
+
+
+def _in_turn(workdir: str):
+    """The parts' datasets as read alone, each with the mix's share of the buffer (500, 333, 167 of
+    1,000: `MixDataset.part_buffers`), read in turn in the mix's order of parts (rule M5, slots
+    unpermuted) by C iterators alone: no Python frame between the reader and the consumer. What three
+    shuffled readers taking turns cost the hardware, without a mix."""
+    import wdsprep
+    from wdsprep.stream.mix import interleave
+
+    mix = _wdsprep_mix(workdir, weighted=False)
+    buffers = mix.part_buffers()[0]
+    readers = [iter(wdsprep.dataset(os.path.join(workdir, "wdsprep", part, "manifest.json"), "train", seed=0,
+                                    shuffle_buffer=buffer, equalize=None).compose(wdsprep.decode(strip=True)))
+               for part, buffer in zip(PARTS, buffers)]
+    order = [part for run in interleave(list(PARTS.values())) for part in run]
+    return map(next, map(readers.__getitem__, order))
 
 
 def _identity(sample: dict) -> tuple[str, int]:

@@ -568,3 +568,94 @@ def test_a_selection_reads_the_selected_samples_out_of_their_blocks(converted):
         _same(converted, sample)
     chosen = wdsprep.MapDataset(_manifest(converted), "train", keys=wanted[::5])
     assert [chosen[i]["__key__"] for i in range(len(chosen))] == wanted[::5]
+
+
+def test_a_blocks_rows_are_writable_and_no_two_decodes_of_it_share_a_row():
+    """A `.npy` column's rows are views of the block's own copy of their bytes (its first decode
+    copies nothing more): each writable, a write to one changes no other row, and a second decode of
+    the same block (torch, or members kept as named; no reader makes one) gets rows of its own."""
+    import torch
+
+    from wdsprep.shards.codec import Encoder
+
+    keys = [f"k{i}" for i in range(5)]
+    members = [Encoder("none").encode_fields(key, {"data": np.arange(4, dtype=np.int32) + 10 * i}) for i, key in enumerate(keys)]
+    block = Block.parse(encode_block(keys, [name for name, _ in members[0]], [[data for _, data in row] for row in members]))
+    first = block.decoded(0, "u", True, False)["data"]
+    assert first.flags.writeable
+    first[:] = -1
+    assert block.decoded(1, "u", True, False)["data"].tolist() == [10, 11, 12, 13]
+    named = block.decoded(2, "u", False, False)["data.npy"]
+    tensor = block.decoded(2, "u", True, True)["data"]
+    assert isinstance(tensor, torch.Tensor) and named.tolist() == tensor.tolist() == [20, 21, 22, 23]
+    named[:] = 7
+    tensor[:] = 8
+    assert block.decoded(2, "u", True, False)["data"].tolist() == [20, 21, 22, 23]
+    assert named.tolist() == [7] * 4 and tensor.tolist() == [8] * 4
+
+
+def _bytes_converted(root: pathlib.Path, sizes: list[int], shard_bytes: str) -> list[pathlib.Path]:
+    """Samples of random uint8 values of `sizes` bytes converted with `--pack` by the command line
+    (into root/out): its shards."""
+    train = root / "in" / "train"
+    train.mkdir(parents=True)
+    rng = np.random.default_rng(2)
+    for i, size in enumerate(sizes):
+        np.save(train / f"{_key(i)}.data.npy", rng.integers(0, 256, size, dtype=np.uint8))
+    status, _, err = run_cli("convert", "generic", root / "in", root / "out", "--quiet", "--pack", "--codec", "none",
+                             "--shard-bytes", shard_bytes)
+    assert status == 0, err
+    return sorted((root / "out").glob("*.tar"))
+
+
+def test_a_shuffled_read_of_packed_shards_holds_no_read_window_past_the_one_it_checks(tmp_path, monkeypatch):
+    """Blocks hold their own bytes once parsed, so a shuffle buffer over packed shards holds its
+    blocks, not the read windows they were parsed from (samples stored whole are copied out of their
+    windows when taken, which are kept for that, up to `KEEP` bytes a shard). Counted at the window
+    pool: windows taken and not yet given back, at most one per shard held."""
+    from wdsprep.stream.reading import read
+
+    count = 3000
+    shards = _bytes_converted(tmp_path, [1024] * count, "1MB")
+    assert len(shards) >= 3 and all(path.stat().st_size > 3 * read.WINDOW for path in shards[:-1])
+
+    class Counting:
+        def __init__(self, pool):
+            self.pool, self.out, self.most = pool, 0, 0
+
+        def get(self):
+            self.out += 1
+            self.most = max(self.most, self.out)
+            return self.pool.get()
+
+        def put(self, buffers):
+            buffers = list(buffers)
+            self.out -= len(buffers)
+            self.pool.put(buffers)
+
+    pool = Counting(read._buffers)
+    monkeypatch.setattr(read, "_buffers", pool)
+    dataset = wdsprep.dataset(str(tmp_path / "out" / "manifest.json"), "train", seed=1, shuffle_buffer=1500)
+    keys = [sample["__key__"] for sample in dataset.compose(wdsprep.decode(strip=True))]
+    assert sorted(keys) == [_key(i) for i in range(count)]
+    per_shard = -(-count // len(shards))  # samples of a shard (the last one's fewer)
+    assert 1 <= pool.most <= -(-1500 // per_shard) + 1, pool.most  # the shards a shuffle block spans, one window each
+
+
+def test_a_shuffled_read_of_a_packed_shard_with_a_sample_stored_whole_reads_each_byte_once(tmp_path, monkeypatch):
+    """A packed shard that holds a sample stored whole (too large for a block, small enough for a read
+    window) keeps its windows, as an unpacked one does: the sample is copied out of its window when
+    the shuffle buffer delivers it, not read again. Counted at the reader's one read call."""
+    from wdsprep.stream.reading import read
+
+    sizes = [1024] * 1000
+    sizes[200] = 100_000
+    shards = _bytes_converted(tmp_path, sizes, "2MB")
+    assert len(shards) == 1 and shards[0].stat().st_size > 4 * read.WINDOW
+    done = []
+    preadv = read._preadv
+    monkeypatch.setattr(read, "_preadv", lambda url, fd, buffers, offset: done.append(sum(map(len, buffers))) or preadv(url, fd, buffers, offset))
+    dataset = wdsprep.dataset(str(tmp_path / "out" / "manifest.json"), "train", seed=3, shuffle_buffer=1500)
+    samples = {sample["__key__"]: sample["data"] for sample in dataset.compose(wdsprep.decode(strip=True))}
+    assert sorted(samples) == [_key(i) for i in range(1000)] and samples[_key(200)].shape == (100_000,)
+    assert sum(done) <= shards[0].stat().st_size

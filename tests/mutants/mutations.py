@@ -1651,3 +1651,18 @@ MUTATIONS += [
              (("        self.fd = open_to_read(path)\n", "        self.fd = os.open(path, os.O_RDONLY)\n"),),
              ("tests/core/test_convert_interrupt.py",)),
 ]
+MUTATIONS += [
+    # -- a packed block's bytes copied once, as it is parsed; its shard's read windows not kept (issue 48)
+    Mutation("packed-decodes-share-rows", "every decode of a block takes the column's own bytes (two decodes hand out the same rows)",
+             "src/wdsprep/shards/packed.py",
+             (("np.frombuffer(bytearray(data) if self.values else data, dtype)", "np.frombuffer(data, dtype)"),),
+             ("tests/core/test_packed.py::test_a_blocks_rows_are_writable_and_no_two_decodes_of_it_share_a_row",)),
+    Mutation("packed-windows-kept", "a shuffled read of a shard of blocks keeps its read windows (up to KEEP bytes a shard) after parsing them",
+             "src/wdsprep/stream/reading/unpack.py",
+             (("            shard.keep = 0  # every entry a block", "            pass  # every entry a block"),),
+             PACKED_TESTS),
+    Mutation("packed-windows-dropped-under-whole-samples", "a shard of blocks and samples stored whole keeps no read window (a whole sample is read again when delivered)",
+             "src/wdsprep/stream/reading/unpack.py",
+             (("        if start < stop and all(self.pack.rows[", "        if start < stop and (self.pack.rows["),),
+             PACKED_TESTS),
+]

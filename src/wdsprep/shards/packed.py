@@ -208,7 +208,10 @@ class Block:
             if total > MAX_MEMBER_BYTES:
                 raise ValueError(beyond(f"its rows hold {total} bytes", "a member", MAX_MEMBER_BYTES))
             names.append(name)
-            parsed.append((bytes(head), size, bounds, bytes(data) if data.__class__ is not bytes else data))
+            # the rows' bytes in a bytearray of the block's own, copied now, while msgpack's copy is in
+            # the cache (copied when first decoded, it was often not: a shuffle buffer parses its blocks
+            # as it fills and decodes each when it delivers its first row, a thousand samples later)
+            parsed.append((bytes(head), size, bounds, bytearray(data)))
         if not names:
             raise ValueError("no columns")
         if list(names) != sorted(names):
@@ -311,7 +314,9 @@ class Block:
 
     def _stacked(self, m: int, torch: bool):
         """The rows of a fixed-size `.npy` column whose common head is their whole header, as one
-        array (n, *shape), or None (any other column: decoded row by row)."""
+        array (n, *shape), or None (any other column: decoded row by row). The block's first decode
+        takes the column's bytearray as the array's memory (no copy); a later one (another `strip`
+        or `torch`) gets a copy, so no two decodes share a row."""
         head, size, bounds, data = self.columns[m]
         if bounds is not None or len(head) < 10:
             return None
@@ -324,7 +329,7 @@ class Block:
             return None
         if fortran or not shape or count * dtype.itemsize != size:  # a 0-d row would come out a scalar: row by row
             return None
-        array = np.frombuffer(bytearray(data), dtype).reshape((len(self.keys), *shape))
+        array = np.frombuffer(bytearray(data) if self.values else data, dtype).reshape((len(self.keys), *shape))
         if torch:
             import torch as torch_module
 

@@ -69,13 +69,17 @@ class PackedShard:
     `read.LocalShard` over the entries holding them): numbered and taken as a `LocalShard`'s are.
     `checked()` yields a sample once its entry's bytes matched their digests (and, in a block, the
     block was parsed and checked: before any of its samples); blocks are kept until `release()`
-    (a shuffle block was delivered), the one being read past it."""
+    (a shuffle block was delivered), the one being read past it. A shard whose samples here all lie
+    in blocks keeps no read window past the one being checked (the blocks hold their own bytes;
+    one dropped is read again, alone); one with samples stored whole keeps them as `LocalShard` does."""
 
     __slots__ = ("shard", "url", "index", "pack", "start", "stop", "blocks", "span")
 
     def __init__(self, shard, index: ShardIndex, start: int, stop: int):
         self.shard, self.url, self.index, self.pack = shard, shard.url, index, index.pack
         self.start, self.stop = start, stop
+        if start < stop and all(self.pack.rows[slice(*self.pack.entries(start, stop))]):
+            shard.keep = 0  # every entry a block, parsed as it is checked: its window is not read again
         self.blocks: dict[int, Block] = {}  # entry -> its block, parsed and checked
         self.span = (0, 0, 0, False)  # the entry last located: (its first sample, its end, entry, a block)
 
