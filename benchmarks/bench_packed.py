@@ -242,7 +242,8 @@ def run(workdir: pathlib.Path) -> str:
         "Mixing packed parts (bench_mix's three parts of 4 KiB float32 + a dict, converted with `--pack`; "
         "`wdsprep.mix` epochized, repeat 1, against each part's `wdsprep.dataset` alone, by bench_mix's own reads; "
         f"best of {REPEATS}, each's second pass; in brackets the median and quartiles of {bench_mix.PAIRS} alternated "
-        "pairs of passes in one process, as in *mix*). Goal: at "
+        "pairs of passes in one process, as in *mix*; `wdsprep-alone-in-turn`: the parts' datasets with the mix's "
+        "shares of the buffer, taken in the mix's order of parts by C iterators, no mix between). Goal: at "
         "most +5% with a shuffle buffer of 1,000.",
         "",
         *mixes,
