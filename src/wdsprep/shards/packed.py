@@ -208,10 +208,15 @@ class Block:
             if total > MAX_MEMBER_BYTES:
                 raise ValueError(beyond(f"its rows hold {total} bytes", "a member", MAX_MEMBER_BYTES))
             names.append(name)
-            # the rows' bytes in a bytearray of the block's own, copied now, while msgpack's copy is in
-            # the cache (copied when first decoded, it was often not: a shuffle buffer parses its blocks
-            # as it fills and decodes each when it delivers its first row, a thousand samples later)
-            parsed.append((bytes(head), size, bounds, bytearray(data)))
+            # rows of one size behind a head (a `.npy` column `_stacked` may hand out as views): their bytes
+            # in a bytearray of the block's own, copied now, while msgpack's copy is in the cache (copied
+            # when first decoded, they were often not: a shuffle buffer parses its blocks as it fills and
+            # decodes each when it delivers its first row, a thousand samples later)
+            if bounds is None and len(head) >= 10:
+                data = bytearray(data)
+            elif data.__class__ is not bytes:
+                data = bytes(data)
+            parsed.append((bytes(head), size, bounds, data))
         if not names:
             raise ValueError("no columns")
         if list(names) != sorted(names):
