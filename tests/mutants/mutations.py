@@ -1659,7 +1659,7 @@ MUTATIONS += [
              ("tests/core/test_packed.py::test_a_blocks_rows_are_writable_and_no_two_decodes_of_it_share_a_row",)),
     Mutation("packed-rows-copied-at-decode", "a block keeps msgpack's bytes and its first decode copies them again (two copies held, the second made cold)",
              "src/wdsprep/shards/packed.py",
-             (("            if bounds is None and len(head) >= 10:\n                data = bytearray(data)\n",
+             (("            if _stackable(head, bounds):\n                data = bytearray(data)\n",
                "            if False:\n                data = bytearray(data)\n"),
               ("np.frombuffer(bytearray(data) if self.values else data, dtype)", "np.frombuffer(bytearray(data), dtype)")),
              PACKED_TESTS),

@@ -208,11 +208,11 @@ class Block:
             if total > MAX_MEMBER_BYTES:
                 raise ValueError(beyond(f"its rows hold {total} bytes", "a member", MAX_MEMBER_BYTES))
             names.append(name)
-            # rows of one size behind a head (a `.npy` column `_stacked` may hand out as views): their bytes
-            # in a bytearray of the block's own, copied now, while msgpack's copy is in the cache (copied
-            # when first decoded, they were often not: a shuffle buffer parses its blocks as it fills and
-            # decodes each when it delivers its first row, a thousand samples later)
-            if bounds is None and len(head) >= 10:
+            # a column `_stacked` may hand out as views: its bytes in a bytearray of the block's own, copied
+            # now, while msgpack's copy is in the cache (copied when first decoded, they were often not: a
+            # shuffle buffer parses its blocks as it fills and decodes each when it delivers its first row,
+            # a thousand samples later)
+            if _stackable(head, bounds):
                 data = bytearray(data)
             elif data.__class__ is not bytes:
                 data = bytes(data)
@@ -323,7 +323,7 @@ class Block:
         takes the column's bytearray as the array's memory (no copy); a later one (another `strip`
         or `torch`) gets a copy, so no two decodes share a row."""
         head, size, bounds, data = self.columns[m]
-        if bounds is not None or len(head) < 10:
+        if not _stackable(head, bounds):  # (its data is then the block's own bytearray: `_checked`)
             return None
         try:
             start, length = npy_header_span(head)
@@ -340,6 +340,12 @@ class Block:
 
             return torch_module.from_numpy(array)
         return array
+
+
+def _stackable(head: bytes, bounds) -> bool:
+    """Whether a column's rows may come out as one array (`Block._stacked`): rows of one size behind
+    a head long enough to be a `.npy` header."""
+    return bounds is None and len(head) >= 10
 
 
 _CONTAINER_BYTES = np.zeros(256, bool)
