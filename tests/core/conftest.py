@@ -5,14 +5,15 @@ from .shardsets import write_counted_shards  # noqa: F401 (used by the fixtures 
 
 @pytest.fixture(scope="session")
 def counted_shards(tmp_path_factory):
-    """`counted_shards(counts, codec=..., tag=...)` -> manifest path, written once per distinct argument set
+    """`counted_shards(counts, codec=..., tag=..., pack_rows=...)` -> manifest path, written once per distinct argument set
     (session-scoped so that hypothesis examples can share it)."""
     made: dict = {}
 
-    def make(counts, *, codec="none", tag=""):
-        wanted = (tuple(counts), codec, tag)
+    def make(counts, *, codec="none", tag="", pack_rows=None):
+        wanted = (tuple(counts), codec, tag, pack_rows)
         if wanted not in made:
-            made[wanted] = write_counted_shards(tmp_path_factory.mktemp("counted"), list(counts), codec=codec, tag=tag)
+            made[wanted] = write_counted_shards(tmp_path_factory.mktemp("counted"), list(counts), codec=codec, tag=tag,
+                                                pack_rows=pack_rows)
         return made[wanted]
 
     return make

@@ -3,6 +3,7 @@
 (the reference: the same stage behind an identity stage, which is never fused), checked here
 sample by sample and position by position, plus against `tarfile` + `numpy.load` + msgpack."""
 import io
+import json
 import tarfile
 
 import msgpack
@@ -43,6 +44,17 @@ def _same_sample(a: dict, b: dict) -> None:
             assert x.dtype == y.dtype and torch.equal(x, y)
         else:
             assert x == y, name
+
+
+def _stream_and_states(pipeline) -> list:
+    """Each sample (every field: an array as its type, dtype, shape, writability and bytes) and the
+    state saved after it."""
+    out = []
+    for sample in pipeline:
+        fields = [(name, (type(value), value.dtype, value.shape, value.flags.writeable, value.tobytes())
+                   if isinstance(value, np.ndarray) else (type(value), value)) for name, value in sample.items()]
+        out.append((fields, pipeline.state_dict()))
+    return out
 
 
 def _same_stream(fused, staged) -> int:
@@ -267,6 +279,74 @@ def test_resume_through_the_fused_decode_is_exact(bad_member_manifest):
         resumed = make()
         resumed.load_state_dict(run.state_dict())
         assert head + [s["__key__"] for s in resumed] == full
+
+
+@pytest.mark.parametrize("buffer", [0, 3])
+@pytest.mark.parametrize("handler", ["skips", "ends"])
+def test_a_mix_taking_its_parts_samples_itself_gives_what_its_parts_streams_give(bad_member_manifest, counted_shards,
+                                                                                 monkeypatch, buffer, handler):
+    """A mix whose parts decode in their readers takes each part's samples itself (stream/mix.py
+    `_taken_in_turn`); the same mix iterating its parts' streams (`WorkerStream.taker` switched off)
+    is the reference: the same samples, field for field (bookkeeping kept), and the same state after
+    each, through a part whose members do not decode (its handler skips them, or ends its stream) and
+    a packed part; with the handler that skips, a state saved after any sample resumes to exactly the rest."""
+    from wdsprep.stream import worker
+
+    handle = wds.ignore_and_continue if handler == "skips" else (lambda error: False)
+    packed = counted_shards([3, 4, 2], tag="g", pack_rows=2)
+
+    def make(decoded=True):
+        def stages(**args):
+            return (wdsprep.decode(bookkeeping=True, **args),) if decoded else ()
+
+        parts = [wdsprep.Part(bad_member_manifest, repeat=1, name="bad", stages=stages(strip=True, handler=handle)),
+                 wdsprep.Part(packed, repeat=1, name="packed", stages=stages())]
+        return wdsprep.mix(parts, mode="epochized", seed=3, epoch=1, shuffle_buffer=buffer, equalize=None)
+
+    # the bad part's order, raw (nothing decoded, nothing fails): it delivers up to its first bad member
+    order = [s["__key__"] for s in make(decoded=False) if s["__part__"] == "bad"]
+    assert sorted(order) == [f"k{i}" for i in range(8)]
+    expected = 9 + (6 if handler == "skips" else min(order.index("k2"), order.index("k5")))
+    takers = []
+    made = worker.WorkerStream.taker
+    with monkeypatch.context() as counted:
+        counted.setattr(worker.WorkerStream, "taker", lambda self: takers.append(made(self)) or takers[-1])
+        taken = _stream_and_states(make())
+    assert takers and all(takers)  # the mix took its parts' samples itself
+    with monkeypatch.context() as off:
+        off.setattr(worker.WorkerStream, "taker", lambda self: None)
+        pulled = _stream_and_states(make())
+    assert len(taken) == expected
+    assert taken == pulled
+    whole = [s["__key__"] for s in make()]
+    assert len(whole) == expected
+    if handler == "ends":  # (a state saved after a part's stream ended resumes that part past the sample that ended it)
+        return
+    for stop in range(len(whole) + 1):
+        run = make()
+        iterator = iter(run)
+        head = [next(iterator)["__key__"] for _ in range(stop)]
+        resumed = make()
+        resumed.load_state_dict(json.loads(json.dumps(run.state_dict())))
+        assert head + [s["__key__"] for s in resumed] == whole, stop
+
+
+def _marked(samples):
+    for sample in samples:
+        sample["marked"] = sample["__key__"]
+        yield sample
+
+
+@pytest.mark.parametrize("buffer", [0, 3])
+def test_a_mix_runs_a_parts_own_stages_after_its_decode(counted_shards, buffer):
+    """A part that decodes in its reader and has a stage of its own after it: every one of its
+    samples went through that stage (the mix does not take such a part's samples itself)."""
+    plain, staged = counted_shards([3, 2], tag="p"), counted_shards([4], tag="s")
+    parts = [wdsprep.Part(plain, repeat=1, name="plain", stages=(wdsprep.decode(),)),
+             wdsprep.Part(staged, repeat=1, name="staged", stages=(wdsprep.decode(), _marked))]
+    samples = list(wdsprep.mix(parts, mode="epochized", seed=1, shuffle_buffer=buffer, equalize=None))
+    assert sorted((s["__part__"], s.get("marked")) for s in samples) == sorted(
+        [("plain", None)] * 5 + [("staged", f"ss00x{i:02d}") for i in range(4)])
 
 
 @pytest.mark.parametrize("shuffle_buffer", [0, 3])

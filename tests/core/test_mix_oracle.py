@@ -176,9 +176,12 @@ def model_worker(parts, shares, *, world=1, rank=0, workers=1, worker=0, equaliz
 
 # ------------------------------------------------------------------------------ the real system
 def open_mix(manifests, shares, *, mode="weighted", world=1, rank=0, equalize=None, buffer=0, seed=0, epoch=0,
-             **options):
+             decoded=False, **options):
+    """The mix; `decoded`: each part decodes its samples (`wdsprep.decode()`, fused into its reader:
+    the mix then takes the samples of local parts itself, stream/mix.py `_taken_in_turn`)."""
     share = "weight" if mode == "weighted" else "repeat"
-    parts = [{"location": m, share: s} for m, s in zip(manifests, shares)]
+    parts = [{"location": m, share: s, **({"stages": (wdsprep.decode(),)} if decoded else {})}
+             for m, s in zip(manifests, shares)]
     return wdsprep.mix(parts, mode=mode, seed=seed, epoch=epoch, shuffle_buffer=buffer, equalize=equalize,
                        rank=rank, world_size=world, **options)
 
@@ -200,8 +203,9 @@ def real_worker(manifests, shares, *, workers=1, worker=0, **plan):
             raise
 
 
-def written(counted_shards, parts):
-    return [counted_shards(counts, tag=TAGS[p]) for p, counts in enumerate(parts)]
+def written(counted_shards, parts, packed=False):
+    """Each part's counted shards (`packed`: its samples in blocks of two)."""
+    return [counted_shards(counts, tag=TAGS[p], pack_rows=2 if packed else None) for p, counts in enumerate(parts)]
 
 
 # ------------------------------------------------------------------------------ strategies
@@ -249,18 +253,19 @@ def test_epochized_epoch_counts_are_the_models(counted_shards):
 @FAST
 @given(parts=mix_parts, weights=st.lists(weight_values, min_size=3, max_size=3), stop=st.sampled_from(["first", "all"]),
        samples_per_epoch=st.one_of(st.none(), st.integers(1, 30)), seed=seeds, epoch=epochs, world=st.integers(1, 5),
-       workers=st.integers(1, 4), equalize=st.sampled_from(EQUALIZE), buffer=buffers)
+       workers=st.integers(1, 4), equalize=st.sampled_from(EQUALIZE), buffer=buffers, decoded=st.booleans(),
+       packed=st.booleans())
 def test_weighted_every_rank_and_worker_reads_what_the_model_says(counted_shards, parts, weights, stop,
                                                                   samples_per_epoch, seed, epoch, world, workers,
-                                                                  equalize, buffer):
+                                                                  equalize, buffer, decoded, packed):
     weights = weights[: len(parts)]
-    manifests = written(counted_shards, parts)
+    manifests = written(counted_shards, parts, packed)
     sizing = dict(stop=stop, samples_per_epoch=samples_per_epoch)
     for rank in range(world):
         for worker in range(workers):
             plan = dict(world=world, rank=rank, equalize=equalize, buffer=buffer, seed=seed, epoch=epoch)
             expected = model_worker(parts, weights, workers=workers, worker=worker, **plan, **sizing)
-            got = real_worker(manifests, weights, workers=workers, worker=worker, **plan, **sizing)
+            got = real_worker(manifests, weights, workers=workers, worker=worker, decoded=decoded, **plan, **sizing)
             assert got == expected, (rank, worker)
 
 
@@ -415,8 +420,10 @@ def loader_collate(batch):
 
 
 def make_loader(manifests, workers, buffer, *, world=1, rank=0, equalize=None, seed=11, stop="all", epoch=None,
-                weights=LOADER_WEIGHTS):
-    parts = [wdsprep.Part(m, weight=w) for m, w in zip(manifests, weights)]
+                weights=LOADER_WEIGHTS, decoded=False):
+    """`decoded`: each part decodes its samples, keeping `__epoch__` (see `open_mix`)."""
+    stages = (wdsprep.decode(bookkeeping="__epoch__"),) if decoded else ()
+    parts = [wdsprep.Part(m, weight=w, stages=stages) for m, w in zip(manifests, weights)]
     mix = wdsprep.mix(parts, seed=seed, epoch=epoch, stop=stop, shuffle_buffer=buffer, equalize=equalize, rank=rank,
                       world_size=world)
     return wdsprep.Loader(mix, batch_size=BATCH, num_workers=workers, collate_fn=loader_collate)
@@ -428,11 +435,12 @@ def as_lists(batches):
 
 @pytest.mark.parametrize("workers", [0, 1, 2, 3, 4])
 @pytest.mark.parametrize("buffer", [0, 3])
-def test_the_loader_delivers_the_models_batches_on_each_rank(counted_shards, workers, buffer):
-    manifests = written(counted_shards, LOADER_PARTS)
+@pytest.mark.parametrize("decoded", [False, True])
+def test_the_loader_delivers_the_models_batches_on_each_rank(counted_shards, workers, buffer, decoded):
+    manifests = written(counted_shards, LOADER_PARTS, packed=decoded)
     for rank in range(2):
         plan = dict(world=2, rank=rank, equalize="pad", buffer=buffer)
-        loader = make_loader(manifests, workers, epoch=1, **plan)
+        loader = make_loader(manifests, workers, epoch=1, decoded=decoded, **plan)
         assert as_lists(loader) == model_loader_epoch(1, workers=workers, **plan), rank
 
 

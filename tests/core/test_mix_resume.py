@@ -86,10 +86,12 @@ def resumes_across_epochs(make, expected, epochs):
 
 @pytest.mark.parametrize("buffer", [0, 3])
 @pytest.mark.parametrize("workers", [0, 1, 2, 3, 4])
-def test_a_loader_state_saved_after_every_batch_resumes_exactly(counted_shards, workers, buffer):
-    manifests = written(counted_shards, LOADER_PARTS)
+@pytest.mark.parametrize("decoded", [False, True])
+def test_a_loader_state_saved_after_every_batch_resumes_exactly(counted_shards, workers, buffer, decoded):
+    """`decoded`: packed parts, each decoded in its reader: the mix takes their samples itself."""
+    manifests = written(counted_shards, LOADER_PARTS, packed=decoded)
     plan = dict(world=2, rank=1, equalize="pad", buffer=buffer)
-    resumes_after_every_batch(lambda: make_loader(manifests, workers, epoch=1, **plan),
+    resumes_after_every_batch(lambda: make_loader(manifests, workers, epoch=1, decoded=decoded, **plan),
                               model_loader_epoch(1, workers=workers, **plan))
 
 
@@ -104,11 +106,11 @@ def test_states_saved_across_two_epochs_resume_into_the_epoch_they_were_saved_in
 @FAST
 @given(parts=st.lists(st.lists(st.integers(0, 4), min_size=1, max_size=3).filter(sum), min_size=1, max_size=3),
        stop=st.sampled_from(["first", "all"]), world=st.integers(1, 3), equalize=st.sampled_from(EQUALIZE),
-       buffer=buffers, seed=st.integers(0, 5), data=st.data())
+       buffer=buffers, seed=st.integers(0, 5), decoded=st.booleans(), data=st.data())
 def test_a_resumed_mix_and_a_resumed_resumed_mix_give_exactly_the_rest(counted_shards, parts, stop, world, equalize,
-                                                                       buffer, seed, data):
+                                                                       buffer, seed, decoded, data):
     weights = [1, 2, 0.5][: len(parts)]
-    manifests = written(counted_shards, parts)
+    manifests = written(counted_shards, parts, packed=decoded)
     rank = data.draw(st.integers(0, world - 1), label="rank")
     plan = dict(world=world, rank=rank, equalize=equalize, buffer=buffer, seed=seed, epoch=1, stop=stop)
     expected = model_worker(parts, weights, **plan)
@@ -116,7 +118,7 @@ def test_a_resumed_mix_and_a_resumed_resumed_mix_give_exactly_the_rest(counted_s
         with pytest.raises(wdsprep.ConfigError, match="equalize='drop' would leave it out"):
             open_mix(manifests, weights, **plan)
         return
-    resumed_twice(lambda: open_mix(manifests, weights, **plan), named, expected, data)
+    resumed_twice(lambda: open_mix(manifests, weights, decoded=decoded, **plan), named, expected, data)
 
 
 def resumed_twice(make, name, expected, data):
@@ -169,17 +171,19 @@ def model_remainder(epochs, delivered):
             for p, items in enumerate(epochs)]
 
 
-def old_loader(manifests, rank, world, workers, equalize, buffer):
-    return make_loader(manifests, workers, buffer, world=world, rank=rank, equalize=equalize, epoch=1)
+def old_loader(manifests, rank, world, workers, equalize, buffer, decoded=False):
+    return make_loader(manifests, workers, buffer, world=world, rank=rank, equalize=equalize, epoch=1, decoded=decoded)
 
 
 @pytest.mark.parametrize("old_world, new_world, new_workers", [(3, 2, 0), (3, 2, 3), (2, 3, 1), (2, 3, 2)])
-@pytest.mark.parametrize("equalize, buffer", [(None, 0), (None, 3), ("pad", 3)])
+@pytest.mark.parametrize("equalize, buffer, decoded", [(None, 0, False), (None, 3, False), ("pad", 3, False),
+                                                       (None, 3, True), ("pad", 3, True)])
 def test_elastic_resume_deals_exactly_what_the_old_ranks_had_not_delivered(counted_shards, old_world, new_world,
-                                                                          new_workers, equalize, buffer):
+                                                                          new_workers, equalize, buffer, decoded):
     """Old ranks with 2 Loader workers each stop after 0, 1, 3 (, 2) batches; the list of their states
-    resumes on another number of ranks and workers."""
-    manifests = written(counted_shards, LOADER_PARTS)
+    resumes on another number of ranks and workers (`decoded`: packed parts decoded in their readers,
+    whose samples the mix takes itself)."""
+    manifests = written(counted_shards, LOADER_PARTS, packed=decoded)
     epochs = model_epochs(LOADER_PARTS, LOADER_WEIGHTS, seed=11, epoch=1, stop="all")
     delivered, old_batches, states = set(), [], []
     for rank, stop in zip(range(old_world), [1, 3, 0]):
@@ -187,7 +191,7 @@ def test_elastic_resume_deals_exactly_what_the_old_ranks_had_not_delivered(count
         marked = [model_worker_marked(epochs, workers=2, worker=w, **plan) for w in range(2)]
         delivered |= {(p, position) for _, batch in round_robin_batches(marked, BATCH)[:stop]
                       for p, (position, padding) in batch if not padding}
-        loader = old_loader(manifests, rank, old_world, 2, equalize, buffer)
+        loader = old_loader(manifests, rank, old_world, 2, equalize, buffer, decoded)
         iterator = iter(loader)
         old_batches += take(iterator, stop)
         states.append(saved(loader))
@@ -204,7 +208,7 @@ def test_elastic_resume_deals_exactly_what_the_old_ranks_had_not_delivered(count
                             model_interleave(part_streams, buffer, (11, 1, rank, worker))])
         new_batches += resumed_from(states, [batch for _, batch in round_robin_batches(streams, BATCH)], rank,
                                     lambda: make_loader(manifests, new_workers, buffer, world=new_world, rank=rank,
-                                                        equalize=equalize))
+                                                        equalize=equalize, decoded=decoded))
     if equalize is None:  # the old run and the new one together: the epoch's samples, each exactly once
         everything = collections.Counter((str(p), key) for p, items in enumerate(epochs) for key in items)
         together = collections.Counter((name, key) for batch in old_batches + new_batches for name, key, _ in batch)

@@ -94,6 +94,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import json
 import math
 import numbers
@@ -106,7 +107,7 @@ import numpy as np
 import webdataset as wds
 
 from ..checks import number, one_of, refuse, shown, whole_number
-from ..errors import ConfigError, ManifestError
+from ..errors import ConfigError, ManifestError, ShardError
 from ..kept import Kept
 from ..shards.manifest import Manifest
 from ..readoptions import ReadOptions
@@ -119,7 +120,7 @@ from .planning.plan import Level, Passes, Sequence, epoch_order, keyed, remainde
 from ..readoptions import MIN_RANGE
 from .reading.readahead import reads_ahead, worker_connections
 from .planning.state import EpochProgress, PhaseLevel, Position, Resume, parse_state, worker_level
-from .worker import ShardReader, WorkerPlan, WorkerStream, worker_plan
+from .worker import NOTHING_HELD, RUN_OUT, ShardReader, Taker, WorkerPlan, WorkerStream, stamp_kept, worker_plan
 
 MODES = ("weighted", "epochized")
 STOPS = ("first", "all")
@@ -726,30 +727,20 @@ class MixStream:
 
     def _mixed(self) -> Iterator:
         """The phases' outputs one after the other: each phase's parts' streams interleaved by rule
-        M5 from the phase's position (in this one generator: an output passes through no other)."""
+        M5 from the phase's position (in one generator a phase: an output passes through no other)."""
+        return itertools.chain.from_iterable(self._phases())
+
+    def _phases(self) -> Iterator[Iterator]:
+        """Each phase's outputs (a generator), made when the phase before is done."""
         phase, current, names = self.position.phase or 0, self.current, self.names
         while True:
             stamp = phase if self.phases > 1 else None  # a mix of one phase says none
-            sources = [iter(stream) for stream in current.streams]
-            parts = [(source.__next__, name) for source, name in zip(sources, names)]  # a slot's part: its pull, its name
-            for run in interleave(current.counts, self.position.delivered, self.block, current.key):
-                for pull, name in map(parts.__getitem__, run):
-                    try:
-                        output = pull()
-                    except StopIteration:
-                        continue  # a part whose stage made fewer outputs than it declared: its slots go
-                    if output.__class__ is dict or isinstance(output, dict):
-                        output["__part__"] = name
-                        if stamp is not None:
-                            output["__phase__"] = stamp
-                    yield output
-            for source, name in zip(sources, names):  # outputs past the declared counts, part by part
-                for output in source:  # (nothing from a part that ran out)
-                    if isinstance(output, dict):
-                        output["__part__"] = name
-                        if stamp is not None:
-                            output["__phase__"] = stamp
-                    yield output
+            runs = interleave(current.counts, self.position.delivered, self.block, current.key)
+            takers = [stream.taker() for stream in current.streams]
+            if all(takers):
+                yield _taken_in_turn(takers, names, runs, stamp)
+            else:
+                yield _pulled_in_turn([iter(stream) for stream in current.streams], names, runs, stamp)
             phase += 1
             if phase >= self.phases:
                 return
@@ -762,6 +753,89 @@ class MixStream:
         for step in self.after:
             source = self.invoke(step, source)
         return source
+
+
+def _pulled_in_turn(sources: list[Iterator], names: list[str], runs: Iterator[list[int]], stamp: int | None) -> Iterator:
+    """One phase's outputs (rule M5): each slot's output pulled from its part's stream, named; then,
+    past the declared counts, each part's remaining outputs, part by part."""
+    parts = [(source.__next__, name) for source, name in zip(sources, names)]  # a slot's part: its pull, its name
+    for run in runs:
+        for pull, name in map(parts.__getitem__, run):
+            try:
+                output = pull()
+            except StopIteration:
+                continue  # a part whose stage made fewer outputs than it declared: its slots go
+            if output.__class__ is dict or isinstance(output, dict):
+                output["__part__"] = name
+                if stamp is not None:
+                    output["__phase__"] = stamp
+            yield output
+    for source, name in zip(sources, names):  # outputs past the declared counts, part by part
+        for output in source:  # (nothing from a part that ran out)
+            if isinstance(output, dict):
+                output["__part__"] = name
+                if stamp is not None:
+                    output["__phase__"] = stamp
+            yield output
+
+
+def _taken_in_turn(takers: list[Taker], names: list[str], runs: Iterator[list[int]], stamp: int | None) -> Iterator:
+    """`_pulled_in_turn` over parts whose samples are taken here (`Taker`s): each slot's sample taken
+    from its part's shard as `ShardReader.samples` takes it, and counted as `WorkerStream._count_held`
+    counts it, in this one loop: no generator of the part's is resumed but the one that gives its
+    shards' sample numbers (`ShardReader.items`). The same outputs and positions as `_pulled_in_turn`
+    over the parts' streams (tests/core/test_fused_decode.py).
+
+    Counting: a part's output is held until its next is made, and its position then says the sample
+    after it, `skip` = the items pulled less the one held: each output delivered and each item that
+    gave none (skipped, or ending the part's stream) adds one."""
+    parts = [(taker, taker.items, taker.held, taker.position, name, *taker.fused) for taker, name in zip(takers, names)]
+    pending = [NOTHING_HELD] * len(parts)  # each part's next output, made before the one before it is handed over
+
+    def past_the_counts() -> Iterator[tuple[int]]:  # then each part's remaining outputs, part by part
+        for p in range(len(parts)):
+            while pending[p] is not RUN_OUT:
+                yield (p,)
+
+    for run in itertools.chain(runs, past_the_counts()):
+        for p in run:
+            taker, items, held, position, name, strip, torch, kept, with_url = parts[p]
+            output = pending[p]
+            if output.__class__ is not dict:  # (its outputs are decoded samples: dicts)
+                if output is RUN_OUT:
+                    continue  # a part that ran out: its slots go
+                output = pending[p] = taker.next_output()  # its first; the one after it is made before it goes
+                taker.counter.start()  # (the consumer's first output is made; local shards read nothing ahead)
+                if output is RUN_OUT:
+                    continue
+            for item in items:  # the part's next output
+                if item.__class__ is not dict:  # a sample of a local shard, checked: taken where it lies
+                    shard = held[item >> 32][0]
+                    index = item & 0xFFFFFFFF
+                    try:
+                        following = shard.decode_members(index, shard.members(index), strip, torch, with_url)
+                    except ShardError:
+                        following = taker.taken(item)
+                    else:
+                        if kept:
+                            following = stamp_kept(following, kept, index, held[item >> 32][1], taker.epoch)
+                        break
+                else:
+                    following = taker.taken(item)
+                if following.__class__ is dict:
+                    break
+                position.skip += 1  # an item that gave no output: passed
+                if following is RUN_OUT:
+                    break
+            else:
+                following = RUN_OUT
+            pending[p] = following
+            position.skip += 1
+            position.delivered += 1
+            output["__part__"] = name
+            if stamp is not None:
+                output["__phase__"] = stamp
+            yield output
 
 
 class MixDataset(PlannedDataset):

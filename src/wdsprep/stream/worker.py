@@ -59,7 +59,7 @@ from .reading.readahead import ReadAhead, reads_ahead
 from .planning.state import Position
 
 
-_NOTHING = object()  # no output held (`WorkerStream._count_held`)
+NOTHING_HELD = object()  # no output held (`WorkerStream._count_held`)
 _OPEN_PASSES: weakref.WeakSet = weakref.WeakSet()  # every pass's counted outputs (a generator), while it lives
 
 
@@ -91,13 +91,21 @@ def _stamp(sample: dict, index: int, piece_start: int, epoch: int) -> dict:
     return sample
 
 
-def _stamp_kept(sample: dict, kept: frozenset[str], index: int, piece_start: int, epoch: int) -> dict:
+def stamp_kept(sample: dict, kept: frozenset[str], index: int, piece_start: int, epoch: int) -> dict:
     """A sample decoded in the reader (with `__url__` if its decode stage keeps it) with the rest of
     the bookkeeping the stage keeps (`kept`)."""
     for name, value in (("__index__", index), ("__piece_start__", piece_start), ("__epoch__", epoch)):
         if name in kept:
             sample[name] = value
     return sample
+
+
+def fused(decode: ReaderStage | None) -> tuple[bool, bool, frozenset[str], bool]:
+    """What a decode fused into the reader asks of it: (strip, torch, the bookkeeping it keeps, whether
+    that holds `__url__`)."""
+    if decode is None:
+        return False, False, frozenset(), False
+    return decode.strip, decode.torch, decode.kept, "__url__" in decode.kept
 
 
 @dataclass
@@ -307,56 +315,75 @@ class ShardReader:
             offset = 0
             block += 1
 
+    def items(self, pieces: Sequence, skip: int, counter: _Counter, held: dict, made_ahead: int = 1) -> Iterator:
+        """What this worker's samples are taken from, from `skip` on: ints of local shards (`held`
+        says their shards) and whole samples (`_iter_pieces`), block-shuffled with a shuffle buffer."""
+        if self.shuffle_buffer > 1:
+            return self._block_shuffled(pieces, skip, held, counter, made_ahead)
+        return self._iter_pieces(pieces, skip, counter, held, keep=False, made_ahead=made_ahead)
+
     def samples(self, pieces: Sequence, skip: int, counter: _Counter, decode: ReaderStage | None = None,
                 made_ahead: int = 1) -> Iterator[dict]:
         """This worker's samples from `skip` on, counted as pulled; with `decode` (a `ReaderStage`
         placed first), decoded as they are copied out of local shards (fused: no raw sample in between).
         A shard that cannot be read when a sample is taken goes to the handler (as when it is
-        checked), a member that does not decode to the decode stage's. `made_ahead`: how many samples
-        the consumer pulls before it hands over the one before (1 when stages sit before the counting
-        point, `WorkerStream._count`; 0 when outputs are the samples): the read-ahead's start window."""
+        checked), a member that does not decode to the decode stage's (`taken`). `made_ahead`: how
+        many samples the consumer pulls before it hands over the one before (1 when stages sit before
+        the counting point, `WorkerStream._count`; 0 when outputs are the samples): the read-ahead's
+        start window."""
         held: dict = {}
-        if self.shuffle_buffer > 1:
-            samples = self._block_shuffled(pieces, skip, held, counter, made_ahead)
-        else:
-            samples = self._iter_pieces(pieces, skip, counter, held, keep=False, made_ahead=made_ahead)
+        items = self.items(pieces, skip, counter, held, made_ahead)
         counter.pulled = skip
-        handler, epoch = self.handler, self.epoch
-        strip, torch = (decode.strip, decode.torch) if decode is not None else (False, False)
-        kept = decode.kept if decode is not None else frozenset()
-        with_url = "__url__" in kept
-        for item in samples:
+        epoch = self.epoch
+        strip, torch, kept, with_url = fused(decode)
+        for item in items:
             counter.pulled += 1
-            if item.__class__ is not dict:  # a sample of a local (or cached) shard, checked, to take
-                shard, piece_start, entry, row = held[item >> 32]
+            if item.__class__ is not dict:  # a sample of a local (or cached) shard, checked: taken here
+                shard, piece_start, _, _ = held[item >> 32]
                 index = item & 0xFFFFFFFF
-                try:  # copied out of the shard's buffer: raw, or only located there when fused
-                    sample = shard.take(index) if decode is None else shard.members(index)
-                except ShardError as error:
-                    try:
-                        item = self._read_again(entry, shard, row, index, piece_start, error)
-                    except ShardError as failed:
-                        if handler(failed):
-                            continue
-                        return
-                else:
+                try:  # copied out of the shard's buffer: raw, or decoded where it lies when fused
                     if decode is None:
-                        yield _stamp(sample, index, piece_start, epoch)
+                        yield _stamp(shard.take(index), index, piece_start, epoch)
                         continue
-                    try:
-                        sample = shard.decode_members(index, sample, strip, torch, with_url)
-                    except ShardError as error:  # as the stage would: its handler skips the sample or ends the stream
-                        if decode.skips(error):
-                            continue
-                        return
-                    yield _stamp_kept(sample, kept, index, piece_start, epoch) if kept else sample
+                    sample = shard.decode_members(index, shard.members(index), strip, torch, with_url)
+                except ShardError:  # taken again, step by step, each failure to its handler
+                    sample = self.taken(item, held, decode)
+                else:
+                    yield stamp_kept(sample, kept, index, piece_start, epoch) if kept else sample
                     continue
-            # a whole sample (of a remote shard, or read again from its URL)
-            sample = item if decode is None else decode.decoded(item)
+            else:
+                sample = self.taken(item, held, decode)
             if sample is END:
                 return
             if sample is not None:
                 yield sample
+
+    def taken(self, item, held: dict, decode: ReaderStage | None) -> dict | None:
+        """One item of `items` as `samples` hands it out: a sample, None (skipped by a handler) or
+        END (a handler ended the stream). A shard that cannot be read when its sample is taken goes
+        to the dataset's handler, after the sample was read again from its URL where a cache entry
+        failed (`_read_again`); a member that does not decode, to the decode stage's."""
+        if item.__class__ is not dict:
+            shard, piece_start, entry, row = held[item >> 32]
+            index = item & 0xFFFFFFFF
+            try:
+                sample = shard.take(index) if decode is None else shard.members(index)
+            except ShardError as error:
+                try:
+                    item = self._read_again(entry, shard, row, index, piece_start, error)
+                except ShardError as failed:
+                    return None if self.handler(failed) else END
+            else:
+                if decode is None:
+                    return _stamp(sample, index, piece_start, self.epoch)
+                strip, torch, kept, with_url = fused(decode)
+                try:
+                    sample = shard.decode_members(index, sample, strip, torch, with_url)
+                except ShardError as error:  # as the stage would: its handler skips the sample or ends the stream
+                    return None if decode.skips(error) else END
+                return stamp_kept(sample, kept, index, piece_start, self.epoch) if kept else sample
+        # a whole sample (of a remote shard, or read again from its URL)
+        return item if decode is None else decode.decoded(item)
 
     def _read_again(self, entry, shard: LocalShard, row: dict, index: int, piece_start: int, error: ShardError) -> dict:
         """Sample `index` of `shard` (its manifest `row`), whose cache `entry` failed its check as the
@@ -433,6 +460,16 @@ class WorkerStream:
             source = self.invoke(step, source)
         return source
 
+    def taker(self) -> "Taker | None":
+        """This pass as a `Taker`, whose samples a consumer that takes from several streams in turn
+        (stream/mix.py) takes itself, where each output is a decoded sample of a local shard, held
+        until the next is made (`_count_held`); else None (the consumer iterates the pass)."""
+        plan, resume = self.plan, self.resume
+        if (self.decode is None or self.stages or self.after or not self.reader.local or resume.discard
+                or plan.target is not None or self.reader.carried_discards(plan)):
+            return None
+        return Taker(self)
+
     @property
     def holds_outputs(self) -> bool:
         """Whether an output is handed over only once the next is made (`_count`): with stages before
@@ -489,16 +526,16 @@ class WorkerStream:
         none is to be discarded and no output target cuts the pass (no discards, no limit): the
         same positions, by fewer steps per output (a packed small sample is read in a few µs;
         `_count`'s general bookkeeping took a sixth of it)."""
-        position, pending = self.position, _NOTHING
+        position, pending = self.position, NOTHING_HELD
         for output in outputs:
-            if pending is not _NOTHING:
+            if pending is not NOTHING_HELD:
                 position.skip, position.discard = counter.pulled - 1, 0  # resume at the sample held
                 position.delivered += 1
                 yield pending
                 if not counter.started:  # the consumer holds an output and asks for more
                     counter.start()
             pending = output
-        if pending is not _NOTHING:
+        if pending is not NOTHING_HELD:
             position.skip, position.discard = counter.pulled, 0
             position.delivered += 1
             yield pending
@@ -553,3 +590,49 @@ class WorkerStream:
                 yield output
             if index == before:
                 return  # nothing to repeat: the stages make no output at all
+
+
+RUN_OUT = object()  # a `Taker`'s part with no output left
+
+
+class Taker:
+    """A `WorkerStream`'s pass whose samples a mix takes itself (`WorkerStream.taker`): the reader's
+    items (`ShardReader.items`, closed at exit with the open passes), the shards they are taken from
+    (`held`) and the live `position`, which the mix counts. A mix takes an output of one part per
+    slot, and each part's generators resumed in turn (the reader's, the counting point's) cost more
+    than the taking itself: their frames, blocks and positions are touched part after part. The mix
+    takes each sample as `ShardReader.samples` does, each failure by `taken`, and counts it as
+    `WorkerStream._count_held` does (stream/mix.py `_taken_in_turn`)."""
+
+    __slots__ = ("reader", "items", "held", "counter", "position", "decode", "fused", "epoch")
+
+    def __init__(self, stream: WorkerStream):
+        reader, self.reader, self.decode = stream.reader, stream.reader, stream.decode
+        self.held: dict = {}
+        self.counter = _Counter()  # (its `pulled` is not kept: the mix counts the position itself)
+        self.items = closed_at_exit(reader.items(stream.plan.pieces, stream.resume.skip, self.counter, self.held,
+                                                 made_ahead=1))
+        self.position, self.epoch = stream.position, reader.epoch
+        self.fused = fused(stream.decode)
+
+    def next_output(self):
+        """The part's next output taken from its items by `taken` (the mix takes a part's first output
+        so, the rest itself), or RUN_OUT; each item that gave none counted as passed."""
+        for item in self.items:
+            sample = self.taken(item)
+            if sample.__class__ is dict:
+                return sample
+            self.position.skip += 1
+            if sample is RUN_OUT:
+                break
+        return RUN_OUT
+
+    def taken(self, item):
+        """An item the mix did not take at once (a whole sample, or one whose taking failed): its
+        sample, None (a handler skipped it) or RUN_OUT (a handler ended the part's stream: its reads
+        are closed)."""
+        sample = self.reader.taken(item, self.held, self.decode)
+        if sample is END:
+            self.items.close()
+            return RUN_OUT
+        return sample
