@@ -77,6 +77,11 @@ Remote parts share the worker's read-ahead: its byte budget and connections are 
 by their share of the bytes it reads in the phase (`_read_ahead_shares`), so a mix holds and sends
 no more than one dataset would.
 
+A worker's stream takes each slot's sample out of its part's shards itself when every part is local
+and decodes in its reader (`_taken_in_turn` over stream/worker.py's `Taker`s: one loop, the parts'
+positions counted there as their own streams count them); else it pulls each slot's output from its
+part's stream (`_pulled_in_turn`). Both give the same outputs and positions.
+
 A worker's position is one `Position` per part (its skip, discard and delivered outputs; with
 several phases, those of its phase, and the phase): a part is always consumed in its own order, so a
 resumed worker restarts the phase's schedule at t = sum of delivered, and an elastic resume deals

@@ -607,7 +607,8 @@ class Taker:
     __slots__ = ("reader", "items", "held", "counter", "position", "decode", "fused", "epoch")
 
     def __init__(self, stream: WorkerStream):
-        reader, self.reader, self.decode = stream.reader, stream.reader, stream.decode
+        self.reader = reader = stream.reader
+        self.decode = stream.decode
         self.held: dict = {}
         self.counter = _Counter()  # (its `pulled` is not kept: the mix counts the position itself)
         self.items = closed_at_exit(reader.items(stream.plan.pieces, stream.resume.skip, self.counter, self.held,
