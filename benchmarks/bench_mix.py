@@ -164,7 +164,7 @@ def _read_sources(system: str, workdir: str):
 
 
 def _in_turn(workdir: str):
-    """The parts' datasets as read alone, each with the mix's share of the buffer (500, 333, 167 of
+    """The parts' datasets as read alone, each with the mix's share of the buffer (571, 286, 143 of
     1,000: `MixDataset.part_buffers`), read in turn in the mix's order of parts (rule M5, slots
     unpermuted) by C iterators alone: no Python frame between the reader and the consumer. What three
     shuffled readers taking turns cost the hardware, without a mix."""

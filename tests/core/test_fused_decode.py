@@ -286,7 +286,7 @@ def test_resume_through_the_fused_decode_is_exact(bad_member_manifest):
 def test_a_mix_taking_its_parts_samples_itself_gives_what_its_parts_streams_give(bad_member_manifest, counted_shards,
                                                                                  monkeypatch, buffer, handler):
     """A mix whose parts decode in their readers takes each part's samples itself (stream/mix.py
-    `_taken_in_turn`); the same mix iterating its parts' streams (`WorkerStream.taker` switched off)
+    `_taken_in_turn`); the same mix iterating its parts' streams (`WorkerStream.takeable` switched off)
     is the reference: the same samples, field for field (bookkeeping kept), and the same state after
     each, through a part whose members do not decode (its handler skips them, or ends its stream) and
     a packed part; with the handler that skips, a state saved after any sample resumes to exactly the rest."""
@@ -314,7 +314,7 @@ def test_a_mix_taking_its_parts_samples_itself_gives_what_its_parts_streams_give
         taken = _stream_and_states(make())
     assert takers and all(takers)  # the mix took its parts' samples itself
     with monkeypatch.context() as off:
-        off.setattr(worker.WorkerStream, "taker", lambda self: None)
+        off.setattr(worker.WorkerStream, "takeable", property(lambda self: False))
         pulled = _stream_and_states(make())
     assert len(taken) == expected
     assert taken == pulled

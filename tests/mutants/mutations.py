@@ -1684,7 +1684,7 @@ MUTATIONS += [
                     "                        if False:\n                            following = stamp_kept("),),
              ("tests/core/test_mix_oracle.py", "tests/core")),
     Mutation("mix-taken-with-stages", "a part with stages of its own is taken by the mix (its stages are not run)",
-             WORKER, (("        if (self.decode is None or self.stages or self.after", "        if (self.decode is None or self.after"),),
+             WORKER, (("        return not (self.decode is None or self.stages or self.after", "        return not (self.decode is None or self.after"),),
              ("tests/core/test_fused_decode.py",)),
     Mutation("mix-taken-first-twice", "a part's first output taken, and the one after it dropped",
              MIX, (("                output = pending[p] = taker.next_output()", "                output = pending[p] = (taker.next_output(), taker.next_output())[1]"),),

@@ -741,9 +741,8 @@ class MixStream:
         while True:
             stamp = phase if self.phases > 1 else None  # a mix of one phase says none
             runs = interleave(current.counts, self.position.delivered, self.block, current.key)
-            takers = [stream.taker() for stream in current.streams]
-            if all(takers):
-                yield _taken_in_turn(takers, names, runs, stamp)
+            if all(stream.takeable for stream in current.streams):  # (no reader made for a part read otherwise)
+                yield _taken_in_turn([stream.taker() for stream in current.streams], names, runs, stamp)
             else:
                 yield _pulled_in_turn([iter(stream) for stream in current.streams], names, runs, stamp)
             phase += 1

@@ -460,15 +460,18 @@ class WorkerStream:
             source = self.invoke(step, source)
         return source
 
-    def taker(self) -> "Taker | None":
-        """This pass as a `Taker`, whose samples a consumer that takes from several streams in turn
-        (stream/mix.py) takes itself, where each output is a decoded sample of a local shard, held
-        until the next is made (`_count_held`); else None (the consumer iterates the pass)."""
+    @property
+    def takeable(self) -> bool:
+        """Whether a consumer that takes from several streams in turn (stream/mix.py) may take this
+        pass's samples itself (`taker`): each output a decoded sample of a local shard, held until the
+        next is made (`_count_held`), none to discard."""
         plan, resume = self.plan, self.resume
-        if (self.decode is None or self.stages or self.after or not self.reader.local or resume.discard
-                or plan.target is not None or self.reader.carried_discards(plan)):
-            return None
-        return Taker(self)
+        return not (self.decode is None or self.stages or self.after or not self.reader.local or resume.discard
+                    or plan.target is not None or self.reader.carried_discards(plan))
+
+    def taker(self) -> "Taker | None":
+        """This pass as a `Taker` where it is `takeable`, else None (the consumer iterates the pass)."""
+        return Taker(self) if self.takeable else None
 
     @property
     def holds_outputs(self) -> bool:
