@@ -325,10 +325,10 @@ NAMES = {
 }
 
 
-def best_and_paired(rounds: dict, baseline: dict, workdir: str) -> dict:
+def best_and_paired(rounds: dict, baseline: dict, workdir: str, pairs: int | None = None) -> dict:
     """Each system's best round (lowest CPU per sample; an error only where no round measured), with
     `paired`: the ratios of `alternated` passes of it and its baseline in one fresh process (none
-    where either has no measurement)."""
+    where either has no measurement), `pairs` of them (else PAIRS, SCHEDULE_PAIRS for a schedule)."""
     reads = {}
     for system, results in rounds.items():
         measured = [result for result in results if "error" not in result]
@@ -336,8 +336,8 @@ def best_and_paired(rounds: dict, baseline: dict, workdir: str) -> dict:
     for system, base in baseline.items():
         if "error" in reads[system] or "error" in reads[base]:
             continue
-        pairs = SCHEDULE_PAIRS if system in SCHEDULES else PAIRS
-        result = _spawn({"task": "alternated", "system": system, "base": base, "workdir": workdir, "pairs": pairs})
+        count = pairs or (SCHEDULE_PAIRS if system in SCHEDULES else PAIRS)
+        result = _spawn({"task": "alternated", "system": system, "base": base, "workdir": workdir, "pairs": count})
         if "ratios" in result:
             reads[system]["paired"] = result["ratios"]
     return reads
@@ -349,7 +349,7 @@ def overhead(ours: dict | None, base: dict | None) -> str:
         return "n/a"
     paired = "n/a"  # no alternated passes measured both
     if ours.get("paired"):
-        ratios = ours["paired"]  # PAIRS (SCHEDULE_PAIRS) of them, at least two
+        ratios = ours["paired"]  # PAIRS (or as many as asked for) of them, at least two
         low, _, high = statistics.quantiles(ratios, n=4)
         paired = f"{(statistics.median(ratios) - 1) * 100:+.1f}%, {(low - 1) * 100:+.0f}..{(high - 1) * 100:+.0f}%"
     return f"{(ours['cpu_us'] / base['cpu_us'] - 1) * 100:+.1f}% ({paired})"
