@@ -118,14 +118,14 @@ from ..shards.manifest import Manifest
 from ..readoptions import ReadOptions
 from .planning.catalog import Catalog, Selection
 from .dataset import PlannedDataset, shard_weights
-from .decode import ReaderStage
+from .decode import END, ReaderStage
 from .manifests import load_manifest
 from ..shards.shardtable import ShardTable
 from .planning.plan import Level, Passes, Sequence, epoch_order, keyed, remainder
 from ..readoptions import MIN_RANGE
 from .reading.readahead import reads_ahead, worker_connections
 from .planning.state import EpochProgress, PhaseLevel, Position, Resume, parse_state, worker_level
-from .worker import NOTHING_HELD, RUN_OUT, ShardReader, Taker, WorkerPlan, WorkerStream, stamp_kept, worker_plan
+from .worker import NOTHING_HELD, ShardReader, Taker, WorkerPlan, WorkerStream, stamp_kept, worker_plan
 
 MODES = ("weighted", "epochized")
 STOPS = ("first", "all")
@@ -798,7 +798,7 @@ def _taken_in_turn(takers: list[Taker], names: list[str], runs: Iterator[list[in
 
     def past_the_counts() -> Iterator[tuple[int]]:  # then each part's remaining outputs, part by part
         for p in range(len(parts)):
-            while pending[p] is not RUN_OUT:
+            while pending[p] is not END:
                 yield (p,)
 
     for run in itertools.chain(runs, past_the_counts()):
@@ -806,11 +806,11 @@ def _taken_in_turn(takers: list[Taker], names: list[str], runs: Iterator[list[in
             taker, items, held, position, name, strip, torch, kept, with_url = parts[p]
             output = pending[p]
             if output.__class__ is not dict:  # (its outputs are decoded samples: dicts)
-                if output is RUN_OUT:
+                if output is END:
                     continue  # a part that ran out: its slots go
                 output = pending[p] = taker.next_output()  # its first; the one after it is made before it goes
                 taker.counter.start()  # (the consumer's first output is made; local shards read nothing ahead)
-                if output is RUN_OUT:
+                if output is END:
                     continue
             for item in items:  # the part's next output
                 if item.__class__ is not dict:  # a sample of a local shard, checked: taken where it lies
@@ -829,10 +829,10 @@ def _taken_in_turn(takers: list[Taker], names: list[str], runs: Iterator[list[in
                 if following.__class__ is dict:
                     break
                 position.skip += 1  # an item that gave no output: passed
-                if following is RUN_OUT:
+                if following is END:
                     break
             else:
-                following = RUN_OUT
+                following = END
             pending[p] = following
             position.skip += 1
             position.delivered += 1

@@ -469,9 +469,9 @@ class WorkerStream:
         return not (self.decode is None or self.stages or self.after or not self.reader.local or resume.discard
                     or plan.target is not None or self.reader.carried_discards(plan))
 
-    def taker(self) -> "Taker | None":
-        """This pass as a `Taker` where it is `takeable`, else None (the consumer iterates the pass)."""
-        return Taker(self) if self.takeable else None
+    def taker(self) -> "Taker":
+        """This pass as a `Taker`, for a consumer that found it `takeable`."""
+        return Taker(self)
 
     @property
     def holds_outputs(self) -> bool:
@@ -595,9 +595,6 @@ class WorkerStream:
                 return  # nothing to repeat: the stages make no output at all
 
 
-RUN_OUT = object()  # a `Taker`'s part with no output left
-
-
 class Taker:
     """A `WorkerStream`'s pass whose samples a mix takes itself (`WorkerStream.taker`): the reader's
     items (`ShardReader.items`, closed at exit with the open passes), the shards they are taken from
@@ -621,22 +618,21 @@ class Taker:
 
     def next_output(self):
         """The part's next output taken from its items by `taken` (the mix takes a part's first output
-        so, the rest itself), or RUN_OUT; each item that gave none counted as passed."""
+        so, the rest itself), or END (none left); each item that gave none counted as passed."""
         for item in self.items:
             sample = self.taken(item)
             if sample.__class__ is dict:
                 return sample
             self.position.skip += 1
-            if sample is RUN_OUT:
+            if sample is END:
                 break
-        return RUN_OUT
+        return END
 
     def taken(self, item):
         """An item the mix did not take at once (a whole sample, or one whose taking failed): its
-        sample, None (a handler skipped it) or RUN_OUT (a handler ended the part's stream: its reads
-        are closed)."""
+        sample, None (a handler skipped it) or END (a handler ended the part's stream: its reads are
+        closed)."""
         sample = self.reader.taken(item, self.held, self.decode)
         if sample is END:
             self.items.close()
-            return RUN_OUT
         return sample
