@@ -325,10 +325,12 @@ NAMES = {
 }
 
 
-def best_and_paired(rounds: dict, baseline: dict, workdir: str, pairs: int | None = None) -> dict:
+def best_and_paired(rounds: dict, baseline: dict, workdir: str, pairs: int | None = None, processes: int = 1) -> dict:
     """Each system's best round (lowest CPU per sample; an error only where no round measured), with
-    `paired`: the ratios of `alternated` passes of it and its baseline in one fresh process (none
-    where either has no measurement), `pairs` of them (else PAIRS, SCHEDULE_PAIRS for a schedule)."""
+    `paired`: the ratios of `alternated` passes of it and its baseline (none where either has no
+    measurement), `pairs` of them (else PAIRS, SCHEDULE_PAIRS for a schedule) in each of `processes`
+    fresh processes one after the other, pooled; and, of several, `process_medians`: each one's
+    median ratio (a process's memory layout moves its median by about a point)."""
     reads = {}
     for system, results in rounds.items():
         measured = [result for result in results if "error" not in result]
@@ -337,9 +339,12 @@ def best_and_paired(rounds: dict, baseline: dict, workdir: str, pairs: int | Non
         if "error" in reads[system] or "error" in reads[base]:
             continue
         count = pairs or (SCHEDULE_PAIRS if system in SCHEDULES else PAIRS)
-        result = _spawn({"task": "alternated", "system": system, "base": base, "workdir": workdir, "pairs": count})
-        if "ratios" in result:
-            reads[system]["paired"] = result["ratios"]
+        results = [_spawn({"task": "alternated", "system": system, "base": base, "workdir": workdir, "pairs": count})
+                   for _ in range(processes)]
+        if all("ratios" in result for result in results):
+            reads[system]["paired"] = [ratio for result in results for ratio in result["ratios"]]
+            if processes > 1:
+                reads[system]["process_medians"] = [statistics.median(result["ratios"]) for result in results]
     return reads
 
 
@@ -352,6 +357,9 @@ def overhead(ours: dict | None, base: dict | None) -> str:
         ratios = ours["paired"]  # PAIRS (or as many as asked for) of them, at least two
         low, _, high = statistics.quantiles(ratios, n=4)
         paired = f"{(statistics.median(ratios) - 1) * 100:+.1f}%, {(low - 1) * 100:+.0f}..{(high - 1) * 100:+.0f}%"
+        if ours.get("process_medians"):
+            medians = sorted(ours["process_medians"])
+            paired += f"; processes' medians {(medians[0] - 1) * 100:+.1f}..{(medians[-1] - 1) * 100:+.1f}%"
     return f"{(ours['cpu_us'] / base['cpu_us'] - 1) * 100:+.1f}% ({paired})"
 
 
