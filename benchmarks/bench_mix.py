@@ -148,6 +148,8 @@ def _read_sources(system: str, workdir: str):
     buffer = 0 if system.endswith("unbuffered") else BUFFER
     if system == "wdsprep-alone-in-turn":
         return [_in_turn(workdir)]
+    if system.endswith("one-part"):  # the first part alone, and a mix of it alone: what the mix's own code costs
+        return [_one_part(workdir, mixed=system.startswith("wdsprep-mix"))]
     if system.startswith("wdsprep-alone"):
         import wdsprep
 
@@ -178,6 +180,19 @@ def _in_turn(workdir: str):
                for part, buffer in zip(PARTS, buffers)]
     order = [part for run in interleave(list(PARTS.values())) for part in run]
     return map(next, map(readers.__getitem__, order))
+
+
+def _one_part(workdir: str, mixed: bool):
+    """The first part's dataset (shuffle buffer 1,000), or a mix of that part only (epochized, repeat
+    1, the same buffer): the same samples in the same order, one part, so nothing interleaves."""
+    import wdsprep
+
+    part = next(iter(PARTS))
+    if mixed:
+        return wdsprep.mix(_wdsprep_parts(workdir, repeat=dict.fromkeys(PARTS, 1))[:1], mode="epochized", seed=0,
+                           shuffle_buffer=BUFFER, equalize=None)
+    return wdsprep.dataset(os.path.join(workdir, "wdsprep", part, "manifest.json"), "train", seed=0,
+                           shuffle_buffer=BUFFER, equalize=None).compose(wdsprep.decode(strip=True))
 
 
 def _identity(sample: dict) -> tuple[str, int]:

@@ -14,7 +14,9 @@ and mixed (`wdsprep.mix` epochized, repeat 1) with bench_mix's own reads, with a
 1,000 and none. Goal: the mix at most 5% over its parts alone with the buffer. Beside them, the parts
 alone read in turn (bench_mix `_in_turn`: each part's dataset with the mix's share of the buffer, taken
 in the mix's order of parts by C iterators, no mix and no Python frame between): what the hardware
-charges for three shuffled readers taking turns, against the same parts read one after another.
+charges for three shuffled readers taking turns, against the same parts read one after another; and a
+mix of the first part only against that part's dataset (the same samples in the same order): what the
+mix's own code costs where nothing interleaves.
 
 Read CPU. bench_peers.py's W3 (a 256-byte float32 array + a small dict, 20,000 samples), read as
 bench_peers reads it (shuffled: wdsprep's shard permutation and 1,000-sample buffer, LitData
@@ -189,7 +191,8 @@ def _read_table(workdir: pathlib.Path) -> list[str]:
     return lines
 
 
-MIX_READS = ("wdsprep-alone", "wdsprep-alone-in-turn", "wdsprep-mix", "wdsprep-alone-unbuffered", "wdsprep-mix-unbuffered")
+MIX_READS = ("wdsprep-alone", "wdsprep-alone-in-turn", "wdsprep-mix", "wdsprep-alone-unbuffered", "wdsprep-mix-unbuffered",
+             "wdsprep-alone-one-part", "wdsprep-mix-one-part")
 
 
 def _mix_table(workdir: pathlib.Path) -> list[str]:
@@ -249,8 +252,10 @@ def run(workdir: pathlib.Path) -> str:
         f"best of {REPEATS}, each's second pass; in brackets the median and quartiles of {MIX_PAIRS} alternated "
         f"pairs of passes in each of {MIX_PROCESSES} fresh processes, pooled, as in *mix*, then the range of the "
         "processes' own medians; `wdsprep-alone-in-turn`: the parts' datasets with the mix's "
-        "shares of the buffer, taken in the mix's order of parts by C iterators, no mix between). Goal: at "
-        "most +5% with a shuffle buffer of 1,000.",
+        "shares of the buffer, taken in the mix's order of parts by C iterators, no mix between; "
+        "`wdsprep-mix-one-part`: a mix of the first part only against that part's dataset, the same samples in "
+        "the same order: the mix's own code, nothing interleaved). Goal: at most +5% with a shuffle buffer of "
+        "1,000.",
         "",
         *mixes,
         "",
