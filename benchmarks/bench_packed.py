@@ -250,7 +250,7 @@ def run(workdir: pathlib.Path) -> str:
         "Mixing packed parts (bench_mix's three parts of 4 KiB float32 + a dict, converted with `--pack`; "
         "`wdsprep.mix` epochized, repeat 1, against each part's `wdsprep.dataset` alone, by bench_mix's own reads; "
         f"best of {REPEATS}, each's second pass; in brackets the median and quartiles of {MIX_PAIRS} alternated "
-        f"pairs of passes in each of {MIX_PROCESSES} fresh processes, pooled, as in *mix*, then the range of the "
+        f"pairs of passes (as in *mix*) in each of {MIX_PROCESSES} fresh processes, pooled, then the range of the "
         "processes' own medians; `wdsprep-alone-in-turn`: the parts' datasets with the mix's "
         "shares of the buffer, taken in the mix's order of parts by C iterators, no mix between; "
         "`wdsprep-mix-one-part`: a mix of the first part only against that part's dataset, the same samples in "
