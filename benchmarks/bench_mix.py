@@ -151,11 +151,7 @@ def _read_sources(system: str, workdir: str):
     if system.endswith("one-part"):  # the first part alone, and a mix of it alone: what the mix's own code costs
         return [_one_part(workdir, mixed=system.startswith("wdsprep-mix"))]
     if system.startswith("wdsprep-alone"):
-        import wdsprep
-
-        return [wdsprep.dataset(os.path.join(workdir, "wdsprep", part, "manifest.json"), "train", seed=0,
-                                shuffle_buffer=buffer, equalize=None).compose(wdsprep.decode(strip=True))
-                for part in PARTS]
+        return [_part_dataset(workdir, part, buffer) for part in PARTS]
     if system == "wdsprep-mix-sized" or system in SCHEDULES:
         return [_wdsprep_mix(workdir, weighted=True, buffer=buffer, scheduled=SCHEDULES.get(system, False))]
     if system.startswith("wdsprep-mix"):
@@ -165,19 +161,24 @@ def _read_sources(system: str, workdir: str):
     return [_litdata_combined(workdir, weighted=system.endswith("weighted"))]
 
 
+def _part_dataset(workdir: str, part: str, buffer: int):
+    """One part's `wdsprep.dataset`, read alone: shuffled with `buffer`, decoded in its reader."""
+    import wdsprep
+
+    return wdsprep.dataset(os.path.join(workdir, "wdsprep", part, "manifest.json"), "train", seed=0,
+                           shuffle_buffer=buffer, equalize=None).compose(wdsprep.decode(strip=True))
+
+
 def _in_turn(workdir: str):
     """The parts' datasets as read alone, each with the mix's share of the buffer (571, 286, 143 of
     1,000: `MixDataset.part_buffers`), read in turn in the mix's order of parts (rule M5, slots
     unpermuted) by C iterators alone: no Python frame between the reader and the consumer. What three
     shuffled readers taking turns cost the hardware, without a mix."""
-    import wdsprep
     from wdsprep.stream.mix import interleave
 
     mix = _wdsprep_mix(workdir, weighted=False)
     buffers = mix.part_buffers()[0]
-    readers = [iter(wdsprep.dataset(os.path.join(workdir, "wdsprep", part, "manifest.json"), "train", seed=0,
-                                    shuffle_buffer=buffer, equalize=None).compose(wdsprep.decode(strip=True)))
-               for part, buffer in zip(PARTS, buffers)]
+    readers = [iter(_part_dataset(workdir, part, buffer)) for part, buffer in zip(PARTS, buffers)]
     order = [part for run in interleave(list(PARTS.values())) for part in run]
     return map(next, map(readers.__getitem__, order))
 
@@ -187,12 +188,10 @@ def _one_part(workdir: str, mixed: bool):
     1, the same buffer): the same samples in the same order, one part, so nothing interleaves."""
     import wdsprep
 
-    part = next(iter(PARTS))
     if mixed:
         return wdsprep.mix(_wdsprep_parts(workdir, repeat=dict.fromkeys(PARTS, 1))[:1], mode="epochized", seed=0,
                            shuffle_buffer=BUFFER, equalize=None)
-    return wdsprep.dataset(os.path.join(workdir, "wdsprep", part, "manifest.json"), "train", seed=0,
-                           shuffle_buffer=BUFFER, equalize=None).compose(wdsprep.decode(strip=True))
+    return _part_dataset(workdir, next(iter(PARTS)), BUFFER)
 
 
 def _identity(sample: dict) -> tuple[str, int]:
@@ -369,7 +368,7 @@ def overhead(ours: dict | None, base: dict | None) -> str:
         return "n/a"
     paired = "n/a"  # no alternated passes measured both
     if ours.get("paired"):
-        ratios = ours["paired"]  # PAIRS (or as many as asked for) of them, at least two
+        ratios = ours["paired"]  # PAIRS (or as many as asked for) in each process measured, at least two
         low, _, high = statistics.quantiles(ratios, n=4)
         paired = f"{(statistics.median(ratios) - 1) * 100:+.1f}%, {(low - 1) * 100:+.0f}..{(high - 1) * 100:+.0f}%"
         if ours.get("process_medians"):
